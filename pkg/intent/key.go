@@ -1,0 +1,24 @@
+package intent
+
+import "time"
+
+// KeySpec is how a tool derives keys and fingerprints from its intents.
+// The zero value derives the key from all args, with no time window.
+type KeySpec struct {
+	// KeyArgs are the distinguishing arguments: when non-empty, only these
+	// top-level args enter the key (a missing one is left out). Default: all args.
+	KeyArgs []string
+	// Window, when positive, scopes the key to floor(t / Window), where t is the
+	// intent's creation time. Default: 0, no window.
+	Window time.Duration
+	// VolatileArgs are top-level args left out of the fingerprint (timestamps,
+	// trace ids): a repeat that differs only in them is not a conflict.
+	// Default: none.
+	VolatileArgs []string
+}
+
+// Identity is what derivation yields for one intent.
+type Identity struct {
+	Key         string // <tool> "." hex(sha256(JCS(material)))
+	Fingerprint string // hex(sha256(JCS({tool, session, args minus volatile})))
+}
