@@ -1,0 +1,131 @@
+// Command sink is a webhook receiver for demos and fault runs: it answers every
+// POST, logs each request with its Idempotency-Key as a JSON line, and can
+// fail or stall on purpose. GET /stats reports what it saw.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "sink:", err)
+		os.Exit(1)
+	}
+}
+
+type entry struct {
+	Time    time.Time       `json:"time"`
+	Path    string          `json:"path"`
+	Key     string          `json:"key"`
+	Tool    string          `json:"tool,omitempty"`
+	Status  int             `json:"status"`
+	Repeat  bool            `json:"repeat"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+type sink struct {
+	failRate float64
+	hold     time.Duration
+	mu       sync.Mutex
+	log      *json.Encoder
+	seen     map[string]int // key → successful requests
+	requests int
+}
+
+func run() error {
+	listen := flag.String("listen", "127.0.0.1:8787", "address to listen on")
+	logPath := flag.String("log", "", "append a JSON line per request to this file (default stdout)")
+	failRate := flag.Float64("fail-rate", 0, "fraction of requests answered 503 (0-1)")
+	hold := flag.Duration("hold", 0, "stall every request this long before answering")
+	flag.Parse()
+	if *failRate < 0 || *failRate > 1 {
+		return errors.New("--fail-rate must be between 0 and 1")
+	}
+	out := io.Writer(os.Stdout)
+	if *logPath != "" {
+		f, err := os.OpenFile(*logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		out = f
+	}
+	s := &sink{failRate: *failRate, hold: *hold, log: json.NewEncoder(out), seen: map[string]int{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stats", s.stats)
+	mux.HandleFunc("/", s.receive)
+	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	fmt.Fprintf(os.Stderr, "sink listening on http://%s\n", *listen)
+	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func (s *sink) receive(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if s.hold > 0 {
+		select {
+		case <-time.After(s.hold):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	key := r.Header.Get("Idempotency-Key")
+	status := http.StatusOK
+	if s.failRate > 0 && rand.Float64() < s.failRate {
+		status = http.StatusServiceUnavailable
+	}
+	s.mu.Lock()
+	s.requests++
+	repeat := s.seen[key] > 0
+	if status == http.StatusOK {
+		s.seen[key]++
+	}
+	n := s.seen[key]
+	e := entry{Time: time.Now().UTC(), Path: r.URL.Path, Key: key, Tool: r.Header.Get("Idem-Tool"), Status: status, Repeat: repeat}
+	if json.Valid(body) {
+		e.Payload = body
+	}
+	_ = s.log.Encode(e)
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	if status == http.StatusOK {
+		_ = json.NewEncoder(w).Encode(map[string]any{"accepted": true, "path": r.URL.Path, "key": key, "deliveries": n})
+	}
+}
+
+func (s *sink) stats(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	repeated := 0
+	for _, n := range s.seen {
+		if n > 1 {
+			repeated++
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]int{"requests": s.requests, "keys": len(s.seen), "repeated_keys": repeated})
+}

@@ -1,0 +1,132 @@
+// Command worker consumes tool intents and fires each operation at most once
+// per key. With no NATS URL it runs its own embedded JetStream server.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/idemgate/idemgate/internal/envflag"
+	"github.com/idemgate/idemgate/internal/natsrv"
+	"github.com/idemgate/idemgate/internal/worker"
+	"github.com/idemgate/idemgate/pkg/effects"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	var cfg worker.Config
+	var (
+		toolsFile   = fs.String("tools", "tools.yaml", "tools file (YAML)")
+		checkConfig = fs.Bool("check-config", false, "validate the tools file and exit")
+		natsURL     = fs.String("nats-url", "", "external NATS server(s), comma separated; empty runs an embedded JetStream (env NATS_URL)")
+		creds       = fs.String("creds", "", "NATS credentials file (env NATS_CREDS)")
+		storeDir    = fs.String("store-dir", "data/jetstream", "embedded JetStream store directory")
+		listen      = fs.String("listen", "127.0.0.1:4222", "embedded JetStream client address for other processes")
+		syncPolicy  = fs.String("sync", natsrv.SyncAlways, "embedded store fsync: always (durable: sync before ack), lazy (server default, flush every 2m), or an interval like 100ms")
+		drain       = fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long effects in flight may run before they are cancelled")
+		logFormat   = fs.String("log-format", "json", "log format: json or console")
+		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
+	)
+	fs.StringVar(&cfg.Prefix, "prefix", "IDEM", "names prefix: stream <P>_INTENTS on <p>.intents.>, consumer <P>_WORKERS, bucket <P>_LEDGER")
+	fs.StringVar(&cfg.Holder, "holder", "", "this worker's name in ledger records (default <hostname>-<pid>)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 256, "intents handled at once")
+	fs.IntVar(&cfg.Limits.MaxBytes, "max-intent-bytes", 256<<10, "largest intent accepted; larger ones are answered too_large")
+	fs.DurationVar(&cfg.AckWait, "ack-wait", 30*time.Second, "consumer ack wait: redelivery after a worker dies")
+	fs.IntVar(&cfg.MaxDeliver, "max-deliver", 10, "deliveries before an intent whose effect keeps failing is recorded failed")
+	fs.IntVar(&cfg.MaxAckPending, "max-ack-pending", 4096, "intents in flight across all workers")
+	fs.DurationVar(&cfg.DuplicateWindow, "dup-window", 2*time.Minute, "publish-dedup window of the intent stream")
+	fs.IntVar(&cfg.Replicas, "replicas", 1, "replicas of the stream and ledger (1, 3 or 5; 3 on a cluster)")
+	fs.DurationVar(&cfg.LedgerTTL, "ledger-ttl", 24*time.Hour, "how long completed and failed records are kept")
+	fs.DurationVar(&cfg.RetryDelay, "retry-delay", time.Second, "first redelivery delay after a transient failure (doubles per delivery)")
+	fs.DurationVar(&cfg.MaxRetryDelay, "max-retry-delay", time.Minute, "cap of the redelivery delay")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := envflag.Apply(fs, "IDEMGATE", map[string]string{"nats-url": "NATS_URL", "creds": "NATS_CREDS"}); err != nil {
+		return err
+	}
+
+	tools, err := effects.LoadFile(*toolsFile)
+	if err != nil {
+		return err
+	}
+	if *checkConfig {
+		fmt.Printf("%s: %d tools, ok\n", *toolsFile, len(tools.Names()))
+		return nil
+	}
+	log, err := newLogger(*logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	url, nopts := *natsURL, []nats.Option{nats.Name("idemgate-worker"), nats.MaxReconnects(-1)}
+	if url == "" {
+		srv, err := natsrv.Start(natsrv.Config{StoreDir: *storeDir, Listen: *listen, Sync: *syncPolicy})
+		if err != nil {
+			return err
+		}
+		defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+		url = srv.ClientURL()
+		nopts = append(nopts, nats.InProcessServer(srv))
+		log.Info("embedded JetStream", zap.String("url", url), zap.String("store_dir", *storeDir), zap.String("sync", *syncPolicy))
+	}
+	if *creds != "" {
+		nopts = append(nopts, nats.UserCredentials(*creds))
+	}
+	nc, err := nats.Connect(url, nopts...)
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", url, err)
+	}
+	defer nc.Close()
+
+	w, err := worker.New(ctx, nc, tools, log, cfg)
+	if err != nil {
+		return err
+	}
+	if err := w.Run(ctx, *drain); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	// Send the last acks and answers before the connection closes.
+	_ = nc.FlushTimeout(5 * time.Second)
+	return nil
+}
+
+func newLogger(format, level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
+	}
+	var zc zap.Config
+	switch format {
+	case "json":
+		zc = zap.NewProductionConfig()
+	case "console":
+		zc = zap.NewDevelopmentConfig()
+		zc.DisableStacktrace = true
+	default:
+		return nil, fmt.Errorf("log format %q: use json or console", format)
+	}
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	return zc.Build()
+}

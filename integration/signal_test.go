@@ -1,0 +1,5 @@
+package integration
+
+import "syscall"
+
+var sigterm = syscall.SIGTERM

@@ -1,0 +1,44 @@
+// Package envflag lets environment variables set flags a command line left
+// unset: the command line wins, then the environment, then the default.
+package envflag
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Name is the environment variable for flag name under prefix:
+// Name("IDEMGATE", "ack-wait") is "IDEMGATE_ACK_WAIT".
+func Name(prefix, name string) string {
+	return prefix + "_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// Apply sets every flag of fs that was not given on the command line from its
+// environment variable (see Name), and from the extra aliases (flag name →
+// variable, e.g. "nats-url" → "NATS_URL") when that is unset. Call it after
+// fs.Parse.
+func Apply(fs *flag.FlagSet, prefix string, aliases map[string]string) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || err != nil {
+			return
+		}
+		env := Name(prefix, f.Name)
+		v, ok := os.LookupEnv(env)
+		if !ok && aliases[f.Name] != "" {
+			env = aliases[f.Name]
+			v, ok = os.LookupEnv(env)
+		}
+		if !ok {
+			return
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = fmt.Errorf("environment %s=%q: %w", env, v, e)
+		}
+	})
+	return err
+}

@@ -1,0 +1,134 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// Config is the behaviour of a Worker. The zero value of every field means
+// its documented default.
+type Config struct {
+	// Prefix names the stream, consumer, subjects and bucket together.
+	// Default: "IDEM" (stream IDEM_INTENTS on idem.intents.>, consumer
+	// IDEM_WORKERS, bucket IDEM_LEDGER).
+	Prefix string
+
+	// Holder identifies this worker in ledger records it claims.
+	// Default: "<hostname>-<pid>".
+	Holder string
+
+	// Concurrency is how many intents one worker handles at once (and how
+	// many it buffers from the consumer). Default: 256.
+	Concurrency int
+
+	// Limits bound what an intent may be (size, nesting). Default:
+	// intent.DefaultMaxBytes (256 KiB) and intent.DefaultMaxDepth.
+	Limits intent.Limits
+
+	// AckWait is the consumer's redelivery timer; a worker that dies holding an
+	// intent gives it up after this long. Default: 30s.
+	AckWait time.Duration
+
+	// MaxDeliver is how many times an intent is delivered before the worker
+	// gives up on it (records it failed). Default: 10.
+	MaxDeliver int
+
+	// MaxAckPending bounds the intents delivered and not yet settled across all
+	// workers of the consumer. Default: 4096.
+	MaxAckPending int
+
+	// DuplicateWindow is the stream's publish-dedup window. Default: 2m.
+	DuplicateWindow time.Duration
+
+	// Replicas of the stream and the ledger bucket. Default: 1.
+	Replicas int
+
+	// LedgerTTL is how long completed and failed records are kept (the
+	// bucket's MaxAge). Default: 24h.
+	LedgerTTL time.Duration
+
+	// RetryDelay is the first delay before an intent whose effect failed
+	// transiently is delivered again; it doubles with each delivery up to
+	// MaxRetryDelay. Default: 1s.
+	RetryDelay time.Duration
+
+	// MaxRetryDelay caps RetryDelay's growth. Default: 1m.
+	MaxRetryDelay time.Duration
+
+	// MaxWait caps how long a duplicate waits for an in-flight holder before it
+	// is delivered again later. Default: AckWait.
+	MaxWait time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Prefix == "" {
+		c.Prefix = intent.DefaultPrefix
+	}
+	if c.Holder == "" {
+		host, _ := os.Hostname()
+		c.Holder = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 256
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = 10
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = 4096
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = 2 * time.Minute
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.LedgerTTL == 0 {
+		c.LedgerTTL = 24 * time.Hour
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = time.Second
+	}
+	if c.MaxRetryDelay == 0 {
+		c.MaxRetryDelay = time.Minute
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = c.AckWait
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("concurrency %d: must be at least 1", c.Concurrency))
+	}
+	if c.AckWait < time.Second {
+		errs = append(errs, fmt.Errorf("ack wait %s: must be at least 1s", c.AckWait))
+	}
+	if c.MaxDeliver < 2 {
+		errs = append(errs, fmt.Errorf("max deliver %d: must be at least 2 (one try and one retry)", c.MaxDeliver))
+	}
+	if c.MaxAckPending < c.Concurrency {
+		errs = append(errs, fmt.Errorf("max ack pending %d: must be at least the concurrency (%d)", c.MaxAckPending, c.Concurrency))
+	}
+	if c.Replicas != 1 && c.Replicas != 3 && c.Replicas != 5 {
+		errs = append(errs, fmt.Errorf("replicas %d: use 1, 3 or 5", c.Replicas))
+	}
+	if c.LedgerTTL < c.DuplicateWindow {
+		errs = append(errs, fmt.Errorf("ledger TTL %s: must be at least the duplicate window (%s)", c.LedgerTTL, c.DuplicateWindow))
+	}
+	if c.MaxRetryDelay < c.RetryDelay {
+		errs = append(errs, fmt.Errorf("max retry delay %s: must be at least the retry delay (%s)", c.MaxRetryDelay, c.RetryDelay))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("worker config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,282 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// job is one intent being handled.
+type job struct {
+	msg     jetstream.Msg
+	meta    *jetstream.MsgMetadata
+	replyTo string
+	env     *intent.Envelope
+	tool    *effects.Tool
+	id      intent.Identity
+}
+
+// lastDelivery reports whether the consumer will not deliver this intent again.
+func (w *Worker) lastDelivery(j *job) bool { return j.meta.NumDelivered >= uint64(w.cfg.MaxDeliver) }
+
+// process decodes, validates and runs one intent and returns how to settle it.
+func (w *Worker) process(stop, work context.Context, msg jetstream.Msg) verdict {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return term("not a JetStream message: " + err.Error())
+	}
+	j := &job{msg: msg, meta: meta, replyTo: msg.Headers().Get(intent.HeaderReplyTo)}
+	subjectTool := w.res.names.ToolFromSubject(msg.Subject())
+
+	env, err := intent.Decode(msg.Data(), w.cfg.Limits)
+	if err != nil {
+		return w.reject(j, subjectTool, intent.Code(err), err)
+	}
+	j.env = env
+	if err := env.CheckSubject(subjectTool); err != nil {
+		return w.reject(j, env.Tool, intent.Code(err), err)
+	}
+	tool, ok := w.tools.Lookup(env.Tool)
+	if !ok {
+		return w.reject(j, env.Tool, intent.CodeUnknownTool, fmt.Errorf("no tool %q is configured", env.Tool))
+	}
+	j.tool = tool
+	j.id, err = intent.Derive(env, tool.KeySpec, meta.Timestamp)
+	if err != nil {
+		return w.reject(j, env.Tool, intent.Code(err), err)
+	}
+	return w.run(stop, work, j)
+}
+
+// reject answers bad input and terminates it: it is never delivered again.
+func (w *Worker) reject(j *job, tool, code string, err error) verdict {
+	w.log.Info("intent rejected", zap.String("subject", j.msg.Subject()), zap.String("code", code), zap.Error(err))
+	w.answer(j, intent.Result{
+		Tool:        tool,
+		Status:      intent.StatusRejected,
+		Replayed:    true,
+		Error:       &intent.Error{Code: code, Message: err.Error()},
+		CompletedAt: time.Now().UTC(),
+	})
+	return term(code + ": " + err.Error())
+}
+
+// run claims the intent's key and fires, replays, or waits for the holder.
+func (w *Worker) run(stop, work context.Context, j *job) verdict {
+	req := dedup.ClaimRequest{
+		Key:         j.id.Key,
+		Tool:        j.env.Tool,
+		Fingerprint: j.id.Fingerprint,
+		Holder:      w.cfg.Holder,
+		Lease:       j.tool.Lease,
+		IntentSeq:   j.meta.Sequence.Stream,
+		CallID:      j.env.CallID,
+	}
+	waitUntil := time.Now().Add(w.cfg.MaxWait)
+	for {
+		c, err := w.ledger.Claim(stop, req)
+		if err != nil {
+			w.log.Warn("claim", zap.String("key", req.Key), zap.Error(err))
+			return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")
+		}
+		switch c.Outcome {
+		case dedup.Acquired, dedup.TookOver:
+			if c.Outcome == dedup.TookOver {
+				w.log.Info("lease taken over", zap.String("key", req.Key), zap.Int("attempt", c.Lease.Record().Attempt))
+			}
+			return w.fire(stop, work, j, c.Lease)
+		case dedup.Done:
+			w.answer(j, w.fromRecord(j, c.Record, true))
+			return ack()
+		case dedup.Conflict:
+			w.answer(j, w.conflict(j, c.Record))
+			return ack()
+		case dedup.Busy:
+			// Wait for the holder (push, not poll) up to its lease, bounded by
+			// MaxWait unless this is the last delivery.
+			rec, err := w.await(stop, j, waitUntil)
+			switch {
+			case err == nil && rec.Status.Answered():
+				if rec.Fingerprint != j.id.Fingerprint {
+					w.answer(j, w.conflict(j, rec))
+				} else {
+					w.answer(j, w.fromRecord(j, rec, true))
+				}
+				return ack()
+			case err == nil, errors.Is(err, dedup.ErrReleased):
+				continue // the lease expired or was released: claim again
+			default:
+				return nak(w.cfg.RetryDelay, "holder still in flight")
+			}
+		default:
+			return nak(w.cfg.RetryDelay, "unknown claim outcome")
+		}
+	}
+}
+
+// await waits for the key's holder, keeping the message alive meanwhile.
+func (w *Worker) await(stop context.Context, j *job, until time.Time) (dedup.Record, error) {
+	ctx, cancel := context.WithCancel(stop)
+	if !w.lastDelivery(j) {
+		ctx, cancel = context.WithDeadline(stop, until)
+	}
+	defer cancel()
+	halt := keepAlive(ctx, j.msg, w.cfg.AckWait/3, nil, nil)
+	defer halt()
+	rec, _, err := w.ledger.Wait(ctx, j.id.Key)
+	return rec, err
+}
+
+// fire runs the effect under the lease and records its outcome by CAS on the
+// lease's revision.
+func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) verdict {
+	ectx, cancel := context.WithCancel(work)
+	defer cancel()
+	period := min(j.tool.Lease, w.cfg.AckWait) / 3
+	halt := keepAlive(ectx, j.msg, period, func(ctx context.Context) error {
+		return lease.Extend(ctx, j.tool.Lease)
+	}, func() {
+		w.log.Warn("lease lost while the effect ran; cancelling it", zap.String("key", j.id.Key))
+		cancel()
+	})
+	out, ferr := j.tool.Effect.Fire(ectx, effects.Call{
+		Key:     j.id.Key,
+		Tool:    j.env.Tool,
+		Session: j.env.Session,
+		CallID:  j.env.CallID,
+		Args:    j.env.Args,
+		Attempt: lease.Record().Attempt,
+	})
+	halt()
+	attempts := lease.Record().Attempts + out.Invocations
+
+	var rec dedup.Record
+	var err error
+	var pe *effects.PermanentError
+	switch {
+	case ferr == nil:
+		rec, err = w.record(work, func(ctx context.Context) (dedup.Record, error) {
+			return lease.Complete(ctx, out.Result, attempts)
+		})
+	case errors.As(ferr, &pe):
+		code := pe.Code
+		if code == "" {
+			code = intent.CodeEffectFailed
+		}
+		rec, err = w.record(work, func(ctx context.Context) (dedup.Record, error) {
+			return lease.Fail(ctx, intent.Error{Code: code, Message: pe.Message}, attempts)
+		})
+	case w.lastDelivery(j):
+		msg := fmt.Sprintf("gave up after %d deliveries: %v", j.meta.NumDelivered, ferr)
+		rec, err = w.record(work, func(ctx context.Context) (dedup.Record, error) {
+			return lease.Fail(ctx, intent.Error{Code: intent.CodeEffectFailed, Message: msg}, attempts)
+		})
+	default:
+		w.log.Info("effect failed transiently; releasing the key", zap.String("key", j.id.Key), zap.Error(ferr))
+		if err := lease.Release(work); err != nil && !errors.Is(err, dedup.ErrLeaseLost) {
+			w.log.Warn("release", zap.String("key", j.id.Key), zap.Error(err))
+		}
+		return nak(w.retryDelay(j.meta.NumDelivered), "effect failed transiently")
+	}
+
+	switch {
+	case err == nil:
+		w.answer(j, w.fromRecord(j, rec, false))
+		return ack()
+	case errors.Is(err, dedup.ErrLeaseLost):
+		// Another worker took the key over: never overwrite its record, answer
+		// with its outcome once there is one.
+		w.log.Warn("lease lost before recording; answering with the holder's outcome", zap.String("key", j.id.Key))
+		rec, werr := w.await(stop, j, time.Now().Add(w.cfg.MaxWait))
+		if werr == nil && rec.Status.Answered() {
+			w.answer(j, w.fromRecord(j, rec, true))
+			return ack()
+		}
+		return nak(w.cfg.RetryDelay, "lease lost; outcome not recorded yet")
+	default:
+		// The effect's outcome could not be recorded: the lease will expire
+		// and the key be taken over (the crash window; the forwarded key lets
+		// a keyed downstream absorb the repeat).
+		w.log.Error("record outcome", zap.String("key", j.id.Key), zap.Error(err))
+		return nak(w.retryDelay(j.meta.NumDelivered), "outcome not recorded")
+	}
+}
+
+// record runs a ledger write, retrying while the ledger is unreachable (but
+// not past a lost lease) for up to a minute.
+func (w *Worker) record(ctx context.Context, write func(context.Context) (dedup.Record, error)) (dedup.Record, error) {
+	b := backoff.WithContext(backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second),
+		backoff.WithMaxElapsedTime(time.Minute)), ctx)
+	return backoff.RetryWithData(func() (dedup.Record, error) {
+		rec, err := write(ctx)
+		if errors.Is(err, dedup.ErrLeaseLost) {
+			return rec, backoff.Permanent(err)
+		}
+		return rec, err
+	}, b)
+}
+
+// fromRecord is the answer a ledger record gives this intent's caller.
+func (w *Worker) fromRecord(j *job, rec dedup.Record, replayed bool) intent.Result {
+	at := rec.CompletedAt
+	if at.IsZero() {
+		at = rec.UpdatedAt
+	}
+	return intent.Result{
+		Key:         j.id.Key,
+		Tool:        j.env.Tool,
+		Status:      rec.Status,
+		Replayed:    replayed,
+		Fingerprint: rec.Fingerprint,
+		Attempts:    rec.Attempts,
+		Result:      rec.Result,
+		Error:       rec.Error,
+		CallID:      j.env.CallID,
+		CompletedAt: at,
+	}
+}
+
+// conflict is the answer to an intent whose key was first used with other
+// arguments: never fired, never replayed.
+func (w *Worker) conflict(j *job, rec dedup.Record) intent.Result {
+	return intent.Result{
+		Key:         j.id.Key,
+		Tool:        j.env.Tool,
+		Status:      intent.StatusConflict,
+		Replayed:    true,
+		Fingerprint: j.id.Fingerprint,
+		Error: &intent.Error{Code: intent.CodeConflict, Message: fmt.Sprintf(
+			"key %s was first used with other arguments (fingerprint %s, this intent's %s)",
+			j.id.Key, rec.Fingerprint, j.id.Fingerprint)},
+		CallID:      j.env.CallID,
+		CompletedAt: time.Now().UTC(),
+	}
+}
+
+// answer publishes res to the intent's reply subject, if it named one.
+// Replies are at most once: callers without one watch the ledger.
+func (w *Worker) answer(j *job, res intent.Result) {
+	if j.replyTo == "" {
+		return
+	}
+	data, err := json.Marshal(res)
+	if err != nil {
+		w.log.Error("encode answer", zap.Error(err))
+		return
+	}
+	if err := w.nc.Publish(j.replyTo, data); err != nil {
+		w.log.Warn("publish answer", zap.String("reply_to", j.replyTo), zap.Error(err))
+	}
+}

@@ -1,0 +1,170 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// Worker consumes intents from the shared durable consumer, claims each key in
+// the ledger, fires the effect of the claim's winner and answers every caller.
+// Any number of workers, in any number of processes, share one consumer.
+type Worker struct {
+	cfg    Config
+	nc     *nats.Conn
+	tools  *effects.Registry
+	log    *zap.Logger
+	res    *resources
+	ledger *dedup.Ledger
+}
+
+// New checks cfg, creates (or updates) the stream, consumer and ledger bucket,
+// and returns a worker ready to Run. log may be nil.
+func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.Logger, cfg Config) (*Worker, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if tools == nil {
+		return nil, errors.New("worker: no tools registry")
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: jetstream: %w", err)
+	}
+	res, err := setup(ctx, js, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("worker: setup: %w", err)
+	}
+	ledger, err := dedup.New(js, res.kv)
+	if err != nil {
+		return nil, fmt.Errorf("worker: ledger: %w", err)
+	}
+	return &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger}, nil
+}
+
+// Names returns the names the worker runs on.
+func (w *Worker) Names() intent.Names { return w.res.names }
+
+// Run consumes intents until ctx is done, then drains: it takes no new
+// intents, lets the effects in flight finish for up to drain, and returns.
+// Intents still unsettled after drain are left to redelivery (their claims
+// are released or expire; the ledger keeps them at most once).
+func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
+	catalog, err := w.serveCatalog()
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer func() { _ = catalog.Unsubscribe() }()
+	it, err := w.res.consumer.Messages(jetstream.PullMaxMessages(w.cfg.Concurrency))
+	if err != nil {
+		return fmt.Errorf("worker: consume %s: %w", w.res.names.Consumer, err)
+	}
+	// work outlives ctx by the drain period so effects in flight can finish
+	// and record their results.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			it.Drain()
+		case <-stopped:
+		}
+	}()
+	defer close(stopped)
+
+	w.log.Info("worker consuming", zap.String("stream", w.res.names.Stream),
+		zap.String("consumer", w.res.names.Consumer), zap.String("holder", w.cfg.Holder),
+		zap.Int("concurrency", w.cfg.Concurrency), zap.Strings("tools", w.tools.Names()))
+
+	sem := make(chan struct{}, w.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for {
+		msg, err := it.Next()
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			break
+		}
+		if err != nil {
+			// Missed heartbeats and the like: the iterator recovers by itself.
+			w.log.Warn("next intent", zap.Error(err))
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			w.handle(ctx, work, msg)
+		}()
+	}
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(drain):
+		w.log.Warn("drain timed out; cancelling effects in flight", zap.Duration("drain", drain))
+		cancelWork()
+		<-done
+	}
+	w.log.Info("worker stopped")
+	return nil
+}
+
+// handle processes one intent message and settles it. stop is cancelled when
+// the worker is asked to stop (waits end then); work only when the drain
+// period is over (effects and ledger writes use it).
+func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg) {
+	v := verdict{verb: verbNak, delay: w.cfg.RetryDelay, reason: "panic"}
+	defer func() {
+		if r := recover(); r != nil {
+			w.log.Error("panic handling intent", zap.String("subject", msg.Subject()), zap.Any("panic", r), zap.Stack("stack"))
+			v = nak(w.cfg.RetryDelay, "panic")
+		}
+		w.settle(msg, v)
+	}()
+	v = w.process(stop, work, msg)
+}
+
+// keepAlive calls InProgress on msg, and extend when given, every period
+// until ctx is done. It returns a function that stops it and waits for it.
+// When extend fails with dedup.ErrLeaseLost, keepAlive calls lost and stops.
+func keepAlive(ctx context.Context, msg jetstream.Msg, period time.Duration, extend func(context.Context) error, lost func()) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+				if extend == nil {
+					continue
+				}
+				if err := extend(ctx); errors.Is(err, dedup.ErrLeaseLost) {
+					lost()
+					return
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}

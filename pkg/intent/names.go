@@ -1,0 +1,78 @@
+package intent
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// DefaultPrefix is the prefix of every name idemgate uses on NATS.
+const DefaultPrefix = "IDEM"
+
+// Header names idemgate reads and writes on NATS messages.
+const (
+	// HeaderMsgID is JetStream's publish-dedup header; clients set it to the key.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderReplyTo names the subject a caller wants its answer pushed to.
+	HeaderReplyTo = "Idem-Reply-To"
+)
+
+var prefixPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+
+// Names are the subjects, stream, consumer and bucket of one idemgate
+// installation, all derived from a single prefix so that one setting renames
+// them together.
+type Names struct {
+	Prefix        string // as given, e.g. "IDEM"
+	Stream        string // "IDEM_INTENTS"
+	Subjects      string // "idem.intents.>"
+	Consumer      string // "IDEM_WORKERS"
+	Bucket        string // "IDEM_LEDGER"
+	DLQStream     string // "IDEM_DLQ"
+	ToolsSubject  string // "idem.tools": the tool catalogue service
+	subjectPrefix string // "idem.intents."
+	dlqPrefix     string // "idem.dlq."
+}
+
+// NewNames derives the names for prefix ("" means DefaultPrefix). A prefix is
+// 1-32 characters of letters, digits, '_' and '-'.
+func NewNames(prefix string) (Names, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !prefixPattern.MatchString(prefix) {
+		return Names{}, fmt.Errorf("%w: prefix %q: use 1-32 letters, digits, '_' or '-'", ErrInvalid, prefix)
+	}
+	up, low := strings.ToUpper(prefix), strings.ToLower(prefix)
+	return Names{
+		Prefix:        prefix,
+		Stream:        up + "_INTENTS",
+		Subjects:      low + ".intents.>",
+		Consumer:      up + "_WORKERS",
+		Bucket:        up + "_LEDGER",
+		DLQStream:     up + "_DLQ",
+		ToolsSubject:  low + ".tools",
+		subjectPrefix: low + ".intents.",
+		dlqPrefix:     low + ".dlq.",
+	}, nil
+}
+
+// IntentSubject is the subject intents for tool are published on.
+func (n Names) IntentSubject(tool string) string { return n.subjectPrefix + tool }
+
+// DLQSubject is the subject dead letters of tool are kept under.
+func (n Names) DLQSubject(tool string) string { return n.dlqPrefix + tool }
+
+// ToolFromSubject returns the tool token of an intent subject: the rest of the
+// subject after the intents prefix ("" when subject is not an intent subject).
+func (n Names) ToolFromSubject(subject string) string {
+	rest, ok := strings.CutPrefix(subject, n.subjectPrefix)
+	if !ok {
+		return ""
+	}
+	return rest
+}
+
+// LedgerSubject is the KV subject holding key's record, for clients that
+// watch the ledger without the KV API.
+func (n Names) LedgerSubject(key string) string { return "$KV." + n.Bucket + "." + key }
