@@ -220,7 +220,7 @@ func TestInFlightDuplicateGetsTheFirstResult(t *testing.T) {
 		<-release
 		fmt.Fprintf(w, `{"n":%d}`, n)
 	})
-	startWorker(t, "w1", url, writeTools(t, webhookTools(hook.URL, "30s")))
+	w := startWorker(t, "w1", url, writeTools(t, webhookTools(hook.URL, "30s")))
 
 	args := `{"to":"e@example.com","subject":"in flight"}`
 	done := make(chan submitted, 2)
@@ -230,8 +230,9 @@ func TestInFlightDuplicateGetsTheFirstResult(t *testing.T) {
 	go func() { done <- submit(t, url, "--tool", "send_email", "--args", args, "--wait", "30s") }()
 	nc := connect(t, url)
 	viaWorker := publishRaw(t, nc, "idem.intents.send_email", []byte(`{"tool":"send_email","args":`+args+`}`))
-	// Give both duplicates time to reach their waits, then let the first finish.
-	time.Sleep(500 * time.Millisecond)
+	// Once the worker's copy waits on the holder, let the first finish.
+	require.Eventually(t, func() bool { return strings.Contains(w.log.String(), "waiting for the holder") },
+		10*time.Second, 10*time.Millisecond)
 	close(release)
 
 	res := viaWorker(30 * time.Second)
@@ -314,10 +315,13 @@ func TestSIGTERMDrainsEffectsInFlight(t *testing.T) {
 	})
 	w := startWorker(t, "w1", url, writeTools(t, webhookTools(hook.URL, "30s")))
 	done := make(chan submitted, 1)
-	go func() { done <- submit(t, url, "--tool", "send_email", "--args", `{"to":"g@example.com"}`, "--wait", "30s") }()
+	go func() {
+		done <- submit(t, url, "--tool", "send_email", "--args", `{"to":"g@example.com"}`, "--wait", "30s")
+	}()
 	hook.waitHit(t, 20*time.Second)
 	_ = w.cmd.Process.Signal(sigterm)
-	time.Sleep(200 * time.Millisecond) // the worker is now draining
+	require.Eventually(t, func() bool { return strings.Contains(w.log.String(), "worker draining") },
+		10*time.Second, 10*time.Millisecond)
 	close(release)
 	require.NoError(t, w.terminate(20*time.Second), w.log.String())
 	s := <-done

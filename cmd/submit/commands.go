@@ -246,30 +246,56 @@ func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) (int, 
 	return exitFired, printJSON(stdout, rec)
 }
 
-func cmdKey(args []string, stdout, stderr io.Writer) (int, error) {
+func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
 	fs := flag.NewFlagSet("submit key", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	var c common
 	var e envelopeFlags
+	c.register(fs)
 	e.register(fs)
-	keyArgs := fs.String("key-args", "", "comma-separated distinguishing args (default: all args)")
-	window := fs.Duration("window", 0, "time window of the key (e.g. 168h)")
-	if err := fs.Parse(args); err != nil {
+	keyArgs := fs.String("key-args", "", "comma-separated distinguishing args (default: as the workers' catalogue says, else all args)")
+	window := fs.Duration("window", 0, "time window of the key, e.g. 168h (default: as the workers' catalogue says, else none)")
+	if err := c.parse(fs, args); err != nil {
 		return exitError, err
 	}
 	env, err := e.envelope()
 	if err != nil {
 		return exitError, err
 	}
-	spec := intent.KeySpec{Window: *window, KeyArgs: splitList(*keyArgs)}
-	id, err := intent.Derive(env, spec, time.Now())
+	spec, source := intent.KeySpec{Window: *window, KeyArgs: splitList(*keyArgs)}, "flags"
+	if *keyArgs == "" && *window == 0 {
+		spec, source = catalogSpec(ctx, c, env.Tool)
+	}
+	now := time.Now()
+	id, err := intent.Derive(env, spec, now)
 	if err != nil {
 		return exitError, err
 	}
-	material, err := intent.Material(env, spec, time.Now())
+	material, err := intent.Material(env, spec, now)
 	if err != nil {
 		return exitError, err
 	}
-	return exitFired, printJSON(stdout, map[string]any{"key": id.Key, "fingerprint": id.Fingerprint, "material": string(material)})
+	return exitFired, printJSON(stdout, map[string]any{"key": id.Key, "fingerprint": id.Fingerprint, "material": string(material), "spec": source})
+}
+
+// catalogSpec asks the workers' catalogue how tool derives keys; without an
+// answer it is the default derivation.
+func catalogSpec(ctx context.Context, c common, tool string) (intent.KeySpec, string) {
+	nc, cl, err := c.connect()
+	if err != nil {
+		return intent.KeySpec{}, "default (no server)"
+	}
+	defer nc.Close()
+	cat, err := cl.Tools(ctx)
+	if err != nil {
+		return intent.KeySpec{}, "default (no catalogue)"
+	}
+	for _, t := range cat.Tools {
+		if t.Name == tool {
+			return t.KeySpec(), "catalogue"
+		}
+	}
+	return intent.KeySpec{}, "default (tool not in catalogue)"
 }
 
 func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {

@@ -67,7 +67,7 @@ func (c *common) parse(fs *flag.FlagSet, args []string) error {
 }
 
 func (c *common) connect() (*nats.Conn, *client.Client, error) {
-	opts := []nats.Option{nats.Name("idemgate-submit")}
+	opts := []nats.Option{nats.Name("idemgate-submit"), nats.Timeout(5 * time.Second)}
 	if c.creds != "" {
 		opts = append(opts, nats.UserCredentials(c.creds))
 	}
@@ -91,7 +91,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		case "get":
 			code, err = cmdGet(ctx, args[1:], stdout, stderr)
 		case "key":
-			code, err = cmdKey(args[1:], stdout, stderr)
+			code, err = cmdKey(ctx, args[1:], stdout, stderr)
 		case "tools":
 			code, err = cmdTools(ctx, args[1:], stdout, stderr)
 		default:

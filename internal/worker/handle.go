@@ -104,6 +104,7 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 		case dedup.Busy:
 			// Wait for the holder (push, not poll) up to its lease, bounded by
 			// MaxWait unless this is the last delivery.
+			w.log.Debug("waiting for the holder", zap.String("key", req.Key), zap.String("holder", c.Record.Holder))
 			rec, err := w.await(stop, j, waitUntil)
 			switch {
 			case err == nil && rec.Status.Answered():

@@ -81,6 +81,7 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 	go func() {
 		select {
 		case <-ctx.Done():
+			w.log.Info("worker draining: no new intents; finishing those in flight")
 			it.Drain()
 		case <-stopped:
 		}
