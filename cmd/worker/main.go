@@ -67,6 +67,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	defer func() { _ = tools.Close() }()
 	if *checkConfig {
 		fmt.Printf("%s: %d tools, ok\n", *toolsFile, len(tools.Names()))
 		return nil

@@ -1,0 +1,62 @@
+package effects
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Call is one firing of an effect: everything an effect may use to act on the
+// outside world and to identify the operation to it.
+type Call struct {
+	// Key is the operation's idempotency key. It names the operation, never the
+	// attempt: every retry and every re-firing of the operation carries the same
+	// key, and an effect forwards it downstream (see the package doc).
+	Key string
+	// Tool is the tool's name, as configured in the tools file.
+	Tool string
+	// Session is the session or tenant scope of the intent ("" when absent).
+	Session string
+	// CallID is the model's tool_call_id, informational only ("" when absent).
+	CallID string
+	// Args are the intent's arguments: a canonical JSON object.
+	Args json.RawMessage
+	// Attempt is the ledger's claim number for the key, 1-based: 2 and above
+	// mean an earlier holder claimed the key and did not record a result.
+	Attempt int
+}
+
+// Outcome is what an effect did.
+type Outcome struct {
+	// Result is the effect's result, a JSON value recorded in the ledger and
+	// replayed to every caller of the operation. Only meaningful when Fire
+	// returns no error.
+	Result json.RawMessage
+	// Invocations counts the calls the effect made to the outside world for
+	// this Fire, retries included. It is at least 1 when anything was
+	// attempted, and it is reported with an error too.
+	Invocations int
+}
+
+// Effect is a tool's side effect.
+//
+// Fire performs the effect once for call, retrying internally as its policy
+// says, and reports what happened. A nil error means the effect happened and
+// Outcome.Result is its result. An error is transient (the worker releases
+// the claim and the operation is tried again later, with the same key) unless
+// it is a *PermanentError (see Permanent and IsPermanent), which is recorded
+// and replayed to every caller. Context cancellation is transient.
+//
+// Fire must honour ctx: when ctx is done it stops retrying and returns.
+// Fire may be called concurrently for different keys.
+type Effect interface {
+	Fire(ctx context.Context, call Call) (Outcome, error)
+}
+
+// EffectFunc adapts an ordinary function to the Effect interface, like
+// http.HandlerFunc.
+type EffectFunc func(ctx context.Context, call Call) (Outcome, error)
+
+// Fire calls f(ctx, call).
+func (f EffectFunc) Fire(ctx context.Context, call Call) (Outcome, error) {
+	return f(ctx, call)
+}

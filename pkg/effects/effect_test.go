@@ -1,0 +1,83 @@
+package effects_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+var (
+	_ effects.Effect  = effects.EffectFunc(nil)
+	_ effects.Effect  = (*effects.Webhook)(nil)
+	_ effects.Effect  = (*effects.Noop)(nil)
+	_ effects.Bounded = (*effects.Webhook)(nil)
+	_ effects.Bounded = (*effects.Noop)(nil)
+	_ io.Closer       = (*effects.Webhook)(nil)
+)
+
+func TestEffectFunc(t *testing.T) {
+	t.Parallel()
+	f := effects.EffectFunc(func(_ context.Context, call effects.Call) (effects.Outcome, error) {
+		return effects.Outcome{Result: json.RawMessage(`"` + call.Key + `"`), Invocations: 1}, nil
+	})
+	out, err := f.Fire(context.Background(), effects.Call{Key: "k1"})
+	require.NoError(t, err)
+	require.JSONEq(t, `"k1"`, string(out.Result))
+	require.Equal(t, 1, out.Invocations)
+}
+
+func TestPermanentError(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Permanent", func(t *testing.T) {
+		t.Parallel()
+		err := effects.Permanent("", "mailbox does not exist")
+		require.ErrorIs(t, err, effects.ErrPermanent)
+		pe, ok := effects.IsPermanent(err)
+		require.True(t, ok)
+		require.Equal(t, intent.CodeEffectFailed, pe.Code)
+		require.Equal(t, "effect_failed: mailbox does not exist", err.Error())
+		require.Equal(t, intent.Error{Code: intent.CodeEffectFailed, Message: "mailbox does not exist"}, pe.IntentError())
+	})
+
+	t.Run("PermanentfWraps", func(t *testing.T) {
+		t.Parallel()
+		cause := errors.New("550 no such user")
+		err := fmt.Errorf("send: %w", effects.Permanentf("bad_address", "deliver to %s: %w", "a@b", cause))
+		require.ErrorIs(t, err, effects.ErrPermanent)
+		require.ErrorIs(t, err, cause)
+		pe, ok := effects.IsPermanent(err)
+		require.True(t, ok)
+		require.Equal(t, "bad_address", pe.Code)
+		require.Equal(t, "deliver to a@b: 550 no such user", pe.Message)
+		require.Equal(t, "bad_address: deliver to a@b: 550 no such user", pe.Error())
+	})
+
+	t.Run("UnderlyingShown", func(t *testing.T) {
+		t.Parallel()
+		pe := &effects.PermanentError{Message: "rejected", Err: errors.New("quota")}
+		require.Equal(t, "effect_failed: rejected: quota", pe.Error())
+	})
+
+	t.Run("TransientIsNot", func(t *testing.T) {
+		t.Parallel()
+		for _, err := range []error{errors.New("boom"), context.Canceled, effects.ErrExhausted, nil} {
+			_, ok := effects.IsPermanent(err)
+			require.False(t, ok)
+			require.NotErrorIs(t, err, effects.ErrPermanent)
+		}
+	})
+}

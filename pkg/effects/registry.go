@@ -1,0 +1,431 @@
+package effects
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/idemgate/idemgate/pkg/intent"
+	"go.yaml.in/yaml/v3"
+)
+
+// Lease bounds.
+const (
+	// DefaultLease is how long a holder owns a key before another worker may
+	// take it over, when a tool does not say.
+	DefaultLease = 30 * time.Second
+	// MinLease is the shortest lease a tool may declare.
+	MinLease = time.Second
+)
+
+var (
+	toolNamePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+	kindPattern     = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+)
+
+// toolFields are the fields every tool has; no effect kind may take one of
+// these names, since a kind's settings live under a field named after it.
+var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease"}
+
+// Tool is one configured tool: how its keys are derived, how long a holder
+// owns a key, and the effect that fires.
+type Tool struct {
+	// Name is the tool's name, [a-z0-9_-]{1,64}; intents for it arrive on
+	// the subject ending in it.
+	Name string
+	// Kind is the effect's kind, e.g. "webhook" or "noop".
+	Kind string
+	// KeySpec is how keys and fingerprints derive from the tool's intents.
+	KeySpec intent.KeySpec
+	// Lease is how long a holder owns a key before another may take it over.
+	// Default DefaultLease; at least MinLease.
+	Lease time.Duration
+	// MaxDuration is an upper bound on one Fire of Effect, retries and their
+	// waits included, when the effect declares one (see Bounded); 0 when
+	// unknown.
+	MaxDuration time.Duration
+	// Effect is what fires.
+	Effect Effect
+}
+
+// Bounded is implemented by effects that know how long one Fire may take at
+// most; the registry copies it into Tool.MaxDuration.
+type Bounded interface {
+	MaxDuration() time.Duration
+}
+
+// Factory builds an effect of one kind from its settings: the mapping named
+// after the kind under a tool (a tool's "webhook:"), empty when the tool has
+// none. A Factory reads its fields with the Section's getters and reports bad
+// values with Section.Invalid; fields it does not read are reported as
+// unknown. It returns an error only for a problem it did not report on the
+// Section (the error is then recorded at the section's line); once it has
+// reported problems, its returned error and effect are ignored.
+type Factory func(s *Section) (Effect, error)
+
+// builtin are the kinds every Parse knows; each effect's file adds itself.
+var builtin = map[string]Factory{}
+
+func registerBuiltin(kind string, f Factory) {
+	if _, dup := builtin[kind]; dup || !kindPattern.MatchString(kind) {
+		panic("effects: bad or duplicate builtin kind " + kind)
+	}
+	builtin[kind] = f
+}
+
+// Option adjusts Parse and LoadFile.
+type Option func(*options)
+
+type options struct {
+	file      string
+	factories map[string]Factory
+	errs      []error
+}
+
+// WithFactory makes kind available as a tool's effect, built by f. It adds a
+// kind (one needing runtime dependencies, such as a NATS connection) or
+// replaces a built-in one. A kind is [a-z][a-z0-9_]{0,31} and may not be
+// one of a tool's own field names.
+func WithFactory(kind string, f Factory) Option {
+	return func(o *options) {
+		switch {
+		case !kindPattern.MatchString(kind):
+			o.errs = append(o.errs, fmt.Errorf("effects: effect kind %q: use [a-z][a-z0-9_]{0,31}", kind))
+		case slices.Contains(toolFields, kind):
+			o.errs = append(o.errs, fmt.Errorf("effects: effect kind %q is a tool field name", kind))
+		case f == nil:
+			o.errs = append(o.errs, fmt.Errorf("effects: effect kind %q: nil factory", kind))
+		default:
+			o.factories[kind] = f
+		}
+	}
+}
+
+// WithFilename names the file in error messages. Default "tools.yaml";
+// LoadFile uses the path it reads.
+func WithFilename(name string) Option {
+	return func(o *options) { o.file = name }
+}
+
+// Registry is the set of configured tools. It is read-only once built and
+// safe for concurrent use.
+type Registry struct {
+	tools map[string]*Tool
+	names []string
+}
+
+// NewRegistry builds a registry from tools built in code (tests, embedding).
+// Each tool needs a valid, unique Name and an Effect; a zero Lease becomes
+// DefaultLease. The tools are used as given, not copied.
+func NewRegistry(tools ...*Tool) (*Registry, error) {
+	r := &Registry{tools: make(map[string]*Tool, len(tools))}
+	var errs []error
+	for _, t := range tools {
+		switch {
+		case t == nil:
+			errs = append(errs, errors.New("effects: nil tool"))
+			continue
+		case !toolNamePattern.MatchString(t.Name):
+			errs = append(errs, fmt.Errorf("effects: tool name %q: use 1-64 of a-z, 0-9, '_' and '-'", t.Name))
+		case r.tools[t.Name] != nil:
+			errs = append(errs, fmt.Errorf("effects: tool %q defined twice", t.Name))
+		case t.Effect == nil:
+			errs = append(errs, fmt.Errorf("effects: tool %q has no effect", t.Name))
+		case t.Lease != 0 && t.Lease < MinLease:
+			errs = append(errs, fmt.Errorf("effects: tool %q: lease %s is under %s", t.Name, t.Lease, MinLease))
+		}
+		if t.Lease == 0 {
+			t.Lease = DefaultLease
+		}
+		if b, ok := t.Effect.(Bounded); ok && t.MaxDuration == 0 {
+			t.MaxDuration = b.MaxDuration()
+		}
+		if r.tools[t.Name] == nil {
+			r.tools[t.Name] = t
+			r.names = append(r.names, t.Name)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	sort.Strings(r.names)
+	return r, nil
+}
+
+// Lookup returns the tool named name.
+func (r *Registry) Lookup(name string) (*Tool, bool) {
+	t, ok := r.tools[name]
+	return t, ok
+}
+
+// Names returns the tool names, sorted.
+func (r *Registry) Names() []string {
+	return append([]string(nil), r.names...)
+}
+
+// Close releases what the effects hold (idle HTTP connections, for one): it
+// closes every effect that is an io.Closer. The registry's effects must not
+// fire afterwards.
+func (r *Registry) Close() error {
+	var errs []error
+	for _, name := range r.names {
+		if c, ok := r.tools[name].Effect.(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close %s: %w", name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LoadFile reads and parses the tools file at path (see Parse).
+func LoadFile(path string, opts ...Option) (*Registry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("effects: read tools file: %w", err)
+	}
+	return Parse(data, append([]Option{WithFilename(path)}, opts...)...)
+}
+
+// Parse builds a registry from a tools file (the format is in docs/tools.md).
+// It reports every problem it finds, not just the first: the error joins one
+// *ConfigError per problem (each matches ErrConfig), in line order, each with
+// the line, the field and a hint.
+func Parse(data []byte, opts ...Option) (*Registry, error) {
+	o := &options{file: "tools.yaml", factories: make(map[string]Factory, len(builtin))}
+	for k, f := range builtin {
+		o.factories[k] = f
+	}
+	for _, opt := range opts {
+		opt(o)
+	}
+	if err := errors.Join(o.errs...); err != nil {
+		return nil, err
+	}
+	c := &collector{file: o.file}
+	root, ok := decodeDocument(c, data)
+	if !ok {
+		return nil, c.err()
+	}
+	var tools []*Tool
+	for _, name := range toolsEntries(c, root) {
+		if t := parseTool(c, o, name.key, name.val); t != nil {
+			tools = append(tools, t)
+		}
+	}
+	root.unknown(nil)
+	if err := c.err(); err != nil {
+		closeAll(tools)
+		return nil, err
+	}
+	return NewRegistry(tools...)
+}
+
+// decodeDocument parses data as a single YAML document whose top is a mapping.
+func decodeDocument(c *collector, data []byte) (*Section, bool) {
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			c.add(1, "", "the file is empty", "start with tools: and one entry per tool")
+			return nil, false
+		}
+		line, msg := yamlErrorLine(err)
+		c.add(line, "", msg, "check the indentation and quote values that hold ':' or '#'")
+		return nil, false
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		c.add(extra.Line, "", "more than one YAML document", "remove the '---' separator: one file holds one tools mapping")
+		return nil, false
+	}
+	if len(doc.Content) == 0 || isNull(resolve(doc.Content[0])) {
+		c.add(1, "", "the file is empty", "start with tools: and one entry per tool")
+		return nil, false
+	}
+	root := newSection(c, "", 1, doc.Content[0])
+	return root, root.present && len(c.errs) == 0
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
+
+// yamlErrorLine splits a yaml.v3 syntax error into its line and message.
+func yamlErrorLine(err error) (int, string) {
+	m := yamlLine.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0, err.Error()
+	}
+	line := 0
+	fmt.Sscan(m[1], &line)
+	return line, m[2]
+}
+
+// toolsEntries returns the entries of the top-level "tools" mapping.
+func toolsEntries(c *collector, root *Section) []field {
+	raw, ok := root.take("tools")
+	if !ok {
+		c.add(1, "tools", "is missing", "start the file with tools: and one entry per tool")
+		return nil
+	}
+	node := resolve(raw)
+	if node.Kind != yaml.MappingNode || len(node.Content) == 0 {
+		c.add(node.Line, "tools", fmt.Sprintf("is %s, want a mapping of tool names to tools", describe(node)), "write e.g. tools: then, indented, send_email: {effect: webhook, ...}")
+		return nil
+	}
+	var out []field
+	seen := map[string]int{}
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		k := resolve(node.Content[i])
+		if first, dup := seen[k.Value]; dup {
+			c.add(k.Line, k.Value, fmt.Sprintf("tool defined twice (first at line %d)", first), "rename or remove one")
+			continue
+		}
+		seen[k.Value] = k.Line
+		out = append(out, field{key: k, val: node.Content[i+1]})
+	}
+	return out
+}
+
+// parseTool reads one tool; nil when it has problems.
+func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
+	before := len(c.errs)
+	name := keyNode.Value
+	if keyNode.Kind != yaml.ScalarNode || !toolNamePattern.MatchString(name) {
+		c.add(keyNode.Line, "tools", fmt.Sprintf("tool name %s is invalid", describe(keyNode)), "use 1-64 of a-z, 0-9, '_' and '-'")
+	}
+	s := newSection(c, name, keyNode.Line, val)
+	if !s.present || len(s.fields) == 0 {
+		if len(c.errs) == before {
+			c.add(keyNode.Line, name, "has no settings", "add at least effect: noop or effect: webhook")
+		}
+		return nil
+	}
+	t := &Tool{Name: name}
+
+	t.Kind = s.String("effect", "")
+	factory, known := o.factories[t.Kind]
+	switch {
+	case !s.Has("effect"):
+		s.Invalid("effect", "is missing", "add effect: one of "+strings.Join(kinds(o), ", "))
+	case t.Kind != "" && !known:
+		hint := suggest(t.Kind, kinds(o))
+		if strings.HasPrefix(hint, "known fields: ") {
+			hint = "known effects: " + strings.TrimPrefix(hint, "known fields: ")
+		}
+		s.Invalid("effect", fmt.Sprintf("unknown effect %q", t.Kind), hint)
+	}
+
+	keyArgs := argList(s, "key_args")
+	volatile := argList(s, "volatile_args")
+	for _, a := range keyArgs {
+		if slices.Contains(volatile, a) {
+			s.Invalid("volatile_args", fmt.Sprintf("%q is also a key arg", a), "a key arg always tells operations apart; remove it from one of the lists")
+		}
+	}
+	t.KeySpec = intent.KeySpec{KeyArgs: keyArgs, VolatileArgs: volatile}
+
+	if s.Has("window") {
+		mark := s.Problems()
+		w := s.Duration("window", 0)
+		switch {
+		case s.Problems() > mark:
+		case w == 0:
+			s.Invalid("window", "must be at least 1s", "remove window for keys without a time window, or write e.g. 168h")
+		case w%time.Second != 0:
+			s.Invalid("window", fmt.Sprintf("%s is not a whole number of seconds", w), "write e.g. 168h")
+		case w > 0 && w < time.Second:
+			s.Invalid("window", "must be at least 1s", "write e.g. 168h")
+		}
+		t.KeySpec.Window = w
+	}
+
+	t.Lease = s.Duration("lease", DefaultLease)
+	if t.Lease < MinLease {
+		s.Invalid("lease", fmt.Sprintf("%s is under the minimum of %s", formatDuration(t.Lease), MinLease), "write e.g. lease: 30s")
+	}
+
+	if known {
+		settings := s.Section(t.Kind)
+		mark := s.Problems()
+		eff, err := factory(settings)
+		switch {
+		case s.Problems() > mark:
+			closeEffect(eff)
+		case err != nil:
+			var ce *ConfigError
+			if errors.As(err, &ce) {
+				c.errs = append(c.errs, ce)
+			} else {
+				settings.Invalid("", err.Error(), "")
+			}
+			closeEffect(eff)
+		case eff == nil:
+			settings.Invalid("", "the "+t.Kind+" factory built no effect", "")
+		default:
+			t.Effect = eff
+		}
+	}
+
+	s.unknown(func(s *Section, field string) (string, string, bool) {
+		if _, isKind := o.factories[field]; !isKind {
+			return "", "", false
+		}
+		if !known {
+			return "", "", true // the unknown effect is reported already
+		}
+		return fmt.Sprintf("settings for effect %s, but this tool's effect is %s", field, t.Kind),
+			"remove the " + field + " block or change effect", true
+	})
+	if len(c.errs) > before {
+		closeEffect(t.Effect)
+		return nil
+	}
+	if b, ok := t.Effect.(Bounded); ok {
+		t.MaxDuration = b.MaxDuration()
+	}
+	return t
+}
+
+// argList reads a list of top-level argument names: non-empty and unique.
+func argList(s *Section, name string) []string {
+	items, lines := s.strings(name)
+	seen := map[string]bool{}
+	for i, it := range items {
+		p := fmt.Sprintf("%s.%s[%d]", s.path, name, i)
+		switch {
+		case it == "":
+			s.c.add(lines[i], p, "is empty", "name a top-level argument, e.g. to")
+		case seen[it]:
+			s.c.add(lines[i], p, fmt.Sprintf("%q is listed twice", it), "keep one")
+		}
+		seen[it] = true
+	}
+	return items
+}
+
+func kinds(o *options) []string {
+	out := make([]string, 0, len(o.factories))
+	for k := range o.factories {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func closeEffect(e Effect) {
+	if c, ok := e.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+func closeAll(tools []*Tool) {
+	for _, t := range tools {
+		closeEffect(t.Effect)
+	}
+}

@@ -1,0 +1,530 @@
+package effects
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// Webhook defaults and limits.
+const (
+	// DefaultWebhookMethod is the HTTP method when a webhook names none.
+	DefaultWebhookMethod = http.MethodPost
+	// DefaultWebhookTimeout bounds one HTTP request, response body included.
+	DefaultWebhookTimeout = 10 * time.Second
+	// DefaultMaxAttempts is how many requests one Fire sends at most.
+	DefaultMaxAttempts = 4
+	// DefaultInitialInterval is the wait before the first retry.
+	DefaultInitialInterval = 200 * time.Millisecond
+	// DefaultMaxInterval caps every wait between retries, Retry-After included.
+	DefaultMaxInterval = 5 * time.Second
+	// MaxWebhookResponse is how much of a response body a webhook reads. The
+	// result is recorded in the ledger and sent to every caller, both NATS
+	// messages (1 MiB by default, all fields together), so a longer body is
+	// cut here and recorded as a JSON string of its first MaxWebhookResponse
+	// bytes.
+	MaxWebhookResponse = 256 << 10
+)
+
+// Request headers a webhook sends.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key" // the operation's key, the same on every retry
+	HeaderTool           = "Idem-Tool"       // the tool's name
+	HeaderSession        = "Idem-Session"    // the session, when the intent has one
+	HeaderCallID         = "Idem-Call-Id"    // the model's tool_call_id, when the intent has one
+)
+
+// errorBodyLimit is how much of a failed response's body a message quotes.
+const errorBodyLimit = 512
+
+// RetryPolicy is how a webhook retries one Fire. The zero value means the
+// defaults.
+type RetryPolicy struct {
+	// MaxAttempts is how many requests one Fire sends at most, the first
+	// included; 1 disables retries. Default DefaultMaxAttempts.
+	MaxAttempts int
+	// InitialInterval is the wait before the first retry; later waits grow
+	// exponentially (x1.5, ±50% jitter). Default DefaultInitialInterval.
+	InitialInterval time.Duration
+	// MaxInterval caps every wait, including one a Retry-After header asks
+	// for. Default DefaultMaxInterval.
+	MaxInterval time.Duration
+}
+
+// WebhookConfig configures a webhook effect. Zero fields mean the defaults.
+type WebhookConfig struct {
+	// URL is where requests go: http or https, with a host. Required.
+	URL string
+	// Method is POST, PUT, PATCH or DELETE. Default DefaultWebhookMethod.
+	Method string
+	// Headers are static headers added to every request, e.g. Authorization.
+	// They may not set Content-Type, Content-Length, Transfer-Encoding,
+	// Host, Idempotency-Key or any Idem-* header: the webhook sets those.
+	Headers map[string]string
+	// Timeout bounds one request, response body included. It must exceed
+	// what the downstream may legitimately take: a request that times out
+	// may still have acted, and its retry is a second firing (same key).
+	// Default DefaultWebhookTimeout.
+	Timeout time.Duration
+	// Retry is the retry policy.
+	Retry RetryPolicy
+}
+
+// Webhook is the effect that sends an intent's args to an HTTP endpoint.
+//
+// Each Fire sends call.Args as a JSON body with the headers Content-Type:
+// application/json, Idempotency-Key: <call.Key> (the same on every retry),
+// Idem-Tool, Idem-Session and Idem-Call-Id (each when set) and the static
+// headers, and classifies the response:
+//
+//   - 2xx: success. The result is the body when it is JSON, else the body
+//     as a JSON string; an empty body is null. Bodies are read up to
+//     MaxWebhookResponse.
+//   - 408, 429, 5xx, a connection error or a request timeout: retried, with
+//     exponential backoff and up to RetryPolicy.MaxAttempts requests. When
+//     such a response carries Retry-After (seconds or an HTTP date), the
+//     wait is that long instead, capped by MaxInterval. When the attempts run out the error is
+//     transient and wraps ErrExhausted: the worker tries the operation later.
+//   - any other status (other 4xx, and 3xx: redirects are not followed, so
+//     the URL must be the final one): a *PermanentError with code
+//     effect_failed and a message quoting the status and the start of the
+//     body.
+//
+// A retry after a request timed out on this side is a second firing of the
+// operation with the same key: the first request may have reached the
+// downstream and acted. Only a downstream that honours Idempotency-Key
+// absorbs it, so the timeout must exceed what the downstream may
+// legitimately take. The same holds when the worker crashes after the
+// request and before the result is recorded.
+//
+// A Webhook holds one http.Client with its own connection pool; Close
+// releases its idle connections.
+type Webhook struct {
+	url     string
+	target  string // the URL without query or credentials, for messages
+	method  string
+	headers http.Header
+	timeout time.Duration
+	retry   RetryPolicy
+	client  *http.Client
+}
+
+// NewWebhook returns a webhook effect for cfg, or an error naming every
+// invalid field.
+func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
+	cfg = cfg.withDefaults()
+	if problems := cfg.problems(); len(problems) > 0 {
+		errs := make([]error, len(problems))
+		for i, p := range problems {
+			errs[i] = fmt.Errorf("effects: webhook %s: %s (%s)", p.field, p.problem, p.hint)
+		}
+		return nil, errors.Join(errs...)
+	}
+	u, _ := url.Parse(cfg.URL)
+	target := (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+	h := make(http.Header, len(cfg.Headers)+1)
+	for k, v := range cfg.Headers {
+		h.Set(k, v)
+	}
+	h.Set("Content-Type", "application/json")
+	transport := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: min(cfg.Timeout, 30*time.Second), KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          64,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   min(cfg.Timeout, 10*time.Second),
+		ExpectContinueTimeout: time.Second,
+	}
+	return &Webhook{
+		url:     cfg.URL,
+		target:  target,
+		method:  cfg.Method,
+		headers: h,
+		timeout: cfg.Timeout,
+		retry:   cfg.Retry,
+		client: &http.Client{
+			Transport: transport,
+			// A redirect would resend the effect somewhere else (and a 303
+			// would turn it into a GET); the URL must be the final one.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}, nil
+}
+
+func (c WebhookConfig) withDefaults() WebhookConfig {
+	if c.Method == "" {
+		c.Method = DefaultWebhookMethod
+	}
+	c.Method = strings.ToUpper(c.Method)
+	if c.Timeout == 0 {
+		c.Timeout = DefaultWebhookTimeout
+	}
+	if c.Retry.MaxAttempts == 0 {
+		c.Retry.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.Retry.InitialInterval == 0 {
+		c.Retry.InitialInterval = DefaultInitialInterval
+	}
+	if c.Retry.MaxInterval == 0 {
+		c.Retry.MaxInterval = max(DefaultMaxInterval, c.Retry.InitialInterval)
+	}
+	return c
+}
+
+// problem is one invalid field of a config, named as in the tools file.
+type problem struct {
+	field, problem, hint string
+}
+
+// reservedHeaders are set by the webhook itself.
+var reservedHeaders = []string{"Content-Type", "Content-Length", "Transfer-Encoding", "Host", HeaderIdempotencyKey}
+
+// problems validates a config with its defaults applied.
+func (c WebhookConfig) problems() []problem {
+	var ps []problem
+	add := func(field, msg, hint string) { ps = append(ps, problem{field, msg, hint}) }
+	const urlHint = "write e.g. http://127.0.0.1:8080/hooks/email"
+	if c.URL == "" {
+		add("url", "is missing", urlHint)
+	} else if u, err := url.Parse(c.URL); err != nil {
+		add("url", fmt.Sprintf("%q is not a URL", c.URL), urlHint)
+	} else if u.Scheme != "http" && u.Scheme != "https" {
+		add("url", fmt.Sprintf("%q is not an http or https URL", c.URL), urlHint)
+	} else if u.Host == "" || u.Hostname() == "" {
+		add("url", fmt.Sprintf("%q has no host", c.URL), urlHint)
+	}
+	switch c.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+	default:
+		add("method", fmt.Sprintf("%q is not one of POST, PUT, PATCH, DELETE", c.Method), "write e.g. method: POST")
+	}
+	for name, value := range c.Headers {
+		field := "headers." + name
+		switch {
+		case !validHeaderName(name):
+			add(field, fmt.Sprintf("%q is not a header name", name), "use letters, digits and '-', e.g. Authorization")
+		case isReservedHeader(name):
+			add(field, "is set by the webhook itself", "remove it")
+		case strings.ContainsAny(value, "\r\n\x00"):
+			add(field, "holds a line break or NUL", "write the value on one line")
+		}
+	}
+	if c.Timeout < 0 {
+		add("timeout", "is negative", "write e.g. 10s")
+	}
+	r := c.Retry
+	if r.MaxAttempts < 1 || r.MaxAttempts > 100 {
+		add("retry.max_attempts", fmt.Sprintf("%d is not between 1 and 100", r.MaxAttempts), "write e.g. 4; 1 disables retries")
+	}
+	if r.InitialInterval < 0 {
+		add("retry.initial_interval", "is negative", "write e.g. 200ms")
+	}
+	if r.MaxInterval < r.InitialInterval {
+		add("retry.max_interval", fmt.Sprintf("%s is under initial_interval %s", formatDuration(r.MaxInterval), formatDuration(r.InitialInterval)), "make max_interval at least initial_interval")
+	}
+	return ps
+}
+
+func isReservedHeader(name string) bool {
+	canon := http.CanonicalHeaderKey(name)
+	for _, r := range reservedHeaders {
+		if canon == r {
+			return true
+		}
+	}
+	return strings.HasPrefix(canon, "Idem-")
+}
+
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// MaxDuration is the longest one Fire may take: every attempt timing out,
+// with the longest wait between them.
+func (w *Webhook) MaxDuration() time.Duration {
+	n := time.Duration(w.retry.MaxAttempts)
+	return n*w.timeout + (n-1)*w.retry.MaxInterval
+}
+
+// Close releases the webhook's idle connections. Fire must not be called
+// afterwards.
+func (w *Webhook) Close() error {
+	if w != nil {
+		w.client.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Fire sends call to the webhook, retrying as the policy says. See Webhook
+// for the request and how responses are classified. Outcome.Invocations is
+// the number of requests sent.
+func (w *Webhook) Fire(ctx context.Context, call Call) (Outcome, error) {
+	body := []byte(call.Args)
+	if len(body) == 0 {
+		body = []byte("{}")
+	}
+	exp := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(w.retry.InitialInterval),
+		backoff.WithMaxInterval(w.retry.MaxInterval),
+		backoff.WithMaxElapsedTime(0),
+	)
+	b := backoff.WithContext(backoff.WithMaxRetries(exp, uint64(w.retry.MaxAttempts-1)), ctx)
+	b.Reset()
+
+	var out Outcome
+	for {
+		if err := ctx.Err(); err != nil {
+			return out, fmt.Errorf("webhook %s %s: %w", w.method, w.target, err)
+		}
+		out.Invocations++
+		result, retryAfter, err := w.send(ctx, call, body)
+		if err == nil {
+			out.Result = result
+			return out, nil
+		}
+		if _, perm := IsPermanent(err); perm {
+			return out, err
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return out, fmt.Errorf("webhook %s %s: %w", w.method, w.target, ctxErr)
+		}
+		wait := b.NextBackOff()
+		if wait == backoff.Stop {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return out, fmt.Errorf("webhook %s %s: %w", w.method, w.target, ctxErr)
+			}
+			return out, fmt.Errorf("%w after %d requests: %w", ErrExhausted, out.Invocations, err)
+		}
+		if retryAfter >= 0 {
+			wait = retryAfter
+		}
+		wait = min(wait, w.retry.MaxInterval)
+		if err := sleep(ctx, wait); err != nil {
+			return out, fmt.Errorf("webhook %s %s: %w", w.method, w.target, err)
+		}
+	}
+}
+
+// send sends one request. It returns the result on 2xx; otherwise an error,
+// a *PermanentError when retrying cannot help, and the wait a Retry-After
+// header asked for (-1 when none).
+func (w *Webhook) send(ctx context.Context, call Call, body []byte) (json.RawMessage, time.Duration, error) {
+	reqCtx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(reqCtx, w.method, w.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, -1, Permanentf(intent.CodeEffectFailed, "webhook %s %s: %v", w.method, w.target, err)
+	}
+	req.Header = w.headers.Clone()
+	req.Header.Set(HeaderIdempotencyKey, call.Key)
+	req.Header.Set(HeaderTool, call.Tool)
+	if call.Session != "" {
+		req.Header.Set(HeaderSession, call.Session)
+	}
+	if call.CallID != "" {
+		req.Header.Set(HeaderCallID, call.CallID)
+	}
+
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return nil, -1, w.requestError(ctx, reqCtx, err)
+	}
+	defer func() {
+		// Drain a little so the connection can be reused, then close.
+		_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+		_ = resp.Body.Close()
+	}()
+
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		data, err := io.ReadAll(io.LimitReader(resp.Body, MaxWebhookResponse+1))
+		if err != nil {
+			return nil, -1, w.requestError(ctx, reqCtx, fmt.Errorf("reading the %s response: %w", resp.Status, err))
+		}
+		return resultJSON(data), -1, nil
+	}
+
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit+1))
+	msg := fmt.Sprintf("webhook %s %s answered %s", w.method, w.target, resp.Status)
+	if snippet := quoteBody(data); snippet != "" {
+		msg += ": " + snippet
+	}
+	switch code := resp.StatusCode; {
+	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
+		return nil, retryAfter(resp.Header.Get("Retry-After")), errors.New(msg)
+	case code >= 300 && code < 400:
+		return nil, -1, Permanent(intent.CodeEffectFailed, msg+" (redirects are not followed: configure the final URL)")
+	default:
+		return nil, -1, Permanent(intent.CodeEffectFailed, msg)
+	}
+}
+
+// requestError describes a failed request; all are transient.
+func (w *Webhook) requestError(ctx, reqCtx context.Context, err error) error {
+	if ctx.Err() == nil && errors.Is(reqCtx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("webhook %s %s: no complete response within %s (the request may have reached the downstream)", w.method, w.target, w.timeout)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // its message repeats the full URL, credentials and query included
+	}
+	return fmt.Errorf("webhook %s %s: %w", w.method, w.target, err)
+}
+
+// resultJSON turns a 2xx body into a JSON result: the body when it is JSON
+// (compacted), null when empty, else the body as a JSON string. A body cut
+// at MaxWebhookResponse is always a string.
+func resultJSON(data []byte) json.RawMessage {
+	cut := len(data) > MaxWebhookResponse
+	if cut {
+		data = data[:MaxWebhookResponse]
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 && !cut {
+		return json.RawMessage("null")
+	}
+	if !cut && json.Valid(trimmed) {
+		var buf bytes.Buffer
+		if json.Compact(&buf, trimmed) == nil {
+			return buf.Bytes()
+		}
+	}
+	return jsonString(string(data))
+}
+
+func jsonString(s string) json.RawMessage {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return bytes.TrimRight(buf.Bytes(), "\n")
+}
+
+// quoteBody is the start of an error body for a message.
+func quoteBody(data []byte) string {
+	s := strings.TrimSpace(string(data))
+	if len(s) > errorBodyLimit {
+		s = s[:errorBodyLimit] + "…"
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// retryAfter parses a Retry-After header: delay seconds or an HTTP date.
+// It returns -1 when the header is absent or malformed.
+func retryAfter(v string) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return -1
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return -1
+		}
+		return time.Duration(min(secs, int64(24*time.Hour/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return -1
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func init() { registerBuiltin("webhook", webhookFactory) }
+
+// webhookFactory builds a webhook from a tool's "webhook:" settings.
+func webhookFactory(s *Section) (Effect, error) {
+	cfg := WebhookConfig{
+		URL:     s.String("url", ""),
+		Method:  s.String("method", DefaultWebhookMethod),
+		Headers: s.StringMap("headers"),
+		Timeout: s.Duration("timeout", DefaultWebhookTimeout),
+	}
+	r := s.Section("retry")
+	cfg.Retry = RetryPolicy{
+		MaxAttempts:     r.Int("max_attempts", DefaultMaxAttempts),
+		InitialInterval: r.Duration("initial_interval", DefaultInitialInterval),
+		MaxInterval:     r.Duration("max_interval", DefaultMaxInterval),
+	}
+	// Zero means "default" in WebhookConfig; written in the file, it is a mistake.
+	for _, f := range []struct {
+		name string
+		zero bool
+		hint string
+	}{
+		{"timeout", cfg.Timeout == 0, "write e.g. 10s"},
+		{"retry.max_attempts", cfg.Retry.MaxAttempts == 0, "write e.g. 4; 1 disables retries"},
+		{"retry.initial_interval", cfg.Retry.InitialInterval == 0, "write e.g. 200ms"},
+		{"retry.max_interval", cfg.Retry.MaxInterval == 0, "write e.g. 5s"},
+	} {
+		if f.zero && hasPath(s, f.name) {
+			s.Invalid(f.name, "must be positive", f.hint)
+		}
+	}
+	if !s.Present() {
+		s.Invalid("", "is missing", "add webhook: with at least url: http://...")
+		return nil, nil
+	}
+	for _, p := range cfg.withDefaults().problems() {
+		s.Invalid(p.field, p.problem, p.hint)
+	}
+	w, err := NewWebhook(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// hasPath reports whether a dotted field is written under s.
+func hasPath(s *Section, path string) bool {
+	first, rest, nested := strings.Cut(path, ".")
+	if !nested {
+		return s.Has(first)
+	}
+	for _, c := range s.children {
+		if c.path == s.join(first) {
+			return hasPath(c, rest)
+		}
+	}
+	return false
+}

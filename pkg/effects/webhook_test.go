@@ -1,0 +1,417 @@
+package effects_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/pkg/effects"
+)
+
+// received is one request as the test server saw it.
+type received struct {
+	method string
+	path   string
+	header http.Header
+	body   string
+}
+
+// webhookBundle is a test server whose answers are scripted per request.
+type webhookBundle struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	reqs []received
+	// seen gets a value for every request, before the handler answers.
+	seen chan int
+}
+
+func (b *webhookBundle) requests() []received {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]received(nil), b.reqs...)
+}
+
+// setupWebhook starts a server whose n-th request (0-based) is answered by
+// handle(n, w, r).
+func setupWebhook(t *testing.T, handle func(n int, w http.ResponseWriter, r *http.Request)) *webhookBundle {
+	t.Helper()
+	b := &webhookBundle{seen: make(chan int, 100)}
+	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		b.mu.Lock()
+		n := len(b.reqs)
+		b.reqs = append(b.reqs, received{method: r.Method, path: r.URL.Path, header: r.Header.Clone(), body: string(body)})
+		b.mu.Unlock()
+		b.seen <- n
+		handle(n, w, r)
+	}))
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+// newWebhook builds a webhook with fast retries unless cfg says otherwise.
+func newWebhook(t *testing.T, cfg effects.WebhookConfig) *effects.Webhook {
+	t.Helper()
+	if cfg.Retry.InitialInterval == 0 {
+		cfg.Retry.InitialInterval = time.Millisecond
+	}
+	if cfg.Retry.MaxInterval == 0 {
+		cfg.Retry.MaxInterval = 5 * time.Millisecond
+	}
+	w, err := effects.NewWebhook(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
+func status(codes ...int) func(int, http.ResponseWriter, *http.Request) {
+	return func(n int, w http.ResponseWriter, _ *http.Request) {
+		code := codes[min(n, len(codes)-1)]
+		w.WriteHeader(code)
+		if code >= 300 {
+			_, _ = io.WriteString(w, http.StatusText(code))
+		}
+	}
+}
+
+var testCall = effects.Call{
+	Key:     "send_email.4f2a",
+	Tool:    "send_email",
+	Session: "run-7",
+	CallID:  "call_abc",
+	Args:    json.RawMessage(`{"subject":"hi","to":"a@example.com"}`),
+	Attempt: 1,
+}
+
+func TestWebhookSendsArgsAndHeaders(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{ "id": "msg-1" }`)
+	})
+	w := newWebhook(t, effects.WebhookConfig{
+		URL:     b.srv.URL + "/hooks/email",
+		Headers: map[string]string{"Authorization": "Bearer s3cret", "X-Team": "mail"},
+	})
+
+	out, err := w.Fire(context.Background(), testCall)
+	require.NoError(t, err)
+	require.Equal(t, 1, out.Invocations)
+	require.Equal(t, `{"id":"msg-1"}`, string(out.Result))
+
+	reqs := b.requests()
+	require.Len(t, reqs, 1)
+	r := reqs[0]
+	require.Equal(t, http.MethodPost, r.method)
+	require.Equal(t, "/hooks/email", r.path)
+	require.JSONEq(t, string(testCall.Args), r.body)
+	require.Equal(t, "application/json", r.header.Get("Content-Type"))
+	require.Equal(t, testCall.Key, r.header.Get("Idempotency-Key"))
+	require.Equal(t, "send_email", r.header.Get("Idem-Tool"))
+	require.Equal(t, "run-7", r.header.Get("Idem-Session"))
+	require.Equal(t, "call_abc", r.header.Get("Idem-Call-Id"))
+	require.Equal(t, "Bearer s3cret", r.header.Get("Authorization"))
+	require.Equal(t, "mail", r.header.Get("X-Team"))
+}
+
+func TestWebhookOmitsEmptyOptionalHeaders(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, status(http.StatusNoContent))
+	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL, Method: "put"})
+
+	out, err := w.Fire(context.Background(), effects.Call{Key: "k", Tool: "t", Args: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	require.Equal(t, "null", string(out.Result), "an empty body is null")
+	r := b.requests()[0]
+	require.Equal(t, http.MethodPut, r.method)
+	require.NotContains(t, r.header, "Idem-Session")
+	require.NotContains(t, r.header, "Idem-Call-Id")
+}
+
+func TestWebhookResultBodies(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", effects.MaxWebhookResponse+10)
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"JSONObject", `{"a": [1, 2]}`, `{"a":[1,2]}`},
+		{"JSONString", `"queued"`, `"queued"`},
+		{"PlainText", "OK <done>\n", `"OK <done>\n"`},
+		{"InvalidUTF8", "a\xffb", `"a\ufffdb"`},
+		{"Whitespace", "  \n", `null`},
+		{"CutAtLimit", `"` + long, `"\"` + long[:effects.MaxWebhookResponse-1] + `"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setupWebhook(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+				_, _ = io.WriteString(w, tc.body)
+			})
+			w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL})
+			out, err := w.Fire(context.Background(), testCall)
+			require.NoError(t, err)
+			require.True(t, json.Valid(out.Result), "result must be JSON")
+			if tc.name == "InvalidUTF8" {
+				var s string
+				require.NoError(t, json.Unmarshal(out.Result, &s))
+				require.Equal(t, "a\uFFFDb", s)
+				return
+			}
+			require.Equal(t, tc.want, string(out.Result))
+		})
+	}
+}
+
+func TestWebhookRetriesWithTheSameKey(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n < 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	})
+	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL})
+
+	out, err := w.Fire(context.Background(), testCall)
+	require.NoError(t, err)
+	require.Equal(t, 3, out.Invocations)
+	require.JSONEq(t, `{"ok":true}`, string(out.Result))
+	reqs := b.requests()
+	require.Len(t, reqs, 3)
+	for _, r := range reqs {
+		require.Equal(t, testCall.Key, r.header.Get("Idempotency-Key"))
+		require.JSONEq(t, string(testCall.Args), r.body)
+	}
+}
+
+func TestWebhookRetryableStatuses(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusBadGateway} {
+		t.Run(http.StatusText(code), func(t *testing.T) {
+			t.Parallel()
+			b := setupWebhook(t, status(code, http.StatusOK))
+			w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL})
+			out, err := w.Fire(context.Background(), testCall)
+			require.NoError(t, err)
+			require.Equal(t, 2, out.Invocations)
+		})
+	}
+}
+
+func TestWebhookRetryAfterIsHonouredAndCapped(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 0 {
+			w.Header().Set("Retry-After", "120")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		_, _ = io.WriteString(w, `{}`)
+	})
+	w := newWebhook(t, effects.WebhookConfig{
+		URL:   b.srv.URL,
+		Retry: effects.RetryPolicy{InitialInterval: time.Millisecond, MaxInterval: 150 * time.Millisecond},
+	})
+
+	start := time.Now()
+	out, err := w.Fire(context.Background(), testCall)
+	elapsed := time.Since(start)
+	require.NoError(t, err)
+	require.Equal(t, 2, out.Invocations)
+	// Backoff alone would wait about 1ms; Retry-After: 120 asks for 2 minutes,
+	// capped by max_interval.
+	require.GreaterOrEqual(t, elapsed, 150*time.Millisecond)
+	require.Less(t, elapsed, 10*time.Second)
+}
+
+func TestWebhookClientErrorIsPermanent(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":"to: invalid address"}`+strings.Repeat(".", 2000))
+	})
+	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL + "/hooks/email?token=s3cret"})
+
+	out, err := w.Fire(context.Background(), testCall)
+	require.Equal(t, 1, out.Invocations)
+	require.ErrorIs(t, err, effects.ErrPermanent)
+	pe, ok := effects.IsPermanent(err)
+	require.True(t, ok)
+	require.Equal(t, "effect_failed", pe.Code)
+	require.Contains(t, pe.Message, "400 Bad Request")
+	require.Contains(t, pe.Message, "to: invalid address")
+	require.Less(t, len(pe.Message), 800, "the body is quoted truncated")
+	require.NotContains(t, pe.Message, "s3cret", "the query is not quoted")
+	require.Len(t, b.requests(), 1)
+}
+
+func TestWebhookRedirectIsPermanent(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/elsewhere", http.StatusFound)
+	})
+	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL})
+
+	out, err := w.Fire(context.Background(), testCall)
+	require.Equal(t, 1, out.Invocations)
+	require.ErrorIs(t, err, effects.ErrPermanent)
+	require.ErrorContains(t, err, "redirects are not followed")
+	require.Len(t, b.requests(), 1)
+}
+
+func TestWebhookExhaustedIsTransient(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, status(http.StatusServiceUnavailable))
+	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL, Retry: effects.RetryPolicy{MaxAttempts: 3}})
+
+	out, err := w.Fire(context.Background(), testCall)
+	require.Equal(t, 3, out.Invocations)
+	require.ErrorIs(t, err, effects.ErrExhausted)
+	require.ErrorContains(t, err, "503")
+	_, perm := effects.IsPermanent(err)
+	require.False(t, perm)
+}
+
+func TestWebhookConnectionRefused(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	w := newWebhook(t, effects.WebhookConfig{URL: "http://" + addr + "/x", Retry: effects.RetryPolicy{MaxAttempts: 3}})
+
+	out, err := w.Fire(context.Background(), testCall)
+	require.Equal(t, 3, out.Invocations)
+	require.ErrorIs(t, err, effects.ErrExhausted)
+	_, perm := effects.IsPermanent(err)
+	require.False(t, perm)
+}
+
+func TestWebhookTimeout(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 0 {
+			<-r.Context().Done() // hang until the client gives up
+			return
+		}
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	})
+	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL, Timeout: 50 * time.Millisecond})
+
+	// The first request times out; the retry is a second firing with the
+	// same key, and succeeds.
+	out, err := w.Fire(context.Background(), testCall)
+	require.NoError(t, err)
+	require.Equal(t, 2, out.Invocations)
+	reqs := b.requests()
+	require.Len(t, reqs, 2)
+	require.Equal(t, reqs[0].header.Get("Idempotency-Key"), reqs[1].header.Get("Idempotency-Key"))
+}
+
+func TestWebhookTimeoutExhausted(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	})
+	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL, Timeout: 20 * time.Millisecond, Retry: effects.RetryPolicy{MaxAttempts: 2}})
+
+	out, err := w.Fire(context.Background(), testCall)
+	require.Equal(t, 2, out.Invocations)
+	require.ErrorIs(t, err, effects.ErrExhausted)
+	require.ErrorContains(t, err, "no complete response within 20ms")
+}
+
+func TestWebhookContextCancelStopsRetrying(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, status(http.StatusServiceUnavailable))
+	w := newWebhook(t, effects.WebhookConfig{
+		URL:   b.srv.URL,
+		Retry: effects.RetryPolicy{MaxAttempts: 10, InitialInterval: time.Hour, MaxInterval: time.Hour},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-b.seen // the first request arrived; the webhook now waits an hour
+		cancel()
+	}()
+
+	out, err := w.Fire(ctx, testCall)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 1, out.Invocations)
+	_, perm := effects.IsPermanent(err)
+	require.False(t, perm)
+}
+
+func TestWebhookContextCancelAbortsRequest(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	})
+	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL, Timeout: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-b.seen
+		cancel()
+	}()
+
+	out, err := w.Fire(ctx, testCall)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 1, out.Invocations)
+}
+
+func TestWebhookCancelledBeforeFire(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, status(http.StatusOK))
+	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+
+	out, err := w.Fire(ctx, testCall)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 0, out.Invocations)
+	require.Empty(t, b.requests())
+}
+
+func TestWebhookMaxDuration(t *testing.T) {
+	t.Parallel()
+	w := newWebhook(t, effects.WebhookConfig{
+		URL:     "http://127.0.0.1:1",
+		Timeout: 10 * time.Second,
+		Retry:   effects.RetryPolicy{MaxAttempts: 4, InitialInterval: 200 * time.Millisecond, MaxInterval: 5 * time.Second},
+	})
+	require.Equal(t, 4*10*time.Second+3*5*time.Second, w.MaxDuration())
+}
+
+func TestNewWebhookRejects(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  effects.WebhookConfig
+		want string
+	}{
+		{"NoURL", effects.WebhookConfig{}, "url: is missing"},
+		{"Scheme", effects.WebhookConfig{URL: "ftp://h/x"}, "not an http or https URL"},
+		{"NoHost", effects.WebhookConfig{URL: "http:///x"}, "has no host"},
+		{"Method", effects.WebhookConfig{URL: "http://h", Method: "GET"}, "not one of POST"},
+		{"ReservedHeader", effects.WebhookConfig{URL: "http://h", Headers: map[string]string{"idempotency-key": "x"}}, "set by the webhook itself"},
+		{"IdemHeader", effects.WebhookConfig{URL: "http://h", Headers: map[string]string{"Idem-Tool": "x"}}, "set by the webhook itself"},
+		{"HeaderName", effects.WebhookConfig{URL: "http://h", Headers: map[string]string{"Bad Name": "x"}}, "not a header name"},
+		{"HeaderValue", effects.WebhookConfig{URL: "http://h", Headers: map[string]string{"X-A": "a\r\nB: c"}}, "line break"},
+		{"Attempts", effects.WebhookConfig{URL: "http://h", Retry: effects.RetryPolicy{MaxAttempts: -1}}, "not between 1 and 100"},
+		{"Intervals", effects.WebhookConfig{URL: "http://h", Retry: effects.RetryPolicy{InitialInterval: time.Second, MaxInterval: time.Millisecond}}, "under initial_interval"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := effects.NewWebhook(tc.cfg)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
