@@ -143,6 +143,15 @@ func (w *Worker) await(stop context.Context, j *job, until time.Time) (dedup.Rec
 func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) verdict {
 	ectx, cancel := context.WithCancel(work)
 	defer cancel()
+	defer func() {
+		// A panicking effect gives the key back, so the redelivery need not
+		// wait out the lease; handle recovers the panic itself.
+		if r := recover(); r != nil {
+			cancel() // stops the lease heartbeat
+			_ = lease.Release(work)
+			panic(r)
+		}
+	}()
 	period := min(j.tool.Lease, w.cfg.AckWait) / 3
 	halt := keepAlive(ectx, j.msg, period, func(ctx context.Context) error {
 		return lease.Extend(ctx, j.tool.Lease)
