@@ -1,0 +1,184 @@
+package intent
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// materialVersion is the "v" member of every key material. A change to the
+// derivation that moves any key gets a new version.
+const materialVersion = 1
+
+// Validate reports whether s can derive keys: Window must be zero or a
+// whole number of seconds, at least one second. Errors wrap ErrInvalidSpec.
+func (s KeySpec) Validate() error {
+	switch {
+	case s.Window < 0:
+		return fmt.Errorf("%w: window %s is negative; use 0 for no window", ErrInvalidSpec, s.Window)
+	case s.Window > 0 && (s.Window < time.Second || s.Window%time.Second != 0):
+		return fmt.Errorf("%w: window %s is not a whole number of seconds (at least 1s)", ErrInvalidSpec, s.Window)
+	}
+	return nil
+}
+
+// Derive computes the key and fingerprint of env under the tool's spec.
+//
+// The key is env.Tool + "." + hex(sha256(Material(env, spec, msgTime))). The
+// fingerprint is hex(sha256(JCS({"tool":T,"session":S,"args":A}))) where A is
+// the whole args object minus spec.VolatileArgs; it does not depend on
+// KeyArgs, the window or a key override.
+//
+// msgTime is the JetStream message timestamp: a window tool uses it when the
+// envelope has no created_at (a client should set created_at, so that it can
+// compute the same key before publishing). Derive checks a hand-built env as
+// Decode would; errors wrap ErrInvalid, or ErrInvalidSpec for a bad spec.
+func Derive(env *Envelope, spec KeySpec, msgTime time.Time) (Identity, error) {
+	args, err := checkEnvelope(env)
+	if err != nil {
+		return Identity{}, err
+	}
+	material, err := buildMaterial(env, &args, spec, msgTime)
+	if err != nil {
+		return Identity{}, err
+	}
+	kept := without(&args, spec.VolatileArgs)
+	fp := object(
+		member{"tool", str(env.Tool)},
+		member{"session", str(env.Session)},
+		member{"args", kept},
+	)
+	return Identity{
+		Key:         env.Tool + "." + digest(appendCanonical(nil, &material)),
+		Fingerprint: digest(appendCanonical(nil, &fp)),
+	}, nil
+}
+
+// Material returns the key material of env under spec, in its RFC 8785
+// canonical form: the exact bytes whose SHA-256 is the key's hex part.
+//
+//   - default: {"args":A,"session":S,"tool":T,"v":1}, A being the whole args
+//     object, or only its members named in spec.KeyArgs when that is not
+//     empty (a name the args lack is left out);
+//   - window tool (spec.Window > 0): a "window" member is added, the integer
+//     floor(unix_seconds(t) / window_seconds), t being env.CreatedAt when
+//     set, else msgTime; with neither, Material fails;
+//   - key override (env.Key set): {"key":K,"session":S,"tool":T,"v":1}. The
+//     override names the operation fully: neither args nor window enter.
+//
+// S is "" when the envelope has no session.
+func Material(env *Envelope, spec KeySpec, msgTime time.Time) ([]byte, error) {
+	args, err := checkEnvelope(env)
+	if err != nil {
+		return nil, err
+	}
+	m, err := buildMaterial(env, &args, spec, msgTime)
+	if err != nil {
+		return nil, err
+	}
+	return appendCanonical(nil, &m), nil
+}
+
+// checkEnvelope applies Decode's rules to a possibly hand-built envelope and
+// returns its parsed args.
+func checkEnvelope(env *Envelope) (value, error) {
+	if env == nil {
+		return value{}, invalidf("no envelope")
+	}
+	if !ValidTool(env.Tool) {
+		return value{}, invalidf("tool %q must match [a-z0-9_-]{1,64}", clip(env.Tool))
+	}
+	if env.Key != "" {
+		if err := checkKeyOverride(env.Key); err != nil {
+			return value{}, err
+		}
+	}
+	raw := []byte(env.Args)
+	if len(raw) == 0 {
+		raw = []byte("{}")
+	}
+	args, err := parseJSON(raw, maxCanonicalDepth)
+	if err != nil {
+		return value{}, fmt.Errorf("args: %w", err)
+	}
+	if args.kind != kindObject {
+		return value{}, invalidf("args must be an object, got %s", args.kind)
+	}
+	return args, nil
+}
+
+func buildMaterial(env *Envelope, args *value, spec KeySpec, msgTime time.Time) (value, error) {
+	if err := spec.Validate(); err != nil {
+		return value{}, err
+	}
+	base := []member{
+		{"v", num(materialVersion)},
+		{"tool", str(env.Tool)},
+		{"session", str(env.Session)},
+	}
+	if env.Key != "" {
+		return object(append(base, member{"key", str(env.Key)})...), nil
+	}
+	a := *args
+	if len(spec.KeyArgs) > 0 {
+		a = only(args, spec.KeyArgs)
+	}
+	m := append(base, member{"args", a})
+	if spec.Window > 0 {
+		t := env.CreatedAt
+		if t.IsZero() {
+			t = msgTime
+		}
+		if t.IsZero() {
+			return value{}, invalidf("tool %q is keyed by a %s window and the intent has no created_at or message time", env.Tool, spec.Window)
+		}
+		w := floorDiv(t.Unix(), int64(spec.Window/time.Second))
+		if w > maxSafeInteger || w < -maxSafeInteger {
+			return value{}, invalidf("window number %d is beyond ±2^53", w)
+		}
+		m = append(m, member{"window", num(float64(w))})
+	}
+	return object(m...), nil
+}
+
+// floorDiv is a / b rounded toward negative infinity (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// only returns the members of the object o named in names.
+func only(o *value, names []string) value {
+	out := object()
+	for _, m := range o.members {
+		if slices.Contains(names, m.name) {
+			out.members = append(out.members, m)
+		}
+	}
+	return out
+}
+
+// without returns the object o minus the members named in names.
+func without(o *value, names []string) value {
+	out := object()
+	for _, m := range o.members {
+		if !slices.Contains(names, m.name) {
+			out.members = append(out.members, m)
+		}
+	}
+	return out
+}
+
+func object(ms ...member) value { return value{kind: kindObject, members: append([]member{}, ms...)} }
+func str(s string) value        { return value{kind: kindString, str: s} }
+func num(f float64) value       { return value{kind: kindNumber, number: f} }
+
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
