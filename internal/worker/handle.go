@@ -148,7 +148,7 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		// wait out the lease; handle recovers the panic itself.
 		if r := recover(); r != nil {
 			cancel() // stops the lease heartbeat
-			_ = lease.Release(work)
+			_ = lease.Release(work, lease.Record().Attempts)
 			panic(r)
 		}
 	}()
@@ -193,7 +193,7 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		})
 	default:
 		w.log.Info("effect failed transiently; releasing the key", zap.String("key", j.id.Key), zap.Error(ferr))
-		if err := lease.Release(work); err != nil && !errors.Is(err, dedup.ErrLeaseLost) {
+		if err := lease.Release(work, attempts); err != nil && !errors.Is(err, dedup.ErrLeaseLost) {
 			w.log.Warn("release", zap.String("key", j.id.Key), zap.Error(err))
 		}
 		return nak(w.retryDelay(j.meta.NumDelivered), "effect failed transiently")

@@ -41,6 +41,12 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if log == nil {
 		log = zap.NewNop()
 	}
+	for _, name := range tools.Names() {
+		t, _ := tools.Lookup(name)
+		if err := t.KeySpec.Validate(); err != nil {
+			return nil, fmt.Errorf("worker: tool %s: %w", name, err)
+		}
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)

@@ -1,0 +1,95 @@
+package dedup
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bucket defaults.
+const (
+	DefaultBucket = "IDEM_LEDGER"
+	DefaultTTL    = 24 * time.Hour
+)
+
+// BucketConfig describes the ledger's KV bucket. The zero value is valid and
+// means every default.
+type BucketConfig struct {
+	// Bucket is the KV bucket name. Default: "IDEM_LEDGER".
+	Bucket string
+	// Replicas is the number of copies of the bucket in a cluster (1, 3 or 5
+	// are usual). Default: 1.
+	Replicas int
+	// TTL is how long a record is kept after its last write; it is the
+	// retention of answered records, not a lease. Default: 24h.
+	TTL time.Duration
+	// Storage is where the bucket is kept. Default: jetstream.FileStorage.
+	Storage jetstream.StorageType
+}
+
+func (c BucketConfig) withDefaults() BucketConfig {
+	if c.Bucket == "" {
+		c.Bucket = DefaultBucket
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	return c
+}
+
+func (c BucketConfig) validate() error {
+	if !validBucketName(c.Bucket) {
+		return fmt.Errorf("%w: bucket name %q: use letters, digits, '-' and '_' only", ErrInvalid, c.Bucket)
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		return fmt.Errorf("%w: replicas %d: set 1 to 5 (3 for a 3-node cluster), or 0 for the default 1", ErrInvalid, c.Replicas)
+	}
+	if c.TTL < 0 {
+		return fmt.Errorf("%w: ttl %s: set a positive duration longer than any retry horizon, or 0 for the default %s", ErrInvalid, c.TTL, DefaultTTL)
+	}
+	if c.Storage != jetstream.FileStorage && c.Storage != jetstream.MemoryStorage {
+		return fmt.Errorf("%w: storage %d: use jetstream.FileStorage (default) or jetstream.MemoryStorage", ErrInvalid, c.Storage)
+	}
+	return nil
+}
+
+func validBucketName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// EnsureBucket creates the ledger bucket described by cfg, or updates an
+// existing one to match it, and returns it. It is safe to call on every start.
+// An invalid cfg gives an error matching ErrInvalid.
+func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) (jetstream.KeyValue, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("ensure bucket: %w", err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      cfg.Bucket,
+		Description: "idemgate ledger: one record per operation key",
+		History:     1,
+		TTL:         cfg.TTL,
+		Storage:     cfg.Storage,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
+}

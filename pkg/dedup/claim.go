@@ -1,0 +1,232 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// DefaultLease is the lease a claim takes when ClaimRequest.Lease is zero.
+const DefaultLease = 30 * time.Second
+
+// maxClaimRounds bounds how often Claim re-reads a record that changed between
+// its write and its read (released, taken over by another claimant).
+const maxClaimRounds = 8
+
+// Outcome is what a claim found and did. Only Acquired and TookOver let the
+// caller fire the effect; the others are results, not errors.
+type Outcome int
+
+// Claim outcomes.
+const (
+	// Acquired: nobody held the key — it had no record, or its holder released
+	// it after a transient failure — and the caller now holds the lease.
+	Acquired Outcome = iota + 1
+	// TookOver: the key's pending record had an expired lease; the caller
+	// replaced its holder by compare-and-set and holds the lease. The previous
+	// holder may have fired the effect (see the package documentation).
+	TookOver
+	// Done: the record is answered (completed, failed, awaiting approval,
+	// uncertain, ...) with the same fingerprint: replay it, do not fire.
+	Done
+	// Busy: another holder's lease is live (or the record is in a state the
+	// worker drives, such as approved): wait for the answer with Ledger.Wait.
+	Busy
+	// Conflict: the key's record has another fingerprint: the same key was
+	// used for other arguments. Never fire, never replay.
+	Conflict
+)
+
+// String returns the outcome's name in lower case.
+func (o Outcome) String() string {
+	switch o {
+	case Acquired:
+		return "acquired"
+	case TookOver:
+		return "took_over"
+	case Done:
+		return "done"
+	case Busy:
+		return "busy"
+	case Conflict:
+		return "conflict"
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
+// ClaimRequest asks for the lease of one key.
+type ClaimRequest struct {
+	// Key is the operation's key; it must be a valid KV key. Required.
+	Key string
+	// Tool is the tool of the operation, recorded for operators.
+	Tool string
+	// Fingerprint identifies the operation's arguments. Required.
+	Fingerprint string
+	// Holder names the claimant (a worker instance). Required.
+	Holder string
+	// Lease is how long the claim holds the key before another claimant may
+	// take it over; extend it with Lease.Extend. Default: DefaultLease (30s).
+	Lease time.Duration
+	// IntentSeq is the stream sequence of the intent being handled. Optional.
+	IntentSeq uint64
+	// CallID is the intent's informational call id. Optional.
+	CallID string
+}
+
+func (r ClaimRequest) validate() error {
+	switch {
+	case r.Key == "":
+		return fmt.Errorf("%w: claim: Key is empty: derive it with the intent package", ErrInvalid)
+	case r.Fingerprint == "":
+		return fmt.Errorf("%w: claim %s: Fingerprint is empty: derive it with the intent package", ErrInvalid, r.Key)
+	case r.Holder == "":
+		return fmt.Errorf("%w: claim %s: Holder is empty: name the worker instance", ErrInvalid, r.Key)
+	case r.Lease < 0:
+		return fmt.Errorf("%w: claim %s: Lease %s is negative: set a positive duration or 0 for %s", ErrInvalid, r.Key, r.Lease, DefaultLease)
+	}
+	return nil
+}
+
+// ClaimResult is the outcome of a claim.
+type ClaimResult struct {
+	// Outcome says what the claim found and did.
+	Outcome Outcome
+	// Record is the key's record: the caller's own for Acquired and TookOver,
+	// the existing one otherwise.
+	Record Record
+	// Revision is Record's revision.
+	Revision uint64
+	// Lease is the caller's lease for Acquired and TookOver; nil otherwise.
+	Lease *Lease
+}
+
+// Claim tries to take the lease of req.Key. It creates the record if the key
+// has none (Acquired), takes over a pending record whose lease expired
+// (TookOver), or reports what holds the key: Done, Busy or Conflict. Among
+// concurrent claimants of one key exactly one gets Acquired (or TookOver).
+//
+// Decisions come from the outcome of the claim's own write or from a leader
+// read, never from a possibly stale follower. Claim returns an error matching
+// ErrInvalid for a bad request, ErrContended if the record kept changing
+// underneath it, or the underlying JetStream error.
+func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	if err := req.validate(); err != nil {
+		return ClaimResult{}, err
+	}
+	if req.Lease == 0 {
+		req.Lease = DefaultLease
+	}
+	for range maxClaimRounds {
+		res, again, err := l.claimRound(ctx, req)
+		if err != nil {
+			return ClaimResult{}, fmt.Errorf("claim %s: %w", req.Key, err)
+		}
+		if !again {
+			return res, nil
+		}
+	}
+	return ClaimResult{}, fmt.Errorf("claim %s: %w", req.Key, ErrContended)
+}
+
+// claimRound makes one attempt; again reports that the record changed
+// underneath it and the claim should start over.
+func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest) (res ClaimResult, again bool, err error) {
+	now := l.clock()
+	rec := Record{
+		Status:      intent.StatusPending,
+		Tool:        req.Tool,
+		Fingerprint: req.Fingerprint,
+		Holder:      req.Holder,
+		LeaseUntil:  now.Add(req.Lease),
+		Attempt:     1,
+		IntentSeq:   req.IntentSeq,
+		CallID:      req.CallID,
+		CreatedAt:   now,
+		UpdatedAt:   now,
+	}
+	data, err := rec.marshal()
+	if err != nil {
+		return ClaimResult{}, false, err
+	}
+	rev, err := l.kv.Create(ctx, req.Key, data)
+	switch {
+	case err == nil:
+		return l.held(Acquired, req.Key, rev, rec), false, nil
+	case !errors.Is(err, jetstream.ErrKeyExists):
+		if got, ok := l.settle(ctx, req.Key, 0, data); ok {
+			return l.held(Acquired, req.Key, got, rec), false, nil
+		}
+		return ClaimResult{}, false, err
+	}
+
+	e, err := l.read(ctx, req.Key)
+	if err != nil {
+		return ClaimResult{}, false, err
+	}
+	if !e.live() {
+		if e.rev == 0 {
+			return ClaimResult{}, true, nil // gone before the read: create again
+		}
+		// Deleted (by an operator, or expired): create over the delete
+		// marker by CAS on its revision.
+		// kv.Create tries that too, but decides on a read a lagging follower
+		// may answer.
+		rev, err := l.cas(ctx, req.Key, e.rev, rec)
+		switch {
+		case err == nil:
+			return l.held(Acquired, req.Key, rev, rec), false, nil
+		case errors.Is(err, ErrRevisionMismatch):
+			return ClaimResult{}, true, nil
+		}
+		return ClaimResult{}, false, err
+	}
+
+	cur, err := unmarshalRecord(e.data)
+	if err != nil {
+		return ClaimResult{}, false, fmt.Errorf("decode record at revision %d: %w", e.rev, err)
+	}
+	existing := ClaimResult{Record: cur, Revision: e.rev}
+	switch {
+	case cur.Fingerprint != req.Fingerprint:
+		existing.Outcome = Conflict
+	case cur.Status.Answered():
+		existing.Outcome = Done
+	case cur.Status == intent.StatusPending && cur.LeaseExpired(now):
+		next := cur
+		next.Holder = req.Holder
+		next.LeaseUntil = now.Add(req.Lease)
+		next.Attempt = cur.Attempt + 1
+		next.IntentSeq = req.IntentSeq
+		next.CallID = req.CallID
+		next.UpdatedAt = now
+		outcome := TookOver
+		if cur.Released() {
+			outcome = Acquired // nobody held it: a retry after a transient failure
+		}
+		rev, err := l.cas(ctx, req.Key, e.rev, next)
+		switch {
+		case err == nil:
+			return l.held(outcome, req.Key, rev, next), false, nil
+		case errors.Is(err, ErrRevisionMismatch):
+			return ClaimResult{}, true, nil // another taker won: re-read
+		}
+		return ClaimResult{}, false, err
+	default:
+		existing.Outcome = Busy
+	}
+	return existing, false, nil
+}
+
+func (l *Ledger) held(o Outcome, key string, rev uint64, rec Record) ClaimResult {
+	return ClaimResult{
+		Outcome:  o,
+		Record:   rec,
+		Revision: rev,
+		Lease:    &Lease{ledger: l, key: key, rev: rev, rec: rec},
+	}
+}

@@ -1,0 +1,591 @@
+package dedup_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/idemgate/idemgate/internal/natstest"
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// backend is a JetStream deployment the ledger suite runs against.
+type backend struct {
+	name     string
+	replicas int
+	start    func(t *testing.T) []*server.Server
+}
+
+var backends = []backend{
+	{"R1", 1, func(t *testing.T) []*server.Server { return []*server.Server{natstest.RunServer(t)} }},
+	{"R3", 3, func(t *testing.T) []*server.Server { return natstest.RunCluster(t, 3) }},
+}
+
+// TestLedger runs the ledger suite on a single server (R1 bucket) and on a
+// 3-node cluster (R3 bucket). Each backend's servers and bucket are shared by
+// its subtests, which use distinct keys.
+func TestLedger(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			env := newEnv(t, b)
+			for _, tc := range suite {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					tc.run(t, env.setup(t))
+				})
+			}
+		})
+	}
+}
+
+// env is one backend with its ledger bucket, shared by a suite run.
+type env struct {
+	servers []*server.Server
+	bucket  string
+}
+
+func newEnv(t *testing.T, b backend) *env {
+	servers := b.start(t)
+	js := jetStream(t, servers[0].ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: "LEDGER_TEST", Replicas: b.replicas})
+	require.NoError(t, err)
+	return &env{servers: servers, bucket: "LEDGER_TEST"}
+}
+
+// testBundle is what a suite test works with.
+type testBundle struct {
+	ctx context.Context
+	key string
+	// ledgers are ledgers over the same bucket on distinct connections,
+	// spread over the backend's servers (followers included on R3).
+	ledgers []*dedup.Ledger
+	// ledger is ledgers[0].
+	ledger *dedup.Ledger
+	// kv is the bucket itself, for what an operator (or the TTL) does to it.
+	kv jetstream.KeyValue
+	// at returns a ledger (on its own connection) whose clock is offset by d,
+	// to judge leases as if d had passed.
+	at func(d time.Duration) *dedup.Ledger
+}
+
+func (e *env) setup(t *testing.T) *testBundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	open := func(i int, opts ...dedup.Option) *dedup.Ledger {
+		js := jetStream(t, e.servers[i%len(e.servers)].ClientURL())
+		kv, err := js.KeyValue(ctx, e.bucket)
+		require.NoError(t, err)
+		l, err := dedup.New(js, kv, opts...)
+		require.NoError(t, err)
+		return l
+	}
+	b := &testBundle{ctx: ctx, key: keyFor(t)}
+	for i := range 4 {
+		b.ledgers = append(b.ledgers, open(i))
+	}
+	b.ledger = b.ledgers[0]
+	kv, err := jetStream(t, e.servers[0].ClientURL()).KeyValue(ctx, e.bucket)
+	require.NoError(t, err)
+	b.kv = kv
+	n := 0
+	b.at = func(d time.Duration) *dedup.Ledger {
+		n++
+		return open(n, dedup.WithClock(func() time.Time { return time.Now().Add(d) }))
+	}
+	return b
+}
+
+func jetStream(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(natstest.Connect(t, url))
+	require.NoError(t, err)
+	return js
+}
+
+// keyFor derives a distinct, valid key from the test's name.
+func keyFor(t *testing.T) string {
+	r := strings.NewReplacer("/", ".", " ", "_")
+	return "test." + r.Replace(t.Name())
+}
+
+// req is a claim request for b.key with fingerprint "fp-1".
+func (b *testBundle) req(holder string) dedup.ClaimRequest {
+	return dedup.ClaimRequest{
+		Key:         b.key,
+		Tool:        "send_email",
+		Fingerprint: "fp-1",
+		Holder:      holder,
+		Lease:       time.Minute,
+		IntentSeq:   7,
+		CallID:      "call-1",
+	}
+}
+
+// acquire claims b.key as holder and requires Acquired.
+func (b *testBundle) acquire(t *testing.T, holder string) *dedup.Lease {
+	t.Helper()
+	res, err := b.ledger.Claim(b.ctx, b.req(holder))
+	require.NoError(t, err)
+	require.Equal(t, dedup.Acquired, res.Outcome)
+	require.NotNil(t, res.Lease)
+	return res.Lease
+}
+
+// waitResult is what a Wait running in a goroutine returned.
+type waitResult struct {
+	rec Record
+	rev uint64
+	err error
+}
+
+// Record is dedup.Record, for brevity.
+type Record = dedup.Record
+
+// waitAsync runs Wait on key in a goroutine; the result arrives on the channel.
+func (b *testBundle) waitAsync(ctx context.Context, l *dedup.Ledger) <-chan waitResult {
+	ch := make(chan waitResult, 1)
+	go func() {
+		rec, rev, err := l.Wait(ctx, b.key)
+		ch <- waitResult{rec, rev, err}
+	}()
+	return ch
+}
+
+func receive(t *testing.T, ch <-chan waitResult) waitResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return")
+		return waitResult{}
+	}
+}
+
+var suite = []struct {
+	name string
+	run  func(t *testing.T, b *testBundle)
+}{
+	{"ClaimOnce", func(t *testing.T, b *testBundle) {
+		before := time.Now()
+		ls := b.acquire(t, "w1")
+		rec := ls.Record()
+		require.Equal(t, intent.StatusPending, rec.Status)
+		require.Equal(t, "w1", rec.Holder)
+		require.Equal(t, "send_email", rec.Tool)
+		require.Equal(t, "fp-1", rec.Fingerprint)
+		require.Equal(t, 1, rec.Attempt)
+		require.Equal(t, uint64(7), rec.IntentSeq)
+		require.Equal(t, "call-1", rec.CallID)
+		require.WithinRange(t, rec.LeaseUntil, before.Add(time.Minute), time.Now().Add(time.Minute))
+		require.False(t, rec.LeaseExpired(time.Now()))
+
+		got, rev, err := b.ledgers[1].Get(b.ctx, b.key)
+		require.NoError(t, err)
+		require.Equal(t, ls.Revision(), rev)
+		require.Equal(t, "w1", got.Holder)
+
+		res, err := b.ledgers[2].Claim(b.ctx, b.req("w2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Busy, res.Outcome)
+		require.Nil(t, res.Lease)
+		require.Equal(t, "w1", res.Record.Holder)
+		require.Equal(t, ls.Revision(), res.Revision)
+	}},
+	{"ConcurrentClaimsOneWinner", func(t *testing.T, b *testBundle) {
+		const n = 20
+		outcomes := make([]dedup.Outcome, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				res, err := b.ledgers[i%len(b.ledgers)].Claim(b.ctx, b.req(fmt.Sprintf("w%d", i)))
+				outcomes[i], errs[i] = res.Outcome, err
+			})
+		}
+		close(start)
+		wg.Wait()
+		count := map[dedup.Outcome]int{}
+		for i := range n {
+			require.NoError(t, errs[i])
+			count[outcomes[i]]++
+		}
+		require.Equal(t, map[dedup.Outcome]int{dedup.Acquired: 1, dedup.Busy: n - 1}, count)
+	}},
+	{"CompleteThenClaimIsDone", func(t *testing.T, b *testBundle) {
+		ls := b.acquire(t, "w1")
+		rec, err := ls.Complete(b.ctx, json.RawMessage(`{"id":42}`), 2)
+		require.NoError(t, err)
+		require.Equal(t, intent.StatusCompleted, rec.Status)
+		require.False(t, rec.CompletedAt.IsZero())
+		require.True(t, rec.LeaseUntil.IsZero())
+
+		res, err := b.ledgers[1].Claim(b.ctx, b.req("w2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Done, res.Outcome)
+		require.Nil(t, res.Lease)
+		require.Equal(t, intent.StatusCompleted, res.Record.Status)
+		require.JSONEq(t, `{"id":42}`, string(res.Record.Result))
+		require.Equal(t, 2, res.Record.Attempts)
+		require.Equal(t, ls.Revision(), res.Revision)
+	}},
+	{"OtherFingerprintIsConflict", func(t *testing.T, b *testBundle) {
+		ls := b.acquire(t, "w1")
+		other := b.req("w2")
+		other.Fingerprint = "fp-2"
+
+		res, err := b.ledgers[1].Claim(b.ctx, other)
+		require.NoError(t, err)
+		require.Equal(t, dedup.Conflict, res.Outcome, "conflict while pending")
+		require.Equal(t, "fp-1", res.Record.Fingerprint)
+
+		_, err = ls.Complete(b.ctx, json.RawMessage(`true`), 1)
+		require.NoError(t, err)
+		res, err = b.at(time.Hour).Claim(b.ctx, other)
+		require.NoError(t, err)
+		require.Equal(t, dedup.Conflict, res.Outcome, "conflict once completed")
+		require.Nil(t, res.Lease)
+	}},
+	{"FailThenClaimIsDone", func(t *testing.T, b *testBundle) {
+		ls := b.acquire(t, "w1")
+		_, err := ls.Fail(b.ctx, intent.Error{Code: intent.CodeEffectFailed, Message: "mailbox unavailable"}, 3)
+		require.NoError(t, err)
+
+		res, err := b.ledgers[1].Claim(b.ctx, b.req("w2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Done, res.Outcome)
+		require.Equal(t, intent.StatusFailed, res.Record.Status)
+		require.Equal(t, &intent.Error{Code: intent.CodeEffectFailed, Message: "mailbox unavailable"}, res.Record.Error)
+		require.Equal(t, 3, res.Record.Attempts)
+	}},
+	{"ReleaseThenClaimIsAcquired", func(t *testing.T, b *testBundle) {
+		ls := b.acquire(t, "w1")
+		require.NoError(t, ls.Release(b.ctx, 2))
+		rec, _, err := b.ledger.Get(b.ctx, b.key)
+		require.NoError(t, err)
+		require.True(t, rec.Released())
+		require.Equal(t, 2, rec.Attempts)
+
+		res, err := b.ledgers[1].Claim(b.ctx, b.req("w2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Acquired, res.Outcome, "a released key is acquired, not taken over")
+		require.Equal(t, "w2", res.Record.Holder)
+		require.Equal(t, 2, res.Record.Attempt)
+		require.Equal(t, 2, res.Record.Attempts, "invocations survive the release")
+		require.Greater(t, res.Revision, ls.Revision())
+		require.ErrorIs(t, ls.Release(b.ctx, 2), dedup.ErrLeaseDone)
+	}},
+	{"DeletedKeyIsAcquiredAfresh", func(t *testing.T, b *testBundle) {
+		b.acquire(t, "w1")
+		require.NoError(t, b.kv.Delete(b.ctx, b.key))
+		res, err := b.ledgers[1].Claim(b.ctx, b.req("w2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Acquired, res.Outcome)
+		require.Equal(t, 1, res.Record.Attempt)
+	}},
+	{"ExpiredLeaseOneTakerWins", func(t *testing.T, b *testBundle) {
+		old := b.acquire(t, "w0")
+		const n = 10
+		takers := make([]*dedup.Ledger, n)
+		for i := range takers {
+			takers[i] = b.at(2 * time.Minute) // past the one-minute lease
+		}
+		results := make([]dedup.ClaimResult, n)
+		errs := make([]error, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				results[i], errs[i] = takers[i].Claim(b.ctx, b.req(fmt.Sprintf("w%d", i+1)))
+			})
+		}
+		close(start)
+		wg.Wait()
+		var winner dedup.ClaimResult
+		count := map[dedup.Outcome]int{}
+		for i := range n {
+			require.NoError(t, errs[i])
+			count[results[i].Outcome]++
+			if results[i].Outcome == dedup.TookOver {
+				winner = results[i]
+			}
+		}
+		require.Equal(t, map[dedup.Outcome]int{dedup.TookOver: 1, dedup.Busy: n - 1}, count)
+		require.Equal(t, 2, winner.Record.Attempt)
+		require.NotEqual(t, "w0", winner.Record.Holder)
+		require.Equal(t, old.Record().CreatedAt, winner.Record.CreatedAt)
+		for _, r := range results {
+			if r.Outcome == dedup.Busy {
+				require.Equal(t, winner.Record.Holder, r.Record.Holder, "losers see the winner")
+			}
+		}
+	}},
+	{"StaleHolderCannotOverwrite", func(t *testing.T, b *testBundle) {
+		old := b.acquire(t, "w1")
+		res, err := b.at(2*time.Minute).Claim(b.ctx, b.req("w2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.TookOver, res.Outcome)
+
+		_, err = old.Complete(b.ctx, json.RawMessage(`"stale"`), 1)
+		require.ErrorIs(t, err, dedup.ErrLeaseLost)
+		require.EqualError(t, dedup.ErrLeaseLost, "dedup: lease lost")
+		require.ErrorIs(t, old.Extend(b.ctx, time.Hour), dedup.ErrLeaseLost)
+		_, err = old.Fail(b.ctx, intent.Error{Code: intent.CodeEffectFailed}, 1)
+		require.ErrorIs(t, err, dedup.ErrLeaseLost)
+		require.ErrorIs(t, old.Release(b.ctx, 1), dedup.ErrLeaseLost)
+
+		got, rev, err := b.ledger.Get(b.ctx, b.key)
+		require.NoError(t, err)
+		require.Equal(t, res.Revision, rev, "new holder's record intact")
+		require.Equal(t, intent.StatusPending, got.Status)
+		require.Equal(t, "w2", got.Holder)
+
+		rec, err := res.Lease.Complete(b.ctx, json.RawMessage(`"fresh"`), 1)
+		require.NoError(t, err)
+		require.Equal(t, json.RawMessage(`"fresh"`), rec.Result)
+	}},
+	{"ExtendKeepsLeaseAlive", func(t *testing.T, b *testBundle) {
+		ls := b.acquire(t, "w1") // lease: one minute
+		rev := ls.Revision()
+		require.NoError(t, ls.Extend(b.ctx, 10*time.Minute))
+		require.Greater(t, ls.Revision(), rev)
+
+		res, err := b.at(2*time.Minute).Claim(b.ctx, b.req("w2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Busy, res.Outcome, "alive past the original deadline")
+
+		res, err = b.at(11*time.Minute).Claim(b.ctx, b.req("w3"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.TookOver, res.Outcome, "expired past the extended deadline")
+	}},
+	{"LeaseIsDoneAfterComplete", func(t *testing.T, b *testBundle) {
+		ls := b.acquire(t, "w1")
+		_, err := ls.Complete(b.ctx, nil, 1)
+		require.NoError(t, err)
+		require.ErrorIs(t, ls.Extend(b.ctx, time.Minute), dedup.ErrLeaseDone)
+		_, err = ls.Complete(b.ctx, nil, 1)
+		require.ErrorIs(t, err, dedup.ErrLeaseDone)
+		require.ErrorIs(t, ls.Release(b.ctx, 1), dedup.ErrLeaseDone)
+		require.ErrorIs(t, ls.Extend(b.ctx, 0), dedup.ErrInvalid)
+	}},
+	{"WaitReturnsCompleted", func(t *testing.T, b *testBundle) {
+		ls := b.acquire(t, "w1")
+		ch := b.waitAsync(b.ctx, b.ledgers[2])
+		select {
+		case r := <-ch:
+			t.Fatalf("Wait returned before Complete: %+v", r)
+		default:
+		}
+		_, err := ls.Complete(b.ctx, json.RawMessage(`{"ok":true}`), 1)
+		require.NoError(t, err)
+		r := receive(t, ch)
+		require.NoError(t, r.err)
+		require.Equal(t, intent.StatusCompleted, r.rec.Status)
+		require.JSONEq(t, `{"ok":true}`, string(r.rec.Result))
+		require.Equal(t, ls.Revision(), r.rev)
+	}},
+	{"WaitBeforeClaim", func(t *testing.T, b *testBundle) {
+		ch := b.waitAsync(b.ctx, b.ledgers[1])
+		ls := b.acquire(t, "w1")
+		_, err := ls.Fail(b.ctx, intent.Error{Code: intent.CodeEffectFailed, Message: "no"}, 1)
+		require.NoError(t, err)
+		r := receive(t, ch)
+		require.NoError(t, r.err)
+		require.Equal(t, intent.StatusFailed, r.rec.Status)
+	}},
+	{"WaitReturnsReleased", func(t *testing.T, b *testBundle) {
+		ls := b.acquire(t, "w1")
+		ch := b.waitAsync(b.ctx, b.ledgers[1])
+		require.NoError(t, ls.Release(b.ctx, 1))
+		r := receive(t, ch)
+		require.NoError(t, r.err)
+		require.True(t, r.rec.Released(), "the waiter sees the release and may claim")
+
+		_, _, err := b.ledgers[2].Wait(b.ctx, b.key)
+		require.NoError(t, err, "an already released record ends the wait at once")
+	}},
+	{"WaitReturnsDeleted", func(t *testing.T, b *testBundle) {
+		b.acquire(t, "w1")
+		ch := b.waitAsync(b.ctx, b.ledgers[1])
+		require.NoError(t, b.kv.Delete(b.ctx, b.key))
+		r := receive(t, ch)
+		require.ErrorIs(t, r.err, dedup.ErrReleased)
+
+		_, _, err := b.ledgers[2].Wait(b.ctx, b.key)
+		require.ErrorIs(t, err, dedup.ErrReleased, "latest entry already a delete marker")
+	}},
+	{"WaitReturnsOnLeaseExpiry", func(t *testing.T, b *testBundle) {
+		req := b.req("w1")
+		req.Lease = 300 * time.Millisecond
+		res, err := b.ledger.Claim(b.ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, dedup.Acquired, res.Outcome)
+
+		rec, rev, err := b.ledgers[1].Wait(b.ctx, b.key)
+		require.NoError(t, err)
+		require.Equal(t, res.Revision, rev)
+		require.Equal(t, intent.StatusPending, rec.Status)
+		require.True(t, rec.LeaseExpired(time.Now()))
+
+		took, err := b.ledgers[1].Claim(b.ctx, b.req("w2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.TookOver, took.Outcome)
+	}},
+	{"WaitHonoursContext", func(t *testing.T, b *testBundle) {
+		b.acquire(t, "w1")
+		ctx, cancel := context.WithTimeout(b.ctx, 100*time.Millisecond)
+		defer cancel()
+		_, _, err := b.ledgers[1].Wait(ctx, b.key)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	}},
+	{"BackToBackWrites", func(t *testing.T, b *testBundle) {
+		// A replicated stream may refuse a compare-and-set on a key whose
+		// previous write was just acknowledged; that must not look like a
+		// lost lease.
+		for i := range 50 {
+			res, err := b.ledger.Claim(b.ctx, b.req("w1"))
+			require.NoError(t, err, "cycle %d", i)
+			require.Equal(t, dedup.Acquired, res.Outcome, "cycle %d", i)
+			require.NoError(t, res.Lease.Extend(b.ctx, time.Minute), "cycle %d", i)
+			require.NoError(t, res.Lease.Release(b.ctx, 0), "cycle %d", i)
+		}
+	}},
+	{"GetMissingIsNotFound", func(t *testing.T, b *testBundle) {
+		_, _, err := b.ledger.Get(b.ctx, b.key)
+		require.ErrorIs(t, err, dedup.ErrNotFound)
+	}},
+	{"TransitionIsCAS", func(t *testing.T, b *testBundle) {
+		ls := b.acquire(t, "w1")
+		rec := ls.Record()
+		rec.Status = intent.StatusUncertain
+		rev, err := b.ledger.Transition(b.ctx, b.key, ls.Revision(), rec)
+		require.NoError(t, err)
+		require.Greater(t, rev, ls.Revision())
+
+		_, err = b.ledger.Transition(b.ctx, b.key, ls.Revision(), rec)
+		require.ErrorIs(t, err, dedup.ErrRevisionMismatch)
+		_, err = ls.Complete(b.ctx, nil, 1)
+		require.ErrorIs(t, err, dedup.ErrLeaseLost)
+
+		res, err := b.ledgers[1].Claim(b.ctx, b.req("w2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Done, res.Outcome, "uncertain is answered")
+		require.Equal(t, intent.StatusUncertain, res.Record.Status)
+	}},
+}
+
+func TestClaimRequestValidation(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	js := jetStream(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := dedup.Open(ctx, js, dedup.BucketConfig{})
+	require.NoError(t, err)
+	require.Equal(t, dedup.DefaultBucket, l.Bucket())
+
+	valid := dedup.ClaimRequest{Key: "k", Fingerprint: "f", Holder: "h"}
+	for name, mutate := range map[string]func(*dedup.ClaimRequest){
+		"NoKey":         func(r *dedup.ClaimRequest) { r.Key = "" },
+		"NoFingerprint": func(r *dedup.ClaimRequest) { r.Fingerprint = "" },
+		"NoHolder":      func(r *dedup.ClaimRequest) { r.Holder = "" },
+		"NegativeLease": func(r *dedup.ClaimRequest) { r.Lease = -time.Second },
+	} {
+		r := valid
+		mutate(&r)
+		_, err := l.Claim(ctx, r)
+		require.ErrorIs(t, err, dedup.ErrInvalid, name)
+	}
+	res, err := l.Claim(ctx, valid)
+	require.NoError(t, err)
+	require.Equal(t, dedup.Acquired, res.Outcome)
+	require.WithinDuration(t, time.Now().Add(dedup.DefaultLease), res.Record.LeaseUntil, 5*time.Second)
+}
+
+func TestEnsureBucket(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	js := jetStream(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	for name, cfg := range map[string]dedup.BucketConfig{
+		"BadName":       {Bucket: "a.b"},
+		"TooManyCopies": {Replicas: 7},
+		"NegativeTTL":   {TTL: -time.Hour},
+		"BadStorage":    {Storage: jetstream.StorageType(9)},
+	} {
+		_, err := dedup.EnsureBucket(ctx, js, cfg)
+		require.ErrorIs(t, err, dedup.ErrInvalid, name)
+	}
+
+	cfg := dedup.BucketConfig{Bucket: "L", TTL: time.Hour, Storage: jetstream.MemoryStorage}
+	kv, err := dedup.EnsureBucket(ctx, js, cfg)
+	require.NoError(t, err)
+	_, err = kv.Put(ctx, "k", []byte("v"))
+	require.NoError(t, err)
+	kv, err = dedup.EnsureBucket(ctx, js, cfg) // idempotent, keeps data
+	require.NoError(t, err)
+	e, err := kv.Get(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, "v", string(e.Value()))
+	st, err := kv.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, st.TTL())
+	require.Equal(t, "L", st.Bucket())
+}
+
+func TestOutcomeString(t *testing.T) {
+	t.Parallel()
+	for o, want := range map[dedup.Outcome]string{
+		dedup.Acquired: "acquired", dedup.TookOver: "took_over", dedup.Done: "done",
+		dedup.Busy: "busy", dedup.Conflict: "conflict", dedup.Outcome(0): "outcome(0)",
+	} {
+		require.Equal(t, want, o.String())
+	}
+}
+
+func TestRecordLeaseExpired(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	pending := dedup.Record{Status: intent.StatusPending, LeaseUntil: now}
+	require.True(t, pending.LeaseExpired(now))
+	require.False(t, pending.LeaseExpired(now.Add(-time.Nanosecond)))
+	done := dedup.Record{Status: intent.StatusCompleted}
+	require.False(t, done.LeaseExpired(now))
+}
+
+// TestSentinels checks every sentinel's prefix and that wrapping keeps it matchable.
+func TestSentinels(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{
+		dedup.ErrNotFound, dedup.ErrLeaseLost, dedup.ErrLeaseDone, dedup.ErrRevisionMismatch,
+		dedup.ErrReleased, dedup.ErrContended, dedup.ErrInvalid,
+	} {
+		require.True(t, strings.HasPrefix(err.Error(), "dedup: "), err.Error())
+		require.True(t, errors.Is(fmt.Errorf("claim k: %w", err), err))
+	}
+}

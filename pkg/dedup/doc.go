@@ -1,0 +1,68 @@
+// Package dedup is the idempotency ledger: one record per operation key in a
+// JetStream KV bucket, through which workers agree on who fires an effect and
+// every caller gets the recorded answer.
+//
+// # Using it
+//
+// A worker claims the key of each intent it handles:
+//
+//	res, err := ledger.Claim(ctx, dedup.ClaimRequest{Key: id.Key, Fingerprint: id.Fingerprint, Holder: workerID})
+//	switch res.Outcome {
+//	case dedup.Acquired, dedup.TookOver: // fire the effect, then res.Lease.Complete / Fail / Release
+//	case dedup.Done:                     // replay res.Record
+//	case dedup.Busy:                     // ledger.Wait(ctx, key), then answer or claim again
+//	case dedup.Conflict:                 // answer "conflict"; never fire, never replay
+//	}
+//
+// A duplicate is a result, not an error.
+//
+// # Guarantees
+//
+//   - At most one claimant holds a key at a time. Claim is a create-only write
+//     (exactly one concurrent creator wins); a takeover of an expired lease is a
+//     compare-and-set on the record's revision (exactly one taker wins).
+//   - The revision is a fencing token: Extend, Complete, Fail and Release are
+//     compare-and-set on the lease's revision, so a holder that lost its lease
+//     gets ErrLeaseLost and cannot overwrite the new holder's record.
+//   - Decisions are taken on the outcome of the claim's own write, on a watch,
+//     or on a read answered by the bucket's stream leader (Ledger.Get) — never
+//     on a plain kv.Get, which a follower of a replicated bucket may answer
+//     without an acknowledged write.
+//   - A key with a different fingerprint is a Conflict: never fired, never
+//     replayed.
+//
+// The effect therefore fires at most once per key, except in one window: a
+// holder that fires the effect and then vanishes (crash, partition, a pause
+// past its lease) before Complete lets the next claimant take over and fire
+// again. That window is closed downstream: every effect forwards the key (an
+// Idempotency-Key header, an SMTP Message-ID) so a keyed service absorbs the
+// repeat; or, for tools whose policy says so, the worker moves an abandoned
+// record to uncertain (Ledger.Transition) instead of taking it over. Leases
+// are judged by the claimant's clock, so clocks should agree to well within a
+// lease. Records live for the bucket's TTL after their last write.
+//
+// # Record states
+//
+//	                 Claim (create)
+//	   (no record) ─────────────────▶ pending ─── Complete ──▶ completed
+//	                                  │  │  ▲  ╲
+//	                                  │  │  │   ╲── Fail ────▶ failed
+//	        Release (transient        │  │  │
+//	        failure): no holder,      │  │  └── Claim after lease_until:
+//	        lease_until = now,  ◀─────┘  │      TookOver (attempt+1, new holder),
+//	        attempts kept; the next      │      or Acquired after a Release
+//	        Claim is Acquired            │
+//	                                     └── abandoned, policy: ──▶ uncertain  ¹
+//
+//	   awaiting_approval ¹ ──▶ approved ¹ ──▶ (fired by the worker) ──▶ completed | failed
+//	                     └───▶ denied ¹
+//
+//	¹ driven by the worker through Ledger.Transition; this package does not
+//	  move a record into or out of these states by itself.
+//
+// completed, failed, denied, awaiting_approval and uncertain are answered
+// (Claim reports Done, Wait returns them); pending and approved are not
+// (Claim reports Busy, Wait keeps watching). After Release the record stays
+// pending with no holder and its attempts count, so the next claim is Acquired
+// with attempt+1 and the count of invocations survives transient failures.
+package dedup

@@ -1,0 +1,36 @@
+package dedup
+
+import "errors"
+
+// Sentinel errors. Match them with errors.Is; the package wraps them with the
+// key and operation they concern.
+var (
+	// ErrNotFound: the key has no record (it never existed, was released, or
+	// aged out of the bucket).
+	ErrNotFound = errors.New("dedup: record not found")
+
+	// ErrLeaseLost: a lease write found another revision than the lease's own,
+	// so another claimant took the record over (or it was moved on). The
+	// write did not happen; the new holder's record is intact.
+	ErrLeaseLost = errors.New("dedup: lease lost")
+
+	// ErrLeaseDone: the lease was already completed, failed or released by
+	// its holder; it cannot be used again.
+	ErrLeaseDone = errors.New("dedup: lease already finished")
+
+	// ErrRevisionMismatch: a Transition's expected revision is not the
+	// record's latest; re-read the record and decide again.
+	ErrRevisionMismatch = errors.New("dedup: revision mismatch")
+
+	// ErrReleased: while waiting, the record was deleted or purged (by an
+	// operator or the bucket's TTL); claim again to retry the operation.
+	ErrReleased = errors.New("dedup: record released")
+
+	// ErrContended: the record kept changing underneath a claim for
+	// maxClaimRounds rounds; the claim may be retried later.
+	ErrContended = errors.New("dedup: record changed too often during claim")
+
+	// ErrInvalid: an argument or configuration is invalid; the message says
+	// which and how to fix it.
+	ErrInvalid = errors.New("dedup: invalid argument")
+)

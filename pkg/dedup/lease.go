@@ -1,0 +1,127 @@
+package dedup
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// Lease is a claimant's hold on one key, returned by Claim for Acquired and
+// TookOver. Its fencing token is the record's revision: every write is a
+// compare-and-set on it, so a holder whose lease was taken over cannot
+// overwrite the new holder's record. A Lease is safe for concurrent use (for
+// example a heartbeat calling Extend while the effect runs); its writes are
+// serialised.
+type Lease struct {
+	ledger *Ledger
+	key    string
+
+	mu   sync.Mutex
+	rev  uint64
+	rec  Record
+	done bool // completed, failed or released
+}
+
+// Key returns the key the lease holds.
+func (ls *Lease) Key() string { return ls.key }
+
+// Revision returns the revision of the lease's latest write: its fencing token.
+func (ls *Lease) Revision() uint64 {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.rev
+}
+
+// Record returns the record as the lease last wrote it.
+func (ls *Lease) Record() Record {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.rec
+}
+
+// Extend moves the lease deadline to d from now. Call it well before the
+// deadline: once it has passed, another claimant may take the record over.
+// It returns an error matching ErrLeaseLost if that happened, ErrLeaseDone
+// after Complete, Fail or Release, or ErrInvalid for d <= 0.
+func (ls *Lease) Extend(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%w: extend %s: duration %s: use a positive duration", ErrInvalid, ls.key, d)
+	}
+	_, err := ls.write(ctx, "extend", func(r *Record, now time.Time) {
+		r.LeaseUntil = now.Add(d)
+	}, false)
+	return err
+}
+
+// Complete records the effect's result: the record becomes completed and is
+// replayed to every later claimant and waiter. attempts is how many times the
+// effect was invoked for this key, retries included. It returns the written
+// record, or an error matching ErrLeaseLost or ErrLeaseDone.
+func (ls *Lease) Complete(ctx context.Context, result json.RawMessage, attempts int) (Record, error) {
+	return ls.write(ctx, "complete", func(r *Record, now time.Time) {
+		r.Status = intent.StatusCompleted
+		r.Result = result
+		r.Error = nil
+		r.Attempts = attempts
+		r.LeaseUntil = time.Time{}
+		r.CompletedAt = now
+	}, true)
+}
+
+// Fail records a permanent failure: the record becomes failed and is replayed
+// like a result; the effect is not fired again for this key. For a transient
+// failure use Release. It returns the written record, or an error matching
+// ErrLeaseLost or ErrLeaseDone.
+func (ls *Lease) Fail(ctx context.Context, e intent.Error, attempts int) (Record, error) {
+	return ls.write(ctx, "fail", func(r *Record, now time.Time) {
+		r.Status = intent.StatusFailed
+		r.Result = nil
+		r.Error = &e
+		r.Attempts = attempts
+		r.LeaseUntil = time.Time{}
+		r.CompletedAt = now
+	}, true)
+}
+
+// Release gives the key up after a transient failure, so that a retry may
+// claim it: the record stays pending, with no holder, a lease deadline of now
+// and attempts (the effect's invocations so far) kept — the next Claim is
+// Acquired with attempt+1 and sees the count. Waiters see the lease expire and
+// claim the key. It returns an error matching ErrLeaseLost if the lease was
+// taken over, or ErrLeaseDone.
+func (ls *Lease) Release(ctx context.Context, attempts int) error {
+	_, err := ls.write(ctx, "release", func(r *Record, now time.Time) {
+		r.Holder = ""
+		r.LeaseUntil = now
+		r.Attempts = attempts
+	}, true)
+	return err
+}
+
+// write applies change to a copy of the lease's record and writes it by
+// compare-and-set on the lease's revision; final marks the lease done.
+func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time.Time), final bool) (Record, error) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.done {
+		return Record{}, fmt.Errorf("%s %s: %w", op, ls.key, ErrLeaseDone)
+	}
+	now := ls.ledger.clock()
+	next := ls.rec
+	change(&next, now)
+	next.UpdatedAt = now
+	rev, err := ls.ledger.cas(ctx, ls.key, ls.rev, next)
+	if errors.Is(err, ErrRevisionMismatch) {
+		return Record{}, fmt.Errorf("%s %s: %w", op, ls.key, ErrLeaseLost)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("%s %s: %w", op, ls.key, err)
+	}
+	ls.rev, ls.rec, ls.done = rev, next, final
+	return next, nil
+}

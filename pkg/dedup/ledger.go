@@ -1,0 +1,279 @@
+package dedup
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// defaultTimeout bounds a leader read whose ctx has no deadline, like the
+// jetstream package's own API calls.
+const defaultTimeout = 5 * time.Second
+
+// settleTimeout bounds the leader read that resolves an ambiguous write (one
+// whose acknowledgement was lost), even when the caller's ctx is done.
+const settleTimeout = 2 * time.Second
+
+// Ledger is the record store of operation keys: claim, lease, complete, fail,
+// release, wait and read. It is safe for concurrent use. Build it with New or
+// Open.
+type Ledger struct {
+	kv        jetstream.KeyValue
+	nc        *nats.Conn
+	getSubj   string // JetStream API subject of a (leader) message get on the bucket's stream
+	keyPrefix string // "$KV.<bucket>."
+	timeout   time.Duration
+	now       func() time.Time
+}
+
+// Option adjusts a Ledger built by New or Open.
+type Option func(*Ledger)
+
+// WithClock makes the ledger read the time from now instead of time.Now. The
+// clock sets lease deadlines and decides whether a lease has expired.
+func WithClock(now func() time.Time) Option {
+	return func(l *Ledger) { l.now = now }
+}
+
+// New returns a Ledger over kv, a bucket of js (typically one EnsureBucket
+// returned). js provides the connection and API prefix (or domain) for leader
+// reads: decisions are never taken on a plain kv.Get, which a follower of a
+// replicated bucket may answer without an acknowledged write. Mirrored or
+// sourced buckets are not supported.
+func New(js jetstream.JetStream, kv jetstream.KeyValue, opts ...Option) (*Ledger, error) {
+	if js == nil || kv == nil {
+		return nil, fmt.Errorf("%w: new ledger: js and kv must not be nil", ErrInvalid)
+	}
+	jo := js.Options()
+	prefix := jetstream.DefaultAPIPrefix
+	switch {
+	case jo.APIPrefix != "":
+		prefix = jo.APIPrefix
+		if !strings.HasSuffix(prefix, ".") {
+			prefix += "."
+		}
+	case jo.Domain != "":
+		prefix = "$JS." + jo.Domain + ".API."
+	}
+	timeout := jo.DefaultTimeout
+	if timeout <= 0 {
+		timeout = defaultTimeout
+	}
+	l := &Ledger{
+		kv:        kv,
+		nc:        js.Conn(),
+		getSubj:   prefix + "STREAM.MSG.GET.KV_" + kv.Bucket(),
+		keyPrefix: "$KV." + kv.Bucket() + ".",
+		timeout:   timeout,
+		now:       time.Now,
+	}
+	for _, opt := range opts {
+		opt(l)
+	}
+	return l, nil
+}
+
+// Open ensures the bucket described by cfg (see EnsureBucket) and returns a
+// Ledger over it.
+func Open(ctx context.Context, js jetstream.JetStream, cfg BucketConfig, opts ...Option) (*Ledger, error) {
+	kv, err := EnsureBucket(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return New(js, kv, opts...)
+}
+
+// Bucket returns the name of the ledger's KV bucket.
+func (l *Ledger) Bucket() string { return l.kv.Bucket() }
+
+// Get reads key's record and revision from the bucket's stream leader, so it
+// sees every acknowledged write. It returns an error matching ErrNotFound when
+// the key has no record (or only a delete marker).
+func (l *Ledger) Get(ctx context.Context, key string) (Record, uint64, error) {
+	e, err := l.read(ctx, key)
+	if err != nil {
+		return Record{}, 0, fmt.Errorf("get %s: %w", key, err)
+	}
+	if !e.live() {
+		return Record{}, 0, fmt.Errorf("get %s: %w", key, ErrNotFound)
+	}
+	rec, err := unmarshalRecord(e.data)
+	if err != nil {
+		return Record{}, 0, fmt.Errorf("get %s: decode record at revision %d: %w", key, e.rev, err)
+	}
+	return rec, e.rev, nil
+}
+
+// Transition replaces key's record with rec if the record's latest revision is
+// still rev, and returns the new revision. It sets rec.UpdatedAt to the current
+// time. Use it for the states the worker drives (awaiting_approval, approved,
+// denied, uncertain). A stale rev gives an error matching ErrRevisionMismatch
+// and writes nothing.
+func (l *Ledger) Transition(ctx context.Context, key string, rev uint64, rec Record) (uint64, error) {
+	rec.UpdatedAt = l.clock()
+	newRev, err := l.cas(ctx, key, rev, rec)
+	if err != nil {
+		return 0, fmt.Errorf("transition %s to %s: %w", key, rec.Status, err)
+	}
+	return newRev, nil
+}
+
+// cas writes rec over revision rev. A stale revision gives ErrRevisionMismatch.
+// A write whose outcome is unknown (its acknowledgement was lost) is settled by
+// a leader read: if the latest value is exactly what was written, it succeeded.
+func (l *Ledger) cas(ctx context.Context, key string, rev uint64, rec Record) (uint64, error) {
+	data, err := rec.marshal()
+	if err != nil {
+		return 0, err
+	}
+	for try := 0; ; try++ {
+		newRev, err := l.kv.Update(ctx, key, data, rev)
+		switch {
+		case err == nil:
+			return newRev, nil
+		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
+			// The mismatch is tested first: on R1 it also matches
+			// ErrKeyExists; both mean the write was refused.
+			if l.retryCAS(ctx, key, rev, err, try) {
+				continue
+			}
+			return 0, ErrRevisionMismatch
+		}
+		if got, ok := l.settle(ctx, key, rev, data); ok {
+			return got, nil
+		}
+		return 0, err
+	}
+}
+
+// maxCASRetries bounds the retries of a refused compare-and-set whose
+// revision is still the latest (see retryCAS).
+const maxCASRetries = 6
+
+// retryCAS reports whether a compare-and-set on rev refused with err should be
+// tried again, after a short pause. A replicated stream refuses a
+// compare-and-set on a key whose previous write is still in process, with the
+// constant "wrong last sequence" error (10164), even when rev is right — just
+// after that write was acknowledged, too. So when the leader still has rev as
+// the latest revision, the refusal is not a lost race and the write is
+// retried; the retry is itself a compare-and-set, so it cannot overwrite
+// another writer.
+func (l *Ledger) retryCAS(ctx context.Context, key string, rev uint64, err error, try int) bool {
+	var apiErr *jetstream.APIError
+	if try >= maxCASRetries || !errors.As(err, &apiErr) ||
+		apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant {
+		return false
+	}
+	e, rerr := l.read(ctx, key)
+	if rerr != nil || e.rev != rev {
+		return false
+	}
+	t := time.NewTimer(time.Millisecond << try)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// settle resolves a write of data over rev whose outcome is unknown: it
+// reports the new revision and true if the leader's latest value is data.
+func (l *Ledger) settle(ctx context.Context, key string, rev uint64, data []byte) (uint64, bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	e, err := l.read(ctx, key)
+	if err != nil || !e.live() || e.rev <= rev || !bytes.Equal(e.data, data) {
+		return 0, false
+	}
+	return e.rev, true
+}
+
+// entry is the latest message of a key, as the stream leader has it.
+type entry struct {
+	rev     uint64 // stream sequence; 0 when the subject has no message
+	data    []byte
+	deleted bool // a delete or purge marker
+}
+
+func (e entry) live() bool { return e.rev != 0 && !e.deleted }
+
+type msgGetRequest struct {
+	LastBySubject string `json:"last_by_subj"`
+}
+
+type msgGetResponse struct {
+	Error   *jetstream.APIError `json:"error,omitempty"`
+	Message *struct {
+		Subject  string `json:"subject"`
+		Sequence uint64 `json:"seq"`
+		Header   []byte `json:"hdrs,omitempty"`
+		Data     []byte `json:"data,omitempty"`
+	} `json:"message,omitempty"`
+}
+
+// read fetches key's latest message with a plain (non-direct) JetStream
+// message-get request, which only the stream leader answers.
+func (l *Ledger) read(ctx context.Context, key string) (entry, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
+	req, err := json.Marshal(msgGetRequest{LastBySubject: l.keyPrefix + key})
+	if err != nil {
+		return entry{}, err
+	}
+	msg, err := l.nc.RequestWithContext(ctx, l.getSubj, req)
+	if err != nil {
+		return entry{}, fmt.Errorf("leader read: %w", err)
+	}
+	var resp msgGetResponse
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return entry{}, fmt.Errorf("leader read: decode response: %w", err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+			return entry{}, nil
+		}
+		return entry{}, fmt.Errorf("leader read: %w", resp.Error)
+	}
+	if resp.Message == nil {
+		return entry{}, fmt.Errorf("leader read: %w", jetstream.ErrInvalidJetStreamResponse)
+	}
+	e := entry{rev: resp.Message.Sequence, data: resp.Message.Data}
+	if len(resp.Message.Header) > 0 {
+		hdr, err := nats.DecodeHeadersMsg(resp.Message.Header)
+		if err != nil {
+			return entry{}, fmt.Errorf("leader read: decode headers: %w", err)
+		}
+		e.deleted = isDeleteMarker(hdr)
+	}
+	return e, nil
+}
+
+// isDeleteMarker reports whether a KV message's headers mark a delete or
+// purge (by the client, or a server-placed subject delete marker).
+func isDeleteMarker(hdr nats.Header) bool {
+	switch hdr.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return true
+	}
+	switch hdr.Get(jetstream.MarkerReasonHeader) {
+	case "MaxAge", "Purge", "Remove":
+		return true
+	}
+	return false
+}
+
+// clock returns the ledger's current time in UTC, as records store it (and
+// without a monotonic reading, so a record compares equal to its decoding).
+func (l *Ledger) clock() time.Time { return l.now().UTC() }

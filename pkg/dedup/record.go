@@ -1,0 +1,73 @@
+package dedup
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// Record is the ledger record of one key, stored as JSON in the ledger bucket.
+// The record's KV revision (returned next to it) is its fencing token: every
+// change is a compare-and-set on the revision it was read at.
+type Record struct {
+	// Status is the record's state; see the package documentation's diagram.
+	Status intent.Status `json:"status"`
+	// Tool is the tool the key belongs to.
+	Tool string `json:"tool,omitempty"`
+	// Fingerprint identifies the operation's full arguments. A claim with the
+	// same key and another fingerprint is a conflict.
+	Fingerprint string `json:"fingerprint"`
+	// Holder identifies the claimant that holds (or last held) the lease;
+	// empty once the holder released the key after a transient failure.
+	Holder string `json:"holder,omitempty"`
+	// LeaseUntil is the deadline of the holder's lease; after it another
+	// claimant may take a pending record over. Zero when no lease is held.
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	// Attempt counts claims of the key, takeovers included; 1-based.
+	Attempt int `json:"attempt"`
+	// Attempts counts invocations of the effect for this key, retries
+	// included, as reported by the holder.
+	Attempts int `json:"attempts"`
+	// Result is the effect's result, set when Status is completed.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Error is the permanent error, set when Status is failed (or denied).
+	Error *intent.Error `json:"error,omitempty"`
+	// IntentSeq is the stream sequence of the intent message whose handling
+	// made the latest claim.
+	IntentSeq uint64 `json:"intent_seq,omitempty"`
+	// CallID is the caller's informational call id of the claiming intent.
+	CallID string `json:"call_id,omitempty"`
+	// CreatedAt is when the key was first claimed.
+	CreatedAt time.Time `json:"created_at"`
+	// UpdatedAt is when the record was last written.
+	UpdatedAt time.Time `json:"updated_at"`
+	// CompletedAt is when the record reached completed or failed; zero before.
+	CompletedAt time.Time `json:"completed_at,omitzero"`
+}
+
+// LeaseExpired reports whether r is unanswered and its lease deadline is not
+// after now, so that a claimant may take it over. An answered record (see
+// intent.Status.Answered) never has an expired lease.
+func (r Record) LeaseExpired(now time.Time) bool {
+	if r.Status.Answered() {
+		return false
+	}
+	return !now.Before(r.LeaseUntil)
+}
+
+// Released reports whether r was given up by its holder after a transient
+// failure (Lease.Release): pending, with no holder.
+func (r Record) Released() bool {
+	return r.Status == intent.StatusPending && r.Holder == ""
+}
+
+func (r Record) marshal() ([]byte, error) {
+	return json.Marshal(r)
+}
+
+func unmarshalRecord(data []byte) (Record, error) {
+	var r Record
+	err := json.Unmarshal(data, &r)
+	return r, err
+}

@@ -1,0 +1,107 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// errWatchClosed reports that the watch ended without an answer (for example
+// the connection closed).
+var errWatchClosed = errors.New("watch closed")
+
+// Wait watches key until its record is worth answering with and returns that
+// record and its revision. The watch is pushed by the server (no polling) and
+// may start before the key exists; a record that does not exist yet is waited
+// for. Wait returns:
+//
+//   - the record, once its status is answered (intent.Status.Answered);
+//   - the pending record, once its lease deadline passes (confirmed by a
+//     leader read): the caller claims the key to take it over;
+//   - the pending record with no holder, once its holder released it after a
+//     transient failure (its lease deadline is the release time): the caller
+//     claims the key;
+//   - an error matching ErrReleased when the record is deleted or purged (by
+//     an operator, or by the bucket's TTL), including when the latest entry
+//     is already a delete marker; the leader confirms the deletion, so a
+//     lagging replica's stale marker does not end the wait;
+//   - ctx.Err() (wrapped) when ctx is done.
+//
+// The watch is stopped on every path.
+func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
+	w, err := l.kv.Watch(ctx, key)
+	if err != nil {
+		return Record{}, 0, fmt.Errorf("wait %s: %w", key, err)
+	}
+	defer func() { _ = w.Stop() }()
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+
+	var lastRev uint64 // revision of the latest unanswered record seen
+	for {
+		select {
+		case <-ctx.Done():
+			return Record{}, 0, fmt.Errorf("wait %s: %w", key, ctx.Err())
+		case <-timer.C:
+			// Confirm the expiry with the leader: the watch may lag behind
+			// an extension or an answer.
+			cur, rev, err := l.Get(ctx, key)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				return Record{}, 0, fmt.Errorf("wait %s: %w", key, ErrReleased)
+			case err != nil:
+				return Record{}, 0, fmt.Errorf("wait %s: %w", key, err)
+			case rev <= lastRev || cur.Status.Answered() || cur.LeaseExpired(l.clock()):
+				return cur, rev, nil
+			}
+			lastRev = rev
+			timer.Reset(max(cur.LeaseUntil.Sub(l.clock()), 0))
+		case e, ok := <-w.Updates():
+			if !ok {
+				return Record{}, 0, fmt.Errorf("wait %s: %w", key, errWatchClosed)
+			}
+			if e == nil {
+				continue // end of the initial values
+			}
+			if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
+				// A watch served by a lagging replica may show a delete marker
+				// the key has moved past; only the leader can confirm it.
+				live, err := l.liveAfter(ctx, key, e.Revision())
+				if err != nil {
+					return Record{}, 0, fmt.Errorf("wait %s: %w", key, err)
+				}
+				if !live {
+					return Record{}, 0, fmt.Errorf("wait %s: %w", key, ErrReleased)
+				}
+				continue // the newer record is on its way through the watch
+			}
+			rec, err := unmarshalRecord(e.Value())
+			if err != nil {
+				return Record{}, 0, fmt.Errorf("wait %s: decode record at revision %d: %w", key, e.Revision(), err)
+			}
+			if rec.Status.Answered() {
+				return rec, e.Revision(), nil
+			}
+			lastRev = e.Revision()
+			timer.Stop()
+			if !rec.LeaseUntil.IsZero() {
+				timer.Reset(max(rec.LeaseUntil.Sub(l.clock()), 0))
+			}
+		}
+	}
+}
+
+// liveAfter reports whether the leader holds a live record for key newer than
+// revision rev.
+func (l *Ledger) liveAfter(ctx context.Context, key string, rev uint64) (bool, error) {
+	e, err := l.read(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	return e.live() && e.rev > rev, nil
+}
