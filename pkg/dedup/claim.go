@@ -24,8 +24,9 @@ type Outcome int
 
 // Claim outcomes.
 const (
-	// Acquired: nobody held the key — it had no record, or its holder released
-	// it after a transient failure — and the caller now holds the lease.
+	// Acquired: nobody held the key — it had no record, its holder released
+	// it after a transient failure, or an operator approved it — and the
+	// caller now holds the lease.
 	Acquired Outcome = iota + 1
 	// TookOver: the key's pending record had an expired lease; the caller
 	// replaced its holder by compare-and-set and holds the lease. The previous
@@ -196,8 +197,10 @@ func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest) (res ClaimRes
 		existing.Outcome = Conflict
 	case cur.Status.Answered():
 		existing.Outcome = Done
-	case cur.Status == intent.StatusPending && cur.LeaseExpired(now):
+	case cur.Status == intent.StatusApproved,
+		cur.Status == intent.StatusPending && cur.LeaseExpired(now):
 		next := cur
+		next.Status = intent.StatusPending
 		next.Holder = req.Holder
 		next.LeaseUntil = now.Add(req.Lease)
 		next.Attempt = cur.Attempt + 1
@@ -205,8 +208,11 @@ func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest) (res ClaimRes
 		next.CallID = req.CallID
 		next.UpdatedAt = now
 		outcome := TookOver
-		if cur.Released() {
-			outcome = Acquired // nobody held it: a retry after a transient failure
+		if cur.Released() || cur.Status == intent.StatusApproved {
+			// Nobody held it: a retry after a transient failure, or the
+			// firing of an approved operation (the approval stays in the
+			// record for the claimant to check).
+			outcome = Acquired
 		}
 		rev, err := l.cas(ctx, req.Key, e.rev, next)
 		switch {

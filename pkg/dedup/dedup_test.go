@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -476,6 +477,102 @@ var suite = []struct {
 	{"GetMissingIsNotFound", func(t *testing.T, b *testBundle) {
 		_, _, err := b.ledger.Get(b.ctx, b.key)
 		require.ErrorIs(t, err, dedup.ErrNotFound)
+	}},
+	{"ApprovalFiresOnce", func(t *testing.T, b *testBundle) {
+		ls := b.acquire(t, "w1")
+		ch := b.waitAsync(b.ctx, b.ledgers[1])
+		parked, err := ls.AwaitApproval(b.ctx, json.RawMessage(`{"tool":"send_email","args":{}}`))
+		require.NoError(t, err)
+		require.Equal(t, intent.StatusAwaitingApproval, parked.Status)
+		r := receive(t, ch)
+		require.NoError(t, r.err)
+		require.Equal(t, intent.StatusAwaitingApproval, r.rec.Status, "waiters are answered awaiting_approval")
+
+		dup, err := b.ledgers[2].Claim(b.ctx, b.req("w2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Done, dup.Outcome, "a duplicate is answered, not fired")
+
+		_, _, err = b.ledger.Approve(b.ctx, b.key, "fp-other", "ops", "", time.Hour)
+		require.ErrorIs(t, err, dedup.ErrFingerprintMismatch)
+		// Two approvals racing: both succeed, one write.
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rec, _, err := b.ledgers[i].Approve(b.ctx, b.key, "fp-1", "ops", "ok", time.Hour)
+				assert.NoError(t, err)
+				assert.Equal(t, intent.StatusApproved, rec.Status)
+			}()
+		}
+		wg.Wait()
+		// Several workers claim the approved key: exactly one may fire.
+		results := make([]dedup.ClaimResult, 4)
+		for i := range results {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := b.ledgers[i].Claim(b.ctx, b.req(fmt.Sprintf("w%d", i)))
+				assert.NoError(t, err)
+				results[i] = res
+			}()
+		}
+		wg.Wait()
+		winners := 0
+		for _, res := range results {
+			if res.Outcome == dedup.Acquired {
+				winners++
+				require.True(t, res.Record.Approved(time.Now()), "the approval travels with the lease")
+				require.JSONEq(t, `{"tool":"send_email","args":{}}`, string(res.Record.Intent))
+			} else {
+				require.Equal(t, dedup.Busy, res.Outcome)
+			}
+		}
+		require.Equal(t, 1, winners)
+		_, _, err = b.ledger.Deny(b.ctx, b.key, "ops", "too late")
+		require.ErrorIs(t, err, dedup.ErrWrongState, "a firing operation cannot be denied")
+	}},
+	{"DenyAnswersDenied", func(t *testing.T, b *testBundle) {
+		ls := b.acquire(t, "w1")
+		_, err := ls.AwaitApproval(b.ctx, json.RawMessage(`{}`))
+		require.NoError(t, err)
+		rec, _, err := b.ledgers[1].Deny(b.ctx, b.key, "ops", "not this customer")
+		require.NoError(t, err)
+		require.Equal(t, intent.StatusDenied, rec.Status)
+		require.Equal(t, &intent.Error{Code: intent.CodeDenied, Message: "denied by ops: not this customer"}, rec.Error)
+		res, err := b.ledgers[2].Claim(b.ctx, b.req("w2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Done, res.Outcome)
+		_, _, err = b.ledger.Approve(b.ctx, b.key, "", "ops", "", time.Hour)
+		require.ErrorIs(t, err, dedup.ErrWrongState)
+		_, _, err = b.ledger.Deny(b.ctx, "no.such.key", "", "")
+		require.ErrorIs(t, err, dedup.ErrNotFound)
+	}},
+	{"HoldThenResolve", func(t *testing.T, b *testBundle) {
+		b.acquire(t, "w0")
+		took, err := b.at(2*time.Minute).Claim(b.ctx, b.req("w1"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.TookOver, took.Outcome)
+		held, err := took.Lease.Hold(b.ctx, "holder w0 vanished mid-effect")
+		require.NoError(t, err)
+		require.Equal(t, intent.StatusUncertain, held.Status)
+		res, err := b.ledgers[1].Claim(b.ctx, b.req("w2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Done, res.Outcome, "uncertain is answered, never fired again on its own")
+
+		ch := b.waitAsync(b.ctx, b.ledgers[2])
+		require.Equal(t, intent.StatusUncertain, receive(t, ch).rec.Status)
+		_, _, err = b.ledger.Resolve(b.ctx, b.key, true, json.RawMessage(`{"x`), "ops", "")
+		require.ErrorIs(t, err, dedup.ErrInvalid)
+		rec, _, err := b.ledger.Resolve(b.ctx, b.key, true, json.RawMessage(`{"sent":true}`), "ops", "provider says delivered")
+		require.NoError(t, err)
+		require.Equal(t, intent.StatusCompleted, rec.Status)
+		got, _, err := b.ledgers[3].Get(b.ctx, b.key)
+		require.NoError(t, err)
+		require.JSONEq(t, `{"sent":true}`, string(got.Result))
+		require.Equal(t, "resolve", got.Decision.Op)
+		_, _, err = b.ledger.Resolve(b.ctx, b.key, false, nil, "ops", "")
+		require.ErrorIs(t, err, dedup.ErrWrongState, "only uncertain records are resolved")
 	}},
 	{"TransitionIsCAS", func(t *testing.T, b *testBundle) {
 		ls := b.acquire(t, "w1")

@@ -30,6 +30,15 @@ var (
 	// maxClaimRounds rounds; the claim may be retried later.
 	ErrContended = errors.New("dedup: record changed too often during claim")
 
+	// ErrWrongState: an operator decision does not apply to the record's
+	// status (approving a completed operation, resolving one that is not
+	// uncertain); the record is unchanged.
+	ErrWrongState = errors.New("dedup: decision does not apply to the record's status")
+
+	// ErrFingerprintMismatch: an approval names another fingerprint than the
+	// record's: the operator approved other arguments.
+	ErrFingerprintMismatch = errors.New("dedup: approval is for other arguments")
+
 	// ErrInvalid: an argument or configuration is invalid; the message says
 	// which and how to fix it.
 	ErrInvalid = errors.New("dedup: invalid argument")

@@ -103,6 +103,32 @@ func (ls *Lease) Release(ctx context.Context, attempts int) error {
 	return err
 }
 
+// AwaitApproval parks the operation until an operator decides: the record
+// becomes awaiting_approval, keeps envelope (the intent, to fire on approval)
+// and gives up the lease. Callers are answered awaiting_approval. It returns
+// the written record, or an error matching ErrLeaseLost or ErrLeaseDone.
+func (ls *Lease) AwaitApproval(ctx context.Context, envelope json.RawMessage) (Record, error) {
+	return ls.write(ctx, "await approval", func(r *Record, now time.Time) {
+		r.Status = intent.StatusAwaitingApproval
+		r.Intent = envelope
+		r.Holder = ""
+		r.LeaseUntil = time.Time{}
+	}, true)
+}
+
+// Hold moves an abandoned operation to uncertain instead of firing it again:
+// its previous holder may or may not have fired the effect, and only an
+// operator can tell (Ledger.Resolve). It returns the written record, or an
+// error matching ErrLeaseLost or ErrLeaseDone.
+func (ls *Lease) Hold(ctx context.Context, reason string) (Record, error) {
+	return ls.write(ctx, "hold", func(r *Record, now time.Time) {
+		r.Status = intent.StatusUncertain
+		r.Error = &intent.Error{Code: intent.CodeUncertain, Message: reason}
+		r.Holder = ""
+		r.LeaseUntil = time.Time{}
+	}, true)
+}
+
 // write applies change to a copy of the lease's record and writes it by
 // compare-and-set on the lease's revision; final marks the lease done.
 func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time.Time), final bool) (Record, error) {

@@ -38,6 +38,12 @@ type Record struct {
 	IntentSeq uint64 `json:"intent_seq,omitempty"`
 	// CallID is the caller's informational call id of the claiming intent.
 	CallID string `json:"call_id,omitempty"`
+	// Intent is the intent envelope (JSON), kept while the operation awaits
+	// approval so that an approval can fire it.
+	Intent json.RawMessage `json:"intent,omitempty"`
+	// Decision is the latest operator decision on the key: an approval, a
+	// denial, or the resolution of an uncertain outcome.
+	Decision *Decision `json:"decision,omitempty"`
 	// CreatedAt is when the key was first claimed.
 	CreatedAt time.Time `json:"created_at"`
 	// UpdatedAt is when the record was last written.
@@ -54,6 +60,25 @@ func (r Record) LeaseExpired(now time.Time) bool {
 		return false
 	}
 	return !now.Before(r.LeaseUntil)
+}
+
+// Decision is an operator's decision on a key, as recorded.
+type Decision struct {
+	// Op is approve, deny or resolve (intent.ControlApprove, ...).
+	Op string `json:"op"`
+	// By names the operator, as given.
+	By string `json:"by,omitempty"`
+	// Reason is the operator's reason, as given.
+	Reason string `json:"reason,omitempty"`
+	// At is when the decision was recorded.
+	At time.Time `json:"at"`
+	// Until is when an approval lapses if the firing has not started.
+	Until time.Time `json:"until,omitzero"`
+}
+
+// Approved reports whether r carries an approval still valid at now.
+func (r Record) Approved(now time.Time) bool {
+	return r.Decision != nil && r.Decision.Op == intent.ControlApprove && now.Before(r.Decision.Until)
 }
 
 // Released reports whether r was given up by its holder after a transient

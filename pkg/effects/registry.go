@@ -31,7 +31,7 @@ var (
 
 // toolFields are the fields every tool has; no effect kind may take one of
 // these names, since a kind's settings live under a field named after it.
-var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease"}
+var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease", "class", "ledger", "approval", "approval_ttl", "on_abandoned"}
 
 // Tool is one configured tool: how its keys are derived, how long a holder
 // owns a key, and the effect that fires.
@@ -50,6 +50,9 @@ type Tool struct {
 	// waits included, when the effect declares one (see Bounded); 0 when
 	// unknown.
 	MaxDuration time.Duration
+	// Policy is how the workers treat the tool's intents: class, ledger,
+	// approval, abandoned leases. Default DefaultPolicy().
+	Policy Policy
 	// Effect is what fires.
 	Effect Effect
 }
@@ -122,7 +125,8 @@ type Registry struct {
 
 // NewRegistry builds a registry from tools built in code (tests, embedding).
 // Each tool needs a valid, unique Name and an Effect; a zero Lease becomes
-// DefaultLease. The tools are used as given, not copied.
+// DefaultLease and a zero Policy DefaultPolicy(). The tools are used as given,
+// not copied.
 func NewRegistry(tools ...*Tool) (*Registry, error) {
 	r := &Registry{tools: make(map[string]*Tool, len(tools))}
 	var errs []error
@@ -142,6 +146,9 @@ func NewRegistry(tools ...*Tool) (*Registry, error) {
 		}
 		if t.Lease == 0 {
 			t.Lease = DefaultLease
+		}
+		if t.Policy == (Policy{}) {
+			t.Policy = DefaultPolicy()
 		}
 		if b, ok := t.Effect.(Bounded); ok && t.MaxDuration == 0 {
 			t.MaxDuration = b.MaxDuration()
@@ -345,6 +352,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
 		t.KeySpec.Window = w
 	}
 
+	t.Policy = parsePolicy(s)
 	t.Lease = s.Duration("lease", DefaultLease)
 	if t.Lease < MinLease {
 		s.Invalid("lease", fmt.Sprintf("%s is under the minimum of %s", formatDuration(t.Lease), MinLease), "write e.g. lease: 30s")

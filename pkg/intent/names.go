@@ -26,12 +26,14 @@ type Names struct {
 	Prefix        string // as given, e.g. "IDEM"
 	Stream        string // "IDEM_INTENTS"
 	Subjects      string // "idem.intents.>"
+	Control       string // "idem.control.>": operator decisions (approve, deny, resolve)
 	Consumer      string // "IDEM_WORKERS"
 	Bucket        string // "IDEM_LEDGER"
 	DLQStream     string // "IDEM_DLQ"
 	ToolsSubject  string // "idem.tools": the tool catalogue service
 	subjectPrefix string // "idem.intents."
 	dlqPrefix     string // "idem.dlq."
+	controlPrefix string // "idem.control."
 }
 
 // NewNames derives the names for prefix ("" means DefaultPrefix). A prefix is
@@ -48,12 +50,14 @@ func NewNames(prefix string) (Names, error) {
 		Prefix:        prefix,
 		Stream:        up + "_INTENTS",
 		Subjects:      low + ".intents.>",
+		Control:       low + ".control.>",
 		Consumer:      up + "_WORKERS",
 		Bucket:        up + "_LEDGER",
 		DLQStream:     up + "_DLQ",
 		ToolsSubject:  low + ".tools",
 		subjectPrefix: low + ".intents.",
 		dlqPrefix:     low + ".dlq.",
+		controlPrefix: low + ".control.",
 	}, nil
 }
 
@@ -76,3 +80,20 @@ func (n Names) ToolFromSubject(subject string) string {
 // LedgerSubject is the KV subject holding key's record, for clients that
 // watch the ledger without the KV API.
 func (n Names) LedgerSubject(key string) string { return "$KV." + n.Bucket + "." + key }
+
+// DLQSubjects is the subject filter of the dead-letter stream.
+func (n Names) DLQSubjects() string { return n.dlqPrefix + ">" }
+
+// ControlSubject is the subject an operator decision op (ControlApprove,
+// ControlDeny, ControlResolve) is published on.
+func (n Names) ControlSubject(op string) string { return n.controlPrefix + op }
+
+// ControlOp returns the operation of a control subject ("" when subject is
+// not one).
+func (n Names) ControlOp(subject string) string {
+	op, _ := strings.CutPrefix(subject, n.controlPrefix)
+	if op == subject {
+		return ""
+	}
+	return op
+}

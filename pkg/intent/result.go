@@ -47,6 +47,10 @@ const (
 	CodeConflict      = "conflict"       // the key was used before with other arguments
 	CodeEffectFailed  = "effect_failed"  // the effect failed permanently
 	CodeDenied        = "denied"         // an operator denied the operation
+	CodeUncertain     = "uncertain"      // a holder vanished mid-effect; an operator must settle the outcome
+	CodeWrongState    = "wrong_state"    // an operator decision does not apply to the operation's state
+	CodeNotFound      = "not_found"      // no operation has that key
+	CodeDeadLettered  = "dead_lettered"  // the intent could not be handled and was moved to the dead-letter stream
 )
 
 // Error is the error half of an answer.

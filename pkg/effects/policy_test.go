@@ -1,0 +1,64 @@
+package effects
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestPolicyParse(t *testing.T) {
+	t.Parallel()
+	reg, err := Parse([]byte(`tools:
+  lookup: {effect: noop, class: read}
+  set_status: {effect: noop, class: idempotent}
+  set_flag: {effect: noop, class: idempotent, ledger: false}
+  plain: {effect: noop}
+  charge: {effect: noop, class: unsafe, approval: required, approval_ttl: 15m, on_abandoned: hold}
+`))
+	require.NoError(t, err)
+	want := map[string]Policy{
+		"lookup":     {Class: ClassRead, Ledger: false, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: AbandonRetry},
+		"set_status": {Class: ClassIdempotent, Ledger: true, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: AbandonRetry},
+		"set_flag":   {Class: ClassIdempotent, Ledger: false, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: AbandonRetry},
+		"plain":      DefaultPolicy(),
+		"charge":     {Class: ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: 15 * time.Minute, OnAbandoned: AbandonHold},
+	}
+	for name, p := range want {
+		tool, ok := reg.Lookup(name)
+		require.True(t, ok, name)
+		require.Equal(t, p, tool.Policy, name)
+	}
+	lookup, _ := reg.Lookup("lookup")
+	require.True(t, lookup.Policy.SafeToRetry())
+	plain, _ := reg.Lookup("plain")
+	require.False(t, plain.Policy.SafeToRetry())
+}
+
+func TestPolicyErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ name, tool, want string }{
+		{"class", `{effect: noop, class: write}`, `tools.yaml:2: t.class: unknown class "write" (use read, idempotent or unsafe)`},
+		{"unsafe without ledger", `{effect: noop, ledger: false}`, `tools.yaml:2: t.ledger: an unsafe tool needs the ledger`},
+		{"read with ledger", `{effect: noop, class: read, ledger: true}`, `tools.yaml:2: t.ledger: a read never uses the ledger`},
+		{"approval value", `{effect: noop, approval: maybe}`, `tools.yaml:2: t.approval: unknown approval "maybe" (use required or none)`},
+		{"approval ttl alone", `{effect: noop, approval_ttl: 1h}`, `tools.yaml:2: t.approval_ttl: is set but approval is not required`},
+		{"approval on a read", `{effect: noop, class: read, approval: required}`, `tools.yaml:2: t.approval: an approval needs the ledger`},
+		{"on_abandoned", `{effect: noop, on_abandoned: ask}`, `tools.yaml:2: t.on_abandoned: unknown policy "ask" (use retry or hold)`},
+		{"hold without ledger", `{effect: noop, class: read, on_abandoned: hold}`, `tools.yaml:2: t.on_abandoned: hold needs the ledger`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte("tools:\n  t: " + c.tool + "\n"))
+			require.ErrorContains(t, err, c.want)
+		})
+	}
+}
+
+func TestNewRegistryDefaultsThePolicy(t *testing.T) {
+	t.Parallel()
+	tool := &Tool{Name: "x", Effect: EffectFunc(nil)}
+	_, err := NewRegistry(tool)
+	require.NoError(t, err)
+	require.Equal(t, DefaultPolicy(), tool.Policy)
+}
