@@ -1,46 +1,66 @@
 package worker
 
 import (
-	"encoding/json"
 	"fmt"
 
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/pkg/intent"
 )
+
+// Version is reported by the workers' NATS service.
+const Version = "0.1.0"
 
 // catalog is the tool catalogue this worker serves on Names.ToolsSubject.
 func (w *Worker) catalog() intent.Catalog {
 	var cat intent.Catalog
 	for _, name := range w.tools.Names() {
 		t, _ := w.tools.Lookup(name)
-		cat.Tools = append(cat.Tools, intent.ToolInfo{
+		info := intent.ToolInfo{
 			Name:          t.Name,
 			Effect:        t.Kind,
+			Class:         string(t.Policy.Class),
+			SafeToRetry:   t.Policy.SafeToRetry(),
+			Ledger:        t.Policy.Ledger,
 			KeyArgs:       t.KeySpec.KeyArgs,
 			WindowSeconds: int64(t.KeySpec.Window.Seconds()),
 			VolatileArgs:  t.KeySpec.VolatileArgs,
 			LeaseSeconds:  t.Lease.Seconds(),
-		})
+		}
+		if t.Policy.Approval {
+			info.Approval = "required"
+		}
+		if t.Policy.Ledger {
+			info.OnAbandoned = string(t.Policy.OnAbandoned)
+		}
+		cat.Tools = append(cat.Tools, info)
 	}
 	return cat
 }
 
-// serveCatalog answers tool-catalogue requests (one worker of the queue group
-// answers each) until the returned subscription is drained.
-func (w *Worker) serveCatalog() (*nats.Subscription, error) {
-	data, err := json.Marshal(w.catalog())
-	if err != nil {
-		return nil, fmt.Errorf("encode tool catalogue: %w", err)
-	}
-	sub, err := w.nc.QueueSubscribe(w.res.names.ToolsSubject, w.res.names.Consumer, func(m *nats.Msg) {
-		if err := m.Respond(data); err != nil {
-			w.log.Debug("answer tool catalogue", zap.Error(err))
-		}
+// serveCatalog runs the workers' NATS service ("idemgate", discoverable with
+// $SRV.PING/INFO/STATS like any nats.go micro service) with the tool
+// catalogue endpoint on Names.ToolsSubject. One worker of the queue group
+// answers each request.
+func (w *Worker) serveCatalog() (micro.Service, error) {
+	cat := w.catalog()
+	svc, err := micro.AddService(w.nc, micro.Config{
+		Name:        "idemgate",
+		Version:     Version,
+		Description: "idempotency gateway for tool calls: the tool catalogue",
+		QueueGroup:  w.res.names.Consumer,
+		Endpoint: &micro.EndpointConfig{
+			Subject: w.res.names.ToolsSubject,
+			Handler: micro.HandlerFunc(func(req micro.Request) {
+				if err := req.RespondJSON(cat); err != nil {
+					w.log.Debug("answer tool catalogue", zap.Error(err))
+				}
+			}),
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("serve tool catalogue on %s: %w", w.res.names.ToolsSubject, err)
 	}
-	return sub, nil
+	return svc, nil
 }

@@ -29,13 +29,17 @@ type job struct {
 // lastDelivery reports whether the consumer will not deliver this intent again.
 func (w *Worker) lastDelivery(j *job) bool { return j.meta.NumDelivered >= uint64(w.cfg.MaxDeliver) }
 
-// process decodes, validates and runs one intent and returns how to settle it.
+// process decodes, validates and runs one intent (or operator decision) and
+// returns how to settle it.
 func (w *Worker) process(stop, work context.Context, msg jetstream.Msg) verdict {
 	meta, err := msg.Metadata()
 	if err != nil {
 		return term("not a JetStream message: " + err.Error())
 	}
 	j := &job{msg: msg, meta: meta, replyTo: msg.Headers().Get(intent.HeaderReplyTo)}
+	if op := w.res.names.ControlOp(msg.Subject()); op != "" {
+		return w.control(stop, work, j, op)
+	}
 	subjectTool := w.res.names.ToolFromSubject(msg.Subject())
 
 	env, err := intent.Decode(msg.Data(), w.cfg.Limits)
@@ -51,11 +55,37 @@ func (w *Worker) process(stop, work context.Context, msg jetstream.Msg) verdict 
 		return w.reject(j, env.Tool, intent.CodeUnknownTool, fmt.Errorf("no tool %q is configured", env.Tool))
 	}
 	j.tool = tool
+	if tool.Policy.Class == effects.ClassUnsafe {
+		if err := derivable(env, tool.KeySpec); err != nil {
+			return w.reject(j, env.Tool, intent.CodeInvalidIntent, err)
+		}
+	}
 	j.id, err = intent.Derive(env, tool.KeySpec, meta.Timestamp)
 	if err != nil {
 		return w.reject(j, env.Tool, intent.Code(err), err)
 	}
+	if !tool.Policy.Ledger {
+		return w.direct(work, j)
+	}
 	return w.run(stop, work, j)
+}
+
+// derivable refuses an unsafe intent whose key cannot name its operation: a
+// configured key arg is missing and no explicit key was given.
+func derivable(env *intent.Envelope, spec intent.KeySpec) error {
+	if env.Key != "" || len(spec.KeyArgs) == 0 {
+		return nil
+	}
+	var args map[string]json.RawMessage
+	if err := json.Unmarshal(env.Args, &args); err != nil {
+		return fmt.Errorf("args: %w", err)
+	}
+	for _, k := range spec.KeyArgs {
+		if _, ok := args[k]; !ok {
+			return fmt.Errorf("tool %s is unsafe and its key arg %q is missing: give it, or an explicit key naming the operation", env.Tool, k)
+		}
+	}
+	return nil
 }
 
 // reject answers bad input and terminates it: it is never delivered again.
@@ -91,10 +121,11 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 		}
 		switch c.Outcome {
 		case dedup.Acquired, dedup.TookOver:
-			if c.Outcome == dedup.TookOver {
-				w.log.Info("lease taken over", zap.String("key", req.Key), zap.Int("attempt", c.Lease.Record().Attempt))
+			v, again := w.held(stop, work, j, c)
+			if again {
+				continue
 			}
-			return w.fire(stop, work, j, c.Lease)
+			return v
 		case dedup.Done:
 			w.answer(j, w.fromRecord(j, c.Record, true))
 			return ack()
@@ -123,6 +154,41 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 			return nak(w.cfg.RetryDelay, "unknown claim outcome")
 		}
 	}
+}
+
+// held decides what a claimant does with the lease it won: hold an abandoned
+// operation as uncertain, park it for approval, or fire. again reports that
+// the lease was lost before anything happened: claim again.
+func (w *Worker) held(stop, work context.Context, j *job, c dedup.ClaimResult) (v verdict, again bool) {
+	lease, rec, pol := c.Lease, c.Lease.Record(), j.tool.Policy
+	var parked dedup.Record
+	var err error
+	switch {
+	case c.Outcome == dedup.TookOver && pol.OnAbandoned == effects.AbandonHold:
+		w.log.Warn("holder vanished mid-effect; holding the operation as uncertain", zap.String("key", j.id.Key), zap.String("holder", c.Record.Holder))
+		parked, err = lease.Hold(work, "a worker vanished while firing this operation; it may or may not have happened: an operator must resolve it")
+	case pol.Approval && !rec.Approved(time.Now()) && !(c.Outcome == dedup.TookOver && rec.Decision != nil && rec.Decision.Op == intent.ControlApprove):
+		// Needs an operator's approval first (or its approval lapsed before
+		// the firing started). A takeover of an approved firing goes on.
+		var envelope []byte
+		if envelope, err = json.Marshal(j.env); err == nil {
+			parked, err = lease.AwaitApproval(work, envelope)
+		}
+	default:
+		if c.Outcome == dedup.TookOver {
+			w.log.Info("lease taken over", zap.String("key", j.id.Key), zap.Int("attempt", rec.Attempt))
+		}
+		return w.fire(stop, work, j, lease), false
+	}
+	switch {
+	case errors.Is(err, dedup.ErrLeaseLost):
+		return verdict{}, true
+	case err != nil:
+		w.log.Warn("record state", zap.String("key", j.id.Key), zap.Error(err))
+		return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable"), false
+	}
+	w.answer(j, w.fromRecord(j, parked, true))
+	return ack(), false
 }
 
 // await waits for the key's holder, keeping the message alive meanwhile.
@@ -238,24 +304,27 @@ func (w *Worker) record(ctx context.Context, write func(context.Context) (dedup.
 	}, b)
 }
 
-// fromRecord is the answer a ledger record gives this intent's caller.
+// fromRecord is the answer a ledger record gives this job's caller.
 func (w *Worker) fromRecord(j *job, rec dedup.Record, replayed bool) intent.Result {
 	at := rec.CompletedAt
 	if at.IsZero() {
 		at = rec.UpdatedAt
 	}
-	return intent.Result{
+	res := intent.Result{
 		Key:         j.id.Key,
-		Tool:        j.env.Tool,
+		Tool:        rec.Tool,
 		Status:      rec.Status,
 		Replayed:    replayed,
 		Fingerprint: rec.Fingerprint,
 		Attempts:    rec.Attempts,
 		Result:      rec.Result,
 		Error:       rec.Error,
-		CallID:      j.env.CallID,
 		CompletedAt: at,
 	}
+	if j.env != nil {
+		res.Tool, res.CallID = j.env.Tool, j.env.CallID
+	}
+	return res
 }
 
 // conflict is the answer to an intent whose key was first used with other

@@ -13,7 +13,9 @@ import (
 // resources are the JetStream resources a worker runs on.
 type resources struct {
 	names    intent.Names
+	js       jetstream.JetStream
 	stream   jetstream.Stream
+	dlq      jetstream.Stream
 	consumer jetstream.Consumer
 	kv       jetstream.KeyValue
 }
@@ -28,7 +30,7 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        names.Stream,
 		Description: "idemgate tool intents",
-		Subjects:    []string{names.Subjects},
+		Subjects:    []string{names.Subjects, names.Control},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
@@ -36,6 +38,18 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", names.Stream, err)
+	}
+	dlq, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        names.DLQStream,
+		Description: "idemgate dead letters: intents that could not be handled, with the reason",
+		Subjects:    []string{names.DLQSubjects()},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", names.DLQStream, err)
 	}
 	consumer, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       names.Consumer,
@@ -57,5 +71,5 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 	if err != nil {
 		return nil, err
 	}
-	return &resources{names: names, stream: stream, consumer: consumer, kv: kv}, nil
+	return &resources{names: names, js: js, stream: stream, dlq: dlq, consumer: consumer, kv: kv}, nil
 }

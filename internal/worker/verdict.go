@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,7 +15,7 @@ type verb int
 const (
 	verbAck  verb = iota // handled: answered and recorded; remove from the work stream
 	verbNak              // not handled now: deliver again after delay
-	verbTerm             // bad input: never deliver again
+	verbTerm             // bad input, or out of deliveries: dead-letter, never deliver again
 )
 
 func (v verb) String() string {
@@ -45,6 +47,13 @@ func nak(delay time.Duration, reason string) verdict {
 // keeps the message with InProgress while it runs (see keepAlive); a panic is
 // recovered by the caller and settled as a nak.
 func (w *Worker) settle(msg jetstream.Msg, v verdict) {
+	meta, _ := msg.Metadata()
+	last := meta != nil && meta.NumDelivered >= uint64(w.cfg.MaxDeliver)
+	if v.verb == verbNak && last {
+		// Not delivered again by the server: dead-letter it rather than
+		// leave it in the work stream unanswered.
+		v = term(fmt.Sprintf("max deliveries (%d) reached: %s", meta.NumDelivered, v.reason))
+	}
 	var err error
 	switch v.verb {
 	case verbAck:
@@ -52,6 +61,17 @@ func (w *Worker) settle(msg jetstream.Msg, v verdict) {
 	case verbNak:
 		err = msg.NakWithDelay(v.delay)
 	case verbTerm:
+		var seq, delivered uint64
+		if meta != nil {
+			seq, delivered = meta.Sequence.Stream, meta.NumDelivered
+		}
+		if derr := w.deadLetter(context.Background(), msg.Subject(), msg.Headers(), msg.Data(), seq, delivered, v.reason); derr != nil {
+			// Never drop it: leave it to redelivery (or, at the last
+			// delivery, to the max-deliveries advisory).
+			w.log.Error("dead-letter; leaving the intent to redelivery", zap.String("subject", msg.Subject()), zap.Error(derr))
+			err = msg.NakWithDelay(w.cfg.RetryDelay)
+			break
+		}
 		err = msg.TermWithReason(v.reason)
 	}
 	if err != nil {

@@ -26,6 +26,7 @@ type Worker struct {
 	log    *zap.Logger
 	res    *resources
 	ledger *dedup.Ledger
+	reads  coalescer
 }
 
 // New checks cfg, creates (or updates) the stream, consumer and ledger bucket,
@@ -74,7 +75,12 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	defer func() { _ = catalog.Unsubscribe() }()
+	defer func() { _ = catalog.Stop() }()
+	advisories, err := w.watchMaxDeliveries()
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer func() { _ = advisories.Unsubscribe() }()
 	it, err := w.res.consumer.Messages(jetstream.PullMaxMessages(w.cfg.Concurrency))
 	if err != nil {
 		return fmt.Errorf("worker: consume %s: %w", w.res.names.Consumer, err)

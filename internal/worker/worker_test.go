@@ -170,5 +170,6 @@ func TestCatalogue(t *testing.T) {
 	defer cancel()
 	cat, err := b.client.Tools(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []intent.ToolInfo{{Name: "digest", Effect: "noop", KeyArgs: []string{"user"}, WindowSeconds: 604800, LeaseSeconds: 5}}, cat.Tools)
+	require.Equal(t, []intent.ToolInfo{{Name: "digest", Effect: "noop", Class: "unsafe", Ledger: true, OnAbandoned: "retry",
+		KeyArgs: []string{"user"}, WindowSeconds: 604800, LeaseSeconds: 5}}, cat.Tools)
 }

@@ -1,0 +1,816 @@
+package deployments_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/idemgate/idemgate/pkg/effects"
+)
+
+const (
+	// maxIntentBytes is the worker's default --max-intent-bytes.
+	maxIntentBytes = 256 << 10
+	// defaultDrain is the worker's default --drain-timeout.
+	defaultDrain = 30 * time.Second
+	// flushAfterDrain is how long the worker flushes its last answers after
+	// the drain (cmd/worker: nc.FlushTimeout).
+	flushAfterDrain = 5 * time.Second
+	// clusterSize is the number of node-N.conf files.
+	clusterSize = 3
+)
+
+// clusterVars are the environment variables the cluster files need; they are
+// documented in deployments/README.md and set in systemd/nats.env.
+var clusterVars = []string{
+	"IDEMGATE_NATS_PORT",
+	"IDEMGATE_NATS_CLUSTER_PORT",
+	"IDEMGATE_NATS_MONITOR_PORT",
+	"IDEMGATE_NATS_STORE_DIR",
+	"IDEMGATE_NATS_ROUTE_1",
+	"IDEMGATE_NATS_ROUTE_2",
+	"IDEMGATE_NATS_ROUTE_3",
+}
+
+// ---------------------------------------------------------------- nats-server
+
+// clusterEnv is one node's environment for the cluster files: random client
+// and monitoring ports, the given route port, a fresh store directory and
+// routes to all three nodes on loopback.
+func clusterEnv(t *testing.T, routePorts []int, node int) {
+	t.Helper()
+	t.Setenv("IDEMGATE_NATS_PORT", "-1")
+	t.Setenv("IDEMGATE_NATS_MONITOR_PORT", "-1")
+	t.Setenv("IDEMGATE_NATS_CLUSTER_PORT", strconv.Itoa(routePorts[node]))
+	t.Setenv("IDEMGATE_NATS_STORE_DIR", t.TempDir())
+	for i, p := range routePorts {
+		t.Setenv(fmt.Sprintf("IDEMGATE_NATS_ROUTE_%d", i+1), fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+}
+
+// freePorts returns n TCP ports that were free a moment ago.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", ":0")
+		require.NoError(t, err)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		defer func() { _ = l.Close() }()
+	}
+	return ports
+}
+
+func confFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir("nats", func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".conf") {
+			files = append(files, path)
+		}
+		return err
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	return files
+}
+
+func nodeFile(i int) string {
+	return filepath.Join("nats", "cluster", fmt.Sprintf("node-%d.conf", i+1))
+}
+
+func TestNATSConfigsLoad(t *testing.T) {
+	clusterEnv(t, freePorts(t, clusterSize), 0)
+	for _, path := range confFiles(t) {
+		t.Run(path, func(t *testing.T) {
+			o, err := server.ProcessConfigFile(path)
+			require.NoError(t, err)
+			require.True(t, o.JetStream, "JetStream enabled")
+			require.True(t, o.SyncAlways, "sync_interval: always (fsync before ack)")
+			require.NotEmpty(t, o.StoreDir, "an explicit store_dir")
+			require.NotZero(t, o.HTTPPort, "a monitoring port")
+			require.GreaterOrEqual(t, int(o.MaxPayload), 2*maxIntentBytes,
+				"max_payload leaves room for a 256 KiB intent or result plus headroom")
+			require.Positive(t, o.LameDuckDuration)
+			require.Positive(t, o.JetStreamMaxStore, "max_file_store bounds the disk")
+		})
+	}
+}
+
+func TestClusterNodeFiles(t *testing.T) {
+	ports := freePorts(t, clusterSize)
+	var routes []string
+	names := map[string]bool{}
+	for i := range clusterSize {
+		clusterEnv(t, ports, i)
+		o, err := server.ProcessConfigFile(nodeFile(i))
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("idemgate-%d", i+1), o.ServerName)
+		require.False(t, names[o.ServerName], "server names are unique")
+		names[o.ServerName] = true
+		require.Equal(t, "idemgate", o.Cluster.Name)
+		require.Equal(t, ports[i], o.Cluster.Port)
+		var got []string
+		for _, u := range o.Routes {
+			got = append(got, u.String())
+		}
+		require.Len(t, got, clusterSize, "routes to all three nodes, this one included")
+		if routes == nil {
+			routes = got
+		}
+		require.Equal(t, routes, got, "every node has the same route list")
+	}
+}
+
+// TestClusterVariablesAreDocumented checks that the variables the cluster
+// files reference are exactly clusterVars, that each is required (the server
+// refuses to start without it), and that the README and nats.env name them.
+func TestClusterVariablesAreDocumented(t *testing.T) {
+	ref := regexp.MustCompile(`\$([A-Z][A-Z0-9_]*)`)
+	found := map[string]bool{}
+	for _, path := range confFiles(t) {
+		for _, line := range readLines(t, path) {
+			if i := strings.IndexByte(line, '#'); i >= 0 {
+				line = line[:i]
+			}
+			for _, m := range ref.FindAllStringSubmatch(line, -1) {
+				found[m[1]] = true
+			}
+		}
+	}
+	var got []string
+	for v := range found {
+		got = append(got, v)
+	}
+	slices.Sort(got)
+	want := slices.Clone(clusterVars)
+	slices.Sort(want)
+	require.Equal(t, want, got, "variables referenced by deployments/nats/*.conf")
+
+	readme := readFile(t, "README.md")
+	env := parseEnvFile(t, filepath.Join("systemd", "nats.env"))
+	for _, v := range clusterVars {
+		require.Contains(t, readme, v, "README.md documents %s", v)
+		require.NotEmpty(t, env[v], "systemd/nats.env sets %s", v)
+	}
+
+	ports := freePorts(t, clusterSize)
+	for _, v := range clusterVars {
+		t.Run(v, func(t *testing.T) {
+			clusterEnv(t, ports, 0)
+			require.NoError(t, os.Unsetenv(v)) // t.Setenv restores it
+			_, err := server.ProcessConfigFile(nodeFile(0))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), v)
+		})
+	}
+}
+
+// TestClusterFormsFromConfigFiles starts the three nodes from the real files
+// in this process and checks that they form a JetStream cluster that keeps an
+// R3 stream with every replica current.
+func TestClusterFormsFromConfigFiles(t *testing.T) {
+	ports := freePorts(t, clusterSize)
+	servers := make([]*server.Server, clusterSize)
+	for i := range clusterSize {
+		clusterEnv(t, ports, i)
+		o, err := server.ProcessConfigFile(nodeFile(i))
+		require.NoError(t, err)
+		o.NoSigs, o.NoLog = true, true
+		s, err := server.NewServer(o)
+		require.NoError(t, err)
+		s.Start()
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		require.True(t, s.ReadyForConnections(10*time.Second), "node %d accepts clients", i+1)
+		servers[i] = s
+	}
+
+	urls := make([]string, len(servers))
+	for i, s := range servers {
+		urls[i] = s.ClientURL()
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cfg := jetstream.StreamConfig{
+		Name:      "IDEM_INTENTS",
+		Subjects:  []string{"idem.intents.>"},
+		Retention: jetstream.WorkQueuePolicy,
+		Storage:   jetstream.FileStorage,
+		Replicas:  clusterSize,
+	}
+	// The meta leader is elected once the routes are up; until then the
+	// create fails and is tried again.
+	var stream jetstream.Stream
+	poll(ctx, t, "an R3 stream is created", func() error {
+		callCtx, callCancel := context.WithTimeout(ctx, time.Second)
+		defer callCancel()
+		stream, err = js.CreateStream(callCtx, cfg)
+		return err
+	})
+
+	ack, err := js.Publish(ctx, "idem.intents.echo", []byte(`{"tool":"echo","args":{}}`))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), ack.Sequence)
+
+	poll(ctx, t, "all three replicas are current", func() error {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if err := replicasCurrent(info, clusterSize); err != nil {
+			return err
+		}
+		if info.State.Msgs != 1 {
+			return fmt.Errorf("%d messages, want 1", info.State.Msgs)
+		}
+		return nil
+	})
+}
+
+// poll calls f every 50ms until it returns nil, and fails the test with f's
+// last error if ctx ends first.
+func poll(ctx context.Context, t *testing.T, what string, f func() error) {
+	t.Helper()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting until %s: %v (last error: %v)", what, ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
+func replicasCurrent(info *jetstream.StreamInfo, n int) error {
+	c := info.Cluster
+	if c == nil || c.Leader == "" {
+		return errors.New("no stream leader")
+	}
+	if len(c.Replicas) != n-1 {
+		return fmt.Errorf("leader %s and %d followers, want %d", c.Leader, len(c.Replicas), n-1)
+	}
+	for _, r := range c.Replicas {
+		if !r.Current || r.Offline {
+			return fmt.Errorf("replica %s: current %v, offline %v", r.Name, r.Current, r.Offline)
+		}
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- systemd
+
+type unit map[string]map[string][]string // section -> key -> values
+
+func (u unit) get(section, key string) string {
+	v := u[section][key]
+	if len(v) == 0 {
+		return ""
+	}
+	return v[len(v)-1]
+}
+
+func parseUnit(t *testing.T, path string) unit {
+	t.Helper()
+	u := unit{}
+	section := ""
+	for n, line := range readLines(t, path) {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
+			section = line[1 : len(line)-1]
+			u[section] = map[string][]string{}
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			require.True(t, ok, "%s:%d: not key=value: %q", path, n+1, line)
+			require.NotEmpty(t, section, "%s:%d: key outside a section", path, n+1)
+			u[section][strings.TrimSpace(k)] = append(u[section][strings.TrimSpace(k)], strings.TrimSpace(v))
+		}
+	}
+	return u
+}
+
+// parseTimespan reads a systemd time span in the forms used here: "45s",
+// "1min 30s", or a bare number of seconds.
+func parseTimespan(t *testing.T, s string) time.Duration {
+	t.Helper()
+	if n, err := strconv.Atoi(s); err == nil {
+		return time.Duration(n) * time.Second
+	}
+	d, err := time.ParseDuration(strings.ReplaceAll(strings.ReplaceAll(s, "min", "m"), " ", ""))
+	require.NoError(t, err, "time span %q", s)
+	return d
+}
+
+func parseEnvFile(t *testing.T, path string) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for n, line := range readLines(t, path) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		require.True(t, ok, "%s:%d: not KEY=value: %q", path, n+1, line)
+		env[k] = v
+	}
+	return env
+}
+
+func TestSystemdWorkerUnit(t *testing.T) {
+	u := parseUnit(t, filepath.Join("systemd", "idemgate-worker.service"))
+	exec := u.get("Service", "ExecStart")
+	require.NotEmpty(t, exec, "ExecStart")
+	require.Contains(t, exec, "--tools /etc/idemgate/tools.yaml")
+	require.Equal(t, "SIGTERM", u.get("Service", "KillSignal"), "SIGTERM drains the worker")
+	require.Equal(t, "on-failure", u.get("Service", "Restart"))
+	require.Equal(t, "/etc/idemgate/worker.env", u.get("Service", "EnvironmentFile"))
+	require.NotEmpty(t, u.get("Service", "User"))
+	for k, v := range map[string]string{"NoNewPrivileges": "yes", "ProtectSystem": "strict", "PrivateTmp": "yes", "ProtectHome": "yes"} {
+		require.Equal(t, v, u.get("Service", k), k)
+	}
+	require.NotEmpty(t, u.get("Install", "WantedBy"))
+	for _, k := range []string{"StartLimitIntervalSec", "StartLimitBurst"} {
+		require.Empty(t, u.get("Service", k), "%s belongs in [Unit]", k)
+	}
+
+	env := parseEnvFile(t, filepath.Join("systemd", "worker.env"))
+	drain := defaultDrain
+	if v, ok := env["IDEMGATE_DRAIN_TIMEOUT"]; ok {
+		var err error
+		drain, err = time.ParseDuration(v)
+		require.NoError(t, err)
+	}
+	stop := parseTimespan(t, u.get("Service", "TimeoutStopSec"))
+	require.Greater(t, stop, drain+flushAfterDrain,
+		"TimeoutStopSec %s must exceed the drain (%s) plus the final flush (%s)", stop, drain, flushAfterDrain)
+	checkWorkerEnv(t, "systemd/worker.env", env)
+}
+
+func TestSystemdNATSUnit(t *testing.T) {
+	u := parseUnit(t, filepath.Join("systemd", "nats-server@.service"))
+	exec := u.get("Service", "ExecStart")
+	require.Contains(t, exec, "/etc/nats/%i.conf")
+	require.Equal(t, "SIGUSR2", u.get("Service", "KillSignal"), "stop in lame duck mode")
+
+	clusterEnv(t, freePorts(t, clusterSize), 0)
+	for _, path := range confFiles(t) {
+		o, err := server.ProcessConfigFile(path)
+		require.NoError(t, err)
+		stop := parseTimespan(t, u.get("Service", "TimeoutStopSec"))
+		require.Greater(t, stop, o.LameDuckGracePeriod+o.LameDuckDuration,
+			"TimeoutStopSec must exceed %s's lame duck grace period plus duration", path)
+	}
+}
+
+// workerFlags are the flag names cmd/worker defines, read from its source so
+// a misspelt IDEMGATE_<FLAG> (which the worker would silently ignore) fails
+// here.
+func workerFlags(t *testing.T) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "cmd", "worker", "*.go"))
+	require.NoError(t, err)
+	re := regexp.MustCompile(`fs\.\w+\(\s*(?:&[\w.]+,\s*)?"([a-z][a-z0-9-]*)"`)
+	flags := map[string]bool{}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		for _, m := range re.FindAllStringSubmatch(readFile(t, f), -1) {
+			flags[m[1]] = true
+		}
+	}
+	require.GreaterOrEqual(t, len(flags), 10, "flags found in cmd/worker/main.go: %v", flags)
+	require.True(t, flags["drain-timeout"] && flags["tools"] && flags["replicas"], "flags found: %v", flags)
+	return flags
+}
+
+func envName(flag string) string {
+	return "IDEMGATE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+func checkWorkerEnv(t *testing.T, where string, env map[string]string) {
+	t.Helper()
+	known := map[string]bool{"NATS_URL": true, "NATS_CREDS": true}
+	for f := range workerFlags(t) {
+		known[envName(f)] = true
+	}
+	for k := range env {
+		require.True(t, known[k], "%s: %s is not a worker setting", where, k)
+	}
+}
+
+// ---------------------------------------------------------------- Kubernetes
+
+type object struct {
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	Metadata   struct {
+		Name   string            `yaml:"name"`
+		Labels map[string]string `yaml:"labels"`
+	} `yaml:"metadata"`
+	node *yaml.Node
+	file string
+}
+
+type selector struct {
+	MatchLabels map[string]string `yaml:"matchLabels"`
+}
+
+type envVar struct {
+	Name      string `yaml:"name"`
+	Value     string `yaml:"value"`
+	ValueFrom any    `yaml:"valueFrom"`
+}
+
+type deployment struct {
+	Spec struct {
+		Replicas *int     `yaml:"replicas"`
+		Selector selector `yaml:"selector"`
+		Template struct {
+			Metadata struct {
+				Labels map[string]string `yaml:"labels"`
+			} `yaml:"metadata"`
+			Spec struct {
+				TerminationGracePeriodSeconds *int `yaml:"terminationGracePeriodSeconds"`
+				SecurityContext               struct {
+					RunAsNonRoot *bool `yaml:"runAsNonRoot"`
+					RunAsUser    *int  `yaml:"runAsUser"`
+				} `yaml:"securityContext"`
+				Containers []struct {
+					Name      string   `yaml:"name"`
+					Image     string   `yaml:"image"`
+					Args      []string `yaml:"args"`
+					Env       []envVar `yaml:"env"`
+					Resources struct {
+						Requests map[string]string `yaml:"requests"`
+						Limits   map[string]string `yaml:"limits"`
+					} `yaml:"resources"`
+					SecurityContext struct {
+						AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
+						ReadOnlyRootFilesystem   *bool `yaml:"readOnlyRootFilesystem"`
+					} `yaml:"securityContext"`
+					VolumeMounts []struct {
+						Name      string `yaml:"name"`
+						MountPath string `yaml:"mountPath"`
+						SubPath   string `yaml:"subPath"`
+					} `yaml:"volumeMounts"`
+				} `yaml:"containers"`
+				Volumes []struct {
+					Name      string `yaml:"name"`
+					ConfigMap *struct {
+						Name  string `yaml:"name"`
+						Items []struct {
+							Key  string `yaml:"key"`
+							Path string `yaml:"path"`
+						} `yaml:"items"`
+					} `yaml:"configMap"`
+					Secret *struct {
+						SecretName string `yaml:"secretName"`
+					} `yaml:"secret"`
+				} `yaml:"volumes"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+	} `yaml:"spec"`
+}
+
+type scaledObject struct {
+	Spec struct {
+		ScaleTargetRef struct {
+			APIVersion string `yaml:"apiVersion"`
+			Kind       string `yaml:"kind"`
+			Name       string `yaml:"name"`
+		} `yaml:"scaleTargetRef"`
+		MinReplicaCount *int `yaml:"minReplicaCount"`
+		MaxReplicaCount *int `yaml:"maxReplicaCount"`
+		Triggers        []struct {
+			Type     string            `yaml:"type"`
+			Metadata map[string]string `yaml:"metadata"`
+		} `yaml:"triggers"`
+	} `yaml:"spec"`
+}
+
+type pdb struct {
+	Spec struct {
+		MinAvailable   any      `yaml:"minAvailable"`
+		MaxUnavailable any      `yaml:"maxUnavailable"`
+		Selector       selector `yaml:"selector"`
+	} `yaml:"spec"`
+}
+
+type configMap struct {
+	Data map[string]string `yaml:"data"`
+}
+
+type kustomization struct {
+	Resources []string `yaml:"resources"`
+}
+
+// loadManifests reads every YAML document under deployments/kubernetes.
+func loadManifests(t *testing.T) []object {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("kubernetes", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	var objs []object
+	for _, f := range files {
+		dec := yaml.NewDecoder(bytes.NewReader([]byte(readFile(t, f))))
+		for {
+			var n yaml.Node
+			err := dec.Decode(&n)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err, f)
+			if len(n.Content) == 0 {
+				continue // an empty document
+			}
+			var o object
+			require.NoError(t, n.Decode(&o), f)
+			o.node, o.file = &n, f
+			objs = append(objs, o)
+		}
+	}
+	return objs
+}
+
+func decodeAs[T any](t *testing.T, o object) T {
+	t.Helper()
+	var v T
+	require.NoError(t, o.node.Decode(&v), "%s %s", o.Kind, o.Metadata.Name)
+	return v
+}
+
+// one returns the single object of kind.
+func one(t *testing.T, objs []object, kind string) object {
+	t.Helper()
+	var found []object
+	for _, o := range objs {
+		if o.Kind == kind {
+			found = append(found, o)
+		}
+	}
+	require.Len(t, found, 1, "one %s", kind)
+	return found[0]
+}
+
+func TestKubernetesManifestsAreWellFormed(t *testing.T) {
+	objs := loadManifests(t)
+	for _, o := range objs {
+		require.NotEmpty(t, o.APIVersion, "%s: apiVersion", o.file)
+		require.NotEmpty(t, o.Kind, "%s: kind", o.file)
+		if o.Kind != "Kustomization" {
+			require.NotEmpty(t, o.Metadata.Name, "%s: metadata.name", o.file)
+		}
+		require.NotEqual(t, "Secret", o.Kind, "%s: secrets are referenced, never committed", o.file)
+	}
+
+	k := decodeAs[kustomization](t, one(t, objs, "Kustomization"))
+	files, err := filepath.Glob(filepath.Join("kubernetes", "*.yaml"))
+	require.NoError(t, err)
+	var want []string
+	for _, f := range files {
+		if b := filepath.Base(f); b != "kustomization.yaml" {
+			want = append(want, b)
+		}
+	}
+	got := slices.Clone(k.Resources)
+	slices.Sort(got)
+	require.Equal(t, want, got, "kustomization.yaml lists every manifest")
+}
+
+func TestKubernetesWorkerDeployment(t *testing.T) {
+	objs := loadManifests(t)
+	dobj := one(t, objs, "Deployment")
+	d := decodeAs[deployment](t, dobj)
+	require.Equal(t, "apps/v1", dobj.APIVersion)
+	require.Nil(t, d.Spec.Replicas, "the ScaledObject owns the replica count")
+	pod := d.Spec.Template.Spec
+	require.Len(t, pod.Containers, 1)
+	c := pod.Containers[0]
+
+	// Flags: --name=value or --name value.
+	args := map[string]string{}
+	for i := 0; i < len(c.Args); i++ {
+		name, val, ok := strings.Cut(strings.TrimLeft(c.Args[i], "-"), "=")
+		if !ok && i+1 < len(c.Args) && !strings.HasPrefix(c.Args[i+1], "-") {
+			val = c.Args[i+1]
+			i++
+		}
+		args[name] = val
+	}
+	flags := workerFlags(t)
+	for name := range args {
+		require.True(t, flags[name], "--%s is not a worker flag", name)
+	}
+	require.Equal(t, "3", args["replicas"], "--replicas 3 on the R3 cluster")
+
+	env := map[string]string{}
+	for _, e := range c.Env {
+		require.True(t, e.Value != "" || e.ValueFrom != nil, "env %s has a value", e.Name)
+		env[e.Name] = e.Value
+	}
+	checkWorkerEnv(t, dobj.file, env)
+	require.True(t, strings.HasPrefix(env["NATS_URL"], "nats://"), "NATS_URL: %q", env["NATS_URL"])
+
+	// The tools file: --tools names a file mounted from the tools ConfigMap.
+	tools := args["tools"]
+	require.Equal(t, "/etc/idemgate/tools.yaml", tools)
+	cms := map[string]configMap{}
+	for _, o := range objs {
+		if o.Kind == "ConfigMap" {
+			cms[o.Metadata.Name] = decodeAs[configMap](t, o)
+		}
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name != m.Name || v.ConfigMap == nil {
+				continue
+			}
+			cm, ok := cms[v.ConfigMap.Name]
+			require.True(t, ok, "ConfigMap %s is among the manifests", v.ConfigMap.Name)
+			key := m.SubPath
+			for _, it := range v.ConfigMap.Items {
+				if it.Path == m.SubPath {
+					key = it.Key
+				}
+			}
+			if m.MountPath == tools {
+				require.Contains(t, cm.Data, key, "ConfigMap %s has the key %s", v.ConfigMap.Name, key)
+				mounted = true
+			}
+		}
+	}
+	require.True(t, mounted, "--tools %s is mounted from a ConfigMap key", tools)
+
+	// Credentials come from a Secret volume, never inline.
+	if creds := env["NATS_CREDS"]; creds != "" {
+		fromSecret := false
+		for _, m := range c.VolumeMounts {
+			for _, v := range pod.Volumes {
+				if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName != "" &&
+					strings.HasPrefix(creds, strings.TrimSuffix(m.MountPath, "/")+"/") {
+					fromSecret = true
+				}
+			}
+		}
+		require.True(t, fromSecret, "NATS_CREDS %s lies in a mounted Secret", creds)
+	}
+
+	drain := defaultDrain
+	if v, ok := env["IDEMGATE_DRAIN_TIMEOUT"]; ok {
+		var err error
+		drain, err = time.ParseDuration(v)
+		require.NoError(t, err)
+	}
+	require.NotNil(t, pod.TerminationGracePeriodSeconds)
+	grace := time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second
+	require.Greater(t, grace, drain+flushAfterDrain, "terminationGracePeriodSeconds exceeds drain + flush")
+
+	require.NotNil(t, pod.SecurityContext.RunAsNonRoot)
+	require.True(t, *pod.SecurityContext.RunAsNonRoot)
+	require.NotNil(t, pod.SecurityContext.RunAsUser)
+	require.NotZero(t, *pod.SecurityContext.RunAsUser)
+	require.NotNil(t, c.SecurityContext.AllowPrivilegeEscalation)
+	require.False(t, *c.SecurityContext.AllowPrivilegeEscalation)
+	require.NotEmpty(t, c.Resources.Requests["memory"])
+	require.NotEmpty(t, c.Resources.Limits["memory"])
+
+	sel := d.Spec.Selector.MatchLabels
+	require.NotEmpty(t, sel)
+	for k, v := range sel {
+		require.Equal(t, v, d.Spec.Template.Metadata.Labels[k], "the pod template carries the selector's labels")
+	}
+}
+
+func TestKubernetesScaledObject(t *testing.T) {
+	objs := loadManifests(t)
+	dobj := one(t, objs, "Deployment")
+	sobj := one(t, objs, "ScaledObject")
+	require.Equal(t, "keda.sh/v1alpha1", sobj.APIVersion)
+	so := decodeAs[scaledObject](t, sobj)
+	ref := so.Spec.ScaleTargetRef
+	require.Equal(t, dobj.Metadata.Name, ref.Name)
+	require.Contains(t, []string{"", "Deployment"}, ref.Kind)
+	require.NotNil(t, so.Spec.MinReplicaCount)
+	require.GreaterOrEqual(t, *so.Spec.MinReplicaCount, 1, "never to zero: someone must take over abandoned keys")
+	require.NotNil(t, so.Spec.MaxReplicaCount)
+	require.GreaterOrEqual(t, *so.Spec.MaxReplicaCount, *so.Spec.MinReplicaCount)
+
+	require.Len(t, so.Spec.Triggers, 1)
+	tr := so.Spec.Triggers[0]
+	require.Equal(t, "nats-jetstream", tr.Type)
+	require.Equal(t, "IDEM_INTENTS", tr.Metadata["stream"])
+	require.Equal(t, "IDEM_WORKERS", tr.Metadata["consumer"])
+	require.NotEmpty(t, tr.Metadata["natsServerMonitoringEndpoint"])
+	require.NotEmpty(t, tr.Metadata["account"])
+	lag, err := strconv.Atoi(tr.Metadata["lagThreshold"])
+	require.NoError(t, err, "lagThreshold is a number")
+	require.Positive(t, lag)
+}
+
+func TestKubernetesPodDisruptionBudget(t *testing.T) {
+	objs := loadManifests(t)
+	d := decodeAs[deployment](t, one(t, objs, "Deployment"))
+	pobj := one(t, objs, "PodDisruptionBudget")
+	require.Equal(t, "policy/v1", pobj.APIVersion)
+	p := decodeAs[pdb](t, pobj)
+	require.True(t, (p.Spec.MinAvailable == nil) != (p.Spec.MaxUnavailable == nil), "exactly one of minAvailable and maxUnavailable")
+	require.NotEmpty(t, p.Spec.Selector.MatchLabels)
+	for k, v := range p.Spec.Selector.MatchLabels {
+		require.Equal(t, v, d.Spec.Template.Metadata.Labels[k], "the PDB selects the worker pods (%s)", k)
+		require.Equal(t, v, d.Spec.Selector.MatchLabels[k], "the PDB selects what the Deployment selects (%s)", k)
+	}
+}
+
+// TestToolsFilesParse checks that the tools files shipped here load with the
+// worker's own registry.
+func TestToolsFilesParse(t *testing.T) {
+	objs := loadManifests(t)
+	cm := decodeAs[configMap](t, one(t, objs, "ConfigMap"))
+	data, ok := cm.Data["tools.yaml"]
+	require.True(t, ok, "the ConfigMap has a tools.yaml key")
+	reg, err := effects.Parse([]byte(data), effects.WithFilename("kubernetes/tools-configmap.yaml#tools.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, reg.Names())
+	require.NoError(t, reg.Close())
+
+	reg, err = effects.LoadFile(filepath.Join("demo", "tools.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, reg.Names())
+	require.NoError(t, reg.Close())
+}
+
+func TestHelmValues(t *testing.T) {
+	var v struct {
+		Config struct {
+			Cluster struct {
+				Enabled  bool `yaml:"enabled"`
+				Replicas int  `yaml:"replicas"`
+			} `yaml:"cluster"`
+			JetStream struct {
+				Enabled bool              `yaml:"enabled"`
+				Merge   map[string]string `yaml:"merge"`
+			} `yaml:"jetstream"`
+			Merge struct {
+				MaxPayload int `yaml:"max_payload"`
+			} `yaml:"merge"`
+		} `yaml:"config"`
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(readFile(t, filepath.Join("nats", "helm-values.yaml"))), &v))
+	require.True(t, v.Config.Cluster.Enabled)
+	require.Equal(t, clusterSize, v.Config.Cluster.Replicas)
+	require.True(t, v.Config.JetStream.Enabled)
+	require.Equal(t, "always", v.Config.JetStream.Merge["sync_interval"])
+	require.GreaterOrEqual(t, v.Config.Merge.MaxPayload, 2*maxIntentBytes)
+}
+
+// ---------------------------------------------------------------- files
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	var lines []string
+	sc := bufio.NewScanner(strings.NewReader(readFile(t, path)))
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	require.NoError(t, sc.Err())
+	return lines
+}

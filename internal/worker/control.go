@@ -1,0 +1,91 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// control applies an operator decision published on the control subjects:
+// approve (then fire the approved operation, exactly once however many
+// approvals and workers see it), deny, or resolve an uncertain outcome. The
+// decision's caller is answered with the operation's resulting record;
+// callers waiting on the key see it on the ledger.
+func (w *Worker) control(stop, work context.Context, j *job, op string) verdict {
+	c, err := intent.DecodeControl(op, j.msg.Data())
+	if err != nil {
+		return w.reject(j, "", intent.CodeInvalidIntent, err)
+	}
+	j.id = intent.Identity{Key: c.Key}
+	w.log.Info("operator decision", zap.String("op", op), zap.String("key", c.Key), zap.String("by", c.By))
+	var rec dedup.Record
+	switch op {
+	case intent.ControlApprove:
+		cur, _, err := w.ledger.Get(stop, c.Key)
+		if err != nil {
+			return w.undecided(j, err)
+		}
+		tool, known := w.tools.Lookup(cur.Tool)
+		ttl := effects.DefaultApprovalTTL
+		if known {
+			ttl = tool.Policy.ApprovalTTL
+		}
+		if rec, _, err = w.ledger.Approve(stop, c.Key, c.Fingerprint, c.By, c.Reason, ttl); err != nil {
+			return w.undecided(j, err)
+		}
+		if known && len(rec.Intent) > 0 && (rec.Status == intent.StatusApproved || rec.Status == intent.StatusPending) {
+			env, err := intent.Decode(rec.Intent, intent.Limits{MaxBytes: len(rec.Intent) + 1})
+			if err != nil {
+				return w.undecided(j, fmt.Errorf("the recorded intent does not decode: %w", err))
+			}
+			j.env, j.tool, j.id.Fingerprint = env, tool, rec.Fingerprint
+			return w.run(stop, work, j) // claim the approved key and fire, or wait for who does
+		}
+	case intent.ControlDeny:
+		if rec, _, err = w.ledger.Deny(stop, c.Key, c.By, c.Reason); err != nil {
+			return w.undecided(j, err)
+		}
+	case intent.ControlResolve:
+		if rec, _, err = w.ledger.Resolve(stop, c.Key, c.Outcome == intent.OutcomeSucceeded, c.Result, c.By, c.Reason); err != nil {
+			return w.undecided(j, err)
+		}
+	}
+	w.answer(j, w.fromRecord(j, rec, true))
+	return ack()
+}
+
+// undecided answers a decision that could not be applied. A decision that
+// does not apply (no such key, wrong state, other arguments) is answered and
+// acknowledged — it is an answer, not a poison message; a ledger that cannot
+// be reached is retried later.
+func (w *Worker) undecided(j *job, err error) verdict {
+	var code string
+	switch {
+	case errors.Is(err, dedup.ErrNotFound):
+		code = intent.CodeNotFound
+	case errors.Is(err, dedup.ErrWrongState):
+		code = intent.CodeWrongState
+	case errors.Is(err, dedup.ErrFingerprintMismatch):
+		code = intent.CodeConflict
+	case errors.Is(err, dedup.ErrInvalid), errors.Is(err, intent.ErrInvalid):
+		code = intent.CodeInvalidIntent
+	default:
+		w.log.Warn("operator decision", zap.String("key", j.id.Key), zap.Error(err))
+		return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")
+	}
+	w.answer(j, intent.Result{
+		Key:         j.id.Key,
+		Status:      intent.StatusRejected,
+		Replayed:    true,
+		Error:       &intent.Error{Code: code, Message: err.Error()},
+		CompletedAt: time.Now().UTC(),
+	})
+	return ack()
+}

@@ -1,0 +1,96 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// direct fires a tool that does not use the ledger (reads, and idempotent
+// writes configured with ledger: false). Identical reads in flight on this
+// worker are coalesced into one call; their callers share its answer.
+func (w *Worker) direct(work context.Context, j *job) verdict {
+	halt := keepAlive(work, j.msg, w.cfg.AckWait/3, nil, nil)
+	fire := func() (effects.Outcome, error) {
+		return j.tool.Effect.Fire(work, effects.Call{
+			Key: j.id.Key, Tool: j.env.Tool, Session: j.env.Session, CallID: j.env.CallID, Args: j.env.Args, Attempt: 1,
+		})
+	}
+	var out effects.Outcome
+	var err error
+	shared := false
+	if j.tool.Policy.Class == effects.ClassRead {
+		out, err, shared = w.reads.do(j.id.Key, fire)
+	} else {
+		out, err = fire()
+	}
+	halt()
+
+	res := intent.Result{
+		Key: j.id.Key, Tool: j.env.Tool, Replayed: shared, Fingerprint: j.id.Fingerprint,
+		Attempts: out.Invocations, CallID: j.env.CallID, CompletedAt: time.Now().UTC(),
+	}
+	var pe *effects.PermanentError
+	switch {
+	case err == nil:
+		res.Status, res.Result = intent.StatusCompleted, out.Result
+	case errors.As(err, &pe):
+		e := pe.IntentError()
+		res.Status, res.Error = intent.StatusFailed, &e
+	case w.lastDelivery(j):
+		res.Status = intent.StatusFailed
+		res.Error = &intent.Error{Code: intent.CodeEffectFailed, Message: fmt.Sprintf("gave up after %d deliveries: %v", j.meta.NumDelivered, err)}
+	default:
+		w.log.Info("effect failed transiently", zap.String("tool", j.env.Tool), zap.Error(err))
+		return nak(w.retryDelay(j.meta.NumDelivered), "effect failed transiently")
+	}
+	w.answer(j, res)
+	return ack()
+}
+
+// coalescer runs one call per key at a time; callers that arrive while a
+// call for their key is in flight share its outcome.
+type coalescer struct {
+	mu    sync.Mutex
+	calls map[string]*flight
+}
+
+type flight struct {
+	done chan struct{}
+	out  effects.Outcome
+	err  error
+}
+
+var errFlightAborted = errors.New("worker: coalesced call did not finish")
+
+// do runs fn for key, or waits for the call in flight; shared reports the
+// latter.
+func (c *coalescer) do(key string, fn func() (effects.Outcome, error)) (out effects.Outcome, err error, shared bool) {
+	c.mu.Lock()
+	if f, ok := c.calls[key]; ok {
+		c.mu.Unlock()
+		<-f.done
+		return f.out, f.err, true
+	}
+	if c.calls == nil {
+		c.calls = map[string]*flight{}
+	}
+	f := &flight{done: make(chan struct{}), err: errFlightAborted}
+	c.calls[key] = f
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.calls, key)
+		c.mu.Unlock()
+		close(f.done)
+	}()
+	f.out, f.err = fn()
+	return f.out, f.err, false
+}
