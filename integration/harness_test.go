@@ -151,13 +151,13 @@ type submitted struct {
 // submit runs the submit binary and decodes its answer.
 func submit(t *testing.T, url string, args ...string) submitted {
 	t.Helper()
-	flags := []string{"--nats-url", url}
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		// A subcommand comes first, then its flags.
-		flags = append([]string{args[0]}, flags...)
-		args = args[1:]
+	// A subcommand and its words come first (submit dlq replay 7), then flags.
+	n := 0
+	for n < len(args) && !strings.HasPrefix(args[n], "-") {
+		n++
 	}
-	cmd := exec.Command(bin("submit"), append(flags, args...)...)
+	full := append(append(append([]string{}, args[:n]...), "--nats-url", url), args[n:]...)
+	cmd := exec.Command(bin("submit"), full...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

@@ -61,11 +61,12 @@ func cmdSubmit(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	jsonl := fs.String("jsonl", "", `a file of intent envelopes, one JSON object per line ("-" for stdin)`)
 	wait := fs.Duration("wait", defaultWait, "how long to wait for an answer (0: publish only and print the key)")
 	inflight := fs.Int("concurrency", 64, "with --jsonl: intents awaiting answers at once")
+	waitFinal := fs.Bool("wait-final", false, "wait past awaiting_approval and uncertain answers for the final one")
 	if err := c.parse(fs, args); err != nil {
 		return exitError, err
 	}
 	if fs.NArg() > 0 {
-		return exitError, fmt.Errorf("unexpected argument %q (subcommands: get, key, tools)", fs.Arg(0))
+		return exitError, fmt.Errorf("unexpected argument %q (subcommands: get, key, tools, approve, deny, resolve, dlq)", fs.Arg(0))
 	}
 	if *jsonl != "" {
 		return submitMany(ctx, c, *jsonl, stdin, stdout, stderr, *wait, *inflight)
@@ -99,7 +100,11 @@ func cmdSubmit(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 	wctx, cancel := context.WithTimeout(ctx, *wait)
 	defer cancel()
-	res, err := s.Wait(wctx)
+	wait1 := s.Wait
+	if *waitFinal {
+		wait1 = s.WaitFinal
+	}
+	res, err := wait1(wctx)
 	if errors.Is(err, client.ErrNoAnswer) {
 		return exitTimeout, err
 	}

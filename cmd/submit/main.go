@@ -6,8 +6,13 @@
 //	submit get KEY                   the ledger record of KEY
 //	submit key --tool T --args JSON  the key and fingerprint an intent derives, without publishing
 //	submit tools                     the tools the workers serve
+//	submit approve KEY [--fingerprint FP] [--by NAME] [--reason R]
+//	submit deny KEY [--reason R]     operator decisions on an operation awaiting approval
+//	submit resolve KEY --outcome succeeded|failed [--result JSON]
+//	                                 settle an uncertain operation
+//	submit dlq list | dlq replay SEQ the dead-letter stream
 //
-// Exit status of a single intent: 0 fired (completed by this call), 3 replayed
+// Exit status of a single intent (and of a decision): 0 fired (completed by this call), 3 replayed
 // (completed earlier), 4 conflict, 5 failed, rejected or denied, 6 awaiting
 // approval or uncertain, 2 no answer in time, 1 any other error.
 package main
@@ -59,8 +64,27 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.prefix, "prefix", intent.DefaultPrefix, "names prefix of the installation")
 }
 
+// parse parses flags and positional arguments in any order (submit get KEY
+// --nats-url URL works as well as submit get --nats-url URL KEY); the
+// positional arguments are then fs.Args(). A "--" ends the flags.
 func (c *common) parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
 		return err
 	}
 	return envflag.Apply(fs, "IDEMGATE", map[string]string{"nats-url": "NATS_URL", "creds": "NATS_CREDS"})
@@ -94,6 +118,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			code, err = cmdKey(ctx, args[1:], stdout, stderr)
 		case "tools":
 			code, err = cmdTools(ctx, args[1:], stdout, stderr)
+		case intent.ControlApprove, intent.ControlDeny, intent.ControlResolve:
+			code, err = cmdDecide(ctx, args[0], args[1:], stdout, stderr)
+		case "dlq":
+			code, err = cmdDLQ(ctx, args[1:], stdout, stderr)
 		default:
 			code, err = cmdSubmit(ctx, args, stdin, stdout, stderr)
 		}

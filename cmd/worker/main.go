@@ -63,14 +63,15 @@ func run(args []string) error {
 		return err
 	}
 
-	tools, err := effects.LoadFile(*toolsFile)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tools.Close() }()
 	if *checkConfig {
+		// Validation only: the nats effect is built on a connection that is
+		// never opened.
+		tools, err := effects.LoadFile(*toolsFile, effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(new(nats.Conn))))
+		if err != nil {
+			return err
+		}
 		fmt.Printf("%s: %d tools, ok\n", *toolsFile, len(tools.Names()))
-		return nil
+		return tools.Close()
 	}
 	log, err := newLogger(*logFormat, *logLevel)
 	if err != nil {
@@ -100,6 +101,12 @@ func run(args []string) error {
 		return fmt.Errorf("connect %s: %w", url, err)
 	}
 	defer nc.Close()
+
+	tools, err := effects.LoadFile(*toolsFile, effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(nc)))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tools.Close() }()
 
 	w, err := worker.New(ctx, nc, tools, log, cfg)
 	if err != nil {

@@ -14,16 +14,6 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// Headers a dead letter carries besides the original message's own.
-const (
-	HeaderDLQReason    = "Idem-Dlq-Reason"     // why the intent was dead-lettered
-	HeaderDLQSubject   = "Idem-Dlq-Subject"    // the subject it was published on
-	HeaderDLQStreamSeq = "Idem-Dlq-Stream-Seq" // its sequence in the work stream
-	HeaderDLQDelivered = "Idem-Dlq-Delivered"  // how many times it was delivered
-	HeaderDLQTime      = "Idem-Dlq-Time"       // when it was dead-lettered (RFC 3339)
-	HeaderDLQMsgID     = "Idem-Dlq-Msg-Id"     // its Nats-Msg-Id, if it had one
-)
-
 // deadLetter copies an intent to the dead-letter stream with its reason, its
 // original subject, headers and delivery count, and waits for the stream's
 // acknowledgement. The copy's Nats-Msg-Id is derived from the work stream's
@@ -34,16 +24,16 @@ func (w *Worker) deadLetter(ctx context.Context, subject string, hdr nats.Header
 	out.Data = data
 	for k, vs := range hdr {
 		if k == jetstream.MsgIDHeader {
-			out.Header[HeaderDLQMsgID] = vs
+			out.Header[intent.HeaderDLQMsgID] = vs
 			continue
 		}
 		out.Header[k] = vs
 	}
-	out.Header.Set(HeaderDLQReason, reason)
-	out.Header.Set(HeaderDLQSubject, subject)
-	out.Header.Set(HeaderDLQStreamSeq, strconv.FormatUint(seq, 10))
-	out.Header.Set(HeaderDLQDelivered, strconv.FormatUint(delivered, 10))
-	out.Header.Set(HeaderDLQTime, time.Now().UTC().Format(time.RFC3339Nano))
+	out.Header.Set(intent.HeaderDLQReason, reason)
+	out.Header.Set(intent.HeaderDLQSubject, subject)
+	out.Header.Set(intent.HeaderDLQStreamSeq, strconv.FormatUint(seq, 10))
+	out.Header.Set(intent.HeaderDLQDelivered, strconv.FormatUint(delivered, 10))
+	out.Header.Set(intent.HeaderDLQTime, time.Now().UTC().Format(time.RFC3339Nano))
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := w.res.js.PublishMsg(ctx, out, jetstream.WithMsgID(fmt.Sprintf("dlq-%s-%d", w.res.names.Stream, seq))); err != nil {

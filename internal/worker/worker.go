@@ -27,6 +27,7 @@ type Worker struct {
 	res    *resources
 	ledger *dedup.Ledger
 	reads  coalescer
+	ready  chan struct{}
 }
 
 // New checks cfg, creates (or updates) the stream, consumer and ledger bucket,
@@ -60,8 +61,11 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("worker: ledger: %w", err)
 	}
-	return &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger}, nil
+	return &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, ready: make(chan struct{})}, nil
 }
+
+// Ready is closed once Run serves the tool catalogue and consumes intents.
+func (w *Worker) Ready() <-chan struct{} { return w.ready }
 
 // Names returns the names the worker runs on.
 func (w *Worker) Names() intent.Names { return w.res.names }
@@ -104,6 +108,7 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 		zap.String("consumer", w.res.names.Consumer), zap.String("holder", w.cfg.Holder),
 		zap.Int("concurrency", w.cfg.Concurrency), zap.Strings("tools", w.tools.Names()))
 
+	close(w.ready)
 	sem := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
 	for {

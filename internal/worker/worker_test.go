@@ -38,6 +38,11 @@ func start(t *testing.T, cfg Config, tools ...*effects.Tool) testBundle {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(runCtx, 5*time.Second) }()
 	t.Cleanup(func() { stop(); require.NoError(t, <-done) })
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		t.Fatalf("worker stopped before it was ready: %v", err)
+	}
 	cl, err := client.New(natstest.Connect(t, s.ClientURL()), client.WithReplyGrace(time.Second))
 	require.NoError(t, err)
 	return testBundle{client: cl, worker: w}

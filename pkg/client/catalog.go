@@ -28,29 +28,35 @@ func (c *Client) Tools(ctx context.Context) (intent.Catalog, error) {
 	return cat, nil
 }
 
+// toolSpec is what the client needs to know of a tool.
+type toolSpec struct {
+	key      intent.KeySpec
+	noLedger bool // reads and ledger-less idempotent tools: no Nats-Msg-Id, no ledger watch
+}
+
 // spec returns tool's key derivation: configured with WithKeySpec, else
-// learned from the catalogue (once), else the default derivation.
-func (c *Client) spec(ctx context.Context, tool string) intent.KeySpec {
+// learned from the catalogue, else the default derivation. An answer from the
+// catalogue is remembered; without one the default is used for this call only.
+func (c *Client) spec(ctx context.Context, tool string) toolSpec {
 	c.mu.Lock()
-	spec, ok := c.specs[tool]
+	ts, ok := c.specs[tool]
 	c.mu.Unlock()
 	if ok {
-		return spec
+		return ts
 	}
 	cat, err := c.Tools(ctx)
+	if err != nil {
+		return toolSpec{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err == nil {
-		for _, t := range cat.Tools {
-			if _, set := c.specs[t.Name]; !set {
-				c.specs[t.Name] = t.KeySpec()
-			}
+	for _, t := range cat.Tools {
+		if _, set := c.specs[t.Name]; !set {
+			c.specs[t.Name] = toolSpec{key: t.KeySpec(), noLedger: !t.Ledger}
 		}
 	}
 	if _, ok := c.specs[tool]; !ok {
-		// Unknown to the catalogue (or no catalogue): the default derivation.
-		// Remembered so later calls don't ask again.
-		c.specs[tool] = intent.KeySpec{}
+		c.specs[tool] = toolSpec{} // unknown to the workers: they will say so
 	}
 	return c.specs[tool]
 }

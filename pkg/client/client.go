@@ -30,7 +30,7 @@ const DefaultReplyGrace = 3 * time.Second
 
 type options struct {
 	prefix     string
-	specs      map[string]intent.KeySpec
+	specs      map[string]toolSpec
 	replyGrace time.Duration
 }
 
@@ -44,7 +44,7 @@ func WithPrefix(prefix string) Option { return func(o *options) { o.prefix = pre
 // asks the workers' tool catalogue, and falls back to the default derivation
 // (all args, no window) when no worker answers.
 func WithKeySpec(tool string, spec intent.KeySpec) Option {
-	return func(o *options) { o.specs[tool] = spec }
+	return func(o *options) { o.specs[tool] = toolSpec{key: spec} }
 }
 
 // WithReplyGrace sets how long a submission waits for its pushed reply before
@@ -59,14 +59,14 @@ type Client struct {
 	names  intent.Names
 	grace  time.Duration
 	mu     sync.Mutex
-	specs  map[string]intent.KeySpec
+	specs  map[string]toolSpec
 	kv     jetstream.KeyValue
 	ledger *dedup.Ledger
 }
 
 // New returns a client on nc.
 func New(nc *nats.Conn, opts ...Option) (*Client, error) {
-	o := options{specs: map[string]intent.KeySpec{}, replyGrace: DefaultReplyGrace}
+	o := options{specs: map[string]toolSpec{}, replyGrace: DefaultReplyGrace}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -94,11 +94,12 @@ type Submission struct {
 	// Sequence is the intent's stream sequence (of the original when Duplicate).
 	Sequence uint64
 
-	c    *Client
-	tool string
-	call string
-	ch   chan *nats.Msg
-	sub  *nats.Subscription
+	c        *Client
+	tool     string
+	call     string
+	noLedger bool // the tool keeps no ledger record: only the reply answers
+	ch       chan *nats.Msg
+	sub      *nats.Subscription
 }
 
 // Submit publishes env and waits for its answer until ctx is done. A duplicate
@@ -119,7 +120,8 @@ func (c *Client) Publish(ctx context.Context, env *intent.Envelope) (*Submission
 	if !intent.ValidTool(env.Tool) {
 		return nil, fmt.Errorf("client: %w: tool %q must match [a-z0-9_-]{1,64}", intent.ErrInvalid, env.Tool)
 	}
-	spec := c.spec(ctx, env.Tool)
+	ts := c.spec(ctx, env.Tool)
+	spec := ts.key
 	if spec.Window > 0 && env.CreatedAt.IsZero() {
 		env.CreatedAt = time.Now().UTC()
 	}
@@ -131,7 +133,7 @@ func (c *Client) Publish(ctx context.Context, env *intent.Envelope) (*Submission
 	if err != nil {
 		return nil, fmt.Errorf("client: encode intent: %w", err)
 	}
-	s := &Submission{Key: id.Key, Fingerprint: id.Fingerprint, c: c, tool: env.Tool, call: env.CallID, ch: make(chan *nats.Msg, 4)}
+	s := &Submission{Key: id.Key, Fingerprint: id.Fingerprint, c: c, tool: env.Tool, call: env.CallID, noLedger: ts.noLedger, ch: make(chan *nats.Msg, 4)}
 	inbox := c.nc.NewRespInbox()
 	s.sub, err = c.nc.ChanSubscribe(inbox, s.ch)
 	if err != nil {
@@ -140,7 +142,13 @@ func (c *Client) Publish(ctx context.Context, env *intent.Envelope) (*Submission
 	msg := nats.NewMsg(c.names.IntentSubject(env.Tool))
 	msg.Data = data
 	msg.Header.Set(intent.HeaderReplyTo, inbox)
-	ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id.Key))
+	var popts []jetstream.PublishOpt
+	if !ts.noLedger {
+		// Publish dedup answers a repeat from the ledger; a tool without the
+		// ledger fires every intent, so its repeats must reach a worker.
+		popts = append(popts, jetstream.WithMsgID(id.Key))
+	}
+	ack, err := c.js.PublishMsg(ctx, msg, popts...)
 	if err != nil {
 		_ = s.sub.Unsubscribe()
 		return nil, fmt.Errorf("client: publish %s: %w", msg.Subject, err)
@@ -153,13 +161,25 @@ func (c *Client) Publish(ctx context.Context, env *intent.Envelope) (*Submission
 // publish was a duplicate or no reply came within the grace period — the
 // record watched on the ledger key. A ledger record with another fingerprint
 // is answered as a conflict (publish dedup hides a conflict from the
-// workers). It returns ErrNoAnswer when ctx ends first.
-func (s *Submission) Wait(ctx context.Context) (*intent.Result, error) {
+// workers). Wait returns at the first answer, awaiting_approval and uncertain
+// included; WaitFinal goes on to the final one. It returns ErrNoAnswer when
+// ctx ends first.
+func (s *Submission) Wait(ctx context.Context) (*intent.Result, error) { return s.wait(ctx, false) }
+
+// WaitFinal is Wait that goes on past awaiting_approval and uncertain
+// answers, watching the ledger, until the operation's final answer
+// (completed, failed, denied, conflict, rejected).
+func (s *Submission) WaitFinal(ctx context.Context) (*intent.Result, error) { return s.wait(ctx, true) }
+
+func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, error) {
 	defer func() { _ = s.sub.Unsubscribe() }()
 	grace := time.NewTimer(s.c.grace)
 	defer grace.Stop()
 	var updates <-chan jetstream.KeyValueEntry
 	startWatch := func() error {
+		if updates != nil || s.noLedger {
+			return nil
+		}
 		w, err := s.c.watch(ctx, s.Key)
 		if err != nil {
 			return err
@@ -173,6 +193,7 @@ func (s *Submission) Wait(ctx context.Context) (*intent.Result, error) {
 			return nil, err
 		}
 	}
+	enough := func(st intent.Status) bool { return st.Final() || (!final && st.Answered()) }
 	for {
 		select {
 		case m := <-s.ch:
@@ -180,12 +201,15 @@ func (s *Submission) Wait(ctx context.Context) (*intent.Result, error) {
 			if err := json.Unmarshal(m.Data, &res); err != nil {
 				return nil, fmt.Errorf("client: undecodable answer: %w", err)
 			}
-			return &res, nil
+			if enough(res.Status) {
+				return &res, nil
+			}
+			if err := startWatch(); err != nil { // the final answer comes from the ledger
+				return nil, err
+			}
 		case <-grace.C:
-			if updates == nil {
-				if err := startWatch(); err != nil {
-					return nil, err
-				}
+			if err := startWatch(); err != nil {
+				return nil, err
 			}
 		case e, ok := <-updates:
 			if !ok {
@@ -196,10 +220,12 @@ func (s *Submission) Wait(ctx context.Context) (*intent.Result, error) {
 				continue
 			}
 			rec, err := decodeRecord(e.Value())
-			if err != nil || !rec.Status.Answered() {
+			if err != nil {
 				continue
 			}
-			return s.fromRecord(rec), nil
+			if res := s.fromRecord(rec); enough(res.Status) {
+				return res, nil
+			}
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w for %s: %w", ErrNoAnswer, s.Key, ctx.Err())
 		}

@@ -38,12 +38,14 @@ func Example() {
 	ctx, stop := context.WithCancel(context.Background())
 	w, err := worker.New(ctx, nc, tools, nil, worker.Config{})
 	if err != nil {
+		stop()
 		fmt.Println(err)
 		return
 	}
 	done := make(chan error)
 	go func() { done <- w.Run(ctx, time.Second) }()
 	defer func() { stop(); <-done }()
+	<-w.Ready()
 
 	cl, _ := client.New(nc)
 	for range 2 {

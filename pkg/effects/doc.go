@@ -49,8 +49,10 @@
 // silently. NewRegistry builds one from tools written in code.
 //
 // Effects are built by a Factory per kind. The built-in kinds are webhook
-// (Webhook) and noop (Noop); WithFactory adds a kind, for one that needs
-// something only the caller has, such as a connection. A Factory reads its
+// (Webhook), smtp (SMTP) and noop (Noop); WithFactory adds a kind, for one
+// that needs something only the caller has, such as a connection: the nats
+// kind (NATSService) is added with WithFactory(KindNATS,
+// NATSServiceFactory(nc)). A Factory reads its
 // settings through a Section, which gives it the same line-numbered errors
 // and unknown-field checks as the built-in kinds.
 package effects

@@ -15,6 +15,14 @@ const (
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderReplyTo names the subject a caller wants its answer pushed to.
 	HeaderReplyTo = "Idem-Reply-To"
+
+	// A dead letter carries these besides the original message's headers.
+	HeaderDLQReason    = "Idem-Dlq-Reason"     // why the intent was dead-lettered
+	HeaderDLQSubject   = "Idem-Dlq-Subject"    // the subject it was published on
+	HeaderDLQStreamSeq = "Idem-Dlq-Stream-Seq" // its sequence in the work stream
+	HeaderDLQDelivered = "Idem-Dlq-Delivered"  // how many times it was delivered
+	HeaderDLQTime      = "Idem-Dlq-Time"       // when it was dead-lettered (RFC 3339)
+	HeaderDLQMsgID     = "Idem-Dlq-Msg-Id"     // its Nats-Msg-Id, if it had one
 )
 
 var prefixPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)

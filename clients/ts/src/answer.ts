@@ -1,0 +1,129 @@
+/**
+ * Answers and ledger records (docs/protocol.md, sections 5 and 6).
+ *
+ * @module
+ */
+
+import type { JsonValue } from "./json.js";
+
+/** The state of an answer or a ledger record. `pending` and `approved` appear only in the ledger. */
+export type Status =
+  | "pending"
+  | "completed"
+  | "failed"
+  | "conflict"
+  | "rejected"
+  | "awaiting_approval"
+  | "approved"
+  | "denied"
+  | "uncertain";
+
+/** The statuses at which a caller stops waiting. */
+export const FINAL_STATUSES: readonly Status[] = ["completed", "failed", "denied", "conflict", "rejected"];
+
+/** Every status a caller is answered with: the final ones, plus `awaiting_approval` and `uncertain`. */
+export const ANSWERED_STATUSES: readonly Status[] = [...FINAL_STATUSES, "awaiting_approval", "uncertain"];
+
+/**
+ * Reports whether a caller stops waiting at `status`.
+ *
+ * @param status - a status
+ * @returns true for completed, failed, denied, conflict and rejected
+ */
+export function isFinal(status: string): boolean {
+  return (FINAL_STATUSES as readonly string[]).includes(status);
+}
+
+/**
+ * Reports whether a ledger record in `status` answers a caller: every final
+ * status, and `awaiting_approval` and `uncertain` (the caller may keep
+ * watching those).
+ *
+ * @param status - a status
+ * @returns true when the record is an answer
+ */
+export function isAnswered(status: string): boolean {
+  return (ANSWERED_STATUSES as readonly string[]).includes(status);
+}
+
+/** The error half of an answer. */
+export interface ErrorInfo {
+  /** One of the protocol's error codes: invalid_intent, unknown_tool, tool_mismatch, too_large, conflict, effect_failed, denied. */
+  code: string;
+  /** A human-readable explanation. */
+  message: string;
+}
+
+/** The answer every caller of an operation receives. */
+export interface Result {
+  /** The key (empty when the intent could not be read). */
+  key: string;
+  /** The tool (empty when unknown). */
+  tool: string;
+  /** The outcome. */
+  status: Status;
+  /** True for every answer that did not fire the effect itself. */
+  replayed: boolean;
+  /** The fingerprint of the recorded operation (this intent's own, for a conflict). */
+  fingerprint?: string;
+  /** How many times the effect was invoked for this key, retries included. */
+  attempts: number;
+  /** The effect's result, for `completed`. */
+  result?: JsonValue;
+  /** What went wrong, for every status that is not a success. */
+  error?: ErrorInfo;
+  /** The intent's call_id, echoed when it had one. */
+  call_id?: string;
+  /** RFC 3339 time the answer was recorded. */
+  completed_at: string;
+}
+
+/** One ledger record, the JSON value of a key in the `IDEM_LEDGER` bucket. */
+export interface LedgerRecord {
+  /** The record's state. */
+  status: Status;
+  /** The tool. */
+  tool?: string;
+  /** Fingerprint of the intent that claimed the key. */
+  fingerprint: string;
+  /** The worker holding (or last holding) the claim. */
+  holder?: string;
+  /** RFC 3339 deadline of the holder's lease. */
+  lease_until?: string;
+  /** The current claim's number (1 for the first holder, +1 per takeover). */
+  attempt: number;
+  /** How many times the effect was invoked, retries included. */
+  attempts: number;
+  /** The recorded result, once completed. */
+  result?: JsonValue;
+  /** The recorded error, once failed or denied. */
+  error?: ErrorInfo;
+  /** Stream sequence of the intent that claimed the key. */
+  intent_seq?: number;
+  /** The claiming intent's call_id. */
+  call_id?: string;
+  /** RFC 3339 time of the claim. */
+  created_at: string;
+  /** RFC 3339 time of the last change. */
+  updated_at: string;
+  /** RFC 3339 time of the terminal outcome. */
+  completed_at?: string;
+}
+
+/**
+ * Decodes a ledger record, or returns undefined when `data` is not one.
+ *
+ * @param data - the KV value
+ * @returns the record, or undefined
+ */
+export function decodeRecord(data: Uint8Array): LedgerRecord | undefined {
+  try {
+    const v: unknown = JSON.parse(new TextDecoder().decode(data));
+    if (typeof v !== "object" || v === null || typeof (v as { status?: unknown }).status !== "string") {
+      return undefined;
+    }
+    return v as LedgerRecord;
+  } catch {
+    return undefined;
+  }
+}

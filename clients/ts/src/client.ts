@@ -1,0 +1,556 @@
+/**
+ * The client: publishes intents and waits for their answers, following
+ * docs/protocol.md section 7 (a publish duplicate and a missing reply are
+ * both answered from the ledger).
+ *
+ * @module
+ */
+
+import { Kvm, type KV, type KvWatchEntry } from "@nats-io/kv";
+import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
+import {
+  connect,
+  createInbox,
+  headers,
+  type NatsConnection,
+  type NodeConnectionOptions,
+  type QueuedIterator,
+  type Subscription,
+} from "@nats-io/transport-node";
+
+import { decodeRecord, isAnswered, type LedgerRecord, type Result } from "./answer.js";
+import { deriveKey, type KeySpec } from "./derive.js";
+import { checkEnvelope, encodeEnvelope, type Envelope } from "./envelope.js";
+import { IdemError, NoAnswerError, NotFoundError } from "./errors.js";
+
+/** The default installation prefix: subjects `idem.…`, bucket `IDEM_LEDGER`. */
+export const DEFAULT_PREFIX = "IDEM";
+
+/** How long a submission waits for its pushed reply before it also watches the ledger (3 s). */
+export const DEFAULT_REPLY_GRACE_MS = 3_000;
+
+/** How long a request to the tool catalogue may take (2 s). */
+export const DEFAULT_CATALOG_TIMEOUT_MS = 2_000;
+
+/**
+ * The default wait of {@link IdemClient.submit} (2 min): above a default
+ * lease (30 s) plus the consumer's ack wait (30 s) plus an effect's retries,
+ * so a caller whose worker died still gets its answer from the next one.
+ */
+export const DEFAULT_WAIT_MS = 120_000;
+
+/** The header naming the subject an answer is pushed to. */
+export const HEADER_REPLY_TO = "Idem-Reply-To";
+
+/** One tool as the workers' catalogue reports it. */
+export interface ToolInfo {
+  /** The tool name. */
+  name: string;
+  /** The effect kind (webhook, noop, …). */
+  effect: string;
+  /** The tool's key args; absent means all args. */
+  key_args?: string[];
+  /** The tool's window in seconds; absent or 0 means none. */
+  window_seconds?: number;
+  /** Args left out of the fingerprint. */
+  volatile_args?: string[];
+  /** The holder's lease, in seconds. */
+  lease_seconds: number;
+  /** read, idempotent or unsafe. */
+  class?: string;
+  /** True for reads and idempotent writes: a caller may repeat them without a key. */
+  safe_to_retry?: boolean;
+  /** Whether the tool's intents go through the ledger. A tool without it fires every intent: the client then sets no Nats-Msg-Id and watches no ledger key. */
+  ledger?: boolean;
+  /** "required" when an operator must approve each operation. */
+  approval?: string;
+  /** retry or hold. */
+  on_abandoned?: string;
+}
+
+/** The tool catalogue's answer (a request to `idem.tools`). */
+export interface Catalog {
+  /** The configured tools. */
+  tools: ToolInfo[];
+}
+
+/** The NATS names of one installation, all derived from one prefix. */
+export interface Names {
+  /** The prefix as given, e.g. `IDEM`. */
+  prefix: string;
+  /** Intent subjects are this plus the tool: `idem.intents.`. */
+  intentPrefix: string;
+  /** The tool catalogue subject: `idem.tools`. */
+  toolsSubject: string;
+  /** The ledger bucket: `IDEM_LEDGER`. */
+  bucket: string;
+}
+
+const PREFIX_PATTERN = /^[A-Za-z0-9_-]{1,32}$/;
+
+/**
+ * Derives the names of the installation with `prefix`.
+ *
+ * @param prefix - 1 to 32 letters, digits, `_` or `-` (default `IDEM`)
+ * @returns the names
+ * @throws {@link IdemError} (`invalid_prefix`) for a bad prefix
+ */
+export function names(prefix: string = DEFAULT_PREFIX): Names {
+  if (!PREFIX_PATTERN.test(prefix)) {
+    throw new IdemError("invalid_prefix", `prefix ${JSON.stringify(prefix)}: use 1-32 letters, digits, '_' or '-'`);
+  }
+  const low = prefix.toLowerCase();
+  return {
+    prefix,
+    intentPrefix: `${low}.intents.`,
+    toolsSubject: `${low}.tools`,
+    bucket: `${prefix.toUpperCase()}_LEDGER`,
+  };
+}
+
+/** Options of an {@link IdemClient}. */
+export interface ClientOptions {
+  /** The installation prefix. Default: {@link DEFAULT_PREFIX} (`IDEM`). */
+  prefix?: string;
+  /**
+   * Key specs by tool name. A tool not listed is looked up in the workers'
+   * catalogue (once); a tool the catalogue lacks, or every tool when no
+   * worker answers, uses the default derivation (all args, no window).
+   * Default: none.
+   */
+  keySpecs?: Record<string, KeySpec>;
+  /** How long to wait for the pushed reply before also watching the ledger. Default: {@link DEFAULT_REPLY_GRACE_MS} (3 s). */
+  replyGraceMs?: number;
+  /** How long a catalogue request may take. Default: {@link DEFAULT_CATALOG_TIMEOUT_MS} (2 s). */
+  catalogTimeoutMs?: number;
+}
+
+/** Options of {@link IdemClient.connect}: the client's, plus the NATS connection's. */
+export interface ConnectOptions extends ClientOptions {
+  /** Passed to `connect` of `@nats-io/transport-node` (credentials, TLS, name, …); `servers` is set from the first argument. */
+  nats?: Partial<NodeConnectionOptions>;
+}
+
+/**
+ * Publishes intents and waits for their answers. Safe to share: every
+ * submission has its own inbox.
+ *
+ * @example
+ * ```ts
+ * const client = await IdemClient.connect("nats://127.0.0.1:4222");
+ * const res = await client.submit({ tool: "send_email", args: { to: "ada@example.com" }, session: "run-7" });
+ * console.log(res.status, res.replayed, res.result);
+ * await client.close();
+ * ```
+ */
+export class IdemClient {
+  /** The NATS connection the client uses. */
+  readonly nc: NatsConnection;
+  /** The names of the installation. */
+  readonly names: Names;
+  readonly #js: JetStreamClient;
+  readonly #specs = new Map<string, KeySpec>();
+  readonly #grace: number;
+  readonly #catalogTimeout: number;
+  #ownsConnection = false;
+  #catalog: Promise<void> | undefined;
+  /** Tools the catalogue reports without a ledger. */
+  readonly #noLedger = new Set<string>();
+  #kv: Promise<KV> | undefined;
+
+  /**
+   * Returns a client on an open connection, which the caller keeps and closes.
+   *
+   * @param nc - the NATS connection
+   * @param opts - client options
+   * @throws {@link IdemError} for a bad prefix
+   */
+  constructor(nc: NatsConnection, opts: ClientOptions = {}) {
+    this.nc = nc;
+    this.names = names(opts.prefix);
+    this.#js = jetstream(nc);
+    this.#grace = opts.replyGraceMs ?? DEFAULT_REPLY_GRACE_MS;
+    this.#catalogTimeout = opts.catalogTimeoutMs ?? DEFAULT_CATALOG_TIMEOUT_MS;
+    for (const [tool, spec] of Object.entries(opts.keySpecs ?? {})) {
+      this.#specs.set(tool, spec);
+    }
+  }
+
+  /**
+   * Connects to NATS and returns a client that owns the connection
+   * ({@link IdemClient.close} closes it).
+   *
+   * @param servers - one server URL, a comma-separated list, or an array
+   * @param opts - client and connection options
+   * @returns the client
+   * @throws the connection's error when no server is reachable
+   */
+  static async connect(servers: string | string[], opts: ConnectOptions = {}): Promise<IdemClient> {
+    const list = Array.isArray(servers) ? servers : servers.split(",").map((s) => s.trim());
+    const nc = await connect({ name: "idemgate-ts", ...opts.nats, servers: list });
+    try {
+      const c = new IdemClient(nc, opts);
+      c.#ownsConnection = true;
+      return c;
+    } catch (err) {
+      await nc.close();
+      throw err;
+    }
+  }
+
+  /** Closes the connection when the client opened it ({@link IdemClient.connect}); otherwise does nothing. */
+  async close(): Promise<void> {
+    if (this.#ownsConnection) {
+      await this.nc.close();
+    }
+  }
+
+  /**
+   * Asks the workers' tool catalogue which tools exist and how each derives
+   * its keys.
+   *
+   * @returns the catalogue
+   * @throws the request's error (no responders, timeout) or {@link IdemError} (`bad_catalog`)
+   */
+  async tools(): Promise<Catalog> {
+    const m = await this.nc.request(this.names.toolsSubject, undefined, { timeout: this.#catalogTimeout });
+    let cat: unknown;
+    try {
+      cat = JSON.parse(m.string());
+    } catch (err) {
+      throw new IdemError("bad_catalog", `tool catalogue: ${String(err)}`);
+    }
+    if (typeof cat !== "object" || cat === null || !Array.isArray((cat as { tools?: unknown }).tools)) {
+      throw new IdemError("bad_catalog", "tool catalogue: no tools list");
+    }
+    return cat as Catalog;
+  }
+
+  /**
+   * Returns the key spec of `tool`: from the options, else from the
+   * catalogue (asked once), else the default derivation.
+   *
+   * @param tool - the tool name
+   * @returns its key spec
+   */
+  async spec(tool: string): Promise<KeySpec> {
+    const known = this.#specs.get(tool);
+    if (known !== undefined) {
+      return known;
+    }
+    this.#catalog ??= this.tools().then(
+      (cat) => {
+        for (const t of cat.tools) {
+          if (t.ledger === false) {
+            this.#noLedger.add(t.name);
+          }
+          if (!this.#specs.has(t.name)) {
+            this.#specs.set(t.name, {
+              key_args: t.key_args ?? [],
+              window_seconds: t.window_seconds ?? 0,
+              volatile_args: t.volatile_args ?? [],
+            });
+          }
+        }
+      },
+      () => undefined, // no catalogue: the default derivation
+    );
+    await this.#catalog;
+    const spec = this.#specs.get(tool) ?? {};
+    this.#specs.set(tool, spec); // remembered, so later calls don't ask again
+    return spec;
+  }
+
+  /**
+   * Derives the envelope's key, publishes it on `idem.intents.<tool>` with
+   * `Nats-Msg-Id` set to the key and `Idem-Reply-To` set to a private inbox,
+   * and returns the submission to wait on. For a window tool a missing
+   * `created_at` is set to now **on `env` itself**, so that the client and
+   * the workers derive the same key and a retry of the same object keeps it.
+   *
+   * @param env - the intent
+   * @returns the submission
+   * @throws {@link InvalidIntentError} for an intent a worker would reject; {@link IdemError} (`publish_failed`, the cause attached) when the publish fails (no stream, payload over the server's max_payload)
+   */
+  async publish(env: Envelope): Promise<Submission> {
+    checkEnvelope(env);
+    const spec = await this.spec(env.tool);
+    if ((spec.window_seconds ?? 0) > 0 && env.created_at === undefined) {
+      env.created_at = new Date().toISOString();
+    }
+    const id = deriveKey(env, spec);
+    // Publish dedup answers a repeat from the ledger; a tool without the
+    // ledger fires every intent, so its repeats must reach a worker.
+    const noLedger = this.#noLedger.has(env.tool);
+    const inbox = createInbox();
+    const sub = this.nc.subscribe(inbox, { max: 1 });
+    const h = headers();
+    h.set(HEADER_REPLY_TO, inbox);
+    try {
+      const ack = await this.#js.publish(this.names.intentPrefix + env.tool, encodeEnvelope(env), {
+        ...(noLedger ? {} : { msgID: id.key }),
+        headers: h,
+      });
+      return new Submission(this, sub, env, id.key, id.fingerprint, ack.duplicate, ack.seq, this.#grace, noLedger);
+    } catch (err) {
+      sub.unsubscribe();
+      throw new IdemError("publish_failed", `publish ${this.names.intentPrefix}${env.tool}: ${String(err)}`, { cause: err });
+    }
+  }
+
+  /**
+   * Publishes `env` and waits for its answer. A duplicate is an answer
+   * (`replayed: true`), not an error; so is a conflict.
+   *
+   * @param env - the intent
+   * @param timeoutMs - how long to wait. Default: {@link DEFAULT_WAIT_MS} (2 min)
+   * @returns the answer
+   * @throws {@link NoAnswerError} when no answer came in time; see {@link IdemClient.publish}
+   */
+  async submit(env: Envelope, timeoutMs: number = DEFAULT_WAIT_MS): Promise<Result> {
+    const s = await this.publish(env);
+    return s.wait(timeoutMs);
+  }
+
+  /**
+   * Reads the ledger record of `key` from the stream leader (not a direct
+   * get, which a follower may answer before it has the latest write).
+   *
+   * @param key - the key
+   * @returns the record
+   * @throws {@link NotFoundError} when there is none
+   */
+  async get(key: string): Promise<LedgerRecord> {
+    const kv = await this.bucket();
+    const e = await kv.get(key);
+    if (e === null || e.operation !== "PUT") {
+      throw new NotFoundError(key);
+    }
+    const rec = decodeRecord(e.value);
+    if (rec === undefined) {
+      throw new IdemError("bad_record", `the ledger record of ${key} is not a record`);
+    }
+    return rec;
+  }
+
+  /**
+   * Waits until the ledger record of `key` is an answer (see
+   * {@link isAnswered}) and returns it.
+   *
+   * @param key - the key
+   * @param timeoutMs - how long to wait. Default: {@link DEFAULT_WAIT_MS}
+   * @returns the record
+   * @throws {@link NoAnswerError} when none came in time
+   */
+  async watch(key: string, timeoutMs: number = DEFAULT_WAIT_MS): Promise<LedgerRecord> {
+    const kv = await this.bucket();
+    const w = await kv.watch({ key });
+    const timer = setTimeout(() => w.stop(), timeoutMs);
+    try {
+      const rec = await firstAnswer(w);
+      if (rec === undefined) {
+        throw new NoAnswerError(key, `no answer for ${key} within ${timeoutMs} ms`);
+      }
+      return rec;
+    } finally {
+      clearTimeout(timer);
+      w.stop();
+    }
+  }
+
+  /**
+   * The ledger bucket, opened once. It reads from the stream leader
+   * (`allow_direct: false`).
+   *
+   * @returns the bucket
+   */
+  bucket(): Promise<KV> {
+    this.#kv ??= new Kvm(this.#js).open(this.names.bucket, { allow_direct: false }).catch((err: unknown) => {
+      this.#kv = undefined;
+      throw new IdemError("no_ledger", `ledger bucket ${this.names.bucket}: ${String(err)}`, { cause: err });
+    });
+    return this.#kv;
+  }
+}
+
+/** Reads w until a record with an answered status arrives; undefined when w ends first. */
+async function firstAnswer(w: QueuedIterator<KvWatchEntry>): Promise<LedgerRecord | undefined> {
+  for await (const e of w) {
+    if (e.operation !== "PUT") {
+      continue;
+    }
+    const rec = decodeRecord(e.value);
+    if (rec !== undefined && isAnswered(rec.status)) {
+      return rec;
+    }
+  }
+  return undefined;
+}
+
+/** One published intent awaiting its answer. */
+export class Submission {
+  /** The key, as the client derived it. */
+  readonly key: string;
+  /** The fingerprint, as the client derived it. */
+  readonly fingerprint: string;
+  /** JetStream dropped the publish as a duplicate of an earlier intent with this key: the answer comes from the ledger. */
+  readonly duplicate: boolean;
+  /** The intent's stream sequence (the original's, when `duplicate`). */
+  readonly sequence: number;
+  readonly #client: IdemClient;
+  readonly #sub: Subscription;
+  readonly #tool: string;
+  readonly #callID: string | undefined;
+  readonly #grace: number;
+  readonly #noLedger: boolean;
+  #waited = false;
+
+  /** @internal Built by {@link IdemClient.publish}. */
+  constructor(
+    client: IdemClient,
+    sub: Subscription,
+    env: Envelope,
+    key: string,
+    fingerprint: string,
+    duplicate: boolean,
+    sequence: number,
+    grace: number,
+    noLedger = false,
+  ) {
+    this.#client = client;
+    this.#sub = sub;
+    this.#tool = env.tool;
+    this.#callID = env.call_id;
+    this.key = key;
+    this.fingerprint = fingerprint;
+    this.duplicate = duplicate;
+    this.sequence = sequence;
+    this.#grace = grace;
+    this.#noLedger = noLedger;
+  }
+
+  /**
+   * Returns the answer: the pushed reply, or — when the publish was a
+   * duplicate, or no reply came within the grace period — the record watched
+   * on the ledger key. A record with another fingerprint is answered as a
+   * `conflict` (publish dedup hides a conflict from the workers). Call it
+   * once.
+   *
+   * @param timeoutMs - how long to wait. Default: {@link DEFAULT_WAIT_MS}
+   * @returns the answer
+   * @throws {@link NoAnswerError} when none came in time; {@link IdemError} (`already_waited`) on a second call
+   */
+  wait(timeoutMs: number = DEFAULT_WAIT_MS): Promise<Result> {
+    if (this.#waited) {
+      return Promise.reject(new IdemError("already_waited", `the submission of ${this.key} was already waited on`));
+    }
+    this.#waited = true;
+    return new Promise<Result>((resolve, reject) => {
+      let settled = false;
+      let watching = false;
+      let watcher: QueuedIterator<KvWatchEntry> | undefined;
+      const timers: NodeJS.Timeout[] = [];
+      const finish = (outcome: { res: Result } | { err: unknown }): void => {
+        if (settled) {
+          return;
+        }
+        settled = true;
+        timers.forEach(clearTimeout);
+        this.#sub.unsubscribe();
+        watcher?.stop();
+        if ("res" in outcome) {
+          resolve(outcome.res);
+        } else {
+          reject(outcome.err);
+        }
+      };
+      const startWatch = async (): Promise<void> => {
+        if (watching || settled || this.#noLedger) {
+          return; // a tool without the ledger is answered by its reply only
+        }
+        watching = true;
+        try {
+          const kv = await this.#client.bucket();
+          const w = await kv.watch({ key: this.key });
+          if (settled) {
+            w.stop();
+            return;
+          }
+          watcher = w;
+          const rec = await firstAnswer(w);
+          if (rec !== undefined) {
+            finish({ res: this.fromRecord(rec) });
+          }
+        } catch (err) {
+          finish({ err });
+        }
+      };
+      const readReply = async (): Promise<void> => {
+        try {
+          for await (const m of this.#sub) {
+            let res: Result;
+            try {
+              res = JSON.parse(m.string()) as Result;
+            } catch (err) {
+              finish({ err: new IdemError("bad_answer", `undecodable answer for ${this.key}: ${String(err)}`) });
+              return;
+            }
+            finish({ res });
+            return;
+          }
+        } catch (err) {
+          finish({ err });
+        }
+      };
+      timers.push(
+        setTimeout(() => finish({ err: new NoAnswerError(this.key, `no answer for ${this.key} within ${timeoutMs} ms`) }), timeoutMs),
+      );
+      void readReply();
+      if (this.duplicate) {
+        void startWatch();
+      } else {
+        timers.push(setTimeout(() => void startWatch(), this.#grace));
+      }
+    });
+  }
+
+  /**
+   * The answer a ledger record gives this submission: a conflict when the
+   * fingerprints differ, else the record's outcome, `replayed` unless the
+   * record was claimed by this very publish.
+   *
+   * @param rec - an answered record of this key
+   * @returns the answer
+   */
+  fromRecord(rec: LedgerRecord): Result {
+    const callID = this.#callID !== undefined && this.#callID !== "" ? { call_id: this.#callID } : {};
+    if (rec.fingerprint !== this.fingerprint) {
+      return {
+        key: this.key,
+        tool: this.#tool,
+        status: "conflict",
+        replayed: true,
+        fingerprint: this.fingerprint,
+        attempts: 0,
+        error: {
+          code: "conflict",
+          message: `key ${this.key} was first used with other arguments (fingerprint ${rec.fingerprint}, this intent's ${this.fingerprint})`,
+        },
+        ...callID,
+        completed_at: new Date().toISOString(),
+      };
+    }
+    return {
+      key: this.key,
+      tool: this.#tool,
+      status: rec.status,
+      replayed: this.duplicate || rec.intent_seq !== this.sequence,
+      fingerprint: rec.fingerprint,
+      attempts: rec.attempts ?? 0,
+      ...(rec.result !== undefined ? { result: rec.result } : {}),
+      ...(rec.error !== undefined ? { error: rec.error } : {}),
+      ...callID,
+      completed_at: rec.completed_at ?? rec.updated_at,
+    };
+  }
+}

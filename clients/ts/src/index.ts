@@ -1,0 +1,37 @@
+/**
+ * The idemgate client for TypeScript and JavaScript: derive an operation's
+ * key exactly as the workers do, publish tool intents, and wait for their
+ * answers. The protocol is docs/protocol.md of the idemgate repository.
+ *
+ * @packageDocumentation
+ */
+
+export { ANSWERED_STATUSES, FINAL_STATUSES, isAnswered, isFinal } from "./answer.js";
+export type { ErrorInfo, LedgerRecord, Result, Status } from "./answer.js";
+export {
+  DEFAULT_CATALOG_TIMEOUT_MS,
+  DEFAULT_PREFIX,
+  DEFAULT_REPLY_GRACE_MS,
+  DEFAULT_WAIT_MS,
+  HEADER_REPLY_TO,
+  IdemClient,
+  names,
+  Submission,
+} from "./client.js";
+export type { Catalog, ClientOptions, ConnectOptions, Names, ToolInfo } from "./client.js";
+export { canonical, deriveKey } from "./derive.js";
+export type { Identity, KeySpec } from "./derive.js";
+export {
+  checkEnvelope,
+  DEFAULT_MAX_BYTES,
+  DEFAULT_MAX_DEPTH,
+  encodeEnvelope,
+  MAX_KEY_BYTES,
+  parseEnvelope,
+  parseRFC3339,
+  validTool,
+} from "./envelope.js";
+export type { Envelope, Limits } from "./envelope.js";
+export { IdemError, InvalidIntentError, InvalidSpecError, NoAnswerError, NotFoundError, TooLargeError } from "./errors.js";
+export { parseStrict } from "./json.js";
+export type { JsonObject, JsonPrimitive, JsonValue } from "./json.js";

@@ -1,0 +1,70 @@
+/**
+ * The protocol's test vectors (pkg/intent/testdata of the repository),
+ * reproduced byte for byte: every vector's material, key and fingerprint, and
+ * the rejection of every invalid envelope.
+ */
+
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { test } from "node:test";
+
+import { deriveKey, IdemError, parseEnvelope, type KeySpec } from "../index.js";
+
+const TESTDATA = new URL("../../../../pkg/intent/testdata/", import.meta.url);
+
+interface Vector {
+  name: string;
+  envelope: string;
+  spec: { key_args: string[]; window_seconds: number; volatile_args: string[] };
+  msg_time: string;
+  material: string;
+  key: string;
+  fingerprint: string;
+}
+
+interface Invalid {
+  name: string;
+  envelope: string;
+  code: string;
+}
+
+function load<T>(file: string): T[] {
+  const v: unknown = JSON.parse(readFileSync(new URL(file, TESTDATA), "utf8"));
+  assert.ok(Array.isArray(v) && v.length > 0, `${file} holds a non-empty list`);
+  return v as T[];
+}
+
+const vectors = load<Vector>("vectors.json");
+const invalid = load<Invalid>("invalid.json");
+
+for (const v of vectors) {
+  test(`vector: ${v.name}`, () => {
+    const env = parseEnvelope(v.envelope);
+    const spec: KeySpec = v.spec;
+    const id = deriveKey(env, spec, v.msg_time === "" ? undefined : v.msg_time);
+    assert.equal(id.material, v.material, "material");
+    assert.equal(id.key, v.key, "key");
+    assert.equal(id.fingerprint, v.fingerprint, "fingerprint");
+  });
+}
+
+for (const v of invalid) {
+  test(`invalid: ${v.name}`, () => {
+    assert.throws(
+      () => {
+        const env = parseEnvelope(v.envelope);
+        deriveKey(env, {}, new Date());
+      },
+      (err: unknown) => err instanceof IdemError && err.code === v.code,
+    );
+  });
+}
+
+test("invalid UTF-8 is rejected", () => {
+  const prefix = new TextEncoder().encode('{"tool":"noop","args":{"s":"');
+  const suffix = new TextEncoder().encode('"}}');
+  for (const bad of [[0xff], [0xed, 0xa0, 0x80], [0xc3]]) {
+    const data = new Uint8Array([...prefix, ...bad, ...suffix]);
+    assert.throws(() => parseEnvelope(data), { code: "invalid_intent" }, `bytes ${bad.join(",")}`);
+  }
+});

@@ -1,0 +1,238 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// The TypeScript client (clients/ts) against real workers: its key
+// derivation reproduces the protocol's vectors, and an operation fired by
+// either client is replayed, not fired again, by the other.
+//
+// These tests need node (20 or later) and npm. Without them they skip —
+// unless the CI environment variable is set, where they fail instead, so CI
+// cannot pass without having run them. npm ci needs the npm registry.
+
+// tsSetupTimeout bounds npm ci plus the build.
+const tsSetupTimeout = 5 * time.Minute
+
+// tsBuild is the one install and build of clients/ts shared by every test of
+// a run.
+var tsBuild struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// tsClient returns the directory of the built TypeScript client, installing
+// and building it on first use. It skips the test when node or npm is
+// missing outside CI.
+func tsClient(t *testing.T) string {
+	t.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") == "" {
+				t.Skipf("%s is not installed: skipping the TypeScript client tests (set CI=1 to make this a failure)", tool)
+			}
+			t.Fatalf("%s is not installed, and CI is set: the TypeScript client tests must run in CI", tool)
+		}
+	}
+	tsBuild.once.Do(func() {
+		dir, err := filepath.Abs(filepath.Join("..", "clients", "ts"))
+		if err != nil {
+			tsBuild.err = err
+			return
+		}
+		tsBuild.dir = dir
+		ctx, cancel := context.WithTimeout(context.Background(), tsSetupTimeout)
+		defer cancel()
+		for _, step := range [][]string{
+			{"npm", "ci", "--no-audit", "--no-fund"},
+			{"npm", "run", "build"},
+		} {
+			start := time.Now()
+			out, err := runIn(ctx, dir, step...)
+			if err != nil {
+				tsBuild.err = fmt.Errorf("%s: %w\n%s", strings.Join(step, " "), err, out)
+				return
+			}
+			t.Logf("clients/ts: %s took %s", strings.Join(step, " "), time.Since(start).Round(time.Millisecond))
+		}
+	})
+	require.NoError(t, tsBuild.err, "install and build clients/ts")
+	return tsBuild.dir
+}
+
+// runIn runs a command in dir and returns its combined output.
+func runIn(ctx context.Context, dir string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// tsSubmit runs the TypeScript client's command line (dist/cli.js submit)
+// and decodes its answer, as submit does for the Go binary.
+func tsSubmit(t *testing.T, dir, url string, args ...string) submitted {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", append([]string{filepath.Join(dir, "dist", "cli.js"), "submit", "--servers", url}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	s := submitted{stdout: out.String(), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		s.code = ee.ExitCode()
+	default:
+		t.Fatalf("run the TypeScript client: %v", err)
+	}
+	if s.stdout != "" {
+		require.NoError(t, json.Unmarshal(out.Bytes(), &s.res), "answer: %s", s.stdout)
+	}
+	return s
+}
+
+// tsTools is a tools file whose key specs the clients must learn from the
+// catalogue: send_email is keyed by to and subject with body volatile;
+// weekly_digest by user per 168h window.
+func tsTools(url string) string {
+	return fmt.Sprintf(`tools:
+  send_email:
+    effect: webhook
+    key_args: [to, subject]
+    volatile_args: [body]
+    lease: 30s
+    webhook:
+      url: %[1]s/email
+      timeout: 30s
+      retry: {max_attempts: 4, initial_interval: 50ms, max_interval: 200ms}
+  weekly_digest:
+    effect: webhook
+    key_args: [user]
+    window: 168h
+    lease: 30s
+    webhook:
+      url: %[1]s/digest
+      timeout: 30s
+`, url)
+}
+
+// The package's own tests: every protocol vector byte for byte, validation,
+// exit statuses.
+func TestTSClientVectors(t *testing.T) {
+	t.Parallel()
+	dir := tsClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := runIn(ctx, dir, "npm", "test")
+	require.NoError(t, err, "npm test in clients/ts:\n%s", out)
+	require.Contains(t, out, "# fail 0", out)
+}
+
+// (a) The TypeScript client fires; the Go submit sends the same operation
+// (another volatile body, other member order) and is answered replayed, with
+// the same key and result.
+func TestTSFiresGoReplays(t *testing.T) {
+	t.Parallel()
+	dir := tsClient(t)
+	url := jetStream(t)
+	hook := newSink(t, nil)
+	startWorker(t, "w1", url, writeTools(t, tsTools(hook.URL)))
+
+	ts := tsSubmit(t, dir, url, "--tool", "send_email", "--session", "run-7",
+		"--args", `{"to":"ada@example.com","subject":"Welcome","body":"Hi Ada"}`, "--wait", "30000")
+	require.Equal(t, 0, ts.code, "the TypeScript client fires: %s %s", ts.stdout, ts.stderr)
+	require.Equal(t, intent.StatusCompleted, ts.res.Status)
+	require.False(t, ts.res.Replayed)
+
+	goRun := submit(t, url, "--tool", "send_email", "--session", "run-7",
+		"--args", `{"body":"Hello Ada","subject":"Welcome","to":"ada@example.com"}`, "--wait", "30s")
+	require.Equal(t, 3, goRun.code, "Go submit replays: %s %s", goRun.stdout, goRun.stderr)
+	require.True(t, goRun.res.Replayed)
+	require.Equal(t, ts.res.Key, goRun.res.Key, "both clients derive one key")
+	require.Equal(t, ts.res.Fingerprint, goRun.res.Fingerprint, "body is volatile: one fingerprint")
+	require.JSONEq(t, string(ts.res.Result), string(goRun.res.Result))
+
+	again := tsSubmit(t, dir, url, "--tool", "send_email", "--session", "run-7",
+		"--args", `{"to":"ada@example.com","subject":"Welcome","body":"Hi Ada"}`, "--wait", "30000")
+	require.Equal(t, 3, again.code, "a TypeScript repeat replays: %s", again.stderr)
+	require.JSONEq(t, string(ts.res.Result), string(again.res.Result))
+
+	require.Equal(t, 1, hook.count(), "the sink is hit once")
+	require.Equal(t, ts.res.Key, hook.all()[0].Key, "the effect carries the key")
+}
+
+// (b) The Go submit fires a window tool's operation; the TypeScript client's
+// copy is a publish duplicate answered from the ledger: replayed.
+func TestGoFiresTSReplays(t *testing.T) {
+	t.Parallel()
+	dir := tsClient(t)
+	url := jetStream(t)
+	hook := newSink(t, nil)
+	startWorker(t, "w1", url, writeTools(t, tsTools(hook.URL)))
+
+	goRun := submit(t, url, "--tool", "weekly_digest", "--args", `{"user":42}`,
+		"--created-at", "2025-01-06T10:00:00Z", "--wait", "30s")
+	require.Equal(t, 0, goRun.code, "Go submit fires: %s %s", goRun.stdout, goRun.stderr)
+
+	// Later in the same 168h window: the same operation.
+	ts := tsSubmit(t, dir, url, "--tool", "weekly_digest", "--args", `{"user":42}`,
+		"--created-at", "2025-01-08T23:59:59Z", "--wait", "30000")
+	require.Equal(t, 3, ts.code, "the TypeScript client replays: %s %s", ts.stdout, ts.stderr)
+	require.Equal(t, intent.StatusCompleted, ts.res.Status)
+	require.True(t, ts.res.Replayed)
+	require.Equal(t, goRun.res.Key, ts.res.Key)
+	require.JSONEq(t, string(goRun.res.Result), string(ts.res.Result))
+	require.Equal(t, 1, hook.count(), "the sink is hit once")
+}
+
+// (c) The same override key with other args: the TypeScript client reports
+// the conflict itself (its publish is a duplicate, the ledger's fingerprint
+// differs), and so does Go submit. Never fired.
+func TestTSConflict(t *testing.T) {
+	t.Parallel()
+	dir := tsClient(t)
+	url := jetStream(t)
+	hook := newSink(t, nil)
+	startWorker(t, "w1", url, writeTools(t, tsTools(hook.URL)))
+
+	first := tsSubmit(t, dir, url, "--tool", "send_email", "--key", "order-98765",
+		"--args", `{"to":"a@example.com","subject":"Receipt 10"}`, "--wait", "30000")
+	require.Equal(t, 0, first.code, "%s %s", first.stdout, first.stderr)
+
+	ts := tsSubmit(t, dir, url, "--tool", "send_email", "--key", "order-98765",
+		"--args", `{"to":"a@example.com","subject":"Receipt 20"}`, "--wait", "30000")
+	require.Equal(t, 4, ts.code, "conflict exits 4: %s %s", ts.stdout, ts.stderr)
+	require.Equal(t, intent.StatusConflict, ts.res.Status)
+	require.NotNil(t, ts.res.Error)
+	require.Equal(t, intent.CodeConflict, ts.res.Error.Code)
+	require.True(t, ts.res.Replayed)
+	require.Equal(t, first.res.Key, ts.res.Key)
+
+	goRun := submit(t, url, "--tool", "send_email", "--key", "order-98765",
+		"--args", `{"to":"a@example.com","subject":"Receipt 20"}`, "--wait", "30s")
+	require.Equal(t, 4, goRun.code, "Go agrees: %s %s", goRun.stdout, goRun.stderr)
+	require.Equal(t, ts.res.Key, goRun.res.Key)
+
+	require.Equal(t, 1, hook.count(), "never fired for the conflicting args")
+}

@@ -1,0 +1,279 @@
+package effects
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// KindNATS is the effect kind of a NATS service tool. It is not built in,
+// because it needs the worker's connection:
+//
+//	effects.LoadFile(path, effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(nc)))
+const KindNATS = "nats"
+
+// DefaultNATSTimeout bounds one request to a NATS service.
+const DefaultNATSTimeout = 10 * time.Second
+
+// Reply headers of the NATS service error convention, the ones nats.go's
+// micro package sets when a handler answers with an error.
+const (
+	// HeaderServiceError carries the error's description; its presence marks
+	// the reply as an error.
+	HeaderServiceError = "Nats-Service-Error"
+	// HeaderServiceErrorCode carries the error's code, an HTTP-like status
+	// such as "400" or "503".
+	HeaderServiceErrorCode = "Nats-Service-Error-Code"
+)
+
+// NATSServiceConfig configures a NATS service effect. Zero fields mean the
+// defaults.
+type NATSServiceConfig struct {
+	// Subject is where requests go: a valid NATS subject without wildcards,
+	// e.g. "billing.charge". Required.
+	Subject string
+	// Timeout bounds one request, from sending it to the reply. It must
+	// exceed what the service may legitimately take: a request that times
+	// out may still have acted, and its retry is a second firing (same key).
+	// Default DefaultNATSTimeout.
+	Timeout time.Duration
+	// Retry is the retry policy, as for a webhook.
+	Retry RetryPolicy
+	// Headers are static headers added to every request. Names are
+	// case-sensitive, as NATS headers are; they may not be Idempotency-Key,
+	// nor start with Idem- or Nats- (any case).
+	Headers map[string]string
+}
+
+// NATSService is the effect that sends an intent to a NATS service (kind
+// nats): a request-reply to a configured subject, answered by a service
+// written in any language, such as one built with nats.go's micro package.
+//
+// Each Fire sends one request per attempt: the data is the call's args (a
+// JSON object), the headers are Idempotency-Key (the operation's key, the
+// same on every attempt), Idem-Tool, Idem-Session and Idem-Call-Id (each
+// when set) and the static headers. The reply decides the outcome:
+//
+//   - no Nats-Service-Error header (and no Nats-Service-Error-Code): success.
+//     The result is the reply's data when it is JSON, the data as a JSON
+//     string when it is not, and null when it is empty; at most
+//     MaxWebhookResponse bytes are kept, as for a webhook.
+//   - an error reply (the micro convention: Nats-Service-Error holds the
+//     description, Nats-Service-Error-Code the code) with code 408, 429 or
+//     5xx, with no code, or with a code that is not a 4xx: transient,
+//     retried with backoff up to RetryPolicy.MaxAttempts requests, the same
+//     key on every one. When the attempts run out, the error wraps
+//     ErrExhausted: the worker tries the operation later.
+//   - an error reply with any other 4xx code: a *PermanentError with code
+//     effect_failed, quoting the service's code, description and the start
+//     of its data.
+//   - no responders (nothing listens on the subject), a lost connection or
+//     a timeout: transient, retried as above.
+//
+// A retry after a timeout is a second firing with the same key: the first
+// request may have reached the service, which may have acted and whose reply
+// was lost or late. Only a keyed service absorbs it: one that stores the
+// Idempotency-Key with what it did and answers a repeat with the stored
+// reply. The same holds when the worker crashes after the request and before
+// the result is recorded.
+//
+// The connection belongs to the caller; a NATSService does not close it
+// and needs no Close.
+type NATSService struct {
+	nc      *nats.Conn
+	subject string
+	headers nats.Header
+	timeout time.Duration
+	retry   RetryPolicy
+}
+
+// NewNATSService returns a NATS service effect that sends its requests on
+// nc, or an error naming every invalid field.
+func NewNATSService(nc *nats.Conn, cfg NATSServiceConfig) (*NATSService, error) {
+	cfg = cfg.withDefaults()
+	problems := cfg.problems()
+	if nc == nil {
+		problems = append(problems, problem{"connection", "is nil", "pass the worker's NATS connection"})
+	}
+	if len(problems) > 0 {
+		errs := make([]error, len(problems))
+		for i, p := range problems {
+			errs[i] = fmt.Errorf("effects: nats %s: %s (%s)", p.field, p.problem, p.hint)
+		}
+		return nil, errors.Join(errs...)
+	}
+	h := make(nats.Header, len(cfg.Headers))
+	for k, v := range cfg.Headers {
+		h.Set(k, v)
+	}
+	return &NATSService{nc: nc, subject: cfg.Subject, headers: h, timeout: cfg.Timeout, retry: cfg.Retry}, nil
+}
+
+func (c NATSServiceConfig) withDefaults() NATSServiceConfig {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultNATSTimeout
+	}
+	c.Retry = retryDefaults(c.Retry)
+	return c
+}
+
+// problems validates a config with its defaults applied.
+func (c NATSServiceConfig) problems() []problem {
+	var ps []problem
+	add := func(field, msg, hint string) { ps = append(ps, problem{field, msg, hint}) }
+	const subjectHint = "write e.g. subject: billing.charge"
+	if c.Subject == "" {
+		add("subject", "is missing", subjectHint)
+	} else if msg := subjectProblem(c.Subject); msg != "" {
+		add("subject", fmt.Sprintf("%q %s", c.Subject, msg), subjectHint)
+	}
+	for name, value := range c.Headers {
+		field := "headers." + name
+		lower := strings.ToLower(name)
+		switch {
+		case !validHeaderName(name):
+			add(field, fmt.Sprintf("%q is not a header name", name), "use letters, digits and '-', e.g. Authorization")
+		case lower == strings.ToLower(HeaderIdempotencyKey) || strings.HasPrefix(lower, "idem-"):
+			add(field, "is set by the effect itself", "remove it")
+		case strings.HasPrefix(lower, "nats-"):
+			add(field, "is reserved for NATS", "choose another name")
+		case strings.ContainsAny(value, "\r\n\x00"):
+			add(field, "holds a line break or NUL", "write the value on one line")
+		}
+	}
+	if c.Timeout < 0 {
+		add("timeout", "is negative", "write e.g. 10s")
+	}
+	return append(ps, retryProblems(c.Retry)...)
+}
+
+// subjectProblem says what is wrong with a subject to publish to ("" when
+// nothing is).
+func subjectProblem(subject string) string {
+	for _, r := range subject {
+		if r <= ' ' || r == 0x7f {
+			return "holds a space or a control character"
+		}
+	}
+	for tok := range strings.SplitSeq(subject, ".") {
+		switch tok {
+		case "":
+			return "has an empty token"
+		case "*", ">":
+			return "holds a wildcard"
+		}
+	}
+	return ""
+}
+
+// MaxDuration is the longest one Fire may take: every request timing out,
+// with the longest wait between them.
+func (s *NATSService) MaxDuration() time.Duration {
+	n := time.Duration(s.retry.MaxAttempts)
+	return n*s.timeout + (n-1)*s.retry.MaxInterval
+}
+
+// Fire sends call to the service, retrying as the policy says. See
+// NATSService for the request and how replies are classified.
+// Outcome.Invocations is the number of requests sent.
+func (s *NATSService) Fire(ctx context.Context, call Call) (Outcome, error) {
+	data := []byte(call.Args)
+	if len(data) == 0 {
+		data = []byte("{}")
+	}
+	return retryLoop(ctx, s.retry, "nats "+s.subject, "request", func(ctx context.Context) (json.RawMessage, error) {
+		return s.request(ctx, call, data)
+	})
+}
+
+// request sends one request and classifies its reply.
+func (s *NATSService) request(ctx context.Context, call Call, data []byte) (json.RawMessage, error) {
+	msg := nats.NewMsg(s.subject)
+	msg.Data = data
+	for k, v := range s.headers {
+		msg.Header[k] = v
+	}
+	msg.Header.Set(HeaderIdempotencyKey, call.Key)
+	msg.Header.Set(HeaderTool, call.Tool)
+	if call.Session != "" {
+		msg.Header.Set(HeaderSession, call.Session)
+	}
+	if call.CallID != "" {
+		msg.Header.Set(HeaderCallID, call.CallID)
+	}
+
+	reqCtx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	reply, err := s.nc.RequestMsgWithContext(reqCtx, msg)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("nats %s: %w", s.subject, ctx.Err())
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("nats %s: no service listens on the subject: %w", s.subject, err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return nil, fmt.Errorf("nats %s: no reply within %s (the request may have reached the service)", s.subject, formatDuration(s.timeout))
+	default:
+		return nil, fmt.Errorf("nats %s: %w", s.subject, err)
+	}
+
+	desc, code := reply.Header.Get(HeaderServiceError), reply.Header.Get(HeaderServiceErrorCode)
+	if desc == "" && code == "" {
+		return resultJSON(reply.Data), nil
+	}
+	text := "nats service " + s.subject + " answered"
+	if code != "" {
+		text += " " + code
+	}
+	if desc != "" {
+		text += ": " + quoteBody([]byte(desc))
+	}
+	if snippet := quoteBody(reply.Data); snippet != "" {
+		text += " (" + snippet + ")"
+	}
+	n, numErr := strconv.Atoi(code)
+	if numErr == nil && n >= 400 && n < 500 && n != 408 && n != 429 {
+		return nil, Permanent(intent.CodeEffectFailed, text)
+	}
+	return nil, errors.New(text)
+}
+
+// NATSServiceFactory returns the Factory of kind KindNATS, building NATS
+// service effects that send on nc. The worker passes it to Parse or
+// LoadFile with WithFactory(KindNATS, NATSServiceFactory(nc)).
+//
+// A tool's "nats:" settings are subject (required), timeout, retry (as a
+// webhook's) and headers; docs/tools.md describes them.
+func NATSServiceFactory(nc *nats.Conn) Factory {
+	return func(s *Section) (Effect, error) {
+		cfg := NATSServiceConfig{
+			Subject: s.String("subject", ""),
+			Timeout: positiveDuration(s, "timeout", DefaultNATSTimeout),
+			Retry:   readRetry(s),
+			Headers: s.StringMap("headers"),
+		}
+		if !s.Present() {
+			s.Invalid("", "is missing", "add nats: with at least subject: ...")
+			return nil, nil
+		}
+		for _, p := range cfg.withDefaults().problems() {
+			s.Invalid(p.field, p.problem, p.hint)
+		}
+		if nc == nil {
+			return nil, errors.New("no NATS connection: the worker must pass one to NATSServiceFactory")
+		}
+		eff, err := NewNATSService(nc, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return eff, nil
+	}
+}
