@@ -178,3 +178,103 @@ func TestCatalogue(t *testing.T) {
 	require.Equal(t, []intent.ToolInfo{{Name: "digest", Effect: "noop", Class: "unsafe", Ledger: true, OnAbandoned: "retry",
 		KeyArgs: []string{"user"}, WindowSeconds: 604800, LeaseSeconds: 5}}, cat.Tools)
 }
+
+// An intent out of deliveries is dead-lettered with its reason, not left in
+// the work stream.
+func TestOutOfDeliveriesIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := start(t, Config{MaxDeliver: 2, RetryDelay: 20 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond},
+		&effects.Tool{Name: "broken", Effect: effects.EffectFunc(func(ctx context.Context, c effects.Call) (effects.Outcome, error) {
+			panic("always")
+		})})
+	env, err := intent.Decode([]byte(`{"tool":"broken","args":{}}`), intent.Limits{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = b.client.Publish(ctx, env)
+	require.NoError(t, err)
+	var letters []client.DeadLetter
+	require.Eventually(t, func() bool {
+		letters, err = b.client.DeadLetters(ctx, 0)
+		require.NoError(t, err)
+		return len(letters) == 1
+	}, 15*time.Second, 20*time.Millisecond)
+	d := letters[0]
+	require.Equal(t, "idem.intents.broken", d.Subject)
+	require.Contains(t, d.Reason, "max deliveries (2) reached: panic")
+	require.EqualValues(t, 2, d.Delivered)
+	require.JSONEq(t, `{"tool":"broken","args":{}}`, string(d.Data))
+	info, err := b.worker.res.stream.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 0, info.State.Msgs, "removed from the work stream")
+}
+
+// Identical reads in flight on one worker are coalesced into one call.
+func TestReadsInFlightAreCoalesced(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	release := make(chan struct{})
+	b := start(t, Config{}, &effects.Tool{Name: "lookup", Policy: effects.Policy{Class: effects.ClassRead},
+		Effect: effects.EffectFunc(func(ctx context.Context, c effects.Call) (effects.Outcome, error) {
+			calls.Add(1)
+			<-release
+			return effects.Outcome{Result: json.RawMessage(`{"stock":3}`), Invocations: 1}, nil
+		})})
+	results := make(chan *intent.Result, 5)
+	for range 5 {
+		go func() { results <- submit(t, b.client, "lookup", `{"sku":"A1"}`) }()
+	}
+	// All five are delivered and being handled while the first call is held.
+	require.Eventually(t, func() bool {
+		info, err := b.worker.res.consumer.Info(context.Background())
+		return err == nil && info.NumAckPending == 5 && calls.Load() >= 1
+	}, 10*time.Second, 5*time.Millisecond)
+	close(release)
+	fired := 0
+	for range 5 {
+		res := <-results
+		require.Equal(t, intent.StatusCompleted, res.Status)
+		require.JSONEq(t, `{"stock":3}`, string(res.Result))
+		if !res.Replayed {
+			fired++
+		}
+	}
+	require.Less(t, calls.Load(), int32(5), "identical reads in flight share calls")
+	require.GreaterOrEqual(t, fired, 1)
+	_, err := b.client.Get(context.Background(), "lookup.x")
+	require.ErrorIs(t, err, client.ErrNotFound)
+}
+
+// An approval that lapsed before the firing started does not fire: the
+// operation waits for a new approval.
+func TestLapsedApprovalDoesNotFire(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	b := start(t, Config{}, &effects.Tool{Name: "refund",
+		Policy: effects.Policy{Class: effects.ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: time.Hour, OnAbandoned: effects.AbandonRetry},
+		Effect: effects.EffectFunc(func(ctx context.Context, c effects.Call) (effects.Outcome, error) {
+			calls.Add(1)
+			return effects.Outcome{Result: json.RawMessage(`"refunded"`), Invocations: 1}, nil
+		})})
+	parked := submit(t, b.client, "refund", `{"order":1}`)
+	require.Equal(t, intent.StatusAwaitingApproval, parked.Status)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// Approved with a validity that is over by the time a worker claims it.
+	_, _, err := b.worker.ledger.Approve(ctx, parked.Key, parked.Fingerprint, "ops", "", time.Nanosecond)
+	require.NoError(t, err)
+	env, err := intent.Decode([]byte(`{"tool":"refund","args":{"order":1}}`), intent.Limits{})
+	require.NoError(t, err)
+	data, err := json.Marshal(env)
+	require.NoError(t, err)
+	// Without Nats-Msg-Id the copy reaches a worker, which claims the
+	// approved key and finds the approval over.
+	_, err = b.worker.res.js.Publish(ctx, "idem.intents.refund", data)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		rec, _, err := b.worker.ledger.Get(ctx, parked.Key)
+		return err == nil && rec.Status == intent.StatusAwaitingApproval && rec.Attempt >= 2
+	}, 10*time.Second, 20*time.Millisecond, "the lapsed approval parks the operation again")
+	require.EqualValues(t, 0, calls.Load(), "never fired without a valid approval")
+}
