@@ -7,17 +7,22 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/idemgate/idemgate/internal/envflag"
 	"github.com/idemgate/idemgate/internal/natsrv"
+	"github.com/idemgate/idemgate/internal/tracing"
 	"github.com/idemgate/idemgate/internal/worker"
 	"github.com/idemgate/idemgate/pkg/effects"
 )
@@ -43,6 +48,9 @@ func run(args []string) error {
 		drain       = fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long effects in flight may run before they are cancelled")
 		logFormat   = fs.String("log-format", "json", "log format: json or console")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
+		configFile  = fs.String("config", "", "a YAML file of settings (flag names to values); the command line and the environment win over it (env IDEMGATE_CONFIG)")
+		adminAddr   = fs.String("admin-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (empty: off)")
+		otlp        = fs.String("otlp-endpoint", "", "export spans to this OTLP/HTTP endpoint, e.g. http://collector:4318 (env OTEL_EXPORTER_OTLP_ENDPOINT; empty: trace context is propagated, no spans exported)")
 	)
 	fs.StringVar(&cfg.Prefix, "prefix", "IDEM", "names prefix: stream <P>_INTENTS on <p>.intents.>, consumer <P>_WORKERS, bucket <P>_LEDGER")
 	fs.StringVar(&cfg.Holder, "holder", "", "this worker's name in ledger records (default <hostname>-<pid>)")
@@ -59,8 +67,13 @@ func run(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := envflag.Apply(fs, "IDEMGATE", map[string]string{"nats-url": "NATS_URL", "creds": "NATS_CREDS"}); err != nil {
+	if err := envflag.Apply(fs, "IDEMGATE", map[string]string{"nats-url": "NATS_URL", "creds": "NATS_CREDS", "otlp-endpoint": "OTEL_EXPORTER_OTLP_ENDPOINT"}); err != nil {
 		return err
+	}
+	if *configFile != "" {
+		if err := envflag.ApplyFile(fs, *configFile); err != nil {
+			return err
+		}
 	}
 
 	if *checkConfig {
@@ -108,9 +121,29 @@ func run(args []string) error {
 	}
 	defer func() { _ = tools.Close() }()
 
+	shutdownTracing, err := tracing.Setup(ctx, "idemgate-worker", *otlp)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(sctx)
+	}()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Metrics = worker.NewMetrics(reg)
 	w, err := worker.New(ctx, nc, tools, log, cfg)
 	if err != nil {
 		return err
+	}
+	if *adminAddr != "" {
+		stopAdmin, err := serveAdmin(*adminAddr, w.AdminHandler(reg), log)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
 	}
 	if err := w.Run(ctx, *drain); err != nil && !errors.Is(err, context.Canceled) {
 		return err
@@ -118,6 +151,26 @@ func run(args []string) error {
 	// Send the last acks and answers before the connection closes.
 	_ = nc.FlushTimeout(5 * time.Second)
 	return nil
+}
+
+// serveAdmin serves h on addr until the returned function is called.
+func serveAdmin(addr string, h http.Handler, log *zap.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("admin address %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("admin server", zap.Error(err))
+		}
+	}()
+	log.Info("admin endpoints", zap.String("addr", ln.Addr().String()))
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }
 
 func newLogger(format, level string) (*zap.Logger, error) {

@@ -2,6 +2,7 @@ package envflag
 
 import (
 	"flag"
+	"os"
 	"testing"
 	"time"
 
@@ -38,4 +39,37 @@ func TestBadValueNamesTheVariable(t *testing.T) {
 	fs.Duration("ack-wait", time.Second, "")
 	require.NoError(t, fs.Parse(nil))
 	require.ErrorContains(t, Apply(fs, "TEST", nil), `environment TEST_ACK_WAIT="soon"`)
+}
+
+func TestConfigFileIsLastBeforeDefaults(t *testing.T) {
+	t.Setenv("TEST_ACK_WAIT", "7s")
+	file := t.TempDir() + "/worker.yaml"
+	require.NoError(t, os.WriteFile(file, []byte("ack_wait: 9s\nconcurrency: 5\nmax-deliver: 4\nallow: [10.0.0.0/8, 127.0.0.1/32]\n"), 0o644))
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	ackWait := fs.Duration("ack-wait", time.Second, "")
+	conc := fs.Int("concurrency", 1, "")
+	maxDeliver := fs.Int("max-deliver", 10, "")
+	allow := fs.String("allow", "", "")
+	untouched := fs.Int("untouched", 42, "")
+	require.NoError(t, fs.Parse([]string{"--concurrency", "3"}))
+	require.NoError(t, Apply(fs, "TEST", nil))
+	require.NoError(t, ApplyFile(fs, file))
+	require.Equal(t, 3, *conc, "the command line wins over the file")
+	require.Equal(t, 7*time.Second, *ackWait, "the environment wins over the file")
+	require.Equal(t, 4, *maxDeliver, "the file wins over the default")
+	require.Equal(t, "10.0.0.0/8,127.0.0.1/32", *allow, "a list is comma-separated")
+	require.Equal(t, 42, *untouched)
+}
+
+func TestConfigFileErrorsHaveLines(t *testing.T) {
+	file := t.TempDir() + "/worker.yaml"
+	require.NoError(t, os.WriteFile(file, []byte("concurrency: 5\nack-wiat: 1s\nmax-deliver: lots\n"), 0o644))
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.Int("concurrency", 1, "")
+	fs.Duration("ack-wait", time.Second, "")
+	fs.Int("max-deliver", 10, "")
+	require.NoError(t, fs.Parse(nil))
+	err := ApplyFile(fs, file)
+	require.ErrorContains(t, err, `worker.yaml:2: unknown setting "ack-wiat"`)
+	require.ErrorContains(t, err, `worker.yaml:3: max-deliver: "lots"`)
 }

@@ -59,6 +59,10 @@ type Config struct {
 	// MaxRetryDelay caps RetryDelay's growth. Default: 1m.
 	MaxRetryDelay time.Duration
 
+	// Metrics receive the worker's counters and histograms. Default: metrics
+	// registered nowhere.
+	Metrics *Metrics
+
 	// MaxWait caps how long a duplicate waits for an in-flight holder before it
 	// is delivered again later. Default: AckWait.
 	MaxWait time.Duration
@@ -101,6 +105,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = c.AckWait
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
 	}
 }
 

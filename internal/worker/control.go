@@ -25,6 +25,7 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) verdict 
 	}
 	j.id = intent.Identity{Key: c.Key}
 	w.log.Info("operator decision", zap.String("op", op), zap.String("key", c.Key), zap.String("by", c.By))
+	w.m.decisions.WithLabelValues(op).Inc()
 	var rec dedup.Record
 	switch op {
 	case intent.ControlApprove:

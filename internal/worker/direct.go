@@ -21,6 +21,7 @@ func (w *Worker) direct(work context.Context, j *job) verdict {
 	fire := func() (effects.Outcome, error) {
 		return j.tool.Effect.Fire(work, effects.Call{
 			Key: j.id.Key, Tool: j.env.Tool, Session: j.env.Session, CallID: j.env.CallID, Args: j.env.Args, Attempt: 1,
+			Trace: traceHeaders(work),
 		})
 	}
 	var out effects.Outcome
@@ -32,6 +33,9 @@ func (w *Worker) direct(work context.Context, j *job) verdict {
 		out, err = fire()
 	}
 	halt()
+	if shared {
+		w.m.coalesced.WithLabelValues(j.env.Tool).Inc()
+	}
 
 	res := intent.Result{
 		Key: j.id.Key, Tool: j.env.Tool, Replayed: shared, Fingerprint: j.id.Fingerprint,
@@ -40,14 +44,19 @@ func (w *Worker) direct(work context.Context, j *job) verdict {
 	var pe *effects.PermanentError
 	switch {
 	case err == nil:
+		if !shared {
+			w.m.fired.WithLabelValues(j.env.Tool).Inc()
+		}
 		res.Status, res.Result = intent.StatusCompleted, out.Result
 	case errors.As(err, &pe):
+		w.m.failures.WithLabelValues(j.env.Tool, "permanent").Inc()
 		e := pe.IntentError()
 		res.Status, res.Error = intent.StatusFailed, &e
 	case w.lastDelivery(j):
 		res.Status = intent.StatusFailed
 		res.Error = &intent.Error{Code: intent.CodeEffectFailed, Message: fmt.Sprintf("gave up after %d deliveries: %v", j.meta.NumDelivered, err)}
 	default:
+		w.m.failures.WithLabelValues(j.env.Tool, "transient").Inc()
 		w.log.Info("effect failed transiently", zap.String("tool", j.env.Tool), zap.Error(err))
 		return nak(w.retryDelay(j.meta.NumDelivered), "effect failed transiently")
 	}

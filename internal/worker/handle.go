@@ -8,9 +8,15 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/internal/tracing"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -18,6 +24,7 @@ import (
 
 // job is one intent being handled.
 type job struct {
+	ctx     context.Context // carries the intent's span, for the answer
 	msg     jetstream.Msg
 	meta    *jetstream.MsgMetadata
 	replyTo string
@@ -36,11 +43,12 @@ func (w *Worker) process(stop, work context.Context, msg jetstream.Msg) verdict 
 	if err != nil {
 		return term("not a JetStream message: " + err.Error())
 	}
-	j := &job{msg: msg, meta: meta, replyTo: msg.Headers().Get(intent.HeaderReplyTo)}
+	j := &job{ctx: work, msg: msg, meta: meta, replyTo: msg.Headers().Get(intent.HeaderReplyTo)}
 	if op := w.res.names.ControlOp(msg.Subject()); op != "" {
 		return w.control(stop, work, j, op)
 	}
 	subjectTool := w.res.names.ToolFromSubject(msg.Subject())
+	w.m.received.WithLabelValues(w.m.tool(subjectTool)).Inc()
 
 	env, err := intent.Decode(msg.Data(), w.cfg.Limits)
 	if err != nil {
@@ -64,6 +72,7 @@ func (w *Worker) process(stop, work context.Context, msg jetstream.Msg) verdict 
 	if err != nil {
 		return w.reject(j, env.Tool, intent.Code(err), err)
 	}
+	trace.SpanFromContext(work).SetAttributes(attribute.String("idemgate.tool", env.Tool), attribute.String("idemgate.key", j.id.Key))
 	if !tool.Policy.Ledger {
 		return w.direct(work, j)
 	}
@@ -91,6 +100,7 @@ func derivable(env *intent.Envelope, spec intent.KeySpec) error {
 // reject answers bad input and terminates it: it is never delivered again.
 func (w *Worker) reject(j *job, tool, code string, err error) verdict {
 	w.log.Info("intent rejected", zap.String("subject", j.msg.Subject()), zap.String("code", code), zap.Error(err))
+	w.m.badInputs.WithLabelValues(w.m.tool(tool), code).Inc()
 	w.answer(j, intent.Result{
 		Tool:        tool,
 		Status:      intent.StatusRejected,
@@ -127,6 +137,7 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 			}
 			return v
 		case dedup.Done:
+			w.m.replays.WithLabelValues(j.env.Tool).Inc()
 			w.answer(j, w.fromRecord(j, c.Record, true))
 			return ack()
 		case dedup.Conflict:
@@ -142,6 +153,8 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 				if rec.Fingerprint != j.id.Fingerprint {
 					w.answer(j, w.conflict(j, rec))
 				} else {
+					w.m.coalesced.WithLabelValues(j.env.Tool).Inc()
+					w.m.replays.WithLabelValues(j.env.Tool).Inc()
 					w.answer(j, w.fromRecord(j, rec, true))
 				}
 				return ack()
@@ -176,6 +189,7 @@ func (w *Worker) held(stop, work context.Context, j *job, c dedup.ClaimResult) (
 		}
 	default:
 		if c.Outcome == dedup.TookOver {
+			w.m.takeovers.WithLabelValues(j.env.Tool).Inc()
 			w.log.Info("lease taken over", zap.String("key", j.id.Key), zap.Int("attempt", rec.Attempt))
 		}
 		return w.fire(stop, work, j, lease), false
@@ -225,6 +239,7 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		w.log.Warn("lease lost while the effect ran; cancelling it", zap.String("key", j.id.Key))
 		cancel()
 	})
+	claimed := time.Now()
 	out, ferr := j.tool.Effect.Fire(ectx, effects.Call{
 		Key:     j.id.Key,
 		Tool:    j.env.Tool,
@@ -232,8 +247,10 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		CallID:  j.env.CallID,
 		Args:    j.env.Args,
 		Attempt: lease.Record().Attempt,
+		Trace:   traceHeaders(ectx),
 	})
 	halt()
+	w.m.effectTime.WithLabelValues(j.env.Tool).Observe(time.Since(claimed).Seconds())
 	attempts := lease.Record().Attempts + out.Invocations
 
 	var rec dedup.Record
@@ -241,10 +258,12 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 	var pe *effects.PermanentError
 	switch {
 	case ferr == nil:
+		w.m.fired.WithLabelValues(j.env.Tool).Inc()
 		rec, err = w.record(work, func(ctx context.Context) (dedup.Record, error) {
 			return lease.Complete(ctx, out.Result, attempts)
 		})
 	case errors.As(ferr, &pe):
+		w.m.failures.WithLabelValues(j.env.Tool, "permanent").Inc()
 		code := pe.Code
 		if code == "" {
 			code = intent.CodeEffectFailed
@@ -253,11 +272,13 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 			return lease.Fail(ctx, intent.Error{Code: code, Message: pe.Message}, attempts)
 		})
 	case w.lastDelivery(j):
+		w.m.failures.WithLabelValues(j.env.Tool, "transient").Inc()
 		msg := fmt.Sprintf("gave up after %d deliveries: %v", j.meta.NumDelivered, ferr)
 		rec, err = w.record(work, func(ctx context.Context) (dedup.Record, error) {
 			return lease.Fail(ctx, intent.Error{Code: intent.CodeEffectFailed, Message: msg}, attempts)
 		})
 	default:
+		w.m.failures.WithLabelValues(j.env.Tool, "transient").Inc()
 		w.log.Info("effect failed transiently; releasing the key", zap.String("key", j.id.Key), zap.Error(ferr))
 		if err := lease.Release(work, attempts); err != nil && !errors.Is(err, dedup.ErrLeaseLost) {
 			w.log.Warn("release", zap.String("key", j.id.Key), zap.Error(err))
@@ -267,6 +288,7 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 
 	switch {
 	case err == nil:
+		w.m.claimToDone.WithLabelValues(j.env.Tool).Observe(time.Since(claimed).Seconds())
 		w.answer(j, w.fromRecord(j, rec, false))
 		return ack()
 	case errors.Is(err, dedup.ErrLeaseLost):
@@ -286,6 +308,17 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		w.log.Error("record outcome", zap.String("key", j.id.Key), zap.Error(err))
 		return nak(w.retryDelay(j.meta.NumDelivered), "outcome not recorded")
 	}
+}
+
+// traceHeaders are the trace-context headers of ctx's span, for the effect
+// to forward (nil when there is no trace).
+func traceHeaders(ctx context.Context) map[string]string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	h := propagation.MapCarrier{}
+	otel.GetTextMapPropagator().Inject(ctx, h)
+	return h
 }
 
 // record runs a ledger write, retrying while the ledger is unreachable (but
@@ -330,6 +363,7 @@ func (w *Worker) fromRecord(j *job, rec dedup.Record, replayed bool) intent.Resu
 // conflict is the answer to an intent whose key was first used with other
 // arguments: never fired, never replayed.
 func (w *Worker) conflict(j *job, rec dedup.Record) intent.Result {
+	w.m.conflicts.WithLabelValues(j.env.Tool).Inc()
 	return intent.Result{
 		Key:         j.id.Key,
 		Tool:        j.env.Tool,
@@ -347,6 +381,9 @@ func (w *Worker) conflict(j *job, rec dedup.Record) intent.Result {
 // answer publishes res to the intent's reply subject, if it named one.
 // Replies are at most once: callers without one watch the ledger.
 func (w *Worker) answer(j *job, res intent.Result) {
+	if j.meta != nil {
+		w.m.endToEnd.WithLabelValues(w.m.tool(res.Tool)).Observe(since(j.meta.Timestamp))
+	}
 	if j.replyTo == "" {
 		return
 	}
@@ -355,7 +392,12 @@ func (w *Worker) answer(j *job, res intent.Result) {
 		w.log.Error("encode answer", zap.Error(err))
 		return
 	}
-	if err := w.nc.Publish(j.replyTo, data); err != nil {
+	out := nats.NewMsg(j.replyTo)
+	out.Data = data
+	if j.ctx != nil {
+		otel.GetTextMapPropagator().Inject(j.ctx, tracing.Header(out.Header))
+	}
+	if err := w.nc.PublishMsg(out); err != nil {
 		w.log.Warn("publish answer", zap.String("reply_to", j.replyTo), zap.Error(err))
 	}
 }

@@ -72,6 +72,7 @@ func (w *Worker) settle(msg jetstream.Msg, v verdict) {
 			err = msg.NakWithDelay(w.cfg.RetryDelay)
 			break
 		}
+		w.m.deadLetters.WithLabelValues(w.m.tool(w.res.names.ToolFromSubject(msg.Subject()))).Inc()
 		err = msg.TermWithReason(v.reason)
 	}
 	if err != nil {

@@ -9,12 +9,19 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/internal/tracing"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
+
+// tracer names the worker's spans.
+var tracer = otel.Tracer("github.com/idemgate/idemgate/internal/worker")
 
 // Worker consumes intents from the shared durable consumer, claims each key in
 // the ledger, fires the effect of the claim's winner and answers every caller.
@@ -26,6 +33,7 @@ type Worker struct {
 	log    *zap.Logger
 	res    *resources
 	ledger *dedup.Ledger
+	m      *Metrics
 	reads  coalescer
 	ready  chan struct{}
 }
@@ -43,7 +51,9 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if log == nil {
 		log = zap.NewNop()
 	}
+	cfg.Metrics.knownTools = map[string]bool{}
 	for _, name := range tools.Names() {
+		cfg.Metrics.knownTools[name] = true
 		t, _ := tools.Lookup(name)
 		if err := t.KeySpec.Validate(); err != nil {
 			return nil, fmt.Errorf("worker: tool %s: %w", name, err)
@@ -61,7 +71,7 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("worker: ledger: %w", err)
 	}
-	return &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, ready: make(chan struct{})}, nil
+	return &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, m: cfg.Metrics, ready: make(chan struct{})}, nil
 }
 
 // Ready is closed once Run serves the tool catalogue and consumes intents.
@@ -147,7 +157,19 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 // the worker is asked to stop (waits end then); work only when the drain
 // period is over (effects and ledger writes use it).
 func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg) {
+	// The intent's trace context (a traceparent header) is the parent of the
+	// worker's span; the span reaches the effect and the answer.
+	ctx := otel.GetTextMapPropagator().Extract(context.Background(), tracing.Header(msg.Headers()))
+	_, span := tracer.Start(ctx, "idemgate.intent", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("messaging.destination.name", msg.Subject())))
+	stop, work = trace.ContextWithSpan(stop, span), trace.ContextWithSpan(work, span)
 	v := verdict{verb: verbNak, delay: w.cfg.RetryDelay, reason: "panic"}
+	defer func() {
+		span.SetAttributes(attribute.String("idemgate.verdict", v.verb.String()))
+		span.End()
+	}()
+	w.m.inFlight.Inc()
+	defer w.m.inFlight.Dec()
 	defer func() {
 		if r := recover(); r != nil {
 			w.log.Error("panic handling intent", zap.String("subject", msg.Subject()), zap.Any("panic", r), zap.Stack("stack"))

@@ -204,9 +204,10 @@ func TestOutOfDeliveriesIsDeadLettered(t *testing.T) {
 	require.Contains(t, d.Reason, "max deliveries (2) reached: panic")
 	require.EqualValues(t, 2, d.Delivered)
 	require.JSONEq(t, `{"tool":"broken","args":{}}`, string(d.Data))
-	info, err := b.worker.res.stream.Info(ctx)
-	require.NoError(t, err)
-	require.EqualValues(t, 0, info.State.Msgs, "removed from the work stream")
+	require.Eventually(t, func() bool {
+		info, err := b.worker.res.stream.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	}, 10*time.Second, 20*time.Millisecond, "removed from the work stream")
 }
 
 // Identical reads in flight on one worker are coalesced into one call.

@@ -23,6 +23,9 @@ type Call struct {
 	// Attempt is the ledger's claim number for the key, 1-based: 2 and above
 	// mean an earlier holder claimed the key and did not record a result.
 	Attempt int
+	// Trace holds the W3C trace-context headers (traceparent, tracestate) of
+	// the intent's trace; effects forward them downstream as headers.
+	Trace map[string]string
 }
 
 // Outcome is what an effect did.

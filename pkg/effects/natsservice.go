@@ -206,6 +206,9 @@ func (s *NATSService) request(ctx context.Context, call Call, data []byte) (json
 	if call.Session != "" {
 		msg.Header.Set(HeaderSession, call.Session)
 	}
+	for k, v := range call.Trace {
+		msg.Header.Set(k, v)
+	}
 	if call.CallID != "" {
 		msg.Header.Set(HeaderCallID, call.CallID)
 	}

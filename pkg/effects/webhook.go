@@ -349,6 +349,9 @@ func (w *Webhook) send(ctx context.Context, call Call, body []byte) (json.RawMes
 	if call.CallID != "" {
 		req.Header.Set(HeaderCallID, call.CallID)
 	}
+	for k, v := range call.Trace {
+		req.Header.Set(k, v)
+	}
 
 	resp, err := w.client.Do(req)
 	if err != nil {

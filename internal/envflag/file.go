@@ -1,0 +1,70 @@
+package envflag
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// ApplyFile sets every flag of fs that is still unset — given neither on the
+// command line nor by the environment (call it after Apply) — from a YAML
+// config file: a mapping of flag names (dashes or underscores) to values; a
+// list becomes a comma-separated value. Unknown names and bad values are
+// errors with the file's line. The precedence is therefore: command line,
+// environment, config file, default.
+func ApplyFile(fs *flag.FlagSet, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if len(doc.Content) == 0 {
+		return nil // empty file
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return fmt.Errorf("%s:%d: want a mapping of settings, e.g. ack-wait: 30s", path, root.Line)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		name := strings.ReplaceAll(k.Value, "_", "-")
+		if fs.Lookup(name) == nil {
+			errs = append(errs, fmt.Errorf("%s:%d: unknown setting %q (the settings are the flags: see --help)", path, k.Line, k.Value))
+			continue
+		}
+		if set[name] {
+			continue
+		}
+		var value string
+		switch v.Kind {
+		case yaml.ScalarNode:
+			value = v.Value
+		case yaml.SequenceNode:
+			items := make([]string, 0, len(v.Content))
+			for _, it := range v.Content {
+				if it.Kind != yaml.ScalarNode {
+					errs = append(errs, fmt.Errorf("%s:%d: %s: list items must be plain values", path, it.Line, k.Value))
+				}
+				items = append(items, it.Value)
+			}
+			value = strings.Join(items, ",")
+		default:
+			errs = append(errs, fmt.Errorf("%s:%d: %s: want a value or a list", path, v.Line, k.Value))
+			continue
+		}
+		if err := fs.Set(name, value); err != nil {
+			errs = append(errs, fmt.Errorf("%s:%d: %s: %q: %v", path, v.Line, k.Value, value, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,80 @@
+package worker
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the worker's Prometheus metrics. Counters and histograms are
+// labelled by tool; intents whose tool is not configured count under "_unknown".
+type Metrics struct {
+	received     *prometheus.CounterVec
+	fired        *prometheus.CounterVec
+	replays      *prometheus.CounterVec
+	coalesced    *prometheus.CounterVec
+	conflicts    *prometheus.CounterVec
+	failures     *prometheus.CounterVec
+	takeovers    *prometheus.CounterVec
+	badInputs    *prometheus.CounterVec
+	deadLetters  *prometheus.CounterVec
+	decisions    *prometheus.CounterVec
+	effectTime   *prometheus.HistogramVec
+	claimToDone  *prometheus.HistogramVec
+	endToEnd     *prometheus.HistogramVec
+	inFlight     prometheus.Gauge
+	knownTools   map[string]bool
+	unknownLabel string
+}
+
+// NewMetrics creates the worker's metrics and registers them with reg (nil:
+// not registered, for tests and embedding).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "idemgate", Name: name, Help: help}, labels)
+	}
+	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	h := func(name, help string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "idemgate", Name: name, Help: help, Buckets: buckets}, []string{"tool"})
+	}
+	m := &Metrics{
+		received:    f("intents_received_total", "Intents delivered to this worker, redeliveries included.", "tool"),
+		fired:       f("effects_fired_total", "Effects fired successfully: operations that happened.", "tool"),
+		replays:     f("replays_total", "Intents answered from the ledger without firing.", "tool"),
+		coalesced:   f("coalesced_waits_total", "Duplicates that waited for an in-flight holder (or shared a read) instead of firing.", "tool"),
+		conflicts:   f("conflicts_total", "Intents refused because their key was used with other arguments.", "tool"),
+		failures:    f("effect_failures_total", "Effect failures, by kind: transient (retried later) or permanent (recorded).", "tool", "kind"),
+		takeovers:   f("lease_takeovers_total", "Keys taken over from a holder whose lease expired.", "tool"),
+		badInputs:   f("bad_intents_total", "Intents rejected as bad input, by error code.", "tool", "code"),
+		deadLetters: f("dead_letters_total", "Messages copied to the dead-letter stream.", "tool"),
+		decisions:   f("operator_decisions_total", "Operator decisions applied, by operation.", "op"),
+		effectTime:  h("effect_duration_seconds", "Time an effect took to fire, retries included."),
+		claimToDone: h("claim_to_complete_seconds", "Time from winning the claim to the recorded outcome."),
+		endToEnd:    h("intent_end_to_end_seconds", "Time from the intent's publish (its stream timestamp) to its answer."),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "idemgate", Name: "intents_in_flight",
+			Help: "Intents this worker is handling now."}),
+		unknownLabel: "_unknown",
+	}
+	if reg != nil {
+		reg.MustRegister(m.received, m.fired, m.replays, m.coalesced, m.conflicts, m.failures, m.takeovers,
+			m.badInputs, m.deadLetters, m.decisions, m.effectTime, m.claimToDone, m.endToEnd, m.inFlight)
+	}
+	return m
+}
+
+// tool is the label for tool: the name when configured, else "_unknown", so
+// that bad input cannot create unbounded label values.
+func (m *Metrics) tool(tool string) string {
+	if m.knownTools[tool] {
+		return tool
+	}
+	return m.unknownLabel
+}
+
+// since is seconds since t, or -1 when t is zero.
+func since(t time.Time) float64 {
+	if t.IsZero() {
+		return -1
+	}
+	return time.Since(t).Seconds()
+}
