@@ -64,6 +64,8 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.LedgerTTL, "ledger-ttl", 24*time.Hour, "how long completed and failed records are kept")
 	fs.DurationVar(&cfg.RetryDelay, "retry-delay", time.Second, "first redelivery delay after a transient failure (doubles per delivery)")
 	fs.DurationVar(&cfg.MaxRetryDelay, "max-retry-delay", time.Minute, "cap of the redelivery delay")
+	fs.Float64Var(&cfg.SessionRate, "session-rate", 0, "intents per second one session may send to this worker; over it they are answered rate_limited (0: no limit)")
+	fs.IntVar(&cfg.SessionBurst, "session-burst", 0, "intents a session may send at once above --session-rate (default: the rate, at least 1)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -59,6 +59,15 @@ type Config struct {
 	// MaxRetryDelay caps RetryDelay's growth. Default: 1m.
 	MaxRetryDelay time.Duration
 
+	// SessionRate limits the intents of one session (the key's tenant scope)
+	// this worker accepts per second; those over it are answered rejected with
+	// error code rate_limited. Default: 0, no limit.
+	SessionRate float64
+
+	// SessionBurst is how many intents a session may send at once above
+	// SessionRate. Default: SessionRate rounded down, at least 1.
+	SessionBurst int
+
 	// Metrics receive the worker's counters and histograms. Default: metrics
 	// registered nowhere.
 	Metrics *Metrics

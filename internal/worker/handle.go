@@ -63,6 +63,22 @@ func (w *Worker) process(stop, work context.Context, msg jetstream.Msg) verdict 
 		return w.reject(j, env.Tool, intent.CodeUnknownTool, fmt.Errorf("no tool %q is configured", env.Tool))
 	}
 	j.tool = tool
+	if !w.limits.allow(env.Session) {
+		w.m.limited.WithLabelValues(env.Tool, "session_rate").Inc()
+		w.answer(j, intent.Result{
+			Tool: env.Tool, Status: intent.StatusRejected, Replayed: true, CallID: env.CallID, CompletedAt: time.Now().UTC(),
+			Error: &intent.Error{Code: intent.CodeRateLimited, Message: fmt.Sprintf(
+				"session %q is over its rate of %g intents/s: nothing was done; retry later with the same key", env.Session, w.cfg.SessionRate)},
+		})
+		return ack()
+	}
+	release, ok := w.slots.take(env.Tool)
+	if !ok {
+		// Back-pressure, not an error: delivered again shortly.
+		w.m.limited.WithLabelValues(env.Tool, "tool_in_flight").Inc()
+		return nak(w.cfg.RetryDelay, fmt.Sprintf("tool %s at its cap of %d in flight", env.Tool, tool.Policy.MaxInFlight))
+	}
+	defer release()
 	if tool.Policy.Class == effects.ClassUnsafe {
 		if err := derivable(env, tool.KeySpec); err != nil {
 			return w.reject(j, env.Tool, intent.CodeInvalidIntent, err)

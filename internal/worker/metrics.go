@@ -19,6 +19,7 @@ type Metrics struct {
 	badInputs    *prometheus.CounterVec
 	deadLetters  *prometheus.CounterVec
 	decisions    *prometheus.CounterVec
+	limited      *prometheus.CounterVec
 	effectTime   *prometheus.HistogramVec
 	claimToDone  *prometheus.HistogramVec
 	endToEnd     *prometheus.HistogramVec
@@ -48,6 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		badInputs:   f("bad_intents_total", "Intents rejected as bad input, by error code.", "tool", "code"),
 		deadLetters: f("dead_letters_total", "Messages copied to the dead-letter stream.", "tool"),
 		decisions:   f("operator_decisions_total", "Operator decisions applied, by operation.", "op"),
+		limited:     f("limited_total", "Intents held back by a limit: session_rate (answered rate_limited) or tool_in_flight (delivered again later).", "tool", "limit"),
 		effectTime:  h("effect_duration_seconds", "Time an effect took to fire, retries included."),
 		claimToDone: h("claim_to_complete_seconds", "Time from winning the claim to the recorded outcome."),
 		endToEnd:    h("intent_end_to_end_seconds", "Time from the intent's publish (its stream timestamp) to its answer."),
@@ -57,7 +59,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.received, m.fired, m.replays, m.coalesced, m.conflicts, m.failures, m.takeovers,
-			m.badInputs, m.deadLetters, m.decisions, m.effectTime, m.claimToDone, m.endToEnd, m.inFlight)
+			m.badInputs, m.deadLetters, m.decisions, m.limited, m.effectTime, m.claimToDone, m.endToEnd, m.inFlight)
 	}
 	return m
 }

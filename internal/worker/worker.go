@@ -35,6 +35,8 @@ type Worker struct {
 	ledger *dedup.Ledger
 	m      *Metrics
 	reads  coalescer
+	limits *sessionLimits
+	slots  toolSlots
 	ready  chan struct{}
 }
 
@@ -71,7 +73,8 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("worker: ledger: %w", err)
 	}
-	return &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, m: cfg.Metrics, ready: make(chan struct{})}, nil
+	return &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, m: cfg.Metrics, ready: make(chan struct{}),
+		limits: newSessionLimits(cfg.SessionRate, cfg.SessionBurst), slots: newToolSlots(tools)}, nil
 }
 
 // Ready is closed once Run serves the tool catalogue and consumes intents.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -278,4 +279,65 @@ func TestLapsedApprovalDoesNotFire(t *testing.T) {
 		return err == nil && rec.Status == intent.StatusAwaitingApproval && rec.Attempt >= 2
 	}, 10*time.Second, 20*time.Millisecond, "the lapsed approval parks the operation again")
 	require.EqualValues(t, 0, calls.Load(), "never fired without a valid approval")
+}
+
+// A session over its rate is answered rate_limited and nothing fires; other
+// sessions are not affected.
+func TestSessionRateLimit(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	b := start(t, Config{SessionRate: 0.001, SessionBurst: 2},
+		&effects.Tool{Name: "send", Effect: effects.EffectFunc(func(ctx context.Context, c effects.Call) (effects.Outcome, error) {
+			calls.Add(1)
+			return effects.Outcome{Result: json.RawMessage(`true`), Invocations: 1}, nil
+		})})
+	send := func(session string, n int) *intent.Result {
+		env, err := intent.Decode(fmt.Appendf(nil, `{"tool":"send","session":%q,"args":{"n":%d}}`, session, n), intent.Limits{})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		res, err := b.client.Submit(ctx, env)
+		require.NoError(t, err)
+		return res
+	}
+	require.Equal(t, intent.StatusCompleted, send("run-1", 1).Status)
+	require.Equal(t, intent.StatusCompleted, send("run-1", 2).Status)
+	limited := send("run-1", 3)
+	require.Equal(t, intent.StatusRejected, limited.Status)
+	require.Equal(t, intent.CodeRateLimited, limited.Error.Code)
+	require.Contains(t, limited.Error.Message, `session "run-1" is over its rate`)
+	require.Equal(t, intent.StatusCompleted, send("run-2", 1).Status, "another session has its own budget")
+	require.EqualValues(t, 3, calls.Load())
+}
+
+// A tool's in-flight cap holds the others back; they fire once a slot is
+// free, none is lost.
+func TestToolInFlightCap(t *testing.T) {
+	t.Parallel()
+	var running, peak atomic.Int32
+	release := make(chan struct{})
+	b := start(t, Config{RetryDelay: 20 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond},
+		&effects.Tool{Name: "slow", Policy: effects.Policy{Class: effects.ClassUnsafe, Ledger: true, OnAbandoned: effects.AbandonRetry, MaxInFlight: 1},
+			Effect: effects.EffectFunc(func(ctx context.Context, c effects.Call) (effects.Outcome, error) {
+				n := running.Add(1)
+				defer running.Add(-1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				<-release
+				return effects.Outcome{Result: json.RawMessage(`1`), Invocations: 1}, nil
+			})})
+	results := make(chan *intent.Result, 3)
+	for i := range 3 {
+		go func() { results <- submit(t, b.client, "slow", fmt.Sprintf(`{"n":%d}`, i)) }()
+	}
+	// All three are delivered (and two held back) while the first runs.
+	require.Eventually(t, func() bool {
+		info, err := b.worker.res.consumer.Info(context.Background())
+		return err == nil && running.Load() == 1 && info.NumAckPending+int(info.NumPending) == 3 && info.NumRedelivered > 0
+	}, 10*time.Second, 5*time.Millisecond)
+	close(release)
+	for range 3 {
+		require.Equal(t, intent.StatusCompleted, (<-results).Status)
+	}
+	require.EqualValues(t, 1, peak.Load(), "never more than the cap at once")
 }

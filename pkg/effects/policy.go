@@ -59,6 +59,10 @@ type Policy struct {
 	// OnAbandoned is what happens to a key whose holder vanished mid-effect.
 	// Default AbandonRetry.
 	OnAbandoned Abandon
+	// MaxInFlight caps the tool's intents one worker handles at once (those
+	// over it are delivered again a little later). Default 0: no cap beyond
+	// the worker's concurrency.
+	MaxInFlight int
 }
 
 // SafeToRetry reports whether a caller may repeat the tool's call without a
@@ -112,6 +116,12 @@ func parsePolicy(s *Section) Policy {
 		p.OnAbandoned = a
 	default:
 		s.Invalid("on_abandoned", fmt.Sprintf("unknown policy %q", a), "use retry or hold")
+	}
+	if s.Has("max_in_flight") {
+		p.MaxInFlight = s.Int("max_in_flight", 0)
+		if p.MaxInFlight < 1 {
+			s.Invalid("max_in_flight", "must be at least 1", "remove it for no cap, or write e.g. max_in_flight: 16")
+		}
 	}
 	if p.OnAbandoned == AbandonHold && !p.Ledger {
 		s.Invalid("on_abandoned", "hold needs the ledger", "remove on_abandoned for a tool without the ledger")

@@ -1,6 +1,8 @@
 package effects
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +16,7 @@ func TestPolicyParse(t *testing.T) {
   set_status: {effect: noop, class: idempotent}
   set_flag: {effect: noop, class: idempotent, ledger: false}
   plain: {effect: noop}
-  charge: {effect: noop, class: unsafe, approval: required, approval_ttl: 15m, on_abandoned: hold}
+  charge: {effect: noop, class: unsafe, approval: required, approval_ttl: 15m, on_abandoned: hold, max_in_flight: 4}
 `))
 	require.NoError(t, err)
 	want := map[string]Policy{
@@ -22,7 +24,7 @@ func TestPolicyParse(t *testing.T) {
 		"set_status": {Class: ClassIdempotent, Ledger: true, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: AbandonRetry},
 		"set_flag":   {Class: ClassIdempotent, Ledger: false, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: AbandonRetry},
 		"plain":      DefaultPolicy(),
-		"charge":     {Class: ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: 15 * time.Minute, OnAbandoned: AbandonHold},
+		"charge":     {Class: ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: 15 * time.Minute, OnAbandoned: AbandonHold, MaxInFlight: 4},
 	}
 	for name, p := range want {
 		tool, ok := reg.Lookup(name)
@@ -46,6 +48,7 @@ func TestPolicyErrors(t *testing.T) {
 		{"approval on a read", `{effect: noop, class: read, approval: required}`, `tools.yaml:2: t.approval: an approval needs the ledger`},
 		{"on_abandoned", `{effect: noop, on_abandoned: ask}`, `tools.yaml:2: t.on_abandoned: unknown policy "ask" (use retry or hold)`},
 		{"hold without ledger", `{effect: noop, class: read, on_abandoned: hold}`, `tools.yaml:2: t.on_abandoned: hold needs the ledger`},
+		{"max_in_flight", `{effect: noop, max_in_flight: 0}`, `tools.yaml:2: t.max_in_flight: must be at least 1`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -61,4 +64,15 @@ func TestNewRegistryDefaultsThePolicy(t *testing.T) {
 	_, err := NewRegistry(tool)
 	require.NoError(t, err)
 	require.Equal(t, DefaultPolicy(), tool.Policy)
+}
+
+func TestTooManyTools(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString("tools:\n")
+	for i := range MaxTools + 1 {
+		fmt.Fprintf(&b, "  t%d: {effect: noop}\n", i)
+	}
+	_, err := Parse([]byte(b.String()))
+	require.ErrorContains(t, err, fmt.Sprintf("tools.yaml:%d: tools: %d tools, more than the limit of %d", MaxTools+2, MaxTools+1, MaxTools))
 }

@@ -31,7 +31,7 @@ var (
 
 // toolFields are the fields every tool has; no effect kind may take one of
 // these names, since a kind's settings live under a field named after it.
-var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease", "class", "ledger", "approval", "approval_ttl", "on_abandoned"}
+var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease", "class", "ledger", "approval", "approval_ttl", "on_abandoned", "max_in_flight"}
 
 // Tool is one configured tool: how its keys are derived, how long a holder
 // owns a key, and the effect that fires.
@@ -200,6 +200,9 @@ func LoadFile(path string, opts ...Option) (*Registry, error) {
 	return Parse(data, append([]Option{WithFilename(path)}, opts...)...)
 }
 
+// MaxTools is the most tools one tools file may declare.
+const MaxTools = 1000
+
 // Parse builds a registry from a tools file (the format is in docs/tools.md).
 // It reports every problem it finds, not just the first: the error joins one
 // *ConfigError per problem (each matches ErrConfig), in line order, each with
@@ -221,7 +224,12 @@ func Parse(data []byte, opts ...Option) (*Registry, error) {
 		return nil, c.err()
 	}
 	var tools []*Tool
-	for _, name := range toolsEntries(c, root) {
+	entries := toolsEntries(c, root)
+	if len(entries) > MaxTools {
+		c.add(entries[MaxTools].key.Line, "tools", fmt.Sprintf("%d tools, more than the limit of %d", len(entries), MaxTools), "split the tools over several installations (--prefix)")
+		return nil, c.err()
+	}
+	for _, name := range entries {
 		if t := parseTool(c, o, name.key, name.val); t != nil {
 			tools = append(tools, t)
 		}

@@ -50,7 +50,7 @@ const (
 	CodeUncertain     = "uncertain"      // a holder vanished mid-effect; an operator must settle the outcome
 	CodeWrongState    = "wrong_state"    // an operator decision does not apply to the operation's state
 	CodeNotFound      = "not_found"      // no operation has that key
-	CodeDeadLettered  = "dead_lettered"  // the intent could not be handled and was moved to the dead-letter stream
+	CodeRateLimited   = "rate_limited"   // the session sent more intents than its rate allows; nothing was done
 )
 
 // Error is the error half of an answer.
