@@ -79,7 +79,9 @@ type proc struct {
 // startWorker runs the worker binary against url and waits until it consumes.
 func startWorker(t *testing.T, name, url, tools string, extra ...string) *proc {
 	t.Helper()
-	args := []string{"--tools", tools, "--holder", name, "--log-level", "debug"}
+	// The test downstreams listen on loopback, which webhooks refuse unless
+	// allowed.
+	args := []string{"--tools", tools, "--holder", name, "--log-level", "debug", "--webhook-allow", "127.0.0.0/8"}
 	if url != "" {
 		args = append(args, "--nats-url", url)
 	}

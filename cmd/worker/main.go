@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,6 +43,15 @@ func run(args []string) error {
 		checkConfig = fs.Bool("check-config", false, "validate the tools file and exit")
 		natsURL     = fs.String("nats-url", "", "external NATS server(s), comma separated; empty runs an embedded JetStream (env NATS_URL)")
 		creds       = fs.String("creds", "", "NATS credentials file (env NATS_CREDS)")
+		natsUser    = fs.String("nats-user", "", "NATS user; the password comes from the environment variable "+natsrv.PasswordEnv+", never a flag")
+		nkeySeed    = fs.String("nkey", "", "file holding the NATS user's nkey seed")
+		tlsCA       = fs.String("tls-ca", "", "PEM file of the CAs that sign the NATS server's certificate (turns TLS on)")
+		tlsCert     = fs.String("tls-cert", "", "client certificate for NATS servers that verify clients (with --tls-key)")
+		tlsKey      = fs.String("tls-key", "", "key of --tls-cert")
+		inboxPrefix = fs.String("inbox-prefix", "", "subject prefix of this worker's reply inboxes, as its NATS permissions allow (e.g. _INBOX.worker; default _INBOX)")
+		serverConf  = fs.String("server-config", "", "nats-server config file for the embedded server: accounts, users, TLS (see deployments/nats/secure); --listen, --store-dir and --sync override it")
+		replyPrefix = fs.String("reply-prefixes", "_INBOX.", "comma-separated subject prefixes an intent's Idem-Reply-To may name; answers are never published elsewhere")
+		hookAllow   = fs.String("webhook-allow", "", "comma-separated CIDRs every webhook may reach besides public addresses, e.g. 127.0.0.0/8 (per tool: webhook allow_private)")
 		storeDir    = fs.String("store-dir", "data/jetstream", "embedded JetStream store directory")
 		listen      = fs.String("listen", "127.0.0.1:4222", "embedded JetStream client address for other processes")
 		syncPolicy  = fs.String("sync", natsrv.SyncAlways, "embedded store fsync: always (durable: sync before ack), lazy (server default, flush every 2m), or an interval like 100ms")
@@ -78,10 +88,21 @@ func run(args []string) error {
 		}
 	}
 
+	for _, p := range strings.Split(*replyPrefix, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			cfg.ReplyPrefixes = append(cfg.ReplyPrefixes, p)
+		}
+	}
+	allow, err := effects.ParsePrefixes(strings.Split(*hookAllow, ","))
+	if err != nil {
+		return fmt.Errorf("--webhook-allow: %w", err)
+	}
+	webhooks := effects.WithFactory(effects.KindWebhook, effects.WebhookFactory(allow...))
+
 	if *checkConfig {
 		// Validation only: the nats effect is built on a connection that is
 		// never opened.
-		tools, err := effects.LoadFile(*toolsFile, effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(new(nats.Conn))))
+		tools, err := effects.LoadFile(*toolsFile, effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(new(nats.Conn))), webhooks)
 		if err != nil {
 			return err
 		}
@@ -99,7 +120,7 @@ func run(args []string) error {
 
 	url, nopts := *natsURL, []nats.Option{nats.Name("idemgate-worker"), nats.MaxReconnects(-1)}
 	if url == "" {
-		srv, err := natsrv.Start(natsrv.Config{StoreDir: *storeDir, Listen: *listen, Sync: *syncPolicy})
+		srv, err := natsrv.Start(natsrv.Config{StoreDir: *storeDir, Listen: *listen, Sync: *syncPolicy, ConfigFile: *serverConf})
 		if err != nil {
 			return err
 		}
@@ -108,16 +129,21 @@ func run(args []string) error {
 		nopts = append(nopts, nats.InProcessServer(srv))
 		log.Info("embedded JetStream", zap.String("url", url), zap.String("store_dir", *storeDir), zap.String("sync", *syncPolicy))
 	}
-	if *creds != "" {
-		nopts = append(nopts, nats.UserCredentials(*creds))
+	auth, err := natsrv.ClientAuth{
+		Creds: *creds, NkeySeed: *nkeySeed, User: *natsUser, Password: os.Getenv(natsrv.PasswordEnv),
+		TLSCA: *tlsCA, TLSCert: *tlsCert, TLSKey: *tlsKey, InboxPrefix: *inboxPrefix,
+	}.Options()
+	if err != nil {
+		return err
 	}
+	nopts = append(nopts, auth...)
 	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", url, err)
 	}
 	defer nc.Close()
 
-	tools, err := effects.LoadFile(*toolsFile, effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(nc)))
+	tools, err := effects.LoadFile(*toolsFile, effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(nc)), webhooks)
 	if err != nil {
 		return err
 	}

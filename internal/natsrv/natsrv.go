@@ -35,8 +35,15 @@ type Config struct {
 	// (acknowledges before the flush: a bounded loss window on power loss).
 	// Default: SyncAlways.
 	Sync string
-	// ServerName names the server. Default: "idemgate".
+	// ServerName names the server. Default: "idemgate", or the config
+	// file's server_name.
 	ServerName string
+	// ConfigFile is a nats-server configuration file read first: accounts,
+	// users and their permissions, TLS, limits (deployments/nats/secure
+	// holds ones for idemgate). StoreDir, Listen and Sync replace its
+	// host/port, store_dir and sync_interval, and JetStream is always on.
+	// Default: none (no authentication: Listen should then be loopback).
+	ConfigFile string
 }
 
 // Start starts the server and waits until it accepts connections.
@@ -46,9 +53,6 @@ func Start(cfg Config) (*server.Server, error) {
 	}
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:4222"
-	}
-	if cfg.ServerName == "" {
-		cfg.ServerName = "idemgate"
 	}
 	host, portStr, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
@@ -61,15 +65,19 @@ func Start(cfg Config) (*server.Server, error) {
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
-	opts := &server.Options{
-		ServerName:             cfg.ServerName,
-		Host:                   host,
-		Port:                   port,
-		JetStream:              true,
-		StoreDir:               cfg.StoreDir,
-		NoSigs:                 true,
-		DisableJetStreamBanner: true,
+	opts := &server.Options{}
+	if cfg.ConfigFile != "" {
+		if opts, err = server.ProcessConfigFile(cfg.ConfigFile); err != nil {
+			return nil, fmt.Errorf("natsrv: server config: %w", err)
+		}
 	}
+	if cfg.ServerName != "" || opts.ServerName == "" {
+		opts.ServerName = cfg.ServerName
+	}
+	opts.Host, opts.Port = host, port
+	opts.JetStream, opts.StoreDir = true, cfg.StoreDir
+	opts.NoSigs, opts.DisableJetStreamBanner = true, true
+	opts.SyncAlways, opts.SyncInterval = false, 0
 	switch cfg.Sync {
 	case "", SyncAlways:
 		opts.SyncAlways = true
@@ -80,6 +88,9 @@ func Start(cfg Config) (*server.Server, error) {
 			return nil, fmt.Errorf("natsrv: sync %q: use %q, %q or a positive duration such as 100ms", cfg.Sync, SyncAlways, SyncLazy)
 		}
 		opts.SyncInterval = d
+	}
+	if opts.ServerName == "" {
+		opts.ServerName = "idemgate"
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -58,6 +59,13 @@ type Config struct {
 
 	// MaxRetryDelay caps RetryDelay's growth. Default: 1m.
 	MaxRetryDelay time.Duration
+
+	// ReplyPrefixes are the subject prefixes an intent's Idem-Reply-To may
+	// name; an answer is never published elsewhere — not on the ledger's KV
+	// subjects, the intent stream or any $-subject — whatever the header says.
+	// Clients' inboxes (nc.NewRespInbox, with or without a custom inbox
+	// prefix) start with "_INBOX". Default: ["_INBOX."].
+	ReplyPrefixes []string
 
 	// SessionRate limits the intents of one session (the key's tenant scope)
 	// this worker accepts per second; those over it are answered rejected with
@@ -115,6 +123,9 @@ func (c *Config) setDefaults() {
 	if c.MaxWait == 0 {
 		c.MaxWait = c.AckWait
 	}
+	if len(c.ReplyPrefixes) == 0 {
+		c.ReplyPrefixes = []string{"_INBOX."}
+	}
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil)
 	}
@@ -139,6 +150,11 @@ func (c *Config) validate() error {
 	}
 	if c.LedgerTTL < c.DuplicateWindow {
 		errs = append(errs, fmt.Errorf("ledger TTL %s: must be at least the duplicate window (%s)", c.LedgerTTL, c.DuplicateWindow))
+	}
+	for _, p := range c.ReplyPrefixes {
+		if p == "" || strings.HasPrefix(p, "$") || strings.ContainsAny(p, "*> \t") {
+			errs = append(errs, fmt.Errorf("reply prefix %q: use a literal subject prefix such as _INBOX. (no wildcards, not a $-subject)", p))
+		}
 	}
 	if c.MaxRetryDelay < c.RetryDelay {
 		errs = append(errs, fmt.Errorf("max retry delay %s: must be at least the retry delay (%s)", c.MaxRetryDelay, c.RetryDelay))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -353,6 +354,20 @@ func (w *Worker) record(ctx context.Context, write func(context.Context) (dedup.
 	}, b)
 }
 
+// replyAllowed reports whether an answer may be published on subject: a
+// literal subject (no wildcards, no spaces) under one of the reply prefixes.
+func (w *Worker) replyAllowed(subject string) bool {
+	if strings.ContainsAny(subject, "*> \t\r\n") || strings.HasPrefix(subject, "$") {
+		return false
+	}
+	for _, p := range w.cfg.ReplyPrefixes {
+		if strings.HasPrefix(subject, p) && len(subject) > len(p) {
+			return true
+		}
+	}
+	return false
+}
+
 // fromRecord is the answer a ledger record gives this job's caller.
 func (w *Worker) fromRecord(j *job, rec dedup.Record, replayed bool) intent.Result {
 	at := rec.CompletedAt
@@ -397,6 +412,14 @@ func (w *Worker) conflict(j *job, rec dedup.Record) intent.Result {
 // answer publishes res to the intent's reply subject, if it named one.
 // Replies are at most once: callers without one watch the ledger.
 func (w *Worker) answer(j *job, res intent.Result) {
+	if j.replyTo != "" && !w.replyAllowed(j.replyTo) {
+		// A reply header naming the ledger's KV subjects, a stream's subject
+		// or a system subject would let a caller write there with the
+		// worker's permissions: never answer there.
+		w.log.Warn("refused reply subject", zap.String("reply_to", j.replyTo), zap.String("subject", j.msg.Subject()))
+		w.m.badReplies.Inc()
+		j.replyTo = ""
+	}
 	if j.meta != nil {
 		w.m.endToEnd.WithLabelValues(w.m.tool(res.Tool)).Observe(since(j.meta.Timestamp))
 	}

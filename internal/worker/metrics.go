@@ -24,6 +24,7 @@ type Metrics struct {
 	claimToDone  *prometheus.HistogramVec
 	endToEnd     *prometheus.HistogramVec
 	inFlight     prometheus.Gauge
+	badReplies   prometheus.Counter
 	knownTools   map[string]bool
 	unknownLabel string
 }
@@ -55,11 +56,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		endToEnd:    h("intent_end_to_end_seconds", "Time from the intent's publish (its stream timestamp) to its answer."),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "idemgate", Name: "intents_in_flight",
 			Help: "Intents this worker is handling now."}),
+		badReplies: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "idemgate", Name: "refused_reply_subjects_total",
+			Help: "Answers not published because the intent's Idem-Reply-To named a subject outside the reply prefixes."}),
 		unknownLabel: "_unknown",
 	}
 	if reg != nil {
 		reg.MustRegister(m.received, m.fired, m.replays, m.coalesced, m.conflicts, m.failures, m.takeovers,
-			m.badInputs, m.deadLetters, m.decisions, m.limited, m.effectTime, m.claimToDone, m.endToEnd, m.inFlight)
+			m.badInputs, m.deadLetters, m.decisions, m.limited, m.effectTime, m.claimToDone, m.endToEnd, m.inFlight, m.badReplies)
 	}
 	return m
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -68,9 +69,31 @@ func (e *PermanentError) Unwrap() error { return e.Err }
 // Is reports whether target is ErrPermanent.
 func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 
-// IntentError returns the error as recorded in an answer.
+// MaxErrorMessage is the longest error message IntentError records, in
+// bytes: a longer one is cut at a character boundary and ends in "…". Errors
+// are recorded in the ledger and sent to every caller, so their size is
+// bounded whatever a downstream answered.
+const MaxErrorMessage = 1 << 10
+
+// IntentError returns the error as recorded in an answer, its message cut
+// to MaxErrorMessage bytes.
 func (e *PermanentError) IntentError() intent.Error {
-	return intent.Error{Code: codeOrDefault(e.Code), Message: e.Message}
+	return intent.Error{Code: codeOrDefault(e.Code), Message: TruncateMessage(e.Message, MaxErrorMessage)}
+}
+
+// TruncateMessage returns s cut to at most n bytes at a character boundary,
+// ending in "…" when it was cut, and with invalid UTF-8 replaced.
+func TruncateMessage(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	const ellipsis = "…"
+	cut := max(n-len(ellipsis), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
 }
 
 func codeOrDefault(code string) string {

@@ -9,7 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -81,6 +83,12 @@ type WebhookConfig struct {
 	Timeout time.Duration
 	// Retry is the retry policy.
 	Retry RetryPolicy
+	// AllowPrivate lists the addresses outside the public internet the
+	// webhook may connect to: loopback, private, link-local, CGNAT and the
+	// other ranges a NetGuard refuses by default. Every connection is
+	// checked when it is dialled, against the address the URL's host
+	// resolved to. Default: none (public addresses only).
+	AllowPrivate []netip.Prefix
 }
 
 // Webhook is the effect that sends an intent's args to an HTTP endpoint.
@@ -102,6 +110,14 @@ type WebhookConfig struct {
 //     the URL must be the final one): a *PermanentError with code
 //     effect_failed and a message quoting the status and the start of the
 //     body.
+//   - a connection to an address the webhook may not reach (see NetGuard
+//     and WebhookConfig.AllowPrivate): a *PermanentError with code
+//     effect_failed that wraps a *DestinationError. Nothing was sent.
+//
+// Messages name the URL without its credentials and query, and the quoted
+// body has the values of the static headers, the URL's password and its
+// query values replaced by [redacted], so a downstream that echoes a token
+// back does not put it in a result.
 //
 // A retry after a request timed out on this side is a second firing of the
 // operation with the same key: the first request may have reached the
@@ -114,7 +130,8 @@ type WebhookConfig struct {
 // releases its idle connections.
 type Webhook struct {
 	url     string
-	target  string // the URL without query or credentials, for messages
+	target  string   // the URL without query or credentials, for messages
+	secrets []string // values that messages never quote
 	method  string
 	headers http.Header
 	timeout time.Duration
@@ -140,9 +157,24 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 		h.Set(k, v)
 	}
 	h.Set("Content-Type", "application/json")
+	guard := NewNetGuard(cfg.AllowPrivate...)
+	dialer := &net.Dialer{Timeout: min(cfg.Timeout, 30*time.Second), KeepAlive: 30 * time.Second, Control: guard.Control}
 	transport := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: min(cfg.Timeout, 30*time.Second), KeepAlive: 30 * time.Second}).DialContext,
+		// Through a proxy the dialled address is the proxy's: the guard
+		// checks it (a private proxy must be allowed) and an IP-literal
+		// destination; a destination name is resolved by the proxy, whose
+		// egress policy then applies.
+		Proxy: func(r *http.Request) (*url.URL, error) {
+			p, err := http.ProxyFromEnvironment(r)
+			if p == nil || err != nil {
+				return p, err
+			}
+			if err := guard.checkLiteralHost(r.URL.Host); err != nil {
+				return nil, err
+			}
+			return p, nil
+		},
+		DialContext:           dialer.DialContext,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          64,
 		MaxIdleConnsPerHost:   16,
@@ -153,6 +185,7 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	return &Webhook{
 		url:     cfg.URL,
 		target:  target,
+		secrets: secretsOf(u, cfg.Headers),
 		method:  cfg.Method,
 		headers: h,
 		timeout: cfg.Timeout,
@@ -355,6 +388,12 @@ func (w *Webhook) send(ctx context.Context, call Call, body []byte) (json.RawMes
 
 	resp, err := w.client.Do(req)
 	if err != nil {
+		var de *DestinationError
+		if errors.As(err, &de) {
+			return nil, -1, &PermanentError{Code: intent.CodeEffectFailed, Err: de, Message: fmt.Sprintf(
+				"webhook %s %s: %v (nothing was sent; list it in the tool's webhook allow_private or the worker's --webhook-allow to allow it)",
+				w.method, w.target, de)}
+		}
 		return nil, -1, w.requestError(ctx, reqCtx, err)
 	}
 	defer func() {
@@ -373,7 +412,7 @@ func (w *Webhook) send(ctx context.Context, call Call, body []byte) (json.RawMes
 
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit+1))
 	msg := fmt.Sprintf("webhook %s %s answered %s", w.method, w.target, resp.Status)
-	if snippet := quoteBody(data); snippet != "" {
+	if snippet := redact(quoteBody(data), w.secrets); snippet != "" {
 		msg += ": " + snippet
 	}
 	switch code := resp.StatusCode; {
@@ -439,6 +478,46 @@ func quoteBody(data []byte) string {
 	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
+// secretsOf collects the values a message must not quote: the static
+// headers' values (and the credentials of an Authorization-style "scheme
+// token" value), the URL's password and its query values. Values under four
+// bytes are left out: replacing them would garble messages and hide little.
+func secretsOf(u *url.URL, headers map[string]string) []string {
+	var out []string
+	add := func(v string) {
+		if v = strings.TrimSpace(v); len(v) >= 4 {
+			out = append(out, v)
+		}
+	}
+	for _, v := range headers {
+		add(v)
+		if _, cred, ok := strings.Cut(strings.TrimSpace(v), " "); ok {
+			add(cred)
+		}
+	}
+	if u != nil {
+		if pw, ok := u.User.Password(); ok {
+			add(pw)
+		}
+		for _, vs := range u.Query() {
+			for _, v := range vs {
+				add(v)
+			}
+		}
+	}
+	// Longest first, so a value that contains another is replaced whole.
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// redact replaces every secret in s with [redacted].
+func redact(s string, secrets []string) string {
+	for _, v := range secrets {
+		s = strings.ReplaceAll(s, v, "[redacted]")
+	}
+	return s
+}
+
 // retryAfter parses a Retry-After header: delay seconds or an HTTP date.
 // It returns -1 when the header is absent or malformed.
 func retryAfter(v string) time.Duration {
@@ -473,15 +552,39 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func init() { registerBuiltin("webhook", webhookFactory) }
+// KindWebhook is the effect kind of webhooks in a tools file.
+const KindWebhook = "webhook"
+
+func init() { registerBuiltin(KindWebhook, WebhookFactory()) }
+
+// WebhookFactory builds webhooks from a tool's "webhook:" settings, each
+// allowed to reach the addresses in allow besides those its own
+// allow_private lists. Parse and LoadFile use WebhookFactory() unless
+// WithFactory(KindWebhook, ...) replaces it; a worker passes its
+// --webhook-allow list here.
+func WebhookFactory(allow ...netip.Prefix) Factory {
+	global := append([]netip.Prefix(nil), allow...)
+	return func(s *Section) (Effect, error) { return webhookFactory(s, global) }
+}
 
 // webhookFactory builds a webhook from a tool's "webhook:" settings.
-func webhookFactory(s *Section) (Effect, error) {
+func webhookFactory(s *Section, global []netip.Prefix) (Effect, error) {
 	cfg := WebhookConfig{
 		URL:     s.String("url", ""),
 		Method:  s.String("method", DefaultWebhookMethod),
 		Headers: s.StringMap("headers"),
 		Timeout: s.Duration("timeout", DefaultWebhookTimeout),
+	}
+	allowItems, allowLines := s.strings("allow_private")
+	cfg.AllowPrivate = append(cfg.AllowPrivate, global...)
+	for i, it := range allowItems {
+		p, err := parsePrefix(it)
+		if err != nil {
+			s.c.add(allowLines[i], fmt.Sprintf("%s.allow_private[%d]", s.path, i),
+				fmt.Sprintf("%q is not an IP address or CIDR prefix", it), "write e.g. 127.0.0.1/32 or 10.0.0.0/8")
+			continue
+		}
+		cfg.AllowPrivate = append(cfg.AllowPrivate, p)
 	}
 	r := s.Section("retry")
 	cfg.Retry = RetryPolicy{

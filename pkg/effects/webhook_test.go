@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -58,9 +59,16 @@ func setupWebhook(t *testing.T, handle func(n int, w http.ResponseWriter, r *htt
 	return b
 }
 
-// newWebhook builds a webhook with fast retries unless cfg says otherwise.
+// loopback allows the test servers, which listen on 127.0.0.1.
+var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+
+// newWebhook builds a webhook with fast retries, allowed to reach loopback,
+// unless cfg says otherwise.
 func newWebhook(t *testing.T, cfg effects.WebhookConfig) *effects.Webhook {
 	t.Helper()
+	if cfg.AllowPrivate == nil {
+		cfg.AllowPrivate = loopback
+	}
 	if cfg.Retry.InitialInterval == 0 {
 		cfg.Retry.InitialInterval = time.Millisecond
 	}
