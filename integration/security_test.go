@@ -652,3 +652,34 @@ func TestSecureOperatorRole(t *testing.T) {
 		return err
 	})
 }
+
+// The submit command works against the hardened configuration with an
+// agent's user, password (from the environment), CA and inbox prefix; the
+// operator approves with its own user.
+func TestSecureSubmitCommand(t *testing.T) {
+	t.Parallel()
+	s := startSecure(t, "users.conf")
+	s.startSecureWorker(t, "worker")
+	run := func(user string, args ...string) submitted {
+		t.Helper()
+		full := append(args, "--nats-url", s.url, "--tls-ca", s.ca.certPEM, "--nats-user", user, "--inbox-prefix", "_INBOX."+user, "--wait", "20s")
+		cmd := exec.Command(bin("submit"), full...)
+		cmd.Env = append(os.Environ(), "IDEMGATE_NATS_PASSWORD="+s.password(t, user))
+		out, err := cmd.Output()
+		res := submitted{stdout: string(out)}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			res.code, res.stderr = ee.ExitCode(), string(ee.Stderr)
+		}
+		_ = json.Unmarshal(out, &res.res)
+		return res
+	}
+	first := run("agent-1", "--tool", "echo", "--args", `{"via":"submit"}`)
+	require.Equal(t, 0, first.code, first.stderr)
+	again := run("agent-1", "--tool", "echo", "--args", `{"via":"submit"}`)
+	require.Equal(t, 3, again.code, again.stderr)
+	wrongInbox := exec.Command(bin("submit"), "--tool", "echo", "--args", `{}`, "--nats-url", s.url, "--tls-ca", s.ca.certPEM,
+		"--nats-user", "agent-1", "--inbox-prefix", "_INBOX.agent-2", "--wait", "3s")
+	wrongInbox.Env = append(os.Environ(), "IDEMGATE_NATS_PASSWORD="+s.password(t, "agent-1"))
+	require.Error(t, wrongInbox.Run(), "another user's inbox is refused")
+}

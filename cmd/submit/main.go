@@ -31,6 +31,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/idemgate/idemgate/internal/envflag"
+	"github.com/idemgate/idemgate/internal/natsconn"
 	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -55,12 +56,19 @@ func main() {
 
 // common are the flags every subcommand takes.
 type common struct {
-	natsURL, creds, prefix string
+	natsURL, prefix string
+	auth            natsconn.ClientAuth
 }
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.natsURL, "nats-url", nats.DefaultURL, "NATS server(s), comma separated (env NATS_URL)")
-	fs.StringVar(&c.creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&c.auth.Creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&c.auth.User, "nats-user", "", "NATS user; the password comes from the environment variable "+natsconn.PasswordEnv)
+	fs.StringVar(&c.auth.NkeySeed, "nkey", "", "file holding the NATS user's nkey seed")
+	fs.StringVar(&c.auth.TLSCA, "tls-ca", "", "PEM file of the CAs that sign the NATS server's certificate (turns TLS on)")
+	fs.StringVar(&c.auth.TLSCert, "tls-cert", "", "client certificate, for servers that verify clients (with --tls-key)")
+	fs.StringVar(&c.auth.TLSKey, "tls-key", "", "key of --tls-cert")
+	fs.StringVar(&c.auth.InboxPrefix, "inbox-prefix", "", "subject prefix of reply inboxes, as this user's permissions allow (e.g. _INBOX.agent-1)")
 	fs.StringVar(&c.prefix, "prefix", intent.DefaultPrefix, "names prefix of the installation")
 }
 
@@ -92,9 +100,12 @@ func (c *common) parse(fs *flag.FlagSet, args []string) error {
 
 func (c *common) connect() (*nats.Conn, *client.Client, error) {
 	opts := []nats.Option{nats.Name("idemgate-submit"), nats.Timeout(5 * time.Second)}
-	if c.creds != "" {
-		opts = append(opts, nats.UserCredentials(c.creds))
+	c.auth.Password = os.Getenv(natsconn.PasswordEnv)
+	auth, err := c.auth.Options()
+	if err != nil {
+		return nil, nil, err
 	}
+	opts = append(opts, auth...)
 	nc, err := nats.Connect(c.natsURL, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect %s: %w", c.natsURL, err)

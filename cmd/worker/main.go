@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/idemgate/idemgate/internal/envflag"
+	"github.com/idemgate/idemgate/internal/natsconn"
 	"github.com/idemgate/idemgate/internal/natsrv"
 	"github.com/idemgate/idemgate/internal/tracing"
 	"github.com/idemgate/idemgate/internal/worker"
@@ -43,7 +44,7 @@ func run(args []string) error {
 		checkConfig = fs.Bool("check-config", false, "validate the tools file and exit")
 		natsURL     = fs.String("nats-url", "", "external NATS server(s), comma separated; empty runs an embedded JetStream (env NATS_URL)")
 		creds       = fs.String("creds", "", "NATS credentials file (env NATS_CREDS)")
-		natsUser    = fs.String("nats-user", "", "NATS user; the password comes from the environment variable "+natsrv.PasswordEnv+", never a flag")
+		natsUser    = fs.String("nats-user", "", "NATS user; the password comes from the environment variable "+natsconn.PasswordEnv+", never a flag")
 		nkeySeed    = fs.String("nkey", "", "file holding the NATS user's nkey seed")
 		tlsCA       = fs.String("tls-ca", "", "PEM file of the CAs that sign the NATS server's certificate (turns TLS on)")
 		tlsCert     = fs.String("tls-cert", "", "client certificate for NATS servers that verify clients (with --tls-key)")
@@ -129,8 +130,8 @@ func run(args []string) error {
 		nopts = append(nopts, nats.InProcessServer(srv))
 		log.Info("embedded JetStream", zap.String("url", url), zap.String("store_dir", *storeDir), zap.String("sync", *syncPolicy))
 	}
-	auth, err := natsrv.ClientAuth{
-		Creds: *creds, NkeySeed: *nkeySeed, User: *natsUser, Password: os.Getenv(natsrv.PasswordEnv),
+	auth, err := natsconn.ClientAuth{
+		Creds: *creds, NkeySeed: *nkeySeed, User: *natsUser, Password: os.Getenv(natsconn.PasswordEnv),
 		TLSCA: *tlsCA, TLSCert: *tlsCert, TLSKey: *tlsKey, InboxPrefix: *inboxPrefix,
 	}.Options()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/natsconn"
 	"github.com/idemgate/idemgate/internal/natsrv"
 )
 
@@ -33,7 +34,7 @@ authorization { users: [{user: w, password: pw}] }
 
 	_, err = nats.Connect(s.ClientURL())
 	require.ErrorIs(t, err, nats.ErrAuthorization, "anonymous clients are refused")
-	opts, err := natsrv.ClientAuth{User: "w", Password: "pw", InboxPrefix: "_INBOX.w"}.Options()
+	opts, err := natsconn.ClientAuth{User: "w", Password: "pw", InboxPrefix: "_INBOX.w"}.Options()
 	require.NoError(t, err)
 	nc, err := nats.Connect(s.ClientURL(), opts...)
 	require.NoError(t, err)
@@ -41,23 +42,4 @@ authorization { users: [{user: w, password: pw}] }
 
 	_, err = natsrv.Start(natsrv.Config{StoreDir: store, Listen: "127.0.0.1:0", ConfigFile: filepath.Join(t.TempDir(), "missing.conf")})
 	require.ErrorContains(t, err, "natsrv: server config")
-}
-
-func TestClientAuthRejectsMixtures(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		auth natsrv.ClientAuth
-		want string
-	}{
-		{natsrv.ClientAuth{Creds: "a.creds", User: "u", Password: "p"}, "choose one"},
-		{natsrv.ClientAuth{Password: "p"}, "without a user"},
-		{natsrv.ClientAuth{User: "u"}, "set " + natsrv.PasswordEnv},
-		{natsrv.ClientAuth{TLSCert: "c.pem"}, "needs its key"},
-	} {
-		_, err := tc.auth.Options()
-		require.ErrorContains(t, err, tc.want)
-	}
-	opts, err := natsrv.ClientAuth{}.Options()
-	require.NoError(t, err)
-	require.Empty(t, opts)
 }

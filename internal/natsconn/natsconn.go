@@ -1,4 +1,6 @@
-package natsrv
+// Package natsconn turns a process's NATS identity and TLS settings into
+// connection options, for the worker and for submit alike.
+package natsconn
 
 import (
 	"errors"
@@ -48,13 +50,13 @@ func (a ClientAuth) Options() ([]nats.Option, error) {
 	}
 	switch {
 	case n > 1:
-		return nil, errors.New("natsrv: choose one of a credentials file, an nkey seed file or a user")
+		return nil, errors.New("natsconn: choose one of a credentials file, an nkey seed file or a user")
 	case a.Password != "" && a.User == "":
-		return nil, fmt.Errorf("natsrv: a password (%s) without a user: set the user too", PasswordEnv)
+		return nil, fmt.Errorf("natsconn: a password (%s) without a user: set the user too", PasswordEnv)
 	case a.User != "" && a.Password == "":
-		return nil, fmt.Errorf("natsrv: user %q has no password: set %s", a.User, PasswordEnv)
+		return nil, fmt.Errorf("natsconn: user %q has no password: set %s", a.User, PasswordEnv)
 	case (a.TLSCert == "") != (a.TLSKey == ""):
-		return nil, errors.New("natsrv: a TLS client certificate needs its key and the key its certificate")
+		return nil, errors.New("natsconn: a TLS client certificate needs its key and the key its certificate")
 	}
 	switch {
 	case a.Creds != "":
@@ -62,7 +64,7 @@ func (a ClientAuth) Options() ([]nats.Option, error) {
 	case a.NkeySeed != "":
 		o, err := nats.NkeyOptionFromSeed(a.NkeySeed)
 		if err != nil {
-			return nil, fmt.Errorf("natsrv: nkey seed: %w", err)
+			return nil, fmt.Errorf("natsconn: nkey seed: %w", err)
 		}
 		opts = append(opts, o)
 	case a.User != "":
