@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test test-short lint fuzz clean
+.PHONY: all build run test test-short lint fuzz clean bench bench-short chaos
 
 all: build
 
@@ -36,5 +36,30 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzCanonicalize$$' -fuzztime=$(FUZZTIME) ./pkg/intent/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./pkg/intent/
 
+# The full chaos runs (docs/reliability.md): CHAOS_INTENTS intents on one
+# JetStream process, then on a 3-node cluster at R3, with every fault. Each
+# prints its verdict; the target fails if either has a violation.
+# CHAOS_FLAGS adds flags to both (e.g. --keep to keep stores and logs).
+CHAOS_INTENTS ?= 100000
+CHAOS_FLAGS   ?=
+chaos: build
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+	@status=0; \
+	$(BIN)/chaos --intents $(CHAOS_INTENTS) --nats-server $(BIN)/nats-server $(CHAOS_FLAGS) || status=1; \
+	$(BIN)/chaos --intents $(CHAOS_INTENTS) --nats-server $(BIN)/nats-server --cluster $(CHAOS_FLAGS) || status=1; \
+	exit $$status
+
 clean:
 	rm -rf $(BIN) data
+
+# Performance: one table of baseline, unique, duplicates, latency, fsync-always
+# and memory, with each target met or not (docs/performance.md).
+# BENCHFLAGS adds flags, e.g. BENCHFLAGS='-rounds 3 -cpuprofile /tmp/cpu'.
+BENCHFLAGS ?=
+bench:
+	$(GO) run ./cmd/bench $(BENCHFLAGS)
+
+# Every row in small runs, to check the bench works (its figures are not
+# measurements); TestBenchShort runs the same under make test.
+bench-short:
+	$(GO) run ./cmd/bench -short

@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -27,6 +28,11 @@ type BucketConfig struct {
 	TTL time.Duration
 	// Storage is where the bucket is kept. Default: jetstream.FileStorage.
 	Storage jetstream.StorageType
+	// AtomicPublish lets the bucket's stream take atomic batches, which a
+	// ledger with WithBatching sends (JetStream 2.12 or later). EnsureBucket
+	// never turns it off once on, so a writer without batching does not undo
+	// it for one with. Default: false.
+	AtomicPublish bool
 }
 
 func (c BucketConfig) withDefaults() BucketConfig {
@@ -80,6 +86,18 @@ func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig)
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("ensure bucket: %w", err)
 	}
+	// Updating the bucket rewrites its stream's configuration: keep atomic
+	// publish on if it was.
+	stream := "KV_" + cfg.Bucket
+	if !cfg.AtomicPublish {
+		s, err := js.Stream(ctx, stream)
+		switch {
+		case err == nil:
+			cfg.AtomicPublish = s.CachedInfo().Config.AllowAtomicPublish
+		case !errors.Is(err, jetstream.ErrStreamNotFound):
+			return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
+		}
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      cfg.Bucket,
 		Description: "idemgate ledger: one record per operation key",
@@ -90,6 +108,18 @@ func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
+	}
+	if cfg.AtomicPublish {
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
+		}
+		if sc := s.CachedInfo().Config; !sc.AllowAtomicPublish {
+			sc.AllowAtomicPublish = true
+			if _, err := js.UpdateStream(ctx, sc); err != nil {
+				return nil, fmt.Errorf("ensure bucket %s: allow atomic publish: %w", cfg.Bucket, err)
+			}
+		}
 	}
 	return kv, nil
 }

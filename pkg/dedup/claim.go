@@ -154,7 +154,7 @@ func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest) (res ClaimRes
 	if err != nil {
 		return ClaimResult{}, false, err
 	}
-	rev, err := l.kv.Create(ctx, req.Key, data)
+	rev, err := l.create(ctx, req.Key, data)
 	switch {
 	case err == nil:
 		return l.held(Acquired, req.Key, rev, rec), false, nil

@@ -37,39 +37,64 @@ var backends = []backend{
 	{"R3", 3, func(t *testing.T) []*server.Server { return natstest.RunCluster(t, 3) }},
 }
 
+// mode is how the suite's ledgers write: each write on its own, or
+// group-committed in atomic batches.
+type mode struct {
+	name    string
+	bucket  string
+	atomic  bool // the bucket allows atomic publish
+	opts    []dedup.Option
+	batched bool
+}
+
+var modes = []mode{
+	{name: "Unbatched", bucket: "LEDGER_TEST"},
+	// Min 1: even a lone write goes out as an atomic batch, so that every
+	// suite test runs the batch protocol.
+	{name: "Batched", bucket: "LEDGER_BATCH", atomic: true, batched: true,
+		opts: []dedup.Option{dedup.WithBatching(dedup.BatchConfig{Min: 1})}},
+}
+
 // TestLedger runs the ledger suite on a single server (R1 bucket) and on a
-// 3-node cluster (R3 bucket). Each backend's servers and bucket are shared by
-// its subtests, which use distinct keys.
+// 3-node cluster (R3 bucket), each with ledgers that write one write at a
+// time and with ledgers that group-commit. Each backend's servers are shared
+// by its subtests, each mode's bucket by its subtests, which use distinct
+// keys.
 func TestLedger(t *testing.T) {
 	t.Parallel()
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			env := newEnv(t, b)
-			for _, tc := range suite {
-				t.Run(tc.name, func(t *testing.T) {
+			servers := b.start(t)
+			for _, m := range modes {
+				t.Run(m.name, func(t *testing.T) {
 					t.Parallel()
-					tc.run(t, env.setup(t))
+					env := newEnv(t, servers, b.replicas, m)
+					for _, tc := range suite {
+						t.Run(tc.name, func(t *testing.T) {
+							t.Parallel()
+							tc.run(t, env.setup(t))
+						})
+					}
 				})
 			}
 		})
 	}
 }
 
-// env is one backend with its ledger bucket, shared by a suite run.
+// env is one backend and mode with its ledger bucket, shared by a suite run.
 type env struct {
 	servers []*server.Server
-	bucket  string
+	mode    mode
 }
 
-func newEnv(t *testing.T, b backend) *env {
-	servers := b.start(t)
+func newEnv(t *testing.T, servers []*server.Server, replicas int, m mode) *env {
 	js := jetStream(t, servers[0].ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: "LEDGER_TEST", Replicas: b.replicas})
+	_, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: m.bucket, Replicas: replicas, AtomicPublish: m.atomic})
 	require.NoError(t, err)
-	return &env{servers: servers, bucket: "LEDGER_TEST"}
+	return &env{servers: servers, mode: m}
 }
 
 // testBundle is what a suite test works with.
@@ -86,26 +111,37 @@ type testBundle struct {
 	// at returns a ledger (on its own connection) whose clock is offset by d,
 	// to judge leases as if d had passed.
 	at func(d time.Duration) *dedup.Ledger
+	// batched reports that the ledgers group-commit their writes.
+	batched bool
+	// plain is a ledger that writes one write at a time whatever the mode,
+	// to set a scene quickly.
+	plain *dedup.Ledger
+	// plainAt is at for plain ledgers.
+	plainAt func(d time.Duration) *dedup.Ledger
 }
 
 func (e *env) setup(t *testing.T) *testBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	open := func(i int, opts ...dedup.Option) *dedup.Ledger {
+	openPlain := func(i int, opts ...dedup.Option) *dedup.Ledger {
 		js := jetStream(t, e.servers[i%len(e.servers)].ClientURL())
-		kv, err := js.KeyValue(ctx, e.bucket)
+		kv, err := js.KeyValue(ctx, e.mode.bucket)
 		require.NoError(t, err)
 		l, err := dedup.New(js, kv, opts...)
 		require.NoError(t, err)
+		t.Cleanup(l.Close)
 		return l
 	}
-	b := &testBundle{ctx: ctx, key: keyFor(t)}
+	open := func(i int, opts ...dedup.Option) *dedup.Ledger {
+		return openPlain(i, append(opts, e.mode.opts...)...)
+	}
+	b := &testBundle{ctx: ctx, key: keyFor(t), batched: e.mode.batched}
 	for i := range 4 {
 		b.ledgers = append(b.ledgers, open(i))
 	}
 	b.ledger = b.ledgers[0]
-	kv, err := jetStream(t, e.servers[0].ClientURL()).KeyValue(ctx, e.bucket)
+	kv, err := jetStream(t, e.servers[0].ClientURL()).KeyValue(ctx, e.mode.bucket)
 	require.NoError(t, err)
 	b.kv = kv
 	n := 0
@@ -113,10 +149,15 @@ func (e *env) setup(t *testing.T) *testBundle {
 		n++
 		return open(n, dedup.WithClock(func() time.Time { return time.Now().Add(d) }))
 	}
+	b.plain = openPlain(1)
+	b.plainAt = func(d time.Duration) *dedup.Ledger {
+		n++
+		return openPlain(n, dedup.WithClock(func() time.Time { return time.Now().Add(d) }))
+	}
 	return b
 }
 
-func jetStream(t *testing.T, url string) jetstream.JetStream {
+func jetStream(t testing.TB, url string) jetstream.JetStream {
 	t.Helper()
 	js, err := jetstream.New(natstest.Connect(t, url))
 	require.NoError(t, err)
@@ -466,7 +507,11 @@ var suite = []struct {
 		// A replicated stream may refuse a compare-and-set on a key whose
 		// previous write was just acknowledged; that must not look like a
 		// lost lease.
-		for i := range 50 {
+		cycles := 50
+		if b.batched {
+			cycles = 25 // each write is a batch of its own, with its fixed cost
+		}
+		for i := range cycles {
 			res, err := b.ledger.Claim(b.ctx, b.req("w1"))
 			require.NoError(t, err, "cycle %d", i)
 			require.Equal(t, dedup.Acquired, res.Outcome, "cycle %d", i)

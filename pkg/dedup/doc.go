@@ -41,6 +41,33 @@
 // are judged by the claimant's clock, so clocks should agree to well within a
 // lease. Records live for the bucket's TTL after their last write.
 //
+// # Batching
+//
+// By default every write goes to the server on its own, and a bucket that
+// syncs before acknowledging (the durable setting) syncs once per write,
+// which caps a worker at a few thousand writes a second. WithBatching makes
+// a Ledger group-commit instead: the writes of all its concurrent callers —
+// claims, lease writes, transitions — queue up and go out as JetStream atomic
+// batches, each made durable by one sync before its acknowledgement. A batch
+// carries what queued while the previous one was in flight (up to
+// BatchConfig.Max), so batches grow with the load, and a lightly loaded
+// ledger still writes one write at a time.
+//
+// Batching trades latency for throughput: a write waits for the batch in
+// flight and then for its own. It changes no guarantee above. Every write in
+// a batch keeps its own condition (create-only, or compare-and-set on its
+// revision), checked by the server; a batch holds at most one write per key,
+// and a key's writes go out in the order they were made. A batch is written
+// whole or not at all, and a write is answered only once its batch is
+// acknowledged, so an answered write is as durable as without batching. A
+// write refused on its own account gets the answer it would get alone (the
+// same Claim outcome, ErrLeaseLost, ErrRevisionMismatch) and the rest of its
+// batch is sent again without it; a write whose acknowledgement was lost is
+// settled by a leader read, as without batching. The one difference a caller
+// can see: a write already sent waits for its batch's acknowledgement
+// (bounded by the JetStream API timeout) even when its context is done, so
+// that its outcome is known. Close flushes the queue.
+//
 // # Record states
 //
 //	                 Claim (create)

@@ -23,14 +23,19 @@ const settleTimeout = 2 * time.Second
 
 // Ledger is the record store of operation keys: claim, lease, complete, fail,
 // release, wait and read. It is safe for concurrent use. Build it with New or
-// Open.
+// Open; one built WithBatching group-commits its writes and should be closed
+// with Close when done.
 type Ledger struct {
 	kv        jetstream.KeyValue
 	nc        *nats.Conn
 	getSubj   string // JetStream API subject of a (leader) message get on the bucket's stream
 	keyPrefix string // "$KV.<bucket>."
+	putPrefix string // subject prefix of a key's writes
 	timeout   time.Duration
 	now       func() time.Time
+
+	batchCfg *BatchConfig // set by WithBatching
+	batch    *batcher     // nil: every write goes out on its own
 }
 
 // Option adjusts a Ledger built by New or Open.
@@ -71,23 +76,80 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, opts ...Option) (*Ledger
 		nc:        js.Conn(),
 		getSubj:   prefix + "STREAM.MSG.GET.KV_" + kv.Bucket(),
 		keyPrefix: "$KV." + kv.Bucket() + ".",
+		putPrefix: "$KV." + kv.Bucket() + ".",
 		timeout:   timeout,
 		now:       time.Now,
 	}
+	if prefix != jetstream.DefaultAPIPrefix {
+		l.putPrefix = prefix + l.putPrefix // as the jetstream KV API publishes
+	}
 	for _, opt := range opts {
 		opt(l)
+	}
+	if l.batchCfg != nil {
+		cfg := l.batchCfg.withDefaults()
+		if err := cfg.validate(); err != nil {
+			return nil, fmt.Errorf("new ledger: %w", err)
+		}
+		l.batch = newBatcher(l, cfg)
 	}
 	return l, nil
 }
 
 // Open ensures the bucket described by cfg (see EnsureBucket) and returns a
-// Ledger over it.
+// Ledger over it. With WithBatching among opts, the bucket is made to allow
+// atomic publish (BucketConfig.AtomicPublish).
 func Open(ctx context.Context, js jetstream.JetStream, cfg BucketConfig, opts ...Option) (*Ledger, error) {
+	var probe Ledger
+	for _, opt := range opts {
+		opt(&probe)
+	}
+	if probe.batchCfg != nil {
+		cfg.AtomicPublish = true
+	}
 	kv, err := EnsureBucket(ctx, js, cfg)
 	if err != nil {
 		return nil, err
 	}
 	return New(js, kv, opts...)
+}
+
+// Close stops a batching ledger's group commit (see WithBatching): it sends
+// the writes still queued, waits for the batches in flight to be answered,
+// and makes later writes go out one by one. The ledger stays usable. Close is
+// safe to call more than once, and does nothing for a ledger without
+// batching.
+func (l *Ledger) Close() {
+	if l.batch != nil {
+		l.batch.close()
+	}
+}
+
+// BatchStats reports what the ledger's group commit did since New; all zero
+// without batching.
+func (l *Ledger) BatchStats() BatchStats {
+	if l.batch == nil {
+		return BatchStats{}
+	}
+	return l.batch.statsNow()
+}
+
+// create writes data as key's first record (or over a delete marker), like
+// kv.Create, through the group commit when there is one.
+func (l *Ledger) create(ctx context.Context, key string, data []byte) (uint64, error) {
+	if l.batch == nil {
+		return l.kv.Create(ctx, key, data)
+	}
+	return l.batch.do(ctx, &write{key: key, data: data, create: true})
+}
+
+// update writes data over key's revision rev, like kv.Update, through the
+// group commit when there is one.
+func (l *Ledger) update(ctx context.Context, key string, data []byte, rev uint64) (uint64, error) {
+	if l.batch == nil {
+		return l.kv.Update(ctx, key, data, rev)
+	}
+	return l.batch.do(ctx, &write{key: key, data: data, rev: rev})
 }
 
 // Bucket returns the name of the ledger's KV bucket.
@@ -134,7 +196,7 @@ func (l *Ledger) cas(ctx context.Context, key string, rev uint64, rec Record) (u
 		return 0, err
 	}
 	for try := 0; ; try++ {
-		newRev, err := l.kv.Update(ctx, key, data, rev)
+		newRev, err := l.update(ctx, key, data, rev)
 		switch {
 		case err == nil:
 			return newRev, nil
@@ -223,41 +285,48 @@ type msgGetResponse struct {
 // read fetches key's latest message with a plain (non-direct) JetStream
 // message-get request, which only the stream leader answers.
 func (l *Ledger) read(ctx context.Context, key string) (entry, error) {
+	req, err := json.Marshal(msgGetRequest{LastBySubject: l.keyPrefix + key})
+	if err != nil {
+		return entry{}, err
+	}
+	_, e, err := l.msgGet(ctx, req)
+	return e, err
+}
+
+// msgGet sends a message-get request to the stream leader and returns the
+// message's subject and entry; a missing message is the zero entry.
+func (l *Ledger) msgGet(ctx context.Context, req []byte) (string, entry, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
-	req, err := json.Marshal(msgGetRequest{LastBySubject: l.keyPrefix + key})
-	if err != nil {
-		return entry{}, err
-	}
 	msg, err := l.nc.RequestWithContext(ctx, l.getSubj, req)
 	if err != nil {
-		return entry{}, fmt.Errorf("leader read: %w", err)
+		return "", entry{}, fmt.Errorf("leader read: %w", err)
 	}
 	var resp msgGetResponse
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return entry{}, fmt.Errorf("leader read: decode response: %w", err)
+		return "", entry{}, fmt.Errorf("leader read: decode response: %w", err)
 	}
 	if resp.Error != nil {
 		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
-			return entry{}, nil
+			return "", entry{}, nil
 		}
-		return entry{}, fmt.Errorf("leader read: %w", resp.Error)
+		return "", entry{}, fmt.Errorf("leader read: %w", resp.Error)
 	}
 	if resp.Message == nil {
-		return entry{}, fmt.Errorf("leader read: %w", jetstream.ErrInvalidJetStreamResponse)
+		return "", entry{}, fmt.Errorf("leader read: %w", jetstream.ErrInvalidJetStreamResponse)
 	}
 	e := entry{rev: resp.Message.Sequence, data: resp.Message.Data}
 	if len(resp.Message.Header) > 0 {
 		hdr, err := nats.DecodeHeadersMsg(resp.Message.Header)
 		if err != nil {
-			return entry{}, fmt.Errorf("leader read: decode headers: %w", err)
+			return "", entry{}, fmt.Errorf("leader read: decode headers: %w", err)
 		}
 		e.deleted = isDeleteMarker(hdr)
 	}
-	return e, nil
+	return resp.Message.Subject, e, nil
 }
 
 // isDeleteMarker reports whether a KV message's headers mark a delete or

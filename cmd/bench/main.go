@@ -1,0 +1,73 @@
+// Command bench measures idemgate against a no-ledger baseline on one
+// embedded JetStream and prints one table: baseline, unique intents,
+// duplicates, open-loop latency, the fsync-always mode beside its raw
+// kv.Create rate, and memory with many intents in flight; then whether each
+// performance target is met. See docs/performance.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/natsrv"
+)
+
+func main() {
+	if os.Getenv(roleEnv) == roleMemWorker {
+		if err := memWorkerMain(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: memory worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := mainErr(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func mainErr(args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var cfg config
+	scenarios := fs.String("scenarios", "all", "comma-separated subset of "+strings.Join(allScenarios, ",")+" (dup runs unique first; latency needs unique or -rate)")
+	fs.IntVar(&cfg.N, "n", 20000, "intents per throughput run")
+	fs.IntVar(&cfg.FsyncN, "fsync-n", 2000, "intents, and kv.Create, of the fsync-always runs (each write waits for a disk sync)")
+	fs.IntVar(&cfg.Inflight, "inflight", 1024, "unanswered intents the publisher keeps in flight (closed loop)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 256, "intents each worker (and each baseline consumer) handles at once; the worker's default")
+	fs.IntVar(&cfg.Workers, "workers", 1, "worker instances in this process, each on its own connection (baseline: as many consumers)")
+	fs.IntVar(&cfg.Payload, "payload", 256, "bytes of each intent's args")
+	fs.BoolVar(&cfg.TCP, "tcp", false, "connect over TCP loopback (127.0.0.1) instead of in-process")
+	fs.BoolVar(&cfg.Cluster, "cluster", false, "run on an in-process 3-node cluster with R3 stream and bucket")
+	fs.StringVar(&cfg.Sync, "sync", natsrv.SyncLazy, "store sync of every scenario but fsync: lazy, always, or an interval like 100ms")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "latency: offered intents/s (0: half the measured unique rate)")
+	fs.DurationVar(&cfg.LatencyFor, "latency-duration", 5*time.Second, "latency: how long the open-loop load runs")
+	fs.IntVar(&cfg.MemInflight, "mem-inflight", 10000, "memory: intents held in flight")
+	fs.DurationVar(&cfg.MemDelay, "mem-delay", 10*time.Minute, "memory: the noop effect's delay (the intents are cancelled once measured)")
+	fs.StringVar(&cfg.StoreDir, "store-dir", os.TempDir(), "parent of each scenario's fresh store directory (removed afterwards)")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of each scenario's measured phase to PREFIX.<scenario>.pprof")
+	fs.StringVar(&cfg.MemProfile, "memprofile", "", "write a heap profile at the end of each scenario's measured phase to PREFIX.<scenario>.pprof")
+	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound of each scenario")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "measurements of baseline, unique, dup and the fsync pair, alternated; each row reports the median")
+	fs.BoolVar(&cfg.Short, "short", false, "small runs of every scenario, to check the bench works (figures are not measurements)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *scenarios == "all" {
+		cfg.Scenarios = allScenarios
+	} else {
+		cfg.Scenarios = strings.Split(*scenarios, ",")
+	}
+	if cfg.Short {
+		cfg.shorten()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	_, err := run(ctx, cfg, os.Stdout)
+	return err
+}
