@@ -67,6 +67,8 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 		Bucket:   names.Bucket,
 		Replicas: cfg.Replicas,
 		TTL:      cfg.LedgerTTL,
+		// Atomic batches need the stream's consent; once given it stays.
+		AtomicPublish: cfg.LedgerBatch > 0,
 	})
 	if err != nil {
 		return nil, err

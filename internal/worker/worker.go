@@ -69,7 +69,11 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("worker: setup: %w", err)
 	}
-	ledger, err := dedup.New(js, res.kv)
+	var lopts []dedup.Option
+	if cfg.LedgerBatch > 0 {
+		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch}))
+	}
+	ledger, err := dedup.New(js, res.kv, lopts...)
 	if err != nil {
 		return nil, fmt.Errorf("worker: ledger: %w", err)
 	}
@@ -119,7 +123,7 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 
 	w.log.Info("worker consuming", zap.String("stream", w.res.names.Stream),
 		zap.String("consumer", w.res.names.Consumer), zap.String("holder", w.cfg.Holder),
-		zap.Int("concurrency", w.cfg.Concurrency), zap.Strings("tools", w.tools.Names()))
+		zap.Int("concurrency", w.cfg.Concurrency), zap.Int("ledger_batch", w.cfg.LedgerBatch), zap.Strings("tools", w.tools.Names()))
 
 	close(w.ready)
 	sem := make(chan struct{}, w.cfg.Concurrency)
@@ -152,6 +156,8 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 		cancelWork()
 		<-done
 	}
+	// Every handler has returned: send what the group commit still holds.
+	w.ledger.Close()
 	w.log.Info("worker stopped")
 	return nil
 }

@@ -341,3 +341,33 @@ func TestToolInFlightCap(t *testing.T) {
 	}
 	require.EqualValues(t, 1, peak.Load(), "never more than the cap at once")
 }
+
+// With the ledger's writes group-committed the answers are the same:
+// fired once, replays, a transient failure retried with its count kept.
+func TestBatchedLedgerAnswersTheSame(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	b := start(t, Config{LedgerBatch: 100, RetryDelay: 20 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond},
+		&effects.Tool{Name: "send", Effect: effects.EffectFunc(func(ctx context.Context, c effects.Call) (effects.Outcome, error) {
+			if calls.Add(1) == 1 {
+				return effects.Outcome{Invocations: 1}, errors.New("downstream unavailable")
+			}
+			return effects.Outcome{Result: json.RawMessage(`"sent"`), Invocations: 1}, nil
+		})})
+	results := make(chan *intent.Result, 20)
+	for range 20 {
+		go func() { results <- submit(t, b.client, "send", `{"to":"a"}`) }()
+	}
+	fired := 0
+	for range 20 {
+		res := <-results
+		require.Equal(t, intent.StatusCompleted, res.Status)
+		require.JSONEq(t, `"sent"`, string(res.Result))
+		require.Equal(t, 2, res.Attempts)
+		if !res.Replayed {
+			fired++
+		}
+	}
+	require.Equal(t, 1, fired)
+	require.EqualValues(t, 2, calls.Load(), "one failure, one firing")
+}
