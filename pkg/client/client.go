@@ -175,25 +175,40 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 	defer func() { _ = s.sub.Unsubscribe() }()
 	grace := time.NewTimer(s.c.grace)
 	defer grace.Stop()
+	enough := func(st intent.Status) bool { return st.Final() || (!final && st.Answered()) }
 	var updates <-chan jetstream.KeyValueEntry
-	startWatch := func() error {
-		if updates != nil || s.noLedger {
-			return nil
+	var watcher jetstream.KeyWatcher
+	defer func() {
+		if watcher != nil {
+			_ = watcher.Stop()
+		}
+	}()
+	// startWatch reads the record from the leader and, unless it already
+	// answers, watches the key (a consumer on the ledger's stream, stopped
+	// when Wait returns).
+	startWatch := func() (*intent.Result, error) {
+		if watcher != nil || s.noLedger {
+			return nil, nil
+		}
+		if l, err := s.c.ledgerRO(ctx); err == nil {
+			if rec, _, err := l.Get(ctx, s.Key); err == nil {
+				if res := s.fromRecord(rec); enough(res.Status) {
+					return res, nil
+				}
+			}
 		}
 		w, err := s.c.watch(ctx, s.Key)
 		if err != nil {
-			return err
-		}
-		updates = w.Updates()
-		go func() { <-ctx.Done(); _ = w.Stop() }()
-		return nil
-	}
-	if s.Duplicate {
-		if err := startWatch(); err != nil {
 			return nil, err
 		}
+		watcher, updates = w, w.Updates()
+		return nil, nil
 	}
-	enough := func(st intent.Status) bool { return st.Final() || (!final && st.Answered()) }
+	if s.Duplicate {
+		if res, err := startWatch(); res != nil || err != nil {
+			return res, err
+		}
+	}
 	for {
 		select {
 		case m := <-s.ch:
@@ -204,12 +219,13 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 			if enough(res.Status) {
 				return &res, nil
 			}
-			if err := startWatch(); err != nil { // the final answer comes from the ledger
-				return nil, err
+			// The final answer comes from the ledger.
+			if res, err := startWatch(); res != nil || err != nil {
+				return res, err
 			}
 		case <-grace.C:
-			if err := startWatch(); err != nil {
-				return nil, err
+			if res, err := startWatch(); res != nil || err != nil {
+				return res, err
 			}
 		case e, ok := <-updates:
 			if !ok {

@@ -33,7 +33,15 @@ type BucketConfig struct {
 	// never turns it off once on, so a writer without batching does not undo
 	// it for one with. Default: false.
 	AtomicPublish bool
+	// MaxConsumers bounds the consumers on the bucket's stream. Every Wait
+	// and every client's watch of a key is one while it lasts, and the server
+	// caps a stream left unlimited at 1000 consumers, too few for a busy
+	// ledger. Default: DefaultMaxConsumers.
+	MaxConsumers int
 }
+
+// DefaultMaxConsumers is the consumer limit set on the bucket's stream.
+const DefaultMaxConsumers = 65536
 
 func (c BucketConfig) withDefaults() BucketConfig {
 	if c.Bucket == "" {
@@ -44,6 +52,9 @@ func (c BucketConfig) withDefaults() BucketConfig {
 	}
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
+	}
+	if c.MaxConsumers == 0 {
+		c.MaxConsumers = DefaultMaxConsumers
 	}
 	return c
 }
@@ -57,6 +68,9 @@ func (c BucketConfig) validate() error {
 	}
 	if c.TTL < 0 {
 		return fmt.Errorf("%w: ttl %s: set a positive duration longer than any retry horizon, or 0 for the default %s", ErrInvalid, c.TTL, DefaultTTL)
+	}
+	if c.MaxConsumers < 1 {
+		return fmt.Errorf("%w: max consumers %d: set a positive limit, or 0 for the default %d", ErrInvalid, c.MaxConsumers, DefaultMaxConsumers)
 	}
 	if c.Storage != jetstream.FileStorage && c.Storage != jetstream.MemoryStorage {
 		return fmt.Errorf("%w: storage %d: use jetstream.FileStorage (default) or jetstream.MemoryStorage", ErrInvalid, c.Storage)
@@ -109,16 +123,15 @@ func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig)
 	if err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
 	}
-	if cfg.AtomicPublish {
-		s, err := js.Stream(ctx, stream)
-		if err != nil {
-			return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
-		}
-		if sc := s.CachedInfo().Config; !sc.AllowAtomicPublish {
-			sc.AllowAtomicPublish = true
-			if _, err := js.UpdateStream(ctx, sc); err != nil {
-				return nil, fmt.Errorf("ensure bucket %s: allow atomic publish: %w", cfg.Bucket, err)
-			}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
+	}
+	if sc := s.CachedInfo().Config; (cfg.AtomicPublish && !sc.AllowAtomicPublish) || sc.MaxConsumers != cfg.MaxConsumers {
+		sc.AllowAtomicPublish = sc.AllowAtomicPublish || cfg.AtomicPublish
+		sc.MaxConsumers = cfg.MaxConsumers
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			return nil, fmt.Errorf("ensure bucket %s: stream settings: %w", cfg.Bucket, err)
 		}
 	}
 	return kv, nil

@@ -731,3 +731,42 @@ func TestSentinels(t *testing.T) {
 		require.True(t, errors.Is(fmt.Errorf("claim k: %w", err), err))
 	}
 }
+
+// More waiters than the server's default of 1000 consumers per stream can
+// wait on the ledger at once.
+func TestManyWaitersAtOnce(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	js := jetStream(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	kv, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: "MANY"})
+	require.NoError(t, err)
+	l, err := dedup.New(js, kv)
+	require.NoError(t, err)
+	res, err := l.Claim(ctx, dedup.ClaimRequest{Key: "k", Tool: "t", Fingerprint: "f", Holder: "h", Lease: time.Minute})
+	require.NoError(t, err)
+	const n = 1100
+	errs := make(chan error, n)
+	started := make(chan struct{}, n)
+	for range n {
+		go func() {
+			w, err := kv.Watch(ctx, "k") // what every Wait holds while it waits
+			started <- struct{}{}
+			if err == nil {
+				defer func() { _ = w.Stop() }()
+				<-ctx.Done()
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		<-started
+	}
+	_, err = res.Lease.Complete(ctx, json.RawMessage(`1`), 1)
+	require.NoError(t, err)
+	cancel()
+	for range n {
+		require.NoError(t, <-errs)
+	}
+}
