@@ -229,7 +229,7 @@ func (w *Worker) await(stop context.Context, j *job, until time.Time) (dedup.Rec
 		ctx, cancel = context.WithDeadline(stop, until)
 	}
 	defer cancel()
-	halt := keepAlive(ctx, j.msg, w.cfg.AckWait/3, nil, nil)
+	halt := keepAlive(ctx, j.msg, w.cfg.AckWait/3, 0, nil, nil)
 	defer halt()
 	rec, _, err := w.ledger.Wait(ctx, j.id.Key)
 	return rec, err
@@ -250,7 +250,7 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		}
 	}()
 	period := min(j.tool.Lease, w.cfg.AckWait) / 3
-	halt := keepAlive(ectx, j.msg, period, func(ctx context.Context) error {
+	halt := keepAlive(ectx, j.msg, period, j.tool.Lease, func(ctx context.Context) error {
 		return lease.Extend(ctx, j.tool.Lease)
 	}, func() {
 		w.log.Warn("lease lost while the effect ran; cancelling it", zap.String("key", j.id.Key))

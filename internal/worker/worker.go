@@ -191,14 +191,23 @@ func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg) {
 
 // keepAlive calls InProgress on msg, and extend when given, every period
 // until ctx is done. It returns a function that stops it and waits for it.
-// When extend fails with dedup.ErrLeaseLost, keepAlive calls lost and stops.
-func keepAlive(ctx context.Context, msg jetstream.Msg, period time.Duration, extend func(context.Context) error, lost func()) (stop func()) {
+//
+// With extend, keepAlive guards a lease of length lease: it calls lost and
+// stops when extend reports dedup.ErrLeaseLost, or when the lease's deadline
+// (the last successful extension plus lease) passes without a successful
+// extension — the ledger was unreachable, and another claimant may take the
+// key over, so the effect must not start new attempts. An extension in
+// flight is never cancelled by stop: a write cancelled mid-way may land
+// without its writer knowing, which would leave the holder with a stale
+// revision.
+func keepAlive(ctx context.Context, msg jetstream.Msg, period, lease time.Duration, extend func(context.Context) error, lost func()) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		t := time.NewTicker(period)
 		defer t.Stop()
+		deadline := time.Now().Add(lease)
 		for {
 			select {
 			case <-ctx.Done():
@@ -208,7 +217,18 @@ func keepAlive(ctx context.Context, msg jetstream.Msg, period time.Duration, ext
 				if extend == nil {
 					continue
 				}
-				if err := extend(ctx); errors.Is(err, dedup.ErrLeaseLost) {
+				if time.Now().After(deadline) {
+					lost()
+					return
+				}
+				ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), period)
+				started := time.Now()
+				err := extend(ectx)
+				ecancel()
+				switch {
+				case err == nil:
+					deadline = started.Add(lease)
+				case errors.Is(err, dedup.ErrLeaseLost):
 					lost()
 					return
 				}

@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +26,10 @@ type Lease struct {
 	rev  uint64
 	rec  Record
 	done bool // completed, failed or released
+	// unsure is the last write whose outcome was not known (its
+	// acknowledgement was lost or its context ended while it was in flight):
+	// it may have landed after all.
+	unsure *Record
 }
 
 // Key returns the key the lease holds.
@@ -142,12 +147,43 @@ func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time
 	change(&next, now)
 	next.UpdatedAt = now
 	rev, err := ls.ledger.cas(ctx, ls.key, ls.rev, next)
+	if errors.Is(err, ErrRevisionMismatch) && ls.adoptUnsure(ctx) {
+		// Our own earlier write had landed: write again over it.
+		next = ls.rec
+		change(&next, now)
+		next.UpdatedAt = now
+		rev, err = ls.ledger.cas(ctx, ls.key, ls.rev, next)
+	}
 	if errors.Is(err, ErrRevisionMismatch) {
 		return Record{}, fmt.Errorf("%s %s: %w", op, ls.key, ErrLeaseLost)
 	}
 	if err != nil {
+		ls.unsure = &next
 		return Record{}, fmt.Errorf("%s %s: %w", op, ls.key, err)
 	}
-	ls.rev, ls.rec, ls.done = rev, next, final
+	ls.rev, ls.rec, ls.done, ls.unsure = rev, next, final, nil
 	return next, nil
+}
+
+// adoptUnsure reports whether the key's latest record, read from the leader,
+// is the lease's last write of unknown outcome — it landed after all — and
+// if so makes it the lease's revision. Without it, a heartbeat whose
+// acknowledgement was lost would make the holder of a live lease believe it
+// lost the lease, and another claimant would fire the operation again.
+func (ls *Lease) adoptUnsure(ctx context.Context) bool {
+	if ls.unsure == nil {
+		return false
+	}
+	want, err := ls.unsure.marshal()
+	if err != nil {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	e, err := ls.ledger.read(rctx, ls.key)
+	if err != nil || !e.live() || e.rev <= ls.rev || !bytes.Equal(e.data, want) {
+		return false
+	}
+	ls.rev, ls.rec, ls.unsure = e.rev, *ls.unsure, nil
+	return true
 }
