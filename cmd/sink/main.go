@@ -1,6 +1,12 @@
 // Command sink is a webhook receiver for demos and fault runs: it answers every
 // POST, logs each request with its Idempotency-Key as a JSON line, and can
 // fail or stall on purpose. GET /stats reports what it saw.
+//
+// Faults: --fail-rate answers a fraction of requests 503; --hold stalls every
+// request; --hang-rate stalls a fraction of requests for --hang (long enough
+// to outlive a worker's lease) before answering them normally. A request whose
+// caller went away while it was stalled is logged with status 499 and counts
+// as not performed.
 package main
 
 import (
@@ -27,18 +33,22 @@ func main() {
 }
 
 type entry struct {
-	Time    time.Time       `json:"time"`
+	Time    time.Time       `json:"time"`     // when it was answered
+	Arrived time.Time       `json:"received"` // when it arrived
 	Path    string          `json:"path"`
 	Key     string          `json:"key"`
 	Tool    string          `json:"tool,omitempty"`
 	Status  int             `json:"status"`
 	Repeat  bool            `json:"repeat"`
+	Hung    bool            `json:"hung,omitempty"`
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
 type sink struct {
 	failRate float64
 	hold     time.Duration
+	hangRate float64
+	hang     time.Duration
 	mu       sync.Mutex
 	log      *json.Encoder
 	seen     map[string]int // key → successful requests
@@ -50,9 +60,17 @@ func run() error {
 	logPath := flag.String("log", "", "append a JSON line per request to this file (default stdout)")
 	failRate := flag.Float64("fail-rate", 0, "fraction of requests answered 503 (0-1)")
 	hold := flag.Duration("hold", 0, "stall every request this long before answering")
+	hangRate := flag.Float64("hang-rate", 0, "fraction of requests stalled for --hang before answering (0-1)")
+	hang := flag.Duration("hang", 5*time.Second, "how long a request picked by --hang-rate stalls")
 	flag.Parse()
 	if *failRate < 0 || *failRate > 1 {
 		return errors.New("--fail-rate must be between 0 and 1")
+	}
+	if *hangRate < 0 || *hangRate > 1 {
+		return errors.New("--hang-rate must be between 0 and 1")
+	}
+	if *hang < 0 {
+		return errors.New("--hang must not be negative")
 	}
 	out := io.Writer(os.Stdout)
 	if *logPath != "" {
@@ -63,7 +81,7 @@ func run() error {
 		defer f.Close()
 		out = f
 	}
-	s := &sink{failRate: *failRate, hold: *hold, log: json.NewEncoder(out), seen: map[string]int{}}
+	s := &sink{failRate: *failRate, hold: *hold, hangRate: *hangRate, hang: *hang, log: json.NewEncoder(out), seen: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", s.stats)
 	mux.HandleFunc("/", s.receive)
@@ -84,15 +102,26 @@ func run() error {
 }
 
 func (s *sink) receive(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now().UTC()
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-	if s.hold > 0 {
+	key := r.Header.Get("Idempotency-Key")
+	stall := s.hold
+	hung := s.hangRate > 0 && rand.Float64() < s.hangRate
+	if hung {
+		stall += s.hang
+	}
+	if stall > 0 {
+		t := time.NewTimer(stall)
 		select {
-		case <-time.After(s.hold):
+		case <-t.C:
 		case <-r.Context().Done():
+			t.Stop()
+			// The caller gave up: the request was not performed.
+			s.record(entry{Time: time.Now().UTC(), Arrived: arrived, Path: r.URL.Path, Key: key, Tool: r.Header.Get("Idem-Tool"),
+				Status: statusClientClosed, Hung: hung}, body)
 			return
 		}
 	}
-	key := r.Header.Get("Idempotency-Key")
 	status := http.StatusOK
 	if s.failRate > 0 && rand.Float64() < s.failRate {
 		status = http.StatusServiceUnavailable
@@ -104,7 +133,7 @@ func (s *sink) receive(w http.ResponseWriter, r *http.Request) {
 		s.seen[key]++
 	}
 	n := s.seen[key]
-	e := entry{Time: time.Now().UTC(), Path: r.URL.Path, Key: key, Tool: r.Header.Get("Idem-Tool"), Status: status, Repeat: repeat}
+	e := entry{Time: time.Now().UTC(), Arrived: arrived, Path: r.URL.Path, Key: key, Tool: r.Header.Get("Idem-Tool"), Status: status, Repeat: repeat, Hung: hung}
 	if json.Valid(body) {
 		e.Payload = body
 	}
@@ -115,6 +144,20 @@ func (s *sink) receive(w http.ResponseWriter, r *http.Request) {
 	if status == http.StatusOK {
 		_ = json.NewEncoder(w).Encode(map[string]any{"accepted": true, "path": r.URL.Path, "key": key, "deliveries": n})
 	}
+}
+
+// statusClientClosed is logged for a stalled request whose caller went away.
+const statusClientClosed = 499
+
+// record logs a request that was not answered.
+func (s *sink) record(e entry, body []byte) {
+	if json.Valid(body) {
+		e.Payload = body
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests++
+	_ = s.log.Encode(e)
 }
 
 func (s *sink) stats(w http.ResponseWriter, _ *http.Request) {

@@ -1,0 +1,533 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgate/idemgate/pkg/client"
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// toolName is the one tool of a chaos run: a webhook to the sink.
+const toolName = "chaos_op"
+
+// Duplicate kinds: how the copies of one operation are sent.
+const (
+	kindSingle     = "single"     // one copy: no duplicate
+	kindSequential = "sequential" // re-issued after each answer (keyed; publish dedup answers from the ledger)
+	kindConcurrent = "concurrent" // copies published at once from separate goroutines (keyed)
+	kindDelayed    = "delayed"    // a keyed copy sent after the publish-dedup window: it reaches a worker
+	kindNoMsgID    = "no_msg_id"  // concurrent raw JetStream publishes without Nats-Msg-Id
+	kindBatch      = "batch"      // parallel calls of one model response: an async burst, one call_id each
+	copiesPerDup   = 3            // copies of every duplicated kind but delayed
+	replyGrace     = 5 * time.Second
+	publishAttempt = 5 * time.Second
+)
+
+var dupKinds = []string{kindSequential, kindConcurrent, kindDelayed, kindNoMsgID, kindBatch}
+
+// copyOut is what one copy of an operation got.
+type copyOut struct {
+	Published bool
+	Duplicate bool   // the publish was acknowledged as a duplicate
+	Via       string // how the answer came: answer (client Wait), reply, ledger, settle; "" none
+	Status    intent.Status
+	Replayed  bool
+	Result    json.RawMessage
+	Code      string
+	Err       string
+	Acked     time.Time // when the publish was acknowledged
+}
+
+func (c *copyOut) setResult(res *intent.Result, via string) {
+	c.Via, c.Status, c.Replayed, c.Result = via, res.Status, res.Replayed, res.Result
+	if res.Error != nil {
+		c.Code = res.Error.Code
+	}
+	c.Err = ""
+}
+
+// setRecord answers the copy from the ledger record of its key.
+func (c *copyOut) setRecord(o *op, rec dedup.Record, via string) {
+	if rec.Fingerprint != o.fp {
+		c.setResult(&intent.Result{Status: intent.StatusConflict, Replayed: true, Error: &intent.Error{Code: intent.CodeConflict}}, via)
+		return
+	}
+	c.setResult(&intent.Result{Status: rec.Status, Replayed: true, Result: rec.Result, Error: rec.Error}, via)
+}
+
+// op is one operation and its copies.
+type op struct {
+	id     string
+	n      int
+	kind   string
+	key    string
+	fp     string
+	args   json.RawMessage
+	copies []copyOut
+}
+
+func (o *op) envelope(session, callID string) *intent.Envelope {
+	return &intent.Envelope{Tool: toolName, Args: append(json.RawMessage(nil), o.args...), Session: session, CallID: callID}
+}
+
+// plan draws the operations of a run: enough that their copies add up to at
+// least cfg.intents.
+func plan(cfg config, session string, rng *rand.Rand) ([]*op, error) {
+	var ops []*op
+	for total := 0; total < cfg.intents; {
+		n := len(ops)
+		o := &op{id: fmt.Sprintf("op-%07d", n), n: n, kind: kindSingle}
+		if rng.Float64() >= cfg.singleShare {
+			o.kind = dupKinds[rng.IntN(len(dupKinds))]
+		}
+		copies := 1
+		switch o.kind {
+		case kindDelayed:
+			copies = 2
+		case kindSingle:
+		default:
+			copies = copiesPerDup
+		}
+		o.copies = make([]copyOut, copies)
+		o.args = json.RawMessage(fmt.Sprintf(`{"op":%q,"n":%d,"note":"chaos load"}`, o.id, n))
+		id, err := intent.Derive(o.envelope(session, ""), intent.KeySpec{}, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		o.key, o.fp = id.Key, id.Fingerprint
+		ops = append(ops, o)
+		total += copies
+	}
+	return ops, nil
+}
+
+// loader sends the copies of every operation and records their answers.
+type loader struct {
+	cfg     config
+	session string
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	cl      *client.Client
+	subject string
+
+	published atomic.Int64
+	answered  atomic.Int64
+	retries   atomic.Int64
+	dups      atomic.Int64 // publishes acknowledged as duplicates
+	recovered atomic.Int64 // unix nanos: when the last JetStream restart was ready
+
+	errMu     sync.Mutex
+	pubErrors map[string]int // publish errors that were retried, by message
+}
+
+// noteErr counts a retried publish error by its message.
+func (l *loader) noteErr(err error) {
+	msg := err.Error()
+	if len(msg) > 120 {
+		msg = msg[:120]
+	}
+	l.errMu.Lock()
+	defer l.errMu.Unlock()
+	if l.pubErrors == nil {
+		l.pubErrors = map[string]int{}
+	}
+	l.pubErrors[msg]++
+}
+
+// run sends every operation with cfg.agents in flight; delayed copies are
+// sent by their own goroutines once their publish-dedup window has passed.
+func (l *loader) run(ctx context.Context, ops []*op) {
+	type due struct {
+		o  *op
+		at time.Time // the first copy's acknowledgement
+	}
+	delayed := make(chan due, len(ops))
+	var dwg sync.WaitGroup
+	for range max(1, l.cfg.agents/4) {
+		dwg.Add(1)
+		go func() {
+			defer dwg.Done()
+			for d := range delayed {
+				if l.waitPastWindow(ctx, d.at) {
+					l.keyedCopy(ctx, d.o, 1, "")
+				}
+			}
+		}()
+	}
+
+	work := make(chan *op)
+	var wg sync.WaitGroup
+	for range l.cfg.agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for o := range work {
+				switch o.kind {
+				case kindSingle:
+					l.keyedCopy(ctx, o, 0, "")
+				case kindSequential:
+					for i := range o.copies {
+						l.keyedCopy(ctx, o, i, "")
+					}
+				case kindConcurrent:
+					l.parallel(len(o.copies), func(i int) { l.keyedCopy(ctx, o, i, "") })
+				case kindNoMsgID:
+					l.parallel(len(o.copies), func(i int) { l.rawCopy(ctx, o, i, false) })
+				case kindBatch:
+					l.batch(ctx, o)
+				case kindDelayed:
+					l.keyedCopy(ctx, o, 0, "")
+					// The publish-dedup window runs from when the server
+					// stored the first copy: before its acknowledgement.
+					if o.copies[0].Published {
+						delayed <- due{o, o.copies[0].Acked}
+					}
+				}
+			}
+		}()
+	}
+	for _, o := range ops {
+		select {
+		case work <- o:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(work)
+	wg.Wait()
+	close(delayed)
+	dwg.Wait()
+}
+
+func (l *loader) parallel(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(i) }()
+	}
+	wg.Wait()
+}
+
+// waitPastWindow waits until the publish-dedup window of a message
+// acknowledged at acked has surely passed, and reports false if ctx ended
+// first. A restarted server rebuilds its dedup table from the stored
+// messages and expires it one window after the restart, so a restart after
+// acked moves the wait.
+func (l *loader) waitPastWindow(ctx context.Context, acked time.Time) bool {
+	for {
+		from := acked
+		if r := time.Unix(0, l.recovered.Load()); r.After(from) {
+			from = r
+		}
+		wait := time.Until(from.Add(l.cfg.dupWindow + time.Second))
+		if wait <= 0 {
+			return true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// retry runs publish until it succeeds, for up to answerWait.
+func (l *loader) retry(ctx context.Context, publish func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.answerWait)
+	defer cancel()
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, publishAttempt)
+		err := publish(pctx)
+		pcancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		l.retries.Add(1)
+		l.noteErr(err)
+		t := time.NewTimer(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// keyedCopy publishes copy i with the client (Nats-Msg-Id = key) and waits
+// for its answer.
+func (l *loader) keyedCopy(ctx context.Context, o *op, i int, callID string) {
+	c := &o.copies[i]
+	var sub *client.Submission
+	err := l.retry(ctx, func(ctx context.Context) error {
+		var err error
+		sub, err = l.cl.Publish(ctx, o.envelope(l.session, callID))
+		return err
+	})
+	if err != nil {
+		c.Err = "publish: " + err.Error()
+		return
+	}
+	l.published.Add(1)
+	c.Published, c.Duplicate, c.Acked = true, sub.Duplicate, time.Now()
+	if sub.Duplicate {
+		l.dups.Add(1)
+	}
+	wctx, cancel := context.WithTimeout(ctx, l.cfg.answerWait)
+	defer cancel()
+	res, err := sub.Wait(wctx)
+	if err != nil {
+		c.Err = err.Error()
+		return
+	}
+	l.answered.Add(1)
+	c.setResult(res, "answer")
+}
+
+// own is a copy published by the driver itself, with its reply inbox.
+type own struct {
+	msg *nats.Msg
+	sub *nats.Subscription
+	ch  chan *nats.Msg
+}
+
+func (l *loader) newOwn(o *op, callID string) (*own, error) {
+	data, err := json.Marshal(o.envelope(l.session, callID))
+	if err != nil {
+		return nil, err
+	}
+	w := &own{msg: nats.NewMsg(l.subject), ch: make(chan *nats.Msg, 4)}
+	w.msg.Data = data
+	inbox := l.nc.NewRespInbox()
+	if w.sub, err = l.nc.ChanSubscribe(inbox, w.ch); err != nil {
+		return nil, err
+	}
+	w.msg.Header.Set(intent.HeaderReplyTo, inbox)
+	return w, nil
+}
+
+// rawCopy publishes copy i without Nats-Msg-Id, so publish dedup cannot
+// apply, and waits for its answer.
+func (l *loader) rawCopy(ctx context.Context, o *op, i int, withID bool) {
+	c := &o.copies[i]
+	w, err := l.newOwn(o, fmt.Sprintf("call-%d", i))
+	if err != nil {
+		c.Err = err.Error()
+		return
+	}
+	defer func() { _ = w.sub.Unsubscribe() }()
+	var ack *jetstream.PubAck
+	err = l.retry(ctx, func(ctx context.Context) error {
+		var opts []jetstream.PublishOpt
+		if withID {
+			opts = append(opts, jetstream.WithMsgID(o.key))
+		}
+		var err error
+		ack, err = l.js.PublishMsg(ctx, w.msg, opts...)
+		return err
+	})
+	if err != nil {
+		c.Err = "publish: " + err.Error()
+		return
+	}
+	l.published.Add(1)
+	c.Published, c.Duplicate = true, ack.Duplicate
+	if ack.Duplicate {
+		l.dups.Add(1)
+	}
+	l.await(ctx, o, c, w)
+}
+
+// batch sends the copies of o as one model response would carry parallel
+// calls: an async burst with Nats-Msg-Id = key, one call_id each.
+func (l *loader) batch(ctx context.Context, o *op) {
+	ws := make([]*own, len(o.copies))
+	futs := make([]jetstream.PubAckFuture, len(o.copies))
+	for i := range ws {
+		w, err := l.newOwn(o, fmt.Sprintf("call-%d", i))
+		if err != nil {
+			o.copies[i].Err = err.Error()
+			continue
+		}
+		ws[i] = w
+		futs[i], _ = l.js.PublishMsgAsync(w.msg, jetstream.WithMsgID(o.key))
+	}
+	l.parallel(len(ws), func(i int) {
+		w, c := ws[i], &o.copies[i]
+		if w == nil {
+			return
+		}
+		defer func() { _ = w.sub.Unsubscribe() }()
+		var ack *jetstream.PubAck
+		if f := futs[i]; f != nil {
+			t := time.NewTimer(publishAttempt)
+			select {
+			case ack = <-f.Ok():
+			case <-f.Err():
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+		if ack == nil { // the async publish failed: publish again, the same message id
+			err := l.retry(ctx, func(ctx context.Context) error {
+				var err error
+				ack, err = l.js.PublishMsg(ctx, w.msg, jetstream.WithMsgID(o.key))
+				return err
+			})
+			if err != nil {
+				c.Err = "publish: " + err.Error()
+				return
+			}
+		}
+		l.published.Add(1)
+		c.Published, c.Duplicate = true, ack.Duplicate
+		if ack.Duplicate {
+			l.dups.Add(1)
+		}
+		l.await(ctx, o, c, w)
+	})
+}
+
+// await waits for the pushed reply (unless the publish was a duplicate,
+// which no worker sees), then watches the ledger key.
+func (l *loader) await(ctx context.Context, o *op, c *copyOut, w *own) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.answerWait)
+	defer cancel()
+	if !c.Duplicate {
+		t := time.NewTimer(replyGrace)
+		select {
+		case m := <-w.ch:
+			t.Stop()
+			var res intent.Result
+			if err := json.Unmarshal(m.Data, &res); err != nil {
+				c.Err = "undecodable answer: " + err.Error()
+				return
+			}
+			l.answered.Add(1)
+			c.setResult(&res, "reply")
+			return
+		case <-t.C:
+		case <-ctx.Done():
+			c.Err = ctx.Err().Error()
+			return
+		}
+	}
+	rec, err := l.cl.Watch(ctx, o.key)
+	if err != nil {
+		c.Err = err.Error()
+		return
+	}
+	l.answered.Add(1)
+	c.setRecord(o, rec, "ledger")
+}
+
+// settle answers every published copy still without an answer from the
+// ledger record of its key, watching it until the record is final or ctx
+// ends.
+func (l *loader) settle(ctx context.Context, ops []*op) (settled, open int) {
+	type item struct {
+		o *op
+		c *copyOut
+	}
+	var todo []item
+	for _, o := range ops {
+		for i := range o.copies {
+			if c := &o.copies[i]; c.Published && c.Status == "" {
+				todo = append(todo, item{o, c})
+			}
+		}
+	}
+	work := make(chan item)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for range min(32, max(1, len(todo))) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range work {
+				rec, err := l.cl.Watch(ctx, it.o.key)
+				mu.Lock()
+				if err != nil {
+					it.c.Err = "settle: " + err.Error()
+					open++
+				} else {
+					it.c.setRecord(it.o, rec, "settle")
+					settled++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, it := range todo {
+		work <- it
+	}
+	close(work)
+	wg.Wait()
+	return settled, open
+}
+
+// ledgerCheck reads the ledger record of every operation that was published
+// and returns how many are not final, by status.
+func (l *loader) ledgerCheck(ctx context.Context, ops []*op) map[string]int {
+	out := map[string]int{}
+	var mu sync.Mutex
+	work := make(chan *op)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for o := range work {
+				rec, err := l.cl.Get(ctx, o.key)
+				status := string(rec.Status)
+				if err != nil {
+					status = "unreadable"
+				}
+				if err == nil && rec.Status.Final() {
+					continue
+				}
+				mu.Lock()
+				out[status]++
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, o := range ops {
+		if o.published() {
+			work <- o
+		}
+	}
+	close(work)
+	wg.Wait()
+	return out
+}
+
+func (o *op) published() bool {
+	for _, c := range o.copies {
+		if c.Published {
+			return true
+		}
+	}
+	return false
+}
+
+// newRand returns the run's deterministic random source for seed.
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }

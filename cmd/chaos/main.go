@@ -1,0 +1,176 @@
+// Command chaos checks "nothing lost, nothing fired twice" under real faults.
+//
+// It runs a real JetStream (one nats-server process, or three clustered with
+// --cluster), a webhook sink that logs every request with its
+// Idempotency-Key (cmd/sink), and several worker processes; publishes a load
+// of tool intents with many kinds of duplicates; injects faults while the
+// load runs (workers SIGKILLed and restarted, the JetStream process or one
+// cluster node SIGKILLed and restarted on its store, effects that hang past
+// their lease, a sink that fails at random); then makes sure every copy has
+// an answer (or its key a final ledger record) and reconciles the answers
+// with the requests the sink saw. It prints a verdict (--json for JSON) and
+// exits 1 when the verdict has a violation, 2 when the run itself failed.
+//
+//	chaos --intents 100000                 single node, every fault
+//	chaos --intents 100000 --cluster       three nodes, R3, one node killed mid-load
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// config is the run's configuration, from flags.
+type config struct {
+	intents      int
+	agents       int
+	workers      int
+	concurrency  int
+	cluster      bool
+	natsServer   string
+	binDir       string
+	workDir      string
+	keep         bool
+	sync         string
+	seed         uint64
+	jsonOut      bool
+	killEvery    time.Duration
+	maxKills     int
+	restartAt    float64
+	downFor      time.Duration
+	failRate     float64
+	hangRate     float64
+	hang         time.Duration
+	lease        time.Duration
+	ackWait      time.Duration
+	dupWindow    time.Duration
+	answerWait   time.Duration
+	settle       time.Duration
+	timeout      time.Duration
+	singleShare  float64
+	allowOutage  bool
+	progressEach time.Duration
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "chaos:", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+	v, err := runChaos(ctx, cfg, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "chaos:", err)
+		return 2
+	}
+	if cfg.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(v)
+	} else {
+		v.print(stdout)
+	}
+	if !v.OK {
+		return 1
+	}
+	return 0
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&c.intents, "intents", 100000, "intents to publish, duplicates included")
+	fs.Float64Var(&c.singleShare, "single-share", 0.45, "share of operations published once; the others get copies of one duplicate kind")
+	fs.IntVar(&c.agents, "agents", 96, "operations in flight at once")
+	fs.IntVar(&c.workers, "workers", 3, "worker processes")
+	fs.IntVar(&c.concurrency, "concurrency", 64, "intents each worker handles at once")
+	fs.BoolVar(&c.cluster, "cluster", false, "three clustered JetStream nodes, stream and ledger at R3; one node is killed mid-load instead of the single node")
+	fs.StringVar(&c.natsServer, "nats-server", "", "nats-server binary (default: built from the pinned module into the work directory)")
+	fs.StringVar(&c.binDir, "bin-dir", "", "directory of the worker and sink binaries (default: this binary's directory)")
+	fs.StringVar(&c.workDir, "work-dir", "", "directory for stores, logs and the sink log (default: a temporary directory)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the work directory")
+	fs.StringVar(&c.sync, "sync", "always", "JetStream sync_interval: always, or an interval like 2m (the server's default)")
+	fs.Uint64Var(&c.seed, "seed", 0, "random seed (0: from the clock)")
+	fs.BoolVar(&c.jsonOut, "json", false, "print the verdict as JSON")
+	fs.BoolVar(&c.allowOutage, "allow-outage-repeats", false, "accept repeats (same key) whose holder lost its lease while JetStream was unreachable; they are still counted and reported")
+	fs.DurationVar(&c.killEvery, "kill-every", 4*time.Second, "SIGKILL a random worker this often (0: never)")
+	fs.IntVar(&c.maxKills, "max-kills", 0, "stop killing workers after this many (0: no limit)")
+	fs.Float64Var(&c.restartAt, "restart-at", 0.5, "SIGKILL and restart JetStream (one node with --cluster) when this share of the intents is published (negative: never)")
+	fs.DurationVar(&c.downFor, "down-for", 2*time.Second, "how long the killed JetStream process stays down")
+	fs.Float64Var(&c.failRate, "fail-rate", 0.05, "share of sink requests answered 503")
+	fs.Float64Var(&c.hangRate, "hang-rate", 0.003, "share of sink requests that hang for --hang")
+	fs.DurationVar(&c.hang, "hang", 5*time.Second, "how long a hanging request hangs (more than --lease)")
+	fs.DurationVar(&c.lease, "lease", 2*time.Second, "the tool's lease")
+	fs.DurationVar(&c.ackWait, "ack-wait", 3*time.Second, "the workers' --ack-wait")
+	fs.DurationVar(&c.dupWindow, "dup-window", 4*time.Second, "the workers' --dup-window (delayed copies are sent after it)")
+	fs.DurationVar(&c.answerWait, "answer-wait", 45*time.Second, "how long one copy waits for its answer during the load")
+	fs.DurationVar(&c.settle, "settle", 3*time.Minute, "after the load, how long copies without an answer may watch the ledger")
+	fs.DurationVar(&c.timeout, "timeout", 2*time.Hour, "bound of the whole run")
+	fs.DurationVar(&c.progressEach, "progress", 10*time.Second, "progress line interval on stderr (0: none)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var errs []error
+	check := func(ok bool, format string, a ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, a...))
+		}
+	}
+	check(c.intents >= 10, "--intents %d: use at least 10", c.intents)
+	check(c.agents >= 1, "--agents %d: use at least 1", c.agents)
+	check(c.workers >= 1, "--workers %d: use at least 1", c.workers)
+	check(c.concurrency >= 1, "--concurrency %d: use at least 1", c.concurrency)
+	check(c.singleShare >= 0 && c.singleShare < 1, "--single-share %v: use [0, 1)", c.singleShare)
+	check(c.failRate >= 0 && c.failRate < 0.5, "--fail-rate %v: use [0, 0.5)", c.failRate)
+	check(c.hangRate >= 0 && c.hangRate <= 0.1, "--hang-rate %v: use [0, 0.1]", c.hangRate)
+	check(c.hangRate == 0 || c.hang > c.lease, "--hang %s: must exceed --lease %s, or hangs prove nothing", c.hang, c.lease)
+	check(c.lease >= time.Second, "--lease %s: use at least 1s", c.lease)
+	check(c.ackWait >= time.Second, "--ack-wait %s: use at least 1s", c.ackWait)
+	check(c.dupWindow >= time.Second, "--dup-window %s: use at least 1s", c.dupWindow)
+	check(c.restartAt < 1, "--restart-at %v: use a share below 1, or negative for never", c.restartAt)
+	check(c.answerWait > 0 && c.settle > 0 && c.timeout > 0, "--answer-wait, --settle and --timeout must be positive")
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	if c.binDir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return c, fmt.Errorf("find this binary's directory (pass --bin-dir): %w", err)
+		}
+		c.binDir = filepath.Dir(exe)
+	}
+	for _, b := range []string{"worker", "sink"} {
+		if _, err := os.Stat(filepath.Join(c.binDir, b)); err != nil {
+			return c, fmt.Errorf("no %s binary in %s (go build -o bin/ ./cmd/..., or pass --bin-dir)", b, c.binDir)
+		}
+	}
+	if c.seed == 0 {
+		c.seed = uint64(time.Now().UnixNano())
+	}
+	return c, nil
+}

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is one child process: started, SIGKILLed and restarted with the same
+// command line, its output appended to one log file across restarts.
+type proc struct {
+	name string
+	path string
+	args []string
+	log  string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// start runs the process; it is an error to start a running one.
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		select {
+		case <-p.done:
+		default:
+			return fmt.Errorf("%s is already running", p.name)
+		}
+	}
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.path, p.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	// Its own process group: a signal to the driver does not reach it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done = cmd, done
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+// exited returns a channel closed when the current run of the process ends.
+func (p *proc) exited() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
+// signal sends sig to the running process and waits up to d for it to exit.
+func (p *proc) signal(sig syscall.Signal, d time.Duration) error {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	_ = cmd.Process.Signal(sig)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("%s did not exit within %s of %s", p.name, d, sig)
+	}
+}
+
+// kill ends the process with SIGKILL and waits for it.
+func (p *proc) kill() { _ = p.signal(syscall.SIGKILL, 10*time.Second) }
+
+// stop asks the process to exit with SIGTERM, and kills it after d.
+func (p *proc) stop(d time.Duration) { _ = p.signal(syscall.SIGTERM, d) }
+
+// freePorts returns n distinct free loopback TCP ports.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// natsNode is one nats-server process with JetStream.
+type natsNode struct {
+	*proc
+	clientPort, httpPort int
+}
+
+func (n *natsNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.clientPort) }
+
+// ready waits until the node reports JetStream healthy (in a cluster: with a
+// meta leader), or ctx or the deadline ends.
+func (n *natsNode) ready(ctx context.Context, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", n.httpPort)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not healthy within %s", n.name, d)
+		case <-n.exited():
+			return fmt.Errorf("%s exited while starting (see %s)", n.name, n.log)
+		case <-tick.C:
+		}
+	}
+}
+
+// startJetStream writes the config files of one node (cluster false) or three
+// clustered nodes and starts them.
+func startJetStream(ctx context.Context, cfg config, dir string) ([]*natsNode, error) {
+	n := 1
+	if cfg.cluster {
+		n = 3
+	}
+	ports, err := freePorts(3 * n)
+	if err != nil {
+		return nil, err
+	}
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3*i+2]))
+	}
+	nodes := make([]*natsNode, n)
+	for i := range nodes {
+		name := fmt.Sprintf("n%d", i+1)
+		store := filepath.Join(dir, name, "store")
+		if err := os.MkdirAll(store, 0o755); err != nil {
+			return nil, err
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "server_name: %s\nlisten: \"127.0.0.1:%d\"\nhttp: \"127.0.0.1:%d\"\n", name, ports[3*i], ports[3*i+1])
+		fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  sync_interval: %s\n}\n", store, cfg.sync)
+		if cfg.cluster {
+			fmt.Fprintf(&b, "cluster {\n  name: chaos\n  listen: \"127.0.0.1:%d\"\n  routes: [%s]\n}\n",
+				ports[3*i+2], strings.Join(routes, ", "))
+		}
+		conf := filepath.Join(dir, name, "nats.conf")
+		if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
+			return nil, err
+		}
+		nodes[i] = &natsNode{
+			proc:       &proc{name: name, path: cfg.natsServer, args: []string{"-c", conf}, log: filepath.Join(dir, name+".log")},
+			clientPort: ports[3*i], httpPort: ports[3*i+1],
+		}
+		if err := nodes[i].start(); err != nil {
+			return nil, err
+		}
+	}
+	for _, node := range nodes {
+		if err := node.ready(ctx, 60*time.Second); err != nil {
+			return nodes, err
+		}
+	}
+	return nodes, nil
+}
+
+// buildNATSServer builds the nats-server binary of the module's pinned
+// version into dir.
+func buildNATSServer(ctx context.Context, dir string) (string, error) {
+	out := filepath.Join(dir, "nats-server")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/nats-io/nats-server/v2")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build nats-server (run from the module directory, or pass --nats-server): %w", err)
+	}
+	return out, nil
+}
+
+// supervise keeps p running until ctx ends: whenever it exits it is started
+// again after delay. A run that ends without kill having been called for it
+// is counted in unexpected.
+type supervisor struct {
+	p       *proc
+	delay   time.Duration
+	mu      sync.Mutex
+	killing bool
+	starts  int
+	crashes int
+}
+
+func (s *supervisor) run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		s.mu.Lock()
+		s.killing = false
+		s.starts++
+		s.mu.Unlock()
+		if err := s.p.start(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.p.exited():
+		}
+		s.mu.Lock()
+		if !s.killing {
+			s.crashes++
+		}
+		s.mu.Unlock()
+		t := time.NewTimer(s.delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// kill SIGKILLs the supervised process; the supervisor starts it again.
+func (s *supervisor) kill() {
+	s.mu.Lock()
+	s.killing = true
+	s.mu.Unlock()
+	s.p.kill()
+}
+
+// counts returns how often the process was started and how often it exited
+// without being killed.
+func (s *supervisor) counts() (starts, crashes int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.starts, s.crashes
+}

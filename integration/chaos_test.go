@@ -1,0 +1,127 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// chaosVerdict is the part of cmd/chaos's JSON verdict the test checks.
+type chaosVerdict struct {
+	IntentsPublished  int            `json:"intents_published"`
+	UniqueOperations  int            `json:"unique_operations"`
+	DuplicatesByKind  map[string]int `json:"duplicates_injected_by_kind"`
+	DuplicateShare    float64        `json:"duplicate_share"`
+	DelayedDeduped    int            `json:"delayed_copies_deduplicated"`
+	FaultsByKind      map[string]int `json:"faults_injected_by_kind"`
+	ResultsReceived   int            `json:"results_received"`
+	SettledByLedger   int            `json:"settled_from_ledger"`
+	Unanswered        int            `json:"unanswered_copies"`
+	LedgerNotFinal    map[string]int `json:"ledger_not_final"`
+	EffectsObserved   int            `json:"effects_observed"`
+	OperationsFired   int            `json:"operations_fired"`
+	LostOperations    int            `json:"lost_operations"`
+	CompletedNotFired int            `json:"completed_without_firing"`
+	FiredMoreThanOnce int            `json:"operations_fired_more_than_once"`
+	ExtraFirings      int            `json:"extra_firings"`
+	RepeatsCrash      int            `json:"repeats_in_crash_window"`
+	RepeatsOutage     int            `json:"repeats_after_ledger_outage"`
+	RepeatsOtherKey   int            `json:"repeats_with_other_keys"`
+	RepeatsUnexplain  int            `json:"repeats_unexplained"`
+	RepeatsPhantom    int            `json:"repeats_after_phantom_lease_loss"`
+	KeyMismatches     int            `json:"requests_with_wrong_key"`
+	ForeignRequests   int            `json:"requests_of_no_operation"`
+	Disagreeing       int            `json:"disagreeing_answers"`
+	Unexpected        map[string]int `json:"unexpected_answers"`
+	Violations        []string       `json:"violations"`
+	OK                bool           `json:"ok"`
+}
+
+// The short chaos run: a few thousand intents with every kind of duplicate,
+// three worker processes on a JetStream process, one worker SIGKILLed, the
+// JetStream process SIGKILLed and restarted on its store, hanging effects
+// and a sink failing at random. Nothing may be lost; nothing may fire twice
+// except a repeat that carried the operation's key after a crash or a
+// ledger outage. It runs alone (not in parallel) to keep the faults timely.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos run skipped in -short mode")
+	}
+	dir := t.TempDir()
+	natsServer := filepath.Join(dir, "nats-server")
+	build := exec.Command("go", "build", "-o", natsServer, "github.com/nats-io/nats-server/v2")
+	build.Dir = ".."
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "build nats-server: %s", out)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 110*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin("chaos"), "--json",
+		"--intents", "3000", "--agents", "64",
+		"--kill-every", "3s", "--max-kills", "1",
+		"--restart-at", "0.4", "--down-for", "1500ms",
+		"--fail-rate", "0.05", "--hang-rate", "0.01", "--hang", "4s",
+		"--lease", "3s", "--ack-wait", "3s", "--dup-window", "3s",
+		"--answer-wait", "30s", "--settle", "30s", "--timeout", "100s", "--progress", "0",
+		// A live holder whose lease ran out while JetStream was down fires
+		// again (same key); counted and checked below rather than failed on.
+		"--allow-outage-repeats",
+		"--nats-server", natsServer, "--bin-dir", binDir, "--work-dir", filepath.Join(dir, "run"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("run chaos: %v\n%s", err, stderr.String())
+	}
+	t.Logf("chaos log:\n%s", stderr.String())
+	var v chaosVerdict
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &v), "verdict: %s\n%s", stdout.String(), stderr.String())
+	t.Logf("verdict:\n%s", stdout.String())
+
+	// The load was what it claims.
+	require.GreaterOrEqual(t, v.IntentsPublished, 3000)
+	require.Greater(t, v.UniqueOperations, 1000)
+	require.GreaterOrEqual(t, v.DuplicateShare, 0.30)
+	for _, kind := range []string{"sequential", "concurrent", "delayed", "no_msg_id", "batch"} {
+		require.Positive(t, v.DuplicatesByKind[kind], "duplicates of kind %s", kind)
+	}
+	require.Zero(t, v.DelayedDeduped, "delayed copies are past the publish-dedup window")
+	require.Equal(t, 1, v.FaultsByKind["worker_kill"])
+	require.Equal(t, 1, v.FaultsByKind["jetstream_restart"])
+	require.Positive(t, v.FaultsByKind["sink_5xx"])
+	require.Positive(t, v.FaultsByKind["effect_hang"])
+
+	// Nothing lost: every copy answered (at worst from the ledger), every
+	// operation fired and recorded final.
+	require.Zero(t, v.LostOperations)
+	require.Zero(t, v.Unanswered)
+	require.Empty(t, v.LedgerNotFinal)
+	require.Equal(t, v.IntentsPublished, v.ResultsReceived+v.SettledByLedger)
+	require.Equal(t, v.UniqueOperations, v.OperationsFired)
+	require.Zero(t, v.CompletedNotFired)
+
+	// Nothing fired twice but in the windows the design admits, and every
+	// repeat carried the operation's key for the downstream to absorb.
+	require.Zero(t, v.RepeatsUnexplain)
+	require.Zero(t, v.RepeatsPhantom, "a live holder was told it lost its lease before anyone took it over")
+	require.Zero(t, v.RepeatsOtherKey)
+	require.Zero(t, v.KeyMismatches)
+	require.Zero(t, v.ForeignRequests)
+	require.Equal(t, v.FiredMoreThanOnce, v.RepeatsCrash+v.RepeatsOutage)
+	require.Equal(t, v.UniqueOperations+v.ExtraFirings, v.EffectsObserved, "2xx requests = one per operation + the repeats")
+
+	// Every caller of an operation was told the same thing, and nothing
+	// was answered conflict, rejected or failed.
+	require.Zero(t, v.Disagreeing)
+	require.Empty(t, v.Unexpected)
+	require.True(t, v.OK, "violations: %v", v.Violations)
+	require.Nil(t, ee, "chaos exited %v", err)
+}
