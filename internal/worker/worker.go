@@ -125,6 +125,12 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 		zap.String("consumer", w.res.names.Consumer), zap.String("holder", w.cfg.Holder),
 		zap.Int("concurrency", w.cfg.Concurrency), zap.Int("ledger_batch", w.cfg.LedgerBatch), zap.Strings("tools", w.tools.Names()))
 
+	// Ready means served: the server has the catalogue's and the
+	// advisories' subscriptions before anyone is told.
+	if err := w.nc.FlushTimeout(10 * time.Second); err != nil {
+		it.Stop()
+		return fmt.Errorf("worker: flush subscriptions: %w", err)
+	}
 	close(w.ready)
 	sem := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
