@@ -148,13 +148,38 @@ func (c *Client) Publish(ctx context.Context, env *intent.Envelope) (*Submission
 		// ledger fires every intent, so its repeats must reach a worker.
 		popts = append(popts, jetstream.WithMsgID(id.Key))
 	}
-	ack, err := c.js.PublishMsg(ctx, msg, popts...)
+	ack, err := c.publish(ctx, msg, popts...)
 	if err != nil {
 		_ = s.sub.Unsubscribe()
 		return nil, fmt.Errorf("client: publish %s: %w", msg.Subject, err)
 	}
 	s.Duplicate, s.Sequence = ack.Duplicate, ack.Sequence
 	return s, nil
+}
+
+// errCodeMsgIDInProcess is JetStream's answer to a publish whose Nats-Msg-Id
+// another publish is storing right now (seen on replicated streams with
+// concurrent copies): the copy is a duplicate, only not yet known as one.
+const errCodeMsgIDInProcess = 10158
+
+// publish publishes msg, and publishes it again after a short pause while
+// JetStream answers that a publish with the same Nats-Msg-Id is in process:
+// the retry is then acknowledged as a duplicate.
+func (c *Client) publish(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	pause := 5 * time.Millisecond
+	for {
+		ack, err := c.js.PublishMsg(ctx, msg, opts...)
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeMsgIDInProcess {
+			return ack, err
+		}
+		select {
+		case <-time.After(pause):
+			pause = min(2*pause, 500*time.Millisecond)
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
 }
 
 // Wait returns the submission's answer: the pushed reply, or — when the
