@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/idemgate/idemgate/internal/natstest"
+	"github.com/nats-io/nats-server/v2/server"
 	"net/http"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -359,4 +362,31 @@ func TestEmbeddedJetStreamServesOtherProcesses(t *testing.T) {
 	require.NoError(t, err)
 	_, err = js.Stream(ctx, "IDEM_INTENTS")
 	require.NotErrorIs(t, err, jetstream.ErrStreamNotFound)
+}
+
+// A worker started before its JetStream server waits for it, then serves.
+func TestWorkerStartsBeforeJetStream(t *testing.T) {
+	t.Parallel()
+	port := freePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	hook := newSink(t, nil)
+	p := &proc{t: t, name: "early", log: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin("worker"), "--tools", writeTools(t, webhookTools(hook.URL, "30s")), "--nats-url", url,
+		"--holder", "early", "--webhook-allow", "127.0.0.0/8")
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	require.NoError(t, p.cmd.Start())
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("worker log:\n%s", p.log.String())
+		}
+	})
+	require.Eventually(t, func() bool { return strings.Contains(p.log.String(), "JetStream not available yet") },
+		20*time.Second, 20*time.Millisecond)
+	natstest.RunServer(t, func(o *server.Options) { o.Port = port })
+	require.Eventually(t, func() bool { return strings.Contains(p.log.String(), "worker consuming") },
+		30*time.Second, 20*time.Millisecond)
+	s := submit(t, url, "--tool", "send_email", "--args", `{"to":"late@example.com"}`, "--wait", "30s")
+	require.Equal(t, 0, s.code, s.stderr)
 }

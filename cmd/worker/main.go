@@ -124,7 +124,9 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	url, nopts := *natsURL, []nats.Option{nats.Name("idemgate-worker"), nats.MaxReconnects(-1)}
+	// A worker may start before its server: connect in the background and
+	// let setup wait for JetStream.
+	url, nopts := *natsURL, []nats.Option{nats.Name("idemgate-worker"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true)}
 	if url == "" {
 		srv, err := natsrv.Start(natsrv.Config{StoreDir: *storeDir, Listen: *listen, Sync: *syncPolicy, ConfigFile: *serverConf})
 		if err != nil {

@@ -2,13 +2,55 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
+
+// setupRetrying runs setup until it succeeds, retrying while JetStream is
+// unreachable or electing leaders (a worker started before its server, or
+// during a restart), until ctx ends. Other errors — a bad configuration —
+// return at once.
+func setupRetrying(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (*resources, error) {
+	pause := 100 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res, err := setup(actx, js, cfg)
+		cancel()
+		if err == nil || !unavailable(err) || ctx.Err() != nil {
+			return res, err
+		}
+		log.Warn("JetStream not available yet; retrying", zap.Duration("in", pause), zap.Error(err))
+		select {
+		case <-time.After(pause):
+			pause = min(2*pause, 5*time.Second)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+		}
+	}
+}
+
+// unavailable reports whether err means JetStream could not be reached or
+// answer yet, rather than that it refused the request.
+func unavailable(err error) bool {
+	for _, target := range []error{context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders,
+		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrNoServers, jetstream.ErrJetStreamNotEnabled} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var apiErr *jetstream.APIError
+	// 503: JetStream up but without a leader (an election is in progress).
+	return errors.As(err, &apiErr) && apiErr.Code == 503
+}
 
 // resources are the JetStream resources a worker runs on.
 type resources struct {

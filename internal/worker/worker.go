@@ -65,7 +65,7 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
-	res, err := setup(ctx, js, cfg)
+	res, err := setupRetrying(ctx, js, cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("worker: setup: %w", err)
 	}
