@@ -126,7 +126,10 @@ func run(args []string) error {
 
 	// A worker may start before its server: connect in the background and
 	// let setup wait for JetStream.
-	url, nopts := *natsURL, []nats.Option{nats.Name("idemgate-worker"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true)}
+	url, nopts := *natsURL, []nats.Option{nats.Name("idemgate-worker"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
+		// Back quickly after a server restart: a holder must extend its lease
+		// (or record its outcome) before another worker confirms it gone.
+		nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectJitter(100*time.Millisecond, 250*time.Millisecond)}
 	if url == "" {
 		srv, err := natsrv.Start(natsrv.Config{StoreDir: *storeDir, Listen: *listen, Sync: *syncPolicy, ConfigFile: *serverConf})
 		if err != nil {

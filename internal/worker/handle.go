@@ -161,6 +161,21 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 			w.answer(j, w.conflict(j, c.Record))
 			return ack()
 		case dedup.Busy:
+			if rec := c.Record; rec.Status == intent.StatusPending && !rec.Released() && rec.LeaseExpired(time.Now()) {
+				// The lease expired: confirm the holder is gone — its record
+				// stays unchanged for a grace period on this worker's clock —
+				// before taking over. After an outage of the ledger every
+				// live lease has expired at once; a live holder extends (or
+				// records) within its heartbeat period, shorter than the grace.
+				changed, err := w.confirmAbandoned(stop, j, c.Revision)
+				switch {
+				case err != nil:
+					return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")
+				case !changed:
+					req.Confirmed = c.Revision
+				}
+				continue
+			}
 			// Wait for the holder (push, not poll) up to its lease, bounded by
 			// MaxWait unless this is the last delivery.
 			w.log.Debug("waiting for the holder", zap.String("key", req.Key), zap.String("holder", c.Record.Holder))
@@ -222,6 +237,22 @@ func (w *Worker) held(stop, work context.Context, j *job, c dedup.ClaimResult) (
 	return ack(), false
 }
 
+// confirmAbandoned watches the key for the takeover grace (one more lease of
+// the tool) and reports whether its record moved past rev meanwhile. A live
+// holder cut off by an outage reconnects, and extends or records, well within
+// it: its heartbeat runs every third of a lease.
+func (w *Worker) confirmAbandoned(stop context.Context, j *job, rev uint64) (bool, error) {
+	ctx, cancel := context.WithTimeout(stop, j.tool.Lease)
+	defer cancel()
+	halt := keepAlive(ctx, j.msg, w.cfg.AckWait/3, 0, nil, nil)
+	defer halt()
+	changed, err := w.ledger.WaitChange(ctx, j.id.Key, rev)
+	if err == nil && !changed && stop.Err() != nil {
+		return false, stop.Err() // stopping, not confirmed
+	}
+	return changed, err
+}
+
 // await waits for the key's holder, keeping the message alive meanwhile.
 func (w *Worker) await(stop context.Context, j *job, until time.Time) (dedup.Record, error) {
 	ctx, cancel := context.WithCancel(stop)
@@ -256,6 +287,10 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		w.log.Warn("lease lost while the effect ran; cancelling it", zap.String("key", j.id.Key))
 		cancel()
 	})
+	// The heartbeat goes on until the outcome is recorded: a holder retrying
+	// its completion through a ledger outage must keep its lease, or another
+	// worker would fire the operation again.
+	defer halt()
 	claimed := time.Now()
 	out, ferr := j.tool.Effect.Fire(ectx, effects.Call{
 		Key:     j.id.Key,
@@ -266,7 +301,6 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		Attempt: lease.Record().Attempt,
 		Trace:   traceHeaders(ectx),
 	})
-	halt()
 	w.m.effectTime.WithLabelValues(j.env.Tool).Observe(time.Since(claimed).Seconds())
 	attempts := lease.Record().Attempts + out.Invocations
 
@@ -276,7 +310,7 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 	switch {
 	case ferr == nil:
 		w.m.fired.WithLabelValues(j.env.Tool).Inc()
-		rec, err = w.record(work, func(ctx context.Context) (dedup.Record, error) {
+		rec, err = w.record(work, j.tool.Lease, func(ctx context.Context) (dedup.Record, error) {
 			return lease.Complete(ctx, out.Result, attempts)
 		})
 	case errors.As(ferr, &pe):
@@ -285,13 +319,13 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		if code == "" {
 			code = intent.CodeEffectFailed
 		}
-		rec, err = w.record(work, func(ctx context.Context) (dedup.Record, error) {
+		rec, err = w.record(work, j.tool.Lease, func(ctx context.Context) (dedup.Record, error) {
 			return lease.Fail(ctx, intent.Error{Code: code, Message: pe.Message}, attempts)
 		})
 	case w.lastDelivery(j):
 		w.m.failures.WithLabelValues(j.env.Tool, "transient").Inc()
 		msg := fmt.Sprintf("gave up after %d deliveries: %v", j.meta.NumDelivered, ferr)
-		rec, err = w.record(work, func(ctx context.Context) (dedup.Record, error) {
+		rec, err = w.record(work, j.tool.Lease, func(ctx context.Context) (dedup.Record, error) {
 			return lease.Fail(ctx, intent.Error{Code: intent.CodeEffectFailed, Message: msg}, attempts)
 		})
 	default:
@@ -339,14 +373,20 @@ func traceHeaders(ctx context.Context) map[string]string {
 }
 
 // record runs a ledger write, retrying while the ledger is unreachable (but
-// not past a lost lease) for up to a minute.
-func (w *Worker) record(ctx context.Context, write func(context.Context) (dedup.Record, error)) (dedup.Record, error) {
+// not past a lost lease) for up to a minute. Each attempt gets a quarter of
+// the lease: an attempt whose reply was lost to a server restart must not
+// hold the lease's writes (its heartbeat among them) for the client's whole
+// request timeout, or another worker would confirm the holder gone.
+func (w *Worker) record(ctx context.Context, lease time.Duration, write func(context.Context) (dedup.Record, error)) (dedup.Record, error) {
 	b := backoff.WithContext(backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(50*time.Millisecond),
-		backoff.WithMaxInterval(2*time.Second),
+		backoff.WithMaxInterval(500*time.Millisecond),
 		backoff.WithMaxElapsedTime(time.Minute)), ctx)
+	per := min(max(lease/4, 250*time.Millisecond), 5*time.Second)
 	return backoff.RetryWithData(func() (dedup.Record, error) {
-		rec, err := write(ctx)
+		actx, cancel := context.WithTimeout(ctx, per)
+		defer cancel()
+		rec, err := write(actx)
 		if errors.Is(err, dedup.ErrLeaseLost) {
 			return rec, backoff.Permanent(err)
 		}

@@ -69,7 +69,7 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("worker: setup: %w", err)
 	}
-	var lopts []dedup.Option
+	lopts := []dedup.Option{dedup.WithConfirmedTakeover()}
 	if cfg.LedgerBatch > 0 {
 		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch}))
 	}

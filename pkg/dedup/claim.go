@@ -77,6 +77,12 @@ type ClaimRequest struct {
 	IntentSeq uint64
 	// CallID is the intent's informational call id. Optional.
 	CallID string
+	// Confirmed is the revision of a pending record with an expired lease
+	// that the claimant saw stay unchanged for a grace period: with
+	// WithConfirmedTakeover, only that revision is taken over (a record at
+	// another revision, or one not yet confirmed, is reported Busy, with
+	// Record.LeaseExpired true). Ignored without the option.
+	Confirmed uint64
 }
 
 func (r ClaimRequest) validate() error {
@@ -197,6 +203,9 @@ func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest) (res ClaimRes
 		existing.Outcome = Conflict
 	case cur.Status.Answered():
 		existing.Outcome = Done
+	case cur.Status == intent.StatusPending && cur.LeaseExpired(now) && !cur.Released() &&
+		l.confirmTakeover && req.Confirmed != e.rev:
+		existing.Outcome = Busy // expired, not yet confirmed abandoned
 	case cur.Status == intent.StatusApproved,
 		cur.Status == intent.StatusPending && cur.LeaseExpired(now):
 		next := cur

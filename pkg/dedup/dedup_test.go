@@ -110,7 +110,7 @@ type testBundle struct {
 	kv jetstream.KeyValue
 	// at returns a ledger (on its own connection) whose clock is offset by d,
 	// to judge leases as if d had passed.
-	at func(d time.Duration) *dedup.Ledger
+	at func(d time.Duration, opts ...dedup.Option) *dedup.Ledger
 	// batched reports that the ledgers group-commit their writes.
 	batched bool
 	// plain is a ledger that writes one write at a time whatever the mode,
@@ -145,9 +145,9 @@ func (e *env) setup(t *testing.T) *testBundle {
 	require.NoError(t, err)
 	b.kv = kv
 	n := 0
-	b.at = func(d time.Duration) *dedup.Ledger {
+	b.at = func(d time.Duration, opts ...dedup.Option) *dedup.Ledger {
 		n++
-		return open(n, dedup.WithClock(func() time.Time { return time.Now().Add(d) }))
+		return open(n, append(opts, dedup.WithClock(func() time.Time { return time.Now().Add(d) }))...)
 	}
 	b.plain = openPlain(1)
 	b.plainAt = func(d time.Duration) *dedup.Ledger {
@@ -384,6 +384,49 @@ var suite = []struct {
 				require.Equal(t, winner.Record.Holder, r.Record.Holder, "losers see the winner")
 			}
 		}
+	}},
+	{"ConfirmedTakeover", func(t *testing.T, b *testBundle) {
+		old := b.acquire(t, "w0")
+		later := b.at(2*time.Minute, dedup.WithConfirmedTakeover())
+		res, err := later.Claim(b.ctx, b.req("w1"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Busy, res.Outcome, "expired, not yet confirmed")
+		require.True(t, res.Record.LeaseExpired(time.Now().Add(2*time.Minute)))
+
+		// The holder was only cut off: it extends within the grace.
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		changed := make(chan bool, 1)
+		go func() {
+			ok, err := later.WaitChange(ctx, b.key, res.Revision)
+			assert.NoError(t, err)
+			changed <- ok
+		}()
+		require.NoError(t, old.Extend(b.ctx, 10*time.Minute))
+		require.True(t, <-changed, "the extension is seen")
+		req := b.req("w1")
+		req.Confirmed = res.Revision // stale: the record moved on
+		again, err := later.Claim(b.ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, dedup.Busy, again.Outcome, "a live lease is never taken over")
+
+		// Gone for good: unchanged for the grace, then taken over at that revision.
+		gone := b.at(20*time.Minute, dedup.WithConfirmedTakeover())
+		res, err = gone.Claim(b.ctx, b.req("w2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Busy, res.Outcome)
+		gctx, gcancel := context.WithTimeout(b.ctx, 200*time.Millisecond)
+		defer gcancel()
+		moved, err := gone.WaitChange(gctx, b.key, res.Revision)
+		require.NoError(t, err)
+		require.False(t, moved)
+		req = b.req("w2")
+		req.Confirmed = res.Revision
+		took, err := gone.Claim(b.ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, dedup.TookOver, took.Outcome)
+		_, err = old.Complete(b.ctx, json.RawMessage(`"late"`), 1)
+		require.ErrorIs(t, err, dedup.ErrLeaseLost)
 	}},
 	{"StaleHolderCannotOverwrite", func(t *testing.T, b *testBundle) {
 		old := b.acquire(t, "w1")

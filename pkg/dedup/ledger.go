@@ -34,6 +34,8 @@ type Ledger struct {
 	timeout   time.Duration
 	now       func() time.Time
 
+	confirmTakeover bool // set by WithConfirmedTakeover
+
 	batchCfg *BatchConfig // set by WithBatching
 	batch    *batcher     // nil: every write goes out on its own
 }
@@ -45,6 +47,17 @@ type Option func(*Ledger)
 // clock sets lease deadlines and decides whether a lease has expired.
 func WithClock(now func() time.Time) Option {
 	return func(l *Ledger) { l.now = now }
+}
+
+// WithConfirmedTakeover makes a claim take over a pending record whose lease
+// expired only when its ClaimRequest.Confirmed names that record's revision:
+// the claimant saw the revision stay unchanged past its deadline, for a grace
+// period, on its own clock. A lease deadline is judged by wall clocks; after
+// an outage of the ledger longer than a lease every live lease has expired at
+// once, and only a holder that had its chance to extend (and did not) is
+// really gone. Without the option an expired lease is taken over at once.
+func WithConfirmedTakeover() Option {
+	return func(l *Ledger) { l.confirmTakeover = true }
 }
 
 // New returns a Ledger over kv, a bucket of js (typically one EnsureBucket

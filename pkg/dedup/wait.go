@@ -105,3 +105,32 @@ func (l *Ledger) liveAfter(ctx context.Context, key string, rev uint64) (bool, e
 	}
 	return e.live() && e.rev > rev, nil
 }
+
+// WaitChange watches key until its record moves past revision rev (any later
+// write or deletion) and reports true; it reports false, with no error, when
+// ctx ends first. A claimant uses it to confirm that an expired lease is
+// abandoned — the record stays at rev for a grace period on its own clock —
+// before taking it over (see WithConfirmedTakeover).
+func (l *Ledger) WaitChange(ctx context.Context, key string, rev uint64) (bool, error) {
+	w, err := l.kv.Watch(ctx, key)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		return false, fmt.Errorf("wait change %s: %w", key, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return false, fmt.Errorf("wait change %s: %w", key, errWatchClosed)
+			}
+			if e != nil && e.Revision() > rev {
+				return true, nil
+			}
+		}
+	}
+}
