@@ -166,7 +166,8 @@ func exitCode(res *intent.Result) int {
 	return exitFired
 }
 
-// defaultWait exceeds a default lease (30s) plus the consumer's ack wait (30s)
-// plus an effect's retries, so a caller whose worker died still gets its
-// answer from the worker that takes over.
-const defaultWait = 2 * time.Minute
+// defaultWait exceeds a crashed holder's recovery — two default leases (30s
+// each: the lease, then the takeover's confirmation) plus the consumer's ack
+// wait (30s) — plus an effect's retries, so a caller whose worker died still
+// gets its answer from the worker that takes over.
+const defaultWait = 3 * time.Minute

@@ -33,11 +33,12 @@ export const DEFAULT_REPLY_GRACE_MS = 3_000;
 export const DEFAULT_CATALOG_TIMEOUT_MS = 2_000;
 
 /**
- * The default wait of {@link IdemClient.submit} (2 min): above a default
- * lease (30 s) plus the consumer's ack wait (30 s) plus an effect's retries,
- * so a caller whose worker died still gets its answer from the next one.
+ * The default wait of {@link IdemClient.submit} (3 min): above two default
+ * leases (30 s each: the lease, then a takeover's confirmation) plus the
+ * consumer's ack wait (30 s) plus an effect's retries, so a caller whose
+ * worker died still gets its answer from the next one.
  */
-export const DEFAULT_WAIT_MS = 120_000;
+export const DEFAULT_WAIT_MS = 180_000;
 
 /** The header naming the subject an answer is pushed to. */
 export const HEADER_REPLY_TO = "Idem-Reply-To";
@@ -287,10 +288,12 @@ export class IdemClient {
     const h = headers();
     h.set(HEADER_REPLY_TO, inbox);
     try {
-      const ack = await this.#js.publish(this.names.intentPrefix + env.tool, encodeEnvelope(env), {
-        ...(noLedger ? {} : { msgID: id.key }),
-        headers: h,
-      });
+      const ack = await publishRetryingInProcess(() =>
+        this.#js.publish(this.names.intentPrefix + env.tool, encodeEnvelope(env), {
+          ...(noLedger ? {} : { msgID: id.key }),
+          headers: h,
+        }),
+      );
       return new Submission(this, sub, env, id.key, id.fingerprint, ack.duplicate, ack.seq, this.#grace, noLedger);
     } catch (err) {
       sub.unsubscribe();
@@ -303,7 +306,7 @@ export class IdemClient {
    * (`replayed: true`), not an error; so is a conflict.
    *
    * @param env - the intent
-   * @param timeoutMs - how long to wait. Default: {@link DEFAULT_WAIT_MS} (2 min)
+   * @param timeoutMs - how long to wait. Default: {@link DEFAULT_WAIT_MS} (3 min)
    * @returns the answer
    * @throws {@link NoAnswerError} when no answer came in time; see {@link IdemClient.publish}
    */
@@ -385,6 +388,31 @@ async function firstAnswer(w: QueuedIterator<KvWatchEntry>): Promise<LedgerRecor
     }
   }
   return undefined;
+}
+
+/** JetStream's err_code for a publish whose Nats-Msg-Id another publish is storing right now. */
+const ERR_MSG_ID_IN_PROCESS = 10158;
+
+/**
+ * Runs `publish`, and runs it again after a short pause while JetStream
+ * answers that a publish with the same `Nats-Msg-Id` is in process (seen on
+ * replicated streams with concurrent copies): the copy is a duplicate, and
+ * the retry is acknowledged as one.
+ */
+async function publishRetryingInProcess<T>(publish: () => Promise<T>): Promise<T> {
+  let pause = 5;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await publish();
+    } catch (err) {
+      const code = (err as { code?: unknown }).code;
+      if (code !== ERR_MSG_ID_IN_PROCESS || attempt >= 20) {
+        throw err;
+      }
+      await new Promise((resolve) => setTimeout(resolve, pause));
+      pause = Math.min(pause * 2, 500);
+    }
+  }
 }
 
 /** One published intent awaiting its answer. */
