@@ -573,7 +573,8 @@ func webhookFactory(s *Section, global []netip.Prefix) (Effect, error) {
 		URL:     s.String("url", ""),
 		Method:  s.String("method", DefaultWebhookMethod),
 		Headers: s.StringMap("headers"),
-		Timeout: s.Duration("timeout", DefaultWebhookTimeout),
+		Timeout: positiveDuration(s, "timeout", DefaultWebhookTimeout),
+		Retry:   readRetry(s),
 	}
 	allowItems, allowLines := s.strings("allow_private")
 	cfg.AllowPrivate = append(cfg.AllowPrivate, global...)
@@ -585,27 +586,6 @@ func webhookFactory(s *Section, global []netip.Prefix) (Effect, error) {
 			continue
 		}
 		cfg.AllowPrivate = append(cfg.AllowPrivate, p)
-	}
-	r := s.Section("retry")
-	cfg.Retry = RetryPolicy{
-		MaxAttempts:     r.Int("max_attempts", DefaultMaxAttempts),
-		InitialInterval: r.Duration("initial_interval", DefaultInitialInterval),
-		MaxInterval:     r.Duration("max_interval", DefaultMaxInterval),
-	}
-	// Zero means "default" in WebhookConfig; written in the file, it is a mistake.
-	for _, f := range []struct {
-		name string
-		zero bool
-		hint string
-	}{
-		{"timeout", cfg.Timeout == 0, "write e.g. 10s"},
-		{"retry.max_attempts", cfg.Retry.MaxAttempts == 0, "write e.g. 4; 1 disables retries"},
-		{"retry.initial_interval", cfg.Retry.InitialInterval == 0, "write e.g. 200ms"},
-		{"retry.max_interval", cfg.Retry.MaxInterval == 0, "write e.g. 5s"},
-	} {
-		if f.zero && hasPath(s, f.name) {
-			s.Invalid(f.name, "must be positive", f.hint)
-		}
 	}
 	if !s.Present() {
 		s.Invalid("", "is missing", "add webhook: with at least url: http://...")
@@ -619,18 +599,4 @@ func webhookFactory(s *Section, global []netip.Prefix) (Effect, error) {
 		return nil, err
 	}
 	return w, nil
-}
-
-// hasPath reports whether a dotted field is written under s.
-func hasPath(s *Section, path string) bool {
-	first, rest, nested := strings.Cut(path, ".")
-	if !nested {
-		return s.Has(first)
-	}
-	for _, c := range s.children {
-		if c.path == s.join(first) {
-			return hasPath(c, rest)
-		}
-	}
-	return false
 }
