@@ -85,8 +85,18 @@ func startWorker(t *testing.T, name, url, tools string, extra ...string) *proc {
 	if url != "" {
 		args = append(args, "--nats-url", url)
 	}
-	args = append(args, extra...)
+	p := launchWorker(t, name, append(args, extra...), nil)
+	p.waitLog(t, "worker consuming", 20*time.Second)
+	return p
+}
+
+// launchWorker starts the worker binary with args (and env added to the
+// environment); it is killed, and its log shown on failure, when the test
+// ends.
+func launchWorker(t *testing.T, name string, args, env []string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, cmd: exec.Command(bin("worker"), args...), log: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	require.NoError(t, p.cmd.Start())
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
@@ -96,15 +106,21 @@ func startWorker(t *testing.T, name, url, tools string, extra ...string) *proc {
 			t.Logf("worker %s log:\n%s", name, p.log.String())
 		}
 	})
+	return p
+}
+
+// waitLog waits until the process has logged text; it fails the test if the
+// process exits first.
+func (p *proc) waitLog(t *testing.T, text string, d time.Duration) {
+	t.Helper()
 	require.Eventually(t, func() bool {
 		select {
 		case <-p.done:
-			t.Fatalf("worker %s exited: %v\n%s", name, p.err, p.log.String())
+			t.Fatalf("worker %s exited: %v\n%s", p.name, p.err, p.log.String())
 		default:
 		}
-		return strings.Contains(p.log.String(), "worker consuming")
-	}, 20*time.Second, 20*time.Millisecond, "worker %s did not start", name)
-	return p
+		return strings.Contains(p.log.String(), text)
+	}, d, 20*time.Millisecond, "worker %s did not log %q", p.name, text)
 }
 
 // kill ends the process with SIGKILL and waits for it.

@@ -7,7 +7,6 @@ import (
 	"github.com/idemgate/idemgate/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
 	"net/http"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -370,23 +369,11 @@ func TestWorkerStartsBeforeJetStream(t *testing.T) {
 	port := freePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	hook := newSink(t, nil)
-	p := &proc{t: t, name: "early", log: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin("worker"), "--tools", writeTools(t, webhookTools(hook.URL, "30s")), "--nats-url", url,
-		"--holder", "early", "--webhook-allow", "127.0.0.0/8")
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	require.NoError(t, p.cmd.Start())
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("worker log:\n%s", p.log.String())
-		}
-	})
-	require.Eventually(t, func() bool { return strings.Contains(p.log.String(), "JetStream not available yet") },
-		20*time.Second, 20*time.Millisecond)
+	p := launchWorker(t, "early", []string{"--tools", writeTools(t, webhookTools(hook.URL, "30s")), "--nats-url", url,
+		"--holder", "early", "--webhook-allow", "127.0.0.0/8"}, nil)
+	p.waitLog(t, "JetStream not available yet", 20*time.Second)
 	natstest.RunServer(t, func(o *server.Options) { o.Port = port })
-	require.Eventually(t, func() bool { return strings.Contains(p.log.String(), "worker consuming") },
-		30*time.Second, 20*time.Millisecond)
+	p.waitLog(t, "worker consuming", 30*time.Second)
 	s := submit(t, url, "--tool", "send_email", "--args", `{"to":"late@example.com"}`, "--wait", "30s")
 	require.Equal(t, 0, s.code, s.stderr)
 }

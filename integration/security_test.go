@@ -253,25 +253,8 @@ func (s *secureServer) startSecureWorker(t *testing.T, user string) *proc {
 		"--tools", tools, "--holder", user, "--log-level", "debug",
 		"--nats-url", s.url, "--tls-ca", s.ca.certPEM, "--nats-user", user, "--inbox-prefix", "_INBOX.worker",
 	}
-	p := &proc{t: t, name: user, cmd: exec.Command(bin("worker"), args...), log: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "IDEMGATE_NATS_PASSWORD="+s.password(t, user))
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	require.NoError(t, p.cmd.Start())
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("worker %s log:\n%s", user, p.log.String())
-		}
-	})
-	require.Eventually(t, func() bool {
-		select {
-		case <-p.done:
-			t.Fatalf("worker %s exited: %v\n%s", user, p.err, p.log.String())
-		default:
-		}
-		return strings.Contains(p.log.String(), "worker consuming")
-	}, 20*time.Second, 20*time.Millisecond, "worker %s did not start", user)
+	p := launchWorker(t, user, args, []string{"IDEMGATE_NATS_PASSWORD=" + s.password(t, user)})
+	p.waitLog(t, "worker consuming", 20*time.Second)
 	return p
 }
 
