@@ -31,33 +31,34 @@ import (
 )
 
 // Scenarios, in the order they run.
-var allScenarios = []string{"baseline", "unique", "dup", "client", "latency", "fsync", "memory"}
+var allScenarios = []string{"baseline", "unique", "dup", "client", "latency", "fsync", "durable", "memory"}
 
 // benchTool is the noop tool every idemgate scenario calls.
 const benchTool = "bench_noop"
 
 // config is one bench invocation.
 type config struct {
-	N           int           // intents per throughput run
-	FsyncN      int           // intents (and kv.Create) of the fsync-always runs
-	Inflight    int           // unanswered intents the publisher keeps (closed loop)
-	Concurrency int           // per worker (and per baseline consumer)
-	Workers     int           // worker instances, each on its own connection
-	Payload     int           // bytes of an intent's args
-	TCP         bool          // connect over TCP loopback instead of in-process
-	Cluster     bool          // an in-process 3-node cluster, R3 stream and bucket
-	Sync        string        // sync policy of every scenario but fsync
-	Scenarios   []string      // subset of allScenarios
-	Rate        float64       // latency: intents/s; 0 = half the unique rate
-	LatencyFor  time.Duration // latency: how long the open-loop load runs
-	MemInflight int           // memory: intents held in flight
-	MemDelay    time.Duration // memory: how long each held effect would take
-	StoreDir    string        // parent of each scenario's fresh store dir
-	CPUProfile  string        // prefix of per-scenario CPU profiles
-	MemProfile  string        // prefix of per-scenario heap profiles
-	Timeout     time.Duration // bound of each scenario
-	Short       bool          // the short mode, for CI: a check, not a measurement
-	Rounds      int           // measurements of baseline, unique, dup and fsync (median reported)
+	N               int           // intents per throughput run
+	FsyncN          int           // intents (and kv.Create) of the fsync-always runs, and of each durable row
+	DurableInflight []int         // intents in flight of the durable rows
+	Inflight        int           // unanswered intents the publisher keeps (closed loop)
+	Concurrency     int           // per worker (and per baseline consumer)
+	Workers         int           // worker instances, each on its own connection
+	Payload         int           // bytes of an intent's args
+	TCP             bool          // connect over TCP loopback instead of in-process
+	Cluster         bool          // an in-process 3-node cluster, R3 stream and bucket
+	Sync            string        // sync policy of every scenario but fsync
+	Scenarios       []string      // subset of allScenarios
+	Rate            float64       // latency: intents/s; 0 = half the unique rate
+	LatencyFor      time.Duration // latency: how long the open-loop load runs
+	MemInflight     int           // memory: intents held in flight
+	MemDelay        time.Duration // memory: how long each held effect would take
+	StoreDir        string        // parent of each scenario's fresh store dir
+	CPUProfile      string        // prefix of per-scenario CPU profiles
+	MemProfile      string        // prefix of per-scenario heap profiles
+	Timeout         time.Duration // bound of each scenario
+	Short           bool          // the short mode, for CI: a check, not a measurement
+	Rounds          int           // measurements of baseline, unique, dup and fsync (median reported)
 }
 
 func (c *config) validate() error {
@@ -140,7 +141,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (*bench, error) {
 			plan = append(plan, step{"fsync", b.fsync})
 		}
 	}
-	for _, s := range []step{{"client", b.client}, {"latency", b.latency}, {"memory", b.memory}} {
+	for _, s := range []step{{"client", b.client}, {"latency", b.latency}, {"durable", b.durable}, {"memory", b.memory}} {
 		if cfg.wants(s.name) {
 			plan = append(plan, s)
 		}
@@ -222,7 +223,7 @@ type workerGroup struct {
 	n      int
 }
 
-func (b *bench) startWorkers(ctx context.Context, e *env, reg *effects.Registry, concurrency int, drain time.Duration) (*workerGroup, error) {
+func (b *bench) startWorkers(ctx context.Context, e *env, reg *effects.Registry, concurrency, ledgerBatch int, drain time.Duration) (*workerGroup, error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	g := &workerGroup{cancel: cancel, errs: make(chan error, b.cfg.Workers)}
 	for i := range b.cfg.Workers {
@@ -236,6 +237,7 @@ func (b *bench) startWorkers(ctx context.Context, e *env, reg *effects.Registry,
 			Concurrency:   concurrency,
 			MaxAckPending: max(4096, concurrency*b.cfg.Workers),
 			Replicas:      e.replicas,
+			LedgerBatch:   ledgerBatch,
 		})
 		if err != nil {
 			g.stop()
@@ -484,7 +486,7 @@ func (b *bench) runUnique(ctx context.Context, e *env, name, ref string, n int, 
 	if err != nil {
 		return 0, err
 	}
-	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, 5*time.Second)
+	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, 0, 5*time.Second)
 	if err != nil {
 		return 0, err
 	}
@@ -545,7 +547,7 @@ func (b *bench) client(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, 5*time.Second)
+	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, 0, 5*time.Second)
 	if err != nil {
 		return err
 	}
@@ -653,7 +655,7 @@ func (b *bench) latency(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, 5*time.Second)
+	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, 0, 5*time.Second)
 	if err != nil {
 		return err
 	}
@@ -758,6 +760,83 @@ func (b *bench) fsync(ctx context.Context) error {
 	return err
 }
 
+// durableModes are the store settings the durable scenario sets side by side.
+var durableModes = []struct {
+	name, sync string
+	batch      int
+}{
+	{"durable-unbatched", natsrv.SyncAlways, 0},
+	{"durable-batched", natsrv.SyncAlways, 500},
+	{"lazy", natsrv.SyncLazy, 0},
+	{"sync-10ms", "10ms", 0},
+}
+
+// durable runs FsyncN unique intents under each store setting — sync before
+// every acknowledgement with the ledger's writes one by one and
+// group-committed, the server's lazy default, and a 10 ms sync interval — at
+// each of DurableInflight intents in flight, and reports the rate and each
+// intent's latency (publish to answer) at p50 and p99.
+func (b *bench) durable(ctx context.Context) error {
+	for _, inflight := range b.cfg.DurableInflight {
+		for _, m := range durableModes {
+			if err := b.durableRun(ctx, fmt.Sprintf("%s@%d", m.name, inflight), m.sync, m.batch, inflight); err != nil {
+				return fmt.Errorf("%s at %d in flight: %w", m.name, inflight, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (b *bench) durableRun(ctx context.Context, name, sync string, batch, inflight int) error {
+	e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, sync)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	reg, err := registry(0, nil)
+	if err != nil {
+		return err
+	}
+	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, batch, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = g.stop() }()
+	n := b.cfg.FsyncN
+	data, keys, err := b.intents(n, name)
+	if err != nil {
+		return err
+	}
+	pnc, err := e.connect("bench-publisher")
+	if err != nil {
+		return err
+	}
+	p, err := newPublisher(pnc, inflight)
+	if err != nil {
+		return err
+	}
+	var took time.Duration
+	var lat []time.Duration
+	cpu, err := b.measure(name, func() error {
+		var err error
+		took, lat, err = p.closedLoopLatency(ctx, idemBatch(g.names, data, keys), inflight, expect(false))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	slices.Sort(lat)
+	p50, p99 := percentile(lat, .50), percentile(lat, .99)
+	ref := ""
+	if batch > 0 {
+		ref = fmt.Sprintf("durable-unbatched@%d", inflight)
+	}
+	b.add(row{name: name, ops: float64(n) / took.Seconds(), cpu: cpu / time.Duration(n), ref: ref,
+		detail: fmt.Sprintf("%d intents, %d in flight, sync %s, ledger batch %d: p50 %s p99 %s", n, inflight, sync, batch, ms(p50), ms(p99)),
+		extra:  []float64{p50.Seconds(), p99.Seconds()}})
+	return g.stop()
+}
+
 // memNow returns HeapInuse after a GC and the process's VmRSS, in bytes.
 func memNow() (heap, rss uint64) {
 	runtime.GC()
@@ -788,6 +867,7 @@ func vmRSS() uint64 {
 func (c *config) shorten() {
 	c.N = min(c.N, 300)
 	c.FsyncN = min(c.FsyncN, 200)
+	c.DurableInflight = []int{64}
 	c.Inflight = min(c.Inflight, 128)
 	c.LatencyFor = min(c.LatencyFor, 500*time.Millisecond)
 	c.MemInflight = min(c.MemInflight, 500)

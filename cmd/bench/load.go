@@ -186,6 +186,44 @@ func (p *publisher) closedLoop(ctx context.Context, b batch, inflight int, check
 	return a.last.Sub(start), nil
 }
 
+// closedLoopLatency is closedLoop that also returns each message's latency,
+// from its publish to its answer.
+func (p *publisher) closedLoopLatency(ctx context.Context, b batch, inflight int, check func([]byte) error) (time.Duration, []time.Duration, error) {
+	sem := make(chan struct{}, inflight)
+	sent := make([]time.Time, len(b.msgs))
+	lat := make([]time.Duration, len(b.msgs))
+	var mu sync.Mutex
+	a := &answers{check: check, onRecv: func(i int, at time.Time) {
+		mu.Lock()
+		lat[i] = at.Sub(sent[i])
+		mu.Unlock()
+		<-sem
+	}}
+	stop, err := p.subscribe(b, a)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer stop()
+	start := time.Now()
+	for i, m := range b.msgs {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return 0, nil, fmt.Errorf("publishing: %w", ctx.Err())
+		}
+		mu.Lock()
+		sent[i] = time.Now()
+		mu.Unlock()
+		if _, err := p.js.PublishMsgAsync(m); err != nil {
+			return 0, nil, fmt.Errorf("publish %s: %w", m.Subject, err)
+		}
+	}
+	if err := p.wait(ctx, a); err != nil {
+		return 0, nil, err
+	}
+	return a.last.Sub(start), lat, nil
+}
+
 // openLoop publishes b at rate messages per second on a fixed schedule,
 // whatever the answers do, and returns each message's latency from its
 // scheduled send time to its answer (no coordinated omission).

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +39,7 @@ func mainErr(args []string) error {
 	scenarios := fs.String("scenarios", "all", "comma-separated subset of "+strings.Join(allScenarios, ",")+" (dup runs unique first; latency needs unique or -rate)")
 	fs.IntVar(&cfg.N, "n", 20000, "intents per throughput run")
 	fs.IntVar(&cfg.FsyncN, "fsync-n", 2000, "intents, and kv.Create, of the fsync-always runs (each write waits for a disk sync)")
+	durableInflight := fs.String("durable-inflight", "64,256", "durable: comma-separated intents in flight of each round of rows")
 	fs.IntVar(&cfg.Inflight, "inflight", 1024, "unanswered intents the publisher keeps in flight (closed loop)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 256, "intents each worker (and each baseline consumer) handles at once; the worker's default")
 	fs.IntVar(&cfg.Workers, "workers", 1, "worker instances in this process, each on its own connection (baseline: as many consumers)")
@@ -62,6 +64,13 @@ func mainErr(args []string) error {
 		cfg.Scenarios = allScenarios
 	} else {
 		cfg.Scenarios = strings.Split(*scenarios, ",")
+	}
+	for _, f := range strings.Split(*durableInflight, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-durable-inflight %q: give positive whole numbers, e.g. 64,256", *durableInflight)
+		}
+		cfg.DurableInflight = append(cfg.DurableInflight, n)
 	}
 	if cfg.Short {
 		cfg.shorten()

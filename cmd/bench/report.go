@@ -125,6 +125,17 @@ func (b *bench) print() {
 		b.atLeast("fsync-always unique >= 0.8 x its kv.Create rate", x, 0.8)
 		b.cpuBound("unique-always", "kvcreate-always")
 	}
+	for _, t := range []struct {
+		row  string
+		want float64
+	}{{"durable-batched@64", 3000}, {"durable-batched@256", 6000}} {
+		if r, ok := b.row(t.row); ok {
+			b.atLeast(fmt.Sprintf("%s >= %.0f intents/s", t.row, t.want), r.ops, t.want)
+			if len(r.extra) == 2 {
+				fmt.Fprintf(b.out, "  %-48s latency at this load (closed loop): p50 %s, p99 %s\n", "", ms(time.Duration(r.extra[0]*float64(time.Second))), ms(time.Duration(r.extra[1]*float64(time.Second))))
+			}
+		}
+	}
 	if res.haveMemory {
 		note := ""
 		if res.memInflight < 10000 {
