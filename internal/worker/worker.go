@@ -199,13 +199,16 @@ func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg) {
 // until ctx is done. It returns a function that stops it and waits for it.
 //
 // With extend, keepAlive guards a lease of length lease: it calls lost and
-// stops when extend reports dedup.ErrLeaseLost, or when the lease's deadline
-// (the last successful extension plus lease) passes without a successful
-// extension — the ledger was unreachable, and another claimant may take the
-// key over, so the effect must not start new attempts. An extension in
-// flight is never cancelled by stop: a write cancelled mid-way may land
-// without its writer knowing, which would leave the holder with a stale
-// revision.
+// stops when extend reports dedup.ErrLeaseLost, or when half a lease past the
+// lease's deadline (the last successful extension plus lease) has gone by
+// without a successful extension — the ledger has been unreachable that long,
+// and another claimant may take the key over once it has seen the record
+// unchanged for a further lease, so the effect must stop before then. (Not
+// at the deadline itself: cancelling a request that reached the downstream
+// can cost a repeat, so the holder gives the ledger half a lease to return.)
+// An extension in flight is never cancelled by stop: a write cancelled
+// mid-way may land without its writer knowing, which would leave the holder
+// with a stale revision.
 func keepAlive(ctx context.Context, msg jetstream.Msg, period, lease time.Duration, extend func(context.Context) error, lost func()) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -223,7 +226,7 @@ func keepAlive(ctx context.Context, msg jetstream.Msg, period, lease time.Durati
 				if extend == nil {
 					continue
 				}
-				if time.Now().After(deadline) {
+				if time.Now().After(deadline.Add(lease / 2)) {
 					lost()
 					return
 				}
