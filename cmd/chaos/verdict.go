@@ -98,7 +98,7 @@ type Verdict struct {
 	Duplicates       int            `json:"duplicates_injected"`
 	DuplicateShare   float64        `json:"duplicate_share"`
 	PublishDuplicate int            `json:"publishes_deduplicated"`
-	DelayedDeduped   int            `json:"delayed_copies_deduplicated"` // must be 0: they are sent after the window
+	DelayedDeduped   int            `json:"delayed_copies_deduplicated"` // at most 1% of the delayed copies: they are sent after the window
 	PublishRetries   int            `json:"publish_retries"`
 	PublishErrors    map[string]int `json:"publish_errors_retried"`
 	PublishFailed    int            `json:"copies_never_published"`
@@ -339,7 +339,12 @@ func violations(v *Verdict, allowOutage bool) []string {
 		}
 	}
 	add(v.UniqueOperations > 0, "no operation was published")
-	add(v.DelayedDeduped == 0, "%d delayed copies were still inside the publish-dedup window: the load is wrong", v.DelayedDeduped)
+	// A delayed copy is sent a window after its original (and after the last
+	// server restart); a server restarted mid-load may still keep an entry a
+	// little longer (docs/reliability.md, finding 5). More than 1% means the
+	// load does not test what it says.
+	add(v.DelayedDeduped*100 <= v.DuplicatesByKind["delayed"], "%d of %d delayed copies were still inside the publish-dedup window: the load is wrong",
+		v.DelayedDeduped, v.DuplicatesByKind["delayed"])
 	add(v.LostOperations == 0, "%d operations lost (no answer and no firing)", v.LostOperations)
 	add(v.NeverFired == 0, "%d operations never fired and were answered otherwise than completed", v.NeverFired)
 	add(v.Unanswered == 0, "%d copies without an answer and without a final ledger record", v.Unanswered)
