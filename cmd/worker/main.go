@@ -29,10 +29,6 @@ import (
 	"github.com/idemgate/idemgate/pkg/effects"
 )
 
-// defaultLedgerBatch is the group-commit cap when the embedded server syncs
-// every write.
-const defaultLedgerBatch = 500
-
 func main() {
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
@@ -79,7 +75,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.LedgerTTL, "ledger-ttl", 24*time.Hour, "how long completed and failed records are kept")
 	fs.DurationVar(&cfg.RetryDelay, "retry-delay", time.Second, "first redelivery delay after a transient failure (doubles per delivery)")
 	fs.DurationVar(&cfg.MaxRetryDelay, "max-retry-delay", time.Minute, "cap of the redelivery delay")
-	fs.IntVar(&cfg.LedgerBatch, "ledger-batch", -1, "group-commit ledger writes in atomic batches of up to N (1-1000; 0: off). Default: 500 with the embedded server at --sync always (one disk sync per batch), off otherwise — it only pays when the server syncs every write; needs nats-server 2.12+")
+	fs.IntVar(&cfg.LedgerBatch, "ledger-batch", 0, "group-commit ledger writes in atomic batches of up to N (1-1000; 0: off, the default). It only pays when the server syncs every write (one disk sync per batch); needs nats-server 2.12+. Not yet safe under faults: the fault runs still find repeats with it (docs/reliability.md)")
 	fs.Float64Var(&cfg.SessionRate, "session-rate", 0, "intents per second one session may send to this worker; over it they are answered rate_limited (0: no limit)")
 	fs.IntVar(&cfg.SessionBurst, "session-burst", 0, "intents a session may send at once above --session-rate (default: the rate, at least 1)")
 	if err := fs.Parse(args); err != nil {
@@ -137,9 +133,6 @@ func run(args []string) error {
 		}
 		defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
 		url = srv.ClientURL()
-		if cfg.LedgerBatch < 0 && (*syncPolicy == natsrv.SyncAlways || *syncPolicy == "") {
-			cfg.LedgerBatch = defaultLedgerBatch
-		}
 		nopts = append(nopts, nats.InProcessServer(srv))
 		log.Info("embedded JetStream", zap.String("url", url), zap.String("store_dir", *storeDir), zap.String("sync", *syncPolicy))
 	}
@@ -163,9 +156,6 @@ func run(args []string) error {
 	}
 	defer func() { _ = tools.Close() }()
 
-	if cfg.LedgerBatch < 0 {
-		cfg.LedgerBatch = 0 // an external server: its sync policy is unknown here
-	}
 	shutdownTracing, err := tracing.Setup(ctx, "idemgate-worker", *otlp)
 	if err != nil {
 		return err
