@@ -60,16 +60,6 @@ type member struct {
 	val  value
 }
 
-// get returns the member of an object named name.
-func (v *value) get(name string) (*value, bool) {
-	for i := range v.members {
-		if v.members[i].name == name {
-			return &v.members[i].val, true
-		}
-	}
-	return nil, false
-}
-
 // parser is a strict RFC 8259 parser with the protocol's extra rules: no
 // repeated member names, valid UTF-8 only, no lone surrogate escapes, no
 // numbers beyond ±2^53 or beyond float64, and a nesting limit.
