@@ -17,7 +17,7 @@ import (
 // writes configured with ledger: false). Identical reads in flight on this
 // worker are coalesced into one call; their callers share its answer.
 func (w *Worker) direct(work context.Context, j *job) verdict {
-	halt := keepAlive(work, j.msg, w.cfg.AckWait/3, 0, nil, nil)
+	halt := w.beats.keepAlive(work, j.msg, w.cfg.AckWait/3, 0, nil, nil)
 	fire := func() (effects.Outcome, error) {
 		return j.tool.Effect.Fire(work, effects.Call{
 			Key: j.id.Key, Tool: j.env.Tool, Session: j.env.Session, CallID: j.env.CallID, Args: j.env.Args, Attempt: 1,

@@ -244,7 +244,7 @@ func (w *Worker) held(stop, work context.Context, j *job, c dedup.ClaimResult) (
 func (w *Worker) confirmAbandoned(stop context.Context, j *job, rev uint64) (bool, error) {
 	ctx, cancel := context.WithTimeout(stop, j.tool.Lease)
 	defer cancel()
-	halt := keepAlive(ctx, j.msg, w.cfg.AckWait/3, 0, nil, nil)
+	halt := w.beats.keepAlive(ctx, j.msg, w.cfg.AckWait/3, 0, nil, nil)
 	defer halt()
 	changed, err := w.ledger.WaitChange(ctx, j.id.Key, rev)
 	if err == nil && !changed && stop.Err() != nil {
@@ -260,7 +260,7 @@ func (w *Worker) await(stop context.Context, j *job, until time.Time) (dedup.Rec
 		ctx, cancel = context.WithDeadline(stop, until)
 	}
 	defer cancel()
-	halt := keepAlive(ctx, j.msg, w.cfg.AckWait/3, 0, nil, nil)
+	halt := w.beats.keepAlive(ctx, j.msg, w.cfg.AckWait/3, 0, nil, nil)
 	defer halt()
 	rec, _, err := w.ledger.Wait(ctx, j.id.Key)
 	return rec, err
@@ -281,7 +281,7 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		}
 	}()
 	period := min(j.tool.Lease, w.cfg.AckWait) / 3
-	halt := keepAlive(ectx, j.msg, period, j.tool.Lease, func(ctx context.Context) error {
+	halt := w.beats.keepAlive(ectx, j.msg, period, j.tool.Lease, func(ctx context.Context) error {
 		return lease.Extend(ctx, j.tool.Lease)
 	}, func() {
 		w.log.Warn("lease lost while the effect ran; cancelling it", zap.String("key", j.id.Key))

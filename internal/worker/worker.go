@@ -35,6 +35,7 @@ type Worker struct {
 	ledger *dedup.Ledger
 	m      *Metrics
 	reads  coalescer
+	beats  *heartbeats
 	limits *sessionLimits
 	slots  toolSlots
 	ready  chan struct{}
@@ -77,7 +78,7 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("worker: ledger: %w", err)
 	}
-	return &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, m: cfg.Metrics, ready: make(chan struct{}),
+	return &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, m: cfg.Metrics, ready: make(chan struct{}), beats: newHeartbeats(),
 		limits: newSessionLimits(cfg.SessionRate, cfg.SessionBurst), slots: newToolSlots(tools)}, nil
 }
 
@@ -132,6 +133,11 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 		return fmt.Errorf("worker: flush subscriptions: %w", err)
 	}
 	close(w.ready)
+	// The heartbeats outlive every handler: they stop after the drain.
+	beatsCtx, stopBeats := context.WithCancel(context.Background())
+	beatsDone := make(chan struct{})
+	go func() { defer close(beatsDone); w.beats.run(beatsCtx) }()
+	defer func() { stopBeats(); <-beatsDone }()
 	sem := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
 	for {
@@ -195,54 +201,3 @@ func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg) {
 	v = w.process(stop, work, msg)
 }
 
-// keepAlive calls InProgress on msg, and extend when given, every period
-// until ctx is done. It returns a function that stops it and waits for it.
-//
-// With extend, keepAlive guards a lease of length lease: it calls lost and
-// stops when extend reports dedup.ErrLeaseLost, or when half a lease past the
-// lease's deadline (the last successful extension plus lease) has gone by
-// without a successful extension — the ledger has been unreachable that long,
-// and another claimant may take the key over once it has seen the record
-// unchanged for a further lease, so the effect must stop before then. (Not
-// at the deadline itself: cancelling a request that reached the downstream
-// can cost a repeat, so the holder gives the ledger half a lease to return.)
-// An extension in flight is never cancelled by stop: a write cancelled
-// mid-way may land without its writer knowing, which would leave the holder
-// with a stale revision.
-func keepAlive(ctx context.Context, msg jetstream.Msg, period, lease time.Duration, extend func(context.Context) error, lost func()) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(period)
-		defer t.Stop()
-		deadline := time.Now().Add(lease)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-				if extend == nil {
-					continue
-				}
-				if time.Now().After(deadline.Add(lease / 2)) {
-					lost()
-					return
-				}
-				ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), period)
-				started := time.Now()
-				err := extend(ectx)
-				ecancel()
-				switch {
-				case err == nil:
-					deadline = started.Add(lease)
-				case errors.Is(err, dedup.ErrLeaseLost):
-					lost()
-					return
-				}
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
-}

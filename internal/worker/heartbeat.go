@@ -1,0 +1,194 @@
+package worker
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgate/idemgate/pkg/dedup"
+)
+
+// heartbeats keeps every intent in flight on a worker alive from one
+// goroutine: each beat tells the consumer the intent is in progress every
+// period and, for a lease holder, extends the lease. (A goroutine, a ticker
+// and a context per intent cost about 9 KiB of stack each: 90 MiB at 10k in
+// flight.) Extensions run on their own short-lived goroutines, so a slow one
+// delays no other beat.
+type heartbeats struct {
+	mu    sync.Mutex
+	queue beatQueue
+	wake  chan struct{}
+}
+
+func newHeartbeats() *heartbeats { return &heartbeats{wake: make(chan struct{}, 1)} }
+
+// beat is one intent's keep-alive.
+type beat struct {
+	msg      jetstream.Msg
+	period   time.Duration
+	lease    time.Duration
+	extend   func(context.Context) error
+	lost     func()
+	next     time.Time // when it is due
+	deadline time.Time // the lease's deadline, as of the last successful extension
+	index    int       // in the queue; -1 when out of it
+	busy     bool      // an extension is running
+	stopped  bool
+	running  sync.WaitGroup // the extension in flight
+}
+
+// keepAlive calls InProgress on msg, and extend when given, every period
+// until ctx is done or the returned stop is called; stop waits for an
+// extension in flight.
+//
+// With extend, the beat guards a lease of length lease: it calls lost and
+// stops when extend reports dedup.ErrLeaseLost, or when three quarters of a
+// lease past the lease's deadline (the last successful extension plus lease)
+// have gone by without a successful extension — the ledger has been
+// unreachable that long, and another claimant may take the key over once it
+// has seen the record unchanged for a further lease, so the effect must stop
+// before then. (Not at the deadline itself: cancelling a request that reached
+// the downstream can cost a repeat, so the holder gives the ledger as long as
+// it safely can to return.)
+// An extension in flight is never cancelled by stop: a write cancelled
+// mid-way may land without its writer knowing, which would leave the holder
+// with a stale revision.
+func (hb *heartbeats) keepAlive(ctx context.Context, msg jetstream.Msg, period, lease time.Duration, extend func(context.Context) error, lost func()) (stop func()) {
+	now := time.Now()
+	b := &beat{msg: msg, period: period, lease: lease, extend: extend, lost: lost,
+		next: now.Add(period), deadline: now.Add(lease), index: -1}
+	hb.mu.Lock()
+	heap.Push(&hb.queue, b)
+	hb.mu.Unlock()
+	hb.poke()
+	unregister := context.AfterFunc(ctx, func() { hb.remove(b) })
+	return func() {
+		unregister()
+		hb.remove(b)
+		b.running.Wait()
+	}
+}
+
+func (hb *heartbeats) poke() {
+	select {
+	case hb.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (hb *heartbeats) remove(b *beat) {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	b.stopped = true
+	if b.index >= 0 {
+		heap.Remove(&hb.queue, b.index)
+	}
+}
+
+// run serves the beats until ctx is done.
+func (hb *heartbeats) run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		hb.mu.Lock()
+		wait := time.Hour
+		if len(hb.queue) > 0 {
+			wait = max(time.Until(hb.queue[0].next), 0)
+		}
+		hb.mu.Unlock()
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-hb.wake:
+			timer.Stop()
+			continue
+		case <-timer.C:
+		}
+		for _, b := range hb.due(time.Now()) {
+			hb.fire(b)
+		}
+	}
+}
+
+// due pops the beats due at now and puts each back one period later.
+func (hb *heartbeats) due(now time.Time) []*beat {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	var out []*beat
+	for len(hb.queue) > 0 && !hb.queue[0].next.After(now) {
+		b := hb.queue[0]
+		out = append(out, b)
+		b.next = now.Add(b.period)
+		heap.Fix(&hb.queue, 0)
+	}
+	return out
+}
+
+// fire runs one beat: InProgress, and the lease's extension when it is not
+// already running.
+func (hb *heartbeats) fire(b *beat) {
+	_ = b.msg.InProgress()
+	if b.extend == nil {
+		return
+	}
+	hb.mu.Lock()
+	switch {
+	case b.stopped || b.busy:
+		hb.mu.Unlock()
+		return
+	case time.Now().After(b.deadline.Add(b.lease * 3 / 4)):
+		hb.mu.Unlock()
+		hb.remove(b)
+		b.lost()
+		return
+	}
+	b.busy = true
+	b.running.Add(1)
+	hb.mu.Unlock()
+	go func() {
+		defer b.running.Done()
+		started := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), b.period)
+		err := b.extend(ctx)
+		cancel()
+		hb.mu.Lock()
+		b.busy = false
+		if err == nil {
+			b.deadline = started.Add(b.lease)
+		}
+		stopped := b.stopped
+		hb.mu.Unlock()
+		if errors.Is(err, dedup.ErrLeaseLost) && !stopped {
+			hb.remove(b)
+			b.lost()
+		}
+	}()
+}
+
+// beatQueue is a min-heap of beats by due time.
+type beatQueue []*beat
+
+func (q beatQueue) Len() int           { return len(q) }
+func (q beatQueue) Less(i, j int) bool { return q[i].next.Before(q[j].next) }
+func (q beatQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].index, q[j].index = i, j
+}
+func (q *beatQueue) Push(x any) {
+	b := x.(*beat)
+	b.index = len(*q)
+	*q = append(*q, b)
+}
+func (q *beatQueue) Pop() any {
+	old := *q
+	b := old[len(old)-1]
+	old[len(old)-1] = nil
+	b.index = -1
+	*q = old[:len(old)-1]
+	return b
+}
