@@ -200,4 +200,3 @@ func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg) {
 	}()
 	v = w.process(stop, work, msg)
 }
-
