@@ -479,30 +479,50 @@ func (b *bench) uniqueAndDup(ctx context.Context) error {
 	return err
 }
 
+// idemRun is what an idemgate row runs on: workers with the noop tool on e,
+// n prepared intents and a publisher.
+type idemRun struct {
+	g    *workerGroup
+	data [][]byte
+	keys []string
+	p    *publisher
+}
+
+// prepare starts the workers (group-committing the ledger's writes in
+// batches of ledgerBatch, 0 for none), builds n intents named after name and
+// a publisher keeping inflight unanswered. The caller stops r.g.
+func (b *bench) prepare(ctx context.Context, e *env, name string, n, inflight, ledgerBatch int) (*idemRun, error) {
+	reg, err := registry(0, nil)
+	if err != nil {
+		return nil, err
+	}
+	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, ledgerBatch, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	r := &idemRun{g: g}
+	if r.data, r.keys, err = b.intents(n, name); err == nil {
+		var pnc *nats.Conn
+		if pnc, err = e.connect("bench-publisher"); err == nil {
+			r.p, err = newPublisher(pnc, inflight)
+		}
+	}
+	if err != nil {
+		_ = g.stop()
+		return nil, err
+	}
+	return r, nil
+}
+
 // runUnique measures N unique intents on e (and then their duplicates when
 // dup) and returns the unique rate.
 func (b *bench) runUnique(ctx context.Context, e *env, name, ref string, n int, dup bool) (float64, error) {
-	reg, err := registry(0, nil)
+	r, err := b.prepare(ctx, e, name, n, b.cfg.Inflight, 0)
 	if err != nil {
 		return 0, err
 	}
-	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, 0, 5*time.Second)
-	if err != nil {
-		return 0, err
-	}
+	g, data, keys, p := r.g, r.data, r.keys, r.p
 	defer func() { _ = g.stop() }()
-	data, keys, err := b.intents(n, name)
-	if err != nil {
-		return 0, err
-	}
-	pnc, err := e.connect("bench-publisher")
-	if err != nil {
-		return 0, err
-	}
-	p, err := newPublisher(pnc, b.cfg.Inflight)
-	if err != nil {
-		return 0, err
-	}
 	var took time.Duration
 	cpu, err := b.measure(name, func() error {
 		var err error
@@ -651,27 +671,12 @@ func (b *bench) latency(ctx context.Context) error {
 		return err
 	}
 	defer e.close()
-	reg, err := registry(0, nil)
+	run, err := b.prepare(ctx, e, "latency", n, n, 0)
 	if err != nil {
 		return err
 	}
-	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, 0, 5*time.Second)
-	if err != nil {
-		return err
-	}
+	g, data, keys, p := run.g, run.data, run.keys, run.p
 	defer func() { _ = g.stop() }()
-	data, keys, err := b.intents(n, "latency")
-	if err != nil {
-		return err
-	}
-	pnc, err := e.connect("bench-publisher")
-	if err != nil {
-		return err
-	}
-	p, err := newPublisher(pnc, n)
-	if err != nil {
-		return err
-	}
 	var lat []time.Duration
 	var sent time.Duration
 	cpu, err := b.measure("latency", func() error {
@@ -793,28 +798,13 @@ func (b *bench) durableRun(ctx context.Context, name, sync string, batch, inflig
 		return err
 	}
 	defer e.close()
-	reg, err := registry(0, nil)
-	if err != nil {
-		return err
-	}
-	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, batch, 5*time.Second)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = g.stop() }()
 	n := b.cfg.FsyncN
-	data, keys, err := b.intents(n, name)
+	r, err := b.prepare(ctx, e, name, n, inflight, batch)
 	if err != nil {
 		return err
 	}
-	pnc, err := e.connect("bench-publisher")
-	if err != nil {
-		return err
-	}
-	p, err := newPublisher(pnc, inflight)
-	if err != nil {
-		return err
-	}
+	g, data, keys, p := r.g, r.data, r.keys, r.p
+	defer func() { _ = g.stop() }()
 	var took time.Duration
 	var lat []time.Duration
 	cpu, err := b.measure(name, func() error {
