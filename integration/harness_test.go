@@ -175,7 +175,13 @@ func submit(t *testing.T, url string, args ...string) submitted {
 		n++
 	}
 	full := append(append(append([]string{}, args[:n]...), "--nats-url", url), args[n:]...)
-	cmd := exec.Command(bin("submit"), full...)
+	return runClient(t, exec.Command(bin("submit"), full...))
+}
+
+// runClient runs a client command line (submit, or another language's) and
+// collects its exit code, output and the answer it printed, if any.
+func runClient(t *testing.T, cmd *exec.Cmd) submitted {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -186,7 +192,7 @@ func submit(t *testing.T, url string, args ...string) submitted {
 	case errors.As(err, &ee):
 		s.code = ee.ExitCode()
 	default:
-		t.Fatalf("run submit: %v", err)
+		t.Fatalf("run %s: %v", cmd.Path, err)
 	}
 	if s.stdout != "" {
 		_ = json.Unmarshal(out.Bytes(), &s.res)

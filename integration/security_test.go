@@ -648,14 +648,7 @@ func TestSecureSubmitCommand(t *testing.T) {
 		full := append(args, "--nats-url", s.url, "--tls-ca", s.ca.certPEM, "--nats-user", user, "--inbox-prefix", "_INBOX."+user, "--wait", "20s")
 		cmd := exec.Command(bin("submit"), full...)
 		cmd.Env = append(os.Environ(), "IDEMGATE_NATS_PASSWORD="+s.password(t, user))
-		out, err := cmd.Output()
-		res := submitted{stdout: string(out)}
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			res.code, res.stderr = ee.ExitCode(), string(ee.Stderr)
-		}
-		_ = json.Unmarshal(out, &res.res)
-		return res
+		return runClient(t, cmd)
 	}
 	first := run("agent-1", "--tool", "echo", "--args", `{"via":"submit"}`)
 	require.Equal(t, 0, first.code, first.stderr)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -94,20 +93,9 @@ func tsSubmit(t *testing.T, dir, url string, args ...string) submitted {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", append([]string{filepath.Join(dir, "dist", "cli.js"), "submit", "--servers", url}, args...)...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	s := submitted{stdout: out.String(), stderr: errb.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		s.code = ee.ExitCode()
-	default:
-		t.Fatalf("run the TypeScript client: %v", err)
-	}
+	s := runClient(t, cmd)
 	if s.stdout != "" {
-		require.NoError(t, json.Unmarshal(out.Bytes(), &s.res), "answer: %s", s.stdout)
+		require.NoError(t, json.Unmarshal([]byte(s.stdout), &s.res), "answer: %s", s.stdout)
 	}
 	return s
 }
