@@ -57,7 +57,7 @@ func (ls *Lease) Extend(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("%w: extend %s: duration %s: use a positive duration", ErrInvalid, ls.key, d)
 	}
-	_, err := ls.write(ctx, "extend", func(r *Record, now time.Time) {
+	_, err := ls.write(direct(ctx), "extend", func(r *Record, now time.Time) {
 		r.LeaseUntil = now.Add(d)
 	}, false)
 	return err

@@ -156,10 +156,19 @@ func (l *Ledger) create(ctx context.Context, key string, data []byte) (uint64, e
 	return l.batch.do(ctx, &write{key: key, data: data, create: true})
 }
 
+// directKey marks a context whose writes bypass the group commit.
+type directKey struct{}
+
+// direct makes the writes under ctx go out on their own even with group
+// commit: a lease's heartbeat must not wait behind a batch (a batch stalled by
+// an outage would hold every holder's extension, and their leases would lapse
+// together).
+func direct(ctx context.Context) context.Context { return context.WithValue(ctx, directKey{}, true) }
+
 // update writes data over key's revision rev, like kv.Update, through the
-// group commit when there is one.
+// group commit when there is one (and ctx is not direct).
 func (l *Ledger) update(ctx context.Context, key string, data []byte, rev uint64) (uint64, error) {
-	if l.batch == nil {
+	if l.batch == nil || ctx.Value(directKey{}) != nil {
 		return l.kv.Update(ctx, key, data, rev)
 	}
 	return l.batch.do(ctx, &write{key: key, data: data, rev: rev})
