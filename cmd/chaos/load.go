@@ -347,12 +347,7 @@ func (l *loader) rawCopy(ctx context.Context, o *op, i int, withID bool) {
 		c.Err = "publish: " + err.Error()
 		return
 	}
-	l.published.Add(1)
-	c.Published, c.Duplicate = true, ack.Duplicate
-	if ack.Duplicate {
-		l.dups.Add(1)
-	}
-	l.await(ctx, o, c, w)
+	l.sent(ctx, o, c, w, ack)
 }
 
 // batch sends the copies of o as one model response would carry parallel
@@ -397,13 +392,19 @@ func (l *loader) batch(ctx context.Context, o *op) {
 				return
 			}
 		}
-		l.published.Add(1)
-		c.Published, c.Duplicate = true, ack.Duplicate
-		if ack.Duplicate {
-			l.dups.Add(1)
-		}
-		l.await(ctx, o, c, w)
+		l.sent(ctx, o, c, w, ack)
 	})
+}
+
+// sent counts copy c of o as published (and as a publish duplicate when the
+// ack says so) and waits for its answer.
+func (l *loader) sent(ctx context.Context, o *op, c *copyOut, w *own, ack *jetstream.PubAck) {
+	l.published.Add(1)
+	c.Published, c.Duplicate = true, ack.Duplicate
+	if ack.Duplicate {
+		l.dups.Add(1)
+	}
+	l.await(ctx, o, c, w)
 }
 
 // await waits for the pushed reply (unless the publish was a duplicate,

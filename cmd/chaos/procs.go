@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -134,27 +133,7 @@ func (n *natsNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.cl
 // ready waits until the node reports JetStream healthy (in a cluster: with a
 // meta leader), or ctx or the deadline ends.
 func (n *natsNode) ready(ctx context.Context, d time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", n.httpPort)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not healthy within %s", n.name, d)
-		case <-n.exited():
-			return fmt.Errorf("%s exited while starting (see %s)", n.name, n.log)
-		case <-tick.C:
-		}
-	}
+	return waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", n.httpPort), n.proc, d)
 }
 
 // startJetStream writes the config files of one node (cluster false) or three
