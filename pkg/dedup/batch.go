@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -181,9 +182,13 @@ func newBatcher(l *Ledger, cfg BatchConfig) *batcher {
 	return b
 }
 
-// do queues w and returns its result. A write still queued when ctx is done
-// is dropped (it was not sent) and gives ctx's error; a write already sent
-// waits for its batch's acknowledgement, so that its outcome is known.
+// do queues w and returns its result. When ctx ends first, the write gives
+// ctx's error: dropped if it was still queued (it was not sent), of unknown
+// outcome if its batch is in flight — as a single write whose context ends in
+// flight, which the caller settles by a leader read. (Waiting for the batch
+// would hold the caller past its own deadline: a lease holder recording its
+// outcome through an outage must get its turn back to retry, and its heartbeat
+// its turn to extend.)
 func (b *batcher) do(ctx context.Context, w *write) (uint64, error) {
 	if !validKey(w.key) {
 		return 0, jetstream.ErrInvalidKey // as the jetstream KV API refuses it
@@ -209,6 +214,7 @@ func (b *batcher) do(ctx context.Context, w *write) (uint64, error) {
 	case <-ctx.Done():
 	}
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if w.state == writeQueued {
 		w.state = writeCancelled
 		for i, q := range b.queue {
@@ -218,12 +224,8 @@ func (b *batcher) do(ctx context.Context, w *write) (uint64, error) {
 			}
 		}
 		b.signalIdleLocked()
-		b.mu.Unlock()
-		return 0, ctx.Err()
 	}
-	b.mu.Unlock()
-	r := <-w.done
-	return r.rev, r.err
+	return 0, ctx.Err()
 }
 
 // dispatchLocked starts batches while there is room in flight: each takes the
@@ -327,7 +329,11 @@ func answer(w *write, rev uint64, err error) {
 // each caller settles its own write by a leader read, as without batching.
 func (b *batcher) atomic(ws []*write) {
 	pauses, refusals := 0, 0
-	for len(ws) > 0 {
+	for {
+		ws = b.live(ws)
+		if len(ws) == 0 {
+			return
+		}
 		if len(ws) < b.cfg.Min {
 			b.singles(ws)
 			return
@@ -403,6 +409,21 @@ func (b *batcher) atomic(ws []*write) {
 		b.stats.Resent++
 		b.mu.Unlock()
 	}
+}
+
+// live answers the writes of ws whose callers stopped waiting before the
+// batch went out — nothing of them was sent, so they are dropped — and
+// returns the others, in order.
+func (b *batcher) live(ws []*write) []*write {
+	keep := ws[:0:0]
+	for _, w := range ws {
+		if err := w.ctx.Err(); err != nil {
+			answer(w, 0, err)
+			continue
+		}
+		keep = append(keep, w)
+	}
+	return keep
 }
 
 // screenWorkers bounds the concurrent leader reads of a screen.
@@ -507,7 +528,7 @@ func (b *batcher) publish(ws []*write) (batchAck, bool, error) {
 			continue
 		}
 		m.Header.Set(batchCommitHeader, "1")
-		ctx, cancel := context.WithTimeout(context.Background(), b.l.timeout)
+		ctx, cancel := b.awaited(ws)
 		defer cancel()
 		resp, err := nc.RequestMsgWithContext(ctx, m)
 		if err != nil {
@@ -526,6 +547,31 @@ func (b *batcher) publish(ws []*write) (batchAck, bool, error) {
 		return ack, true, nil
 	}
 	return batchAck{}, false, errors.New("empty batch")
+}
+
+// awaited is how long a batch of ws waits for its acknowledgement: until
+// every writer of ws has stopped waiting, and at most the ledger's request
+// timeout. An acknowledgement nobody awaits any more would only hold the
+// queue: after a lost one (a connection dropped after the commit went out),
+// every later write would wait out the timeout behind it.
+func (b *batcher) awaited(ws []*write) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.l.timeout)
+	var waiting atomic.Int64
+	waiting.Store(int64(len(ws)))
+	stops := make([]func() bool, len(ws))
+	for i, w := range ws {
+		stops[i] = context.AfterFunc(w.ctx, func() {
+			if waiting.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
 }
 
 // culprit finds the write of ws whose expectation failed, from the "wrong

@@ -26,11 +26,18 @@ type Lease struct {
 	rev  uint64
 	rec  Record
 	done bool // completed, failed or released
-	// unsure is the last write whose outcome was not known (its
-	// acknowledgement was lost or its context ended while it was in flight):
-	// it may have landed after all.
-	unsure *Record
+	// unsure are the writes since rev whose outcome is not known (the
+	// acknowledgement was lost, or the context ended while the write was in
+	// flight), oldest first. Each was a compare-and-set on rev, so at most one
+	// of them landed — not necessarily the last: a heartbeat may land and the
+	// completion sent after it be refused on its account, both unanswered.
+	unsure []Record
 }
+
+// maxUnsure bounds Lease.unsure; the oldest is forgotten first. A holder cut
+// off from the ledger for minutes makes a few writes a second (heartbeats,
+// recording attempts).
+const maxUnsure = 512
 
 // Key returns the key the lease holds.
 func (ls *Lease) Key() string { return ls.key }
@@ -147,18 +154,29 @@ func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time
 	change(&next, now)
 	next.UpdatedAt = now
 	rev, err := ls.ledger.cas(ctx, ls.key, ls.rev, next)
-	if errors.Is(err, ErrRevisionMismatch) && ls.adoptUnsure(ctx) {
-		// Our own earlier write had landed: write again over it.
-		next = ls.rec
-		change(&next, now)
-		next.UpdatedAt = now
-		rev, err = ls.ledger.cas(ctx, ls.key, ls.rev, next)
+	if errors.Is(err, ErrRevisionMismatch) && len(ls.unsure) > 0 {
+		adopted, rerr := ls.adoptUnsure(ctx)
+		if rerr != nil {
+			// The record moved, by this lease's own write or another
+			// claimant's: not known until the ledger can be read.
+			return Record{}, fmt.Errorf("%s %s: revision %d moved on; reading it back: %w", op, ls.key, ls.rev, rerr)
+		}
+		if adopted {
+			// An earlier write of ours had landed: write again over it.
+			next = ls.rec
+			change(&next, now)
+			next.UpdatedAt = now
+			rev, err = ls.ledger.cas(ctx, ls.key, ls.rev, next)
+		}
 	}
 	if errors.Is(err, ErrRevisionMismatch) {
 		return Record{}, fmt.Errorf("%s %s: %w", op, ls.key, ErrLeaseLost)
 	}
 	if err != nil {
-		ls.unsure = &next
+		if len(ls.unsure) == maxUnsure {
+			ls.unsure = append(ls.unsure[:0], ls.unsure[1:]...)
+		}
+		ls.unsure = append(ls.unsure, next)
 		return Record{}, fmt.Errorf("%s %s: %w", op, ls.key, err)
 	}
 	ls.rev, ls.rec, ls.done, ls.unsure = rev, next, final, nil
@@ -166,24 +184,27 @@ func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time
 }
 
 // adoptUnsure reports whether the key's latest record, read from the leader,
-// is the lease's last write of unknown outcome — it landed after all — and
+// is one of the lease's writes of unknown outcome — it landed after all — and
 // if so makes it the lease's revision. Without it, a heartbeat whose
 // acknowledgement was lost would make the holder of a live lease believe it
-// lost the lease, and another claimant would fire the operation again.
-func (ls *Lease) adoptUnsure(ctx context.Context) bool {
-	if ls.unsure == nil {
-		return false
-	}
-	want, err := ls.unsure.marshal()
-	if err != nil {
-		return false
-	}
+// lost the lease, and another claimant would fire the operation again. An
+// error means the leader could not be read.
+func (ls *Lease) adoptUnsure(ctx context.Context) (bool, error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	e, err := ls.ledger.read(rctx, ls.key)
-	if err != nil || !e.live() || e.rev <= ls.rev || !bytes.Equal(e.data, want) {
-		return false
+	if err != nil {
+		return false, err
 	}
-	ls.rev, ls.rec, ls.unsure = e.rev, *ls.unsure, nil
-	return true
+	if !e.live() || e.rev <= ls.rev {
+		return false, nil
+	}
+	for i := len(ls.unsure) - 1; i >= 0; i-- {
+		want, err := ls.unsure[i].marshal()
+		if err == nil && bytes.Equal(e.data, want) {
+			ls.rev, ls.rec, ls.unsure = e.rev, ls.unsure[i], nil
+			return true, nil
+		}
+	}
+	return false, nil
 }
