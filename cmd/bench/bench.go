@@ -48,6 +48,7 @@ type config struct {
 	TCP             bool          // connect over TCP loopback instead of in-process
 	Cluster         bool          // an in-process 3-node cluster, R3 stream and bucket
 	Sync            string        // sync policy of every scenario but fsync
+	LedgerBatch     int           // the workers' ledger batch in every scenario but durable (0: off)
 	Scenarios       []string      // subset of allScenarios
 	Rate            float64       // latency: intents/s; 0 = half the unique rate
 	LatencyFor      time.Duration // latency: how long the open-loop load runs
@@ -223,7 +224,12 @@ type workerGroup struct {
 	n      int
 }
 
+// startWorkers starts the workers, group-committing their ledger writes in
+// batches of up to ledgerBatch (0: each write on its own).
 func (b *bench) startWorkers(ctx context.Context, e *env, reg *effects.Registry, concurrency, ledgerBatch int, drain time.Duration) (*workerGroup, error) {
+	if ledgerBatch == 0 {
+		ledgerBatch = worker.NoLedgerBatch
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	g := &workerGroup{cancel: cancel, errs: make(chan error, b.cfg.Workers)}
 	for i := range b.cfg.Workers {
@@ -517,7 +523,7 @@ func (b *bench) prepare(ctx context.Context, e *env, name string, n, inflight, l
 // runUnique measures N unique intents on e (and then their duplicates when
 // dup) and returns the unique rate.
 func (b *bench) runUnique(ctx context.Context, e *env, name, ref string, n int, dup bool) (float64, error) {
-	r, err := b.prepare(ctx, e, name, n, b.cfg.Inflight, 0)
+	r, err := b.prepare(ctx, e, name, n, b.cfg.Inflight, b.cfg.LedgerBatch)
 	if err != nil {
 		return 0, err
 	}
@@ -567,7 +573,7 @@ func (b *bench) client(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, 0, 5*time.Second)
+	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, b.cfg.LedgerBatch, 5*time.Second)
 	if err != nil {
 		return err
 	}
@@ -671,7 +677,7 @@ func (b *bench) latency(ctx context.Context) error {
 		return err
 	}
 	defer e.close()
-	run, err := b.prepare(ctx, e, "latency", n, n, 0)
+	run, err := b.prepare(ctx, e, "latency", n, n, b.cfg.LedgerBatch)
 	if err != nil {
 		return err
 	}
@@ -766,14 +772,20 @@ func (b *bench) fsync(ctx context.Context) error {
 }
 
 // durableModes are the store settings the durable scenario sets side by side.
-var durableModes = []struct {
+var durableModes = []durableMode{
+	{name: "durable-unbatched", sync: natsrv.SyncAlways},
+	{name: "durable-batched", sync: natsrv.SyncAlways, batch: 500, ref: "durable-unbatched"},
+	{name: "lazy", sync: natsrv.SyncLazy},
+	{name: "lazy-batched", sync: natsrv.SyncLazy, batch: 500, ref: "lazy"},
+	{name: "sync-10ms", sync: "10ms"},
+}
+
+// durableMode is a row of the durable scenario: a store sync setting and the
+// workers' ledger batch (0: off); ref names the row it is compared with.
+type durableMode struct {
 	name, sync string
 	batch      int
-}{
-	{"durable-unbatched", natsrv.SyncAlways, 0},
-	{"durable-batched", natsrv.SyncAlways, 500},
-	{"lazy", natsrv.SyncLazy, 0},
-	{"sync-10ms", "10ms", 0},
+	ref        string
 }
 
 // durable runs FsyncN unique intents under each store setting — sync before
@@ -784,7 +796,7 @@ var durableModes = []struct {
 func (b *bench) durable(ctx context.Context) error {
 	for _, inflight := range b.cfg.DurableInflight {
 		for _, m := range durableModes {
-			if err := b.durableRun(ctx, fmt.Sprintf("%s@%d", m.name, inflight), m.sync, m.batch, inflight); err != nil {
+			if err := b.durableRun(ctx, m, inflight); err != nil {
 				return fmt.Errorf("%s at %d in flight: %w", m.name, inflight, err)
 			}
 		}
@@ -792,7 +804,8 @@ func (b *bench) durable(ctx context.Context) error {
 	return nil
 }
 
-func (b *bench) durableRun(ctx context.Context, name, sync string, batch, inflight int) error {
+func (b *bench) durableRun(ctx context.Context, m durableMode, inflight int) error {
+	name, sync, batch := fmt.Sprintf("%s@%d", m.name, inflight), m.sync, m.batch
 	e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, sync)
 	if err != nil {
 		return err
@@ -818,8 +831,8 @@ func (b *bench) durableRun(ctx context.Context, name, sync string, batch, inflig
 	slices.Sort(lat)
 	p50, p99 := percentile(lat, .50), percentile(lat, .99)
 	ref := ""
-	if batch > 0 {
-		ref = fmt.Sprintf("durable-unbatched@%d", inflight)
+	if m.ref != "" {
+		ref = fmt.Sprintf("%s@%d", m.ref, inflight)
 	}
 	b.add(row{name: name, ops: float64(n) / took.Seconds(), cpu: cpu / time.Duration(n), ref: ref,
 		detail: fmt.Sprintf("%d intents, %d in flight, sync %s, ledger batch %d: p50 %s p99 %s", n, inflight, sync, batch, ms(p50), ms(p99)),

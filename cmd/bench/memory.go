@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,6 +32,7 @@ const (
 	urlEnv        = "IDEMGATE_BENCH_URL"
 	inflightEnv   = "IDEMGATE_BENCH_INFLIGHT"
 	delayEnv      = "IDEMGATE_BENCH_DELAY"
+	batchEnv      = "IDEMGATE_BENCH_LEDGER_BATCH"
 	memprofEnv    = "IDEMGATE_BENCH_MEMPROFILE"
 )
 
@@ -62,6 +64,10 @@ func memWorkerMain() error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", delayEnv, err)
 	}
+	batch, err := strconv.Atoi(os.Getenv(batchEnv))
+	if err != nil {
+		return fmt.Errorf("%s: %w", batchEnv, err)
+	}
 	nc, err := nats.Connect(os.Getenv(urlEnv), nats.Name("bench-mem-worker"))
 	if err != nil {
 		return err
@@ -81,7 +87,7 @@ func memWorkerMain() error {
 	defer cancel()
 	setup, cancelSetup := context.WithTimeout(ctx, readyTimeout)
 	defer cancelSetup()
-	w, err := worker.New(setup, nc, reg, nil, worker.Config{Holder: "bench-mem", Concurrency: n, MaxAckPending: n})
+	w, err := worker.New(setup, nc, reg, nil, worker.Config{Holder: "bench-mem", Concurrency: n, MaxAckPending: n, LedgerBatch: cmp.Or(batch, worker.NoLedgerBatch)})
 	if err != nil {
 		return err
 	}
@@ -144,7 +150,7 @@ func (b *bench) memory(ctx context.Context) error {
 	}
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Env = append(os.Environ(), roleEnv+"="+roleMemWorker, urlEnv+"="+e.servers[0].ClientURL(),
-		inflightEnv+"="+strconv.Itoa(n), delayEnv+"="+b.cfg.MemDelay.String())
+		inflightEnv+"="+strconv.Itoa(n), delayEnv+"="+b.cfg.MemDelay.String(), batchEnv+"="+strconv.Itoa(b.cfg.LedgerBatch))
 	if b.cfg.MemProfile != "" {
 		cmd.Env = append(cmd.Env, memprofEnv+"="+b.cfg.MemProfile+".memory-worker.pprof")
 	}

@@ -140,7 +140,7 @@ func runChaos(ctx context.Context, cfg config, logw io.Writer) (*Verdict, error)
 			args: []string{
 				"--nats-url", natsURL, "--holder", name, "--tools", tools, "--replicas", replicas,
 				"--ack-wait", cfg.ackWait.String(), "--dup-window", cfg.dupWindow.String(),
-				"--concurrency", fmt.Sprint(cfg.concurrency), "--retry-delay", "200ms", "--max-retry-delay", "2s",
+				"--concurrency", fmt.Sprint(cfg.concurrency), "--ledger-batch", fmt.Sprint(cfg.ledgerBatch), "--retry-delay", "200ms", "--max-retry-delay", "2s",
 				"--drain-timeout", "5s", "--log-level", "info",
 			},
 		}}
@@ -250,7 +250,7 @@ func runChaos(ctx context.Context, cfg config, logw io.Writer) (*Verdict, error)
 	if err != nil {
 		return nil, err
 	}
-	v := &Verdict{Mode: mode, Seed: cfg.seed, PublishDuplicate: int(l.dups.Load()), PublishRetries: int(l.retries.Load()),
+	v := &Verdict{Mode: mode, Seed: cfg.seed, LedgerBatch: cfg.ledgerBatch, PublishDuplicate: int(l.dups.Load()), PublishRetries: int(l.retries.Load()),
 		FaultsByKind: map[string]int{}, LedgerNotFinal: notFinal, PublishErrors: l.pubErrors}
 	var logs []string
 	for _, s := range sups {

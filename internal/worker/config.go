@@ -11,6 +11,14 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
+// Ledger batch settings (Config.LedgerBatch).
+const (
+	// DefaultLedgerBatch is Config.LedgerBatch's default.
+	DefaultLedgerBatch = 500
+	// NoLedgerBatch turns the group commit off.
+	NoLedgerBatch = -1
+)
+
 // Config is the behaviour of a Worker. The zero value of every field means
 // its documented default.
 type Config struct {
@@ -61,12 +69,14 @@ type Config struct {
 	// MaxRetryDelay caps RetryDelay's growth. Default: 1m.
 	MaxRetryDelay time.Duration
 
-	// LedgerBatch, when positive, group-commits the ledger's writes from all
-	// intents in flight into atomic batches of up to this many (at most 1000):
-	// one disk sync per batch instead of per write. Worth it only when the
-	// server syncs every write before acknowledging it (sync_interval:
-	// always); slower otherwise. Needs nats-server 2.12 or later. Default: 0,
-	// every write on its own.
+	// LedgerBatch group-commits the ledger's writes from all intents in
+	// flight into atomic batches of up to this many (at most 1000): one disk
+	// sync per batch instead of per write, which is what makes a server that
+	// syncs every write before acknowledging it (sync_interval: always, the
+	// durable setting) fast. At a lazy sync it changes little (docs/
+	// performance.md). Needs nats-server 2.12 or later; an older server's
+	// refusal makes every write go out on its own. Default: 500
+	// (DefaultLedgerBatch); NoLedgerBatch (-1) writes every write on its own.
 	LedgerBatch int
 
 	// ReplyPrefixes are the subject prefixes an intent's Idem-Reply-To may
@@ -132,6 +142,9 @@ func (c *Config) setDefaults() {
 	if c.MaxWait == 0 {
 		c.MaxWait = c.AckWait
 	}
+	if c.LedgerBatch == 0 {
+		c.LedgerBatch = DefaultLedgerBatch
+	}
 	if len(c.ReplyPrefixes) == 0 {
 		c.ReplyPrefixes = []string{"_INBOX."}
 	}
@@ -165,8 +178,8 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("reply prefix %q: use a literal subject prefix such as _INBOX. (no wildcards, not a $-subject)", p))
 		}
 	}
-	if c.LedgerBatch < 0 || c.LedgerBatch > dedup.MaxBatch {
-		errs = append(errs, fmt.Errorf("ledger batch %d: use 0 (off) or 1-%d", c.LedgerBatch, dedup.MaxBatch))
+	if c.LedgerBatch < NoLedgerBatch || c.LedgerBatch > dedup.MaxBatch {
+		errs = append(errs, fmt.Errorf("ledger batch %d: use 1-%d, or %d (off)", c.LedgerBatch, dedup.MaxBatch, NoLedgerBatch))
 	}
 	if c.MaxRetryDelay < c.RetryDelay {
 		errs = append(errs, fmt.Errorf("max retry delay %s: must be at least the retry delay (%s)", c.MaxRetryDelay, c.RetryDelay))

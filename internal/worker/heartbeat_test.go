@@ -48,9 +48,10 @@ func TestHeartbeatsKeepManyAlive(t *testing.T) {
 				return false
 			}
 		}
-		return true
-	}, 10*time.Second, 10*time.Millisecond, "every message is kept in progress")
-	require.GreaterOrEqual(t, extends.Load(), int32(3*len(msgs)))
+		// Extensions run on their own goroutines, after the beat's
+		// InProgress: they may trail it.
+		return extends.Load() >= int32(3*len(msgs))
+	}, 10*time.Second, 10*time.Millisecond, "every message is kept in progress, and its lease extended")
 	for _, stop := range stops {
 		stop()
 	}

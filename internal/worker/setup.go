@@ -110,7 +110,7 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 		Replicas: cfg.Replicas,
 		TTL:      cfg.LedgerTTL,
 		// Atomic batches need the stream's consent; once given it stays.
-		AtomicPublish: cfg.LedgerBatch > 0,
+		AtomicPublish: cfg.LedgerBatch != NoLedgerBatch,
 	})
 	if err != nil {
 		return nil, err

@@ -71,7 +71,7 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 		return nil, fmt.Errorf("worker: setup: %w", err)
 	}
 	lopts := []dedup.Option{dedup.WithConfirmedTakeover()}
-	if cfg.LedgerBatch > 0 {
+	if cfg.LedgerBatch != NoLedgerBatch {
 		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch}))
 	}
 	ledger, err := dedup.New(js, res.kv, lopts...)

@@ -28,6 +28,8 @@ const (
 	DefaultBatchMin = 16
 	// DefaultBatchInFlight is BatchConfig.InFlight's default.
 	DefaultBatchInFlight = 1
+	// DefaultBatchAckWait is BatchConfig.AckWait's default.
+	DefaultBatchAckWait = time.Second
 	// maxBatchInFlight bounds BatchConfig.InFlight; the server allows 50
 	// batches in flight per stream, shared by every writer.
 	maxBatchInFlight = 8
@@ -69,6 +71,16 @@ type BatchConfig struct {
 	// the next batch carries whatever was queued meanwhile, so batches grow
 	// with the load. Default: 1 (DefaultBatchInFlight). At most 8.
 	InFlight int
+	// AckWait is the longest a batch waits for its acknowledgement (less when
+	// every writer of the batch stopped waiting first; at most the ledger's
+	// JetStream request timeout). A batch's writers wait for it, and so does
+	// every write queued behind it, so one whose acknowledgement was lost (a
+	// server restarted after the commit went out) must not hold the ledger
+	// long: past AckWait its writes' outcomes are unknown, and each caller
+	// settles its own by a leader read, as for a single write. A healthy
+	// batch is acknowledged in milliseconds. Default: 1s
+	// (DefaultBatchAckWait).
+	AckWait time.Duration
 }
 
 func (c BatchConfig) withDefaults() BatchConfig {
@@ -81,6 +93,9 @@ func (c BatchConfig) withDefaults() BatchConfig {
 	if c.InFlight == 0 {
 		c.InFlight = DefaultBatchInFlight
 	}
+	if c.AckWait == 0 {
+		c.AckWait = DefaultBatchAckWait
+	}
 	return c
 }
 
@@ -92,6 +107,8 @@ func (c BatchConfig) validate() error {
 		return fmt.Errorf("%w: batch min %d: set 1 to the batch max (%d), or 0 for the default %d", ErrInvalid, c.Min, c.Max, DefaultBatchMin)
 	case c.InFlight < 1 || c.InFlight > maxBatchInFlight:
 		return fmt.Errorf("%w: batches in flight %d: set 1 to %d, or 0 for the default %d", ErrInvalid, c.InFlight, maxBatchInFlight, DefaultBatchInFlight)
+	case c.AckWait < 0:
+		return fmt.Errorf("%w: batch ack wait %s: set a positive duration, or 0 for the default %s", ErrInvalid, c.AckWait, DefaultBatchAckWait)
 	}
 	return nil
 }
@@ -550,12 +567,12 @@ func (b *batcher) publish(ws []*write) (batchAck, bool, error) {
 }
 
 // awaited is how long a batch of ws waits for its acknowledgement: until
-// every writer of ws has stopped waiting, and at most the ledger's request
-// timeout. An acknowledgement nobody awaits any more would only hold the
-// queue: after a lost one (a connection dropped after the commit went out),
-// every later write would wait out the timeout behind it.
+// every writer of ws has stopped waiting, and at most BatchConfig.AckWait. An
+// acknowledgement nobody awaits any more would only hold the queue: after a
+// lost one (a connection dropped after the commit went out), every later
+// write would wait out the request timeout behind it.
 func (b *batcher) awaited(ws []*write) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.l.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), min(b.cfg.AckWait, b.l.timeout))
 	var waiting atomic.Int64
 	waiting.Store(int64(len(ws)))
 	stops := make([]func() bool, len(ws))

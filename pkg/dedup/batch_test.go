@@ -261,6 +261,7 @@ func TestBatchConfigValidation(t *testing.T) {
 		"NegativeMin":      {Min: -1},
 		"TooManyInFlight":  {InFlight: 9},
 		"NegativeInFlight": {InFlight: -1},
+		"NegativeAckWait":  {AckWait: -time.Second},
 	} {
 		_, err := dedup.New(js, kv, dedup.WithBatching(cfg))
 		require.ErrorIs(t, err, dedup.ErrInvalid, name)

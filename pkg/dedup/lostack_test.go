@@ -24,6 +24,7 @@ const lostAckTimeout = time.Minute
 // look at the bucket.
 type proxied struct {
 	proxy  *natstest.Proxy
+	nc     *nats.Conn
 	ledger *dedup.Ledger
 	plain  *dedup.Ledger
 	ctx    context.Context
@@ -49,7 +50,19 @@ func newProxied(t *testing.T, opts ...dedup.Option) *proxied {
 	l, err := dedup.New(js, pkv, opts...)
 	require.NoError(t, err)
 	t.Cleanup(l.Close)
-	return &proxied{proxy: p, ledger: l, plain: plain, ctx: ctx}
+	return &proxied{proxy: p, nc: nc, ledger: l, plain: plain, ctx: ctx}
+}
+
+// cut drops the proxied connection, and what the proxy held, and returns once
+// the client has reconnected (what it sent in between may be lost, as core
+// NATS publishes are on a dropped connection).
+func (p *proxied) cut(t *testing.T) {
+	t.Helper()
+	before := p.nc.Stats().Reconnects
+	p.proxy.Cut()
+	require.Eventually(t, func() bool {
+		return p.nc.Stats().Reconnects > before && p.nc.IsConnected()
+	}, 10*time.Second, 5*time.Millisecond, "the client reconnects through the proxy")
 }
 
 func (p *proxied) acquire(t *testing.T, key string) *dedup.Lease {
@@ -136,7 +149,7 @@ func TestLostBatchAcknowledgement(t *testing.T) {
 	})
 	require.Error(t, err, "the batch's acknowledgement was withheld")
 	require.NotErrorIs(t, err, dedup.ErrLeaseLost)
-	p.proxy.Cut()
+	p.cut(t)
 
 	res, err := within2(t, 5*time.Second, func(ctx context.Context) (dedup.ClaimResult, error) {
 		return p.ledger.Claim(ctx, dedup.ClaimRequest{Key: "k2", Tool: "t", Fingerprint: "f", Holder: "w1", Lease: time.Minute})
@@ -150,6 +163,25 @@ func TestLostBatchAcknowledgement(t *testing.T) {
 	got, _, err := p.plain.Get(p.ctx, "k1")
 	require.NoError(t, err)
 	require.Equal(t, intent.StatusCompleted, got.Status)
+
+	// A writer that would wait as long as it takes gets an unknown outcome
+	// after the batch's AckWait, not after the request timeout.
+	p.proxy.Hold()
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := p.ledger.Claim(p.ctx, dedup.ClaimRequest{Key: "k3", Tool: "t", Fingerprint: "f", Holder: "w1", Lease: time.Minute})
+		claimed <- err
+	}()
+	select {
+	case err = <-claimed:
+		require.Error(t, err, "the claim's acknowledgement was withheld")
+	case <-time.After(lostAckTimeout / 4):
+		t.Fatalf("a claim without a deadline waited past the batch's AckWait (%s) for a withheld acknowledgement", dedup.DefaultBatchAckWait)
+	}
+	p.cut(t)
+	res, err = p.ledger.Claim(p.ctx, dedup.ClaimRequest{Key: "k3", Tool: "t", Fingerprint: "f", Holder: "w2", Lease: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, "w1", res.Record.Holder, "the first claim landed; its outcome was only unknown")
 }
 
 // within2 is within for a call that also returns a value.
