@@ -361,6 +361,45 @@ func TestEmbeddedJetStreamServesOtherProcesses(t *testing.T) {
 	require.NoError(t, err)
 	_, err = js.Stream(ctx, "IDEM_INTENTS")
 	require.NotErrorIs(t, err, jetstream.ErrStreamNotFound)
+	require.True(t, ledgerAtomic(t, js), "the embedded store syncs every write: the ledger's writes are group-committed")
+}
+
+// An embedded store that syncs lazily gets the ledger's writes one by one
+// (group commit would only add its cost), unless --ledger-batch says
+// otherwise.
+func TestEmbeddedLazyStoreWritesOneByOne(t *testing.T) {
+	t.Parallel()
+	hook := newSink(t, nil)
+	tools := writeTools(t, webhookTools(hook.URL, "30s"))
+	for _, tc := range []struct {
+		name   string
+		extra  []string
+		atomic bool
+	}{
+		{"lazy", []string{"--sync", "lazy"}, false},
+		{"lazy-batched", []string{"--sync", "lazy", "--ledger-batch", "100"}, true},
+		{"always-unbatched", []string{"--ledger-batch", "0"}, false},
+	} {
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		w := startWorker(t, tc.name, "", tools, append([]string{"--store-dir", t.TempDir(), "--listen", addr}, tc.extra...)...)
+		js, err := jetstreamFor(connect(t, "nats://"+addr))
+		require.NoError(t, err)
+		require.Equal(t, tc.atomic, ledgerAtomic(t, js), tc.name)
+		s := submit(t, "nats://"+addr, "--tool", "send_email", "--args", `{"to":"`+tc.name+`@example.com"}`, "--wait", "30s")
+		require.Equal(t, 0, s.code, s.stderr)
+		w.kill()
+	}
+}
+
+// ledgerAtomic reports whether the ledger's stream accepts atomic batches:
+// the worker turned group commit on.
+func ledgerAtomic(t *testing.T, js jetstream.JetStream) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "KV_IDEM_LEDGER")
+	require.NoError(t, err)
+	return st.CachedInfo().Config.AllowAtomicPublish
 }
 
 // A worker started before its JetStream server waits for it, then serves.

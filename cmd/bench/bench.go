@@ -48,7 +48,7 @@ type config struct {
 	TCP             bool          // connect over TCP loopback instead of in-process
 	Cluster         bool          // an in-process 3-node cluster, R3 stream and bucket
 	Sync            string        // sync policy of every scenario but fsync
-	LedgerBatch     int           // the workers' ledger batch in every scenario but durable (0: off)
+	LedgerBatch     int           // the workers' ledger batch in every scenario but durable (0: off; -1: as the worker's embedded default)
 	Scenarios       []string      // subset of allScenarios
 	Rate            float64       // latency: intents/s; 0 = half the unique rate
 	LatencyFor      time.Duration // latency: how long the open-loop load runs
@@ -224,6 +224,19 @@ type workerGroup struct {
 	n      int
 }
 
+// ledgerBatch is the workers' ledger batch on a store with the given sync
+// policy: -ledger-batch, or by default the embedded worker's choice —
+// group commit when the store syncs every write, else off.
+func (b *bench) ledgerBatch(sync string) int {
+	switch {
+	case b.cfg.LedgerBatch >= 0:
+		return b.cfg.LedgerBatch
+	case sync == natsrv.SyncAlways:
+		return worker.DefaultLedgerBatch
+	}
+	return 0
+}
+
 // startWorkers starts the workers, group-committing their ledger writes in
 // batches of up to ledgerBatch (0: each write on its own).
 func (b *bench) startWorkers(ctx context.Context, e *env, reg *effects.Registry, concurrency, ledgerBatch int, drain time.Duration) (*workerGroup, error) {
@@ -337,11 +350,13 @@ func (b *bench) baseline(ctx context.Context) error {
 		return err
 	}
 	defer e.close()
-	_, err = b.runBaseline(ctx, e, "baseline")
+	_, err = b.runBaseline(ctx, e, "baseline", b.cfg.N, b.cfg.Inflight)
 	return err
 }
 
-func (b *bench) runBaseline(ctx context.Context, e *env, name string) (float64, error) {
+// runBaseline measures n messages through the baseline with inflight
+// unanswered, adds the row and returns its rate.
+func (b *bench) runBaseline(ctx context.Context, e *env, name string, n, inflight int) (float64, error) {
 	nc, err := e.connect("bench-base-setup")
 	if err != nil {
 		return 0, err
@@ -390,7 +405,7 @@ func (b *bench) runBaseline(ctx context.Context, e *env, name string) (float64, 
 	}
 	defer func() { cancel(); wg.Wait() }()
 
-	data, _, err := b.intents(b.cfg.N, name)
+	data, _, err := b.intents(n, name)
 	if err != nil {
 		return 0, err
 	}
@@ -398,7 +413,7 @@ func (b *bench) runBaseline(ctx context.Context, e *env, name string) (float64, 
 	if err != nil {
 		return 0, err
 	}
-	p, err := newPublisher(pnc, b.cfg.Inflight)
+	p, err := newPublisher(pnc, inflight)
 	if err != nil {
 		return 0, err
 	}
@@ -408,15 +423,15 @@ func (b *bench) runBaseline(ctx context.Context, e *env, name string) (float64, 
 	var took time.Duration
 	cpu, err := b.measure(name, func() error {
 		var err error
-		took, err = p.closedLoop(ctx, bt, b.cfg.Inflight, nil)
+		took, err = p.closedLoop(ctx, bt, inflight, nil)
 		return err
 	})
 	if err != nil {
 		return 0, err
 	}
-	ops := float64(b.cfg.N) / took.Seconds()
-	b.add(row{name: name, ops: ops, cpu: cpu / time.Duration(b.cfg.N),
-		detail: fmt.Sprintf("%d msgs in %s", b.cfg.N, took.Round(time.Millisecond))})
+	ops := float64(n) / took.Seconds()
+	b.add(row{name: name, ops: ops, cpu: cpu / time.Duration(n),
+		detail: fmt.Sprintf("%d msgs, %d in flight, in %s", n, inflight, took.Round(time.Millisecond))})
 	cancel()
 	wg.Wait()
 	for range b.cfg.Workers {
@@ -523,7 +538,7 @@ func (b *bench) prepare(ctx context.Context, e *env, name string, n, inflight, l
 // runUnique measures N unique intents on e (and then their duplicates when
 // dup) and returns the unique rate.
 func (b *bench) runUnique(ctx context.Context, e *env, name, ref string, n int, dup bool) (float64, error) {
-	r, err := b.prepare(ctx, e, name, n, b.cfg.Inflight, b.cfg.LedgerBatch)
+	r, err := b.prepare(ctx, e, name, n, b.cfg.Inflight, b.ledgerBatch(e.sync))
 	if err != nil {
 		return 0, err
 	}
@@ -573,7 +588,7 @@ func (b *bench) client(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, b.cfg.LedgerBatch, 5*time.Second)
+	g, err := b.startWorkers(ctx, e, reg, b.cfg.Concurrency, b.ledgerBatch(e.sync), 5*time.Second)
 	if err != nil {
 		return err
 	}
@@ -677,7 +692,7 @@ func (b *bench) latency(ctx context.Context) error {
 		return err
 	}
 	defer e.close()
-	run, err := b.prepare(ctx, e, "latency", n, n, b.cfg.LedgerBatch)
+	run, err := b.prepare(ctx, e, "latency", n, n, b.ledgerBatch(e.sync))
 	if err != nil {
 		return err
 	}
@@ -790,18 +805,75 @@ type durableMode struct {
 
 // durable runs FsyncN unique intents under each store setting — sync before
 // every acknowledgement with the ledger's writes one by one and
-// group-committed, the server's lazy default, and a 10 ms sync interval — at
-// each of DurableInflight intents in flight, and reports the rate and each
-// intent's latency (publish to answer) at p50 and p99.
+// group-committed, the server's lazy default with and without group commit,
+// and a 10 ms sync interval — at each of DurableInflight intents in flight,
+// and reports the rate and each intent's latency (publish to answer) at p50
+// and p99. Each round starts with the baseline's messaging at sync always:
+// the intent's publish and ack are durable writes too, whatever the ledger
+// does.
 func (b *bench) durable(ctx context.Context) error {
 	for _, inflight := range b.cfg.DurableInflight {
+		// The ceiling: the same messaging, durable, without a ledger.
+		e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, natsrv.SyncAlways)
+		if err != nil {
+			return err
+		}
+		_, err = b.runBaseline(ctx, e, fmt.Sprintf("baseline-always@%d", inflight), b.cfg.FsyncN, inflight)
+		e.close()
+		if err != nil {
+			return fmt.Errorf("baseline-always at %d in flight: %w", inflight, err)
+		}
 		for _, m := range durableModes {
 			if err := b.durableRun(ctx, m, inflight); err != nil {
 				return fmt.Errorf("%s at %d in flight: %w", m.name, inflight, err)
 			}
 		}
+		if err := b.durableHalf(ctx, durableModes[1], inflight); err != nil {
+			return fmt.Errorf("%s at half load: %w", durableModes[1].name, err)
+		}
 	}
 	return nil
+}
+
+// durableHalf offers intents to mode m's setting in an open loop at half the
+// rate its closed loop at inflight reached, for LatencyFor, and reports each
+// intent's latency (publish to answer): what a user sees below saturation.
+func (b *bench) durableHalf(ctx context.Context, m durableMode, inflight int) error {
+	peak, ok := b.rowOps(fmt.Sprintf("%s@%d", m.name, inflight))
+	if !ok {
+		return errors.New("no closed-loop rate to take half of")
+	}
+	rate := peak / 2
+	name := fmt.Sprintf("%s-half@%d", m.name, inflight)
+	n := max(int(rate*b.cfg.LatencyFor.Seconds()), 1)
+	e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, m.sync)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	r, err := b.prepare(ctx, e, name, n, n, m.batch)
+	if err != nil {
+		return err
+	}
+	g, data, keys, p := r.g, r.data, r.keys, r.p
+	defer func() { _ = g.stop() }()
+	var lat []time.Duration
+	var sent time.Duration
+	cpu, err := b.measure(name, func() error {
+		var err error
+		lat, sent, err = p.openLoop(ctx, idemBatch(g.names, data, keys), rate, expect(false))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	slices.Sort(lat)
+	p50, p99 := percentile(lat, .50), percentile(lat, .99)
+	b.add(row{name: name, ops: float64(n) / sent.Seconds(), cpu: cpu / time.Duration(n),
+		detail: fmt.Sprintf("%d intents, open loop at %.0f/s (half of %s@%d), sync %s, ledger batch %d: p50 %s p99 %s",
+			n, rate, m.name, inflight, m.sync, m.batch, ms(p50), ms(p99)),
+		extra: []float64{p50.Seconds(), p99.Seconds()}})
+	return g.stop()
 }
 
 func (b *bench) durableRun(ctx context.Context, m durableMode, inflight int) error {

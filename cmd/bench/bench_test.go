@@ -34,7 +34,7 @@ func TestBenchShort(t *testing.T) {
 		N: 300, FsyncN: 200, Inflight: 128, Concurrency: 64, Workers: 1, Payload: 256,
 		Sync: "lazy", Scenarios: allScenarios, LatencyFor: time.Second,
 		MemInflight: 500, MemDelay: time.Minute, StoreDir: t.TempDir(),
-		Timeout: 20 * time.Second, Short: true, Rounds: 1,
+		Timeout: 20 * time.Second, Short: true, Rounds: 1, LedgerBatch: -1,
 	}
 	cfg.shorten()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -50,7 +50,8 @@ func TestBenchShort(t *testing.T) {
 			require.Truef(t, finitePositive(f), "row %s: figure %v", r.name, f)
 		}
 	}
-	for _, want := range []string{"baseline", "unique", "dup", "unique-client", "dup-client", "latency", "kvcreate-always", "unique-always", "memory"} {
+	for _, want := range []string{"baseline", "unique", "dup", "unique-client", "dup-client", "latency", "kvcreate-always", "unique-always", "memory",
+		"baseline-always@64", "durable-unbatched@64", "durable-batched@64", "lazy@64", "lazy-batched@64", "sync-10ms@64", "durable-batched-half@64"} {
 		require.Truef(t, names[want], "no %s row", want)
 	}
 	require.Contains(t, out.String(), "targets:")

@@ -26,6 +26,7 @@ type env struct {
 	dir      string
 	tcp      bool
 	replicas int
+	sync     string // the store's sync policy
 	conns    []*nats.Conn
 }
 
@@ -36,7 +37,7 @@ func startEnv(base string, cluster, tcp bool, sync string) (*env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store dir: %w", err)
 	}
-	e := &env{dir: dir, tcp: tcp, replicas: 1}
+	e := &env{dir: dir, tcp: tcp, replicas: 1, sync: sync}
 	if !cluster {
 		s, err := natsrv.Start(natsrv.Config{
 			StoreDir:   filepath.Join(dir, "n1"),

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/natsrv"
-	"github.com/idemgate/idemgate/internal/worker"
 )
 
 func main() {
@@ -47,7 +46,7 @@ func mainErr(args []string) error {
 	fs.IntVar(&cfg.Payload, "payload", 256, "bytes of each intent's args")
 	fs.BoolVar(&cfg.TCP, "tcp", false, "connect over TCP loopback (127.0.0.1) instead of in-process")
 	fs.BoolVar(&cfg.Cluster, "cluster", false, "run on an in-process 3-node cluster with R3 stream and bucket")
-	fs.IntVar(&cfg.LedgerBatch, "ledger-batch", worker.DefaultLedgerBatch, "the workers' ledger batch in every scenario but durable (0: off), as the worker's --ledger-batch")
+	fs.IntVar(&cfg.LedgerBatch, "ledger-batch", -1, "the workers' --ledger-batch in every scenario but durable (0: off; -1: as an embedded worker does by default, on at sync always, off otherwise)")
 	fs.StringVar(&cfg.Sync, "sync", natsrv.SyncLazy, "store sync of every scenario but fsync: lazy, always, or an interval like 100ms")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "latency: offered intents/s (0: half the measured unique rate)")
 	fs.DurationVar(&cfg.LatencyFor, "latency-duration", 5*time.Second, "latency: how long the open-loop load runs")

@@ -150,7 +150,7 @@ func (b *bench) memory(ctx context.Context) error {
 	}
 	cmd := exec.CommandContext(ctx, exe)
 	cmd.Env = append(os.Environ(), roleEnv+"="+roleMemWorker, urlEnv+"="+e.servers[0].ClientURL(),
-		inflightEnv+"="+strconv.Itoa(n), delayEnv+"="+b.cfg.MemDelay.String(), batchEnv+"="+strconv.Itoa(b.cfg.LedgerBatch))
+		inflightEnv+"="+strconv.Itoa(n), delayEnv+"="+b.cfg.MemDelay.String(), batchEnv+"="+strconv.Itoa(b.ledgerBatch(e.sync)))
 	if b.cfg.MemProfile != "" {
 		cmd.Env = append(cmd.Env, memprofEnv+"="+b.cfg.MemProfile+".memory-worker.pprof")
 	}

@@ -136,6 +136,11 @@ func (b *bench) print() {
 			}
 		}
 	}
+	for _, inflight := range b.cfg.DurableInflight {
+		if r, ok := b.row(fmt.Sprintf("durable-batched-half@%d", inflight)); ok && len(r.extra) == 2 {
+			b.atMost(fmt.Sprintf("durable p99 <= 50 ms at half of peak (@%d)", inflight), r.extra[1]*1000, 50, "ms")
+		}
+	}
 	if res.haveMemory {
 		note := ""
 		if res.memInflight < 10000 {

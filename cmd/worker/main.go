@@ -75,7 +75,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.LedgerTTL, "ledger-ttl", 24*time.Hour, "how long completed and failed records are kept")
 	fs.DurationVar(&cfg.RetryDelay, "retry-delay", time.Second, "first redelivery delay after a transient failure (doubles per delivery)")
 	fs.DurationVar(&cfg.MaxRetryDelay, "max-retry-delay", time.Minute, "cap of the redelivery delay")
-	fs.IntVar(&cfg.LedgerBatch, "ledger-batch", worker.DefaultLedgerBatch, "group-commit ledger writes in atomic batches of up to N (1-1000; 0: off, every write on its own). One disk sync per batch instead of per write: what makes sync_interval always (the durable setting) fast. Needs nats-server 2.12+")
+	fs.IntVar(&cfg.LedgerBatch, "ledger-batch", worker.DefaultLedgerBatch, "group-commit ledger writes in atomic batches of up to N (1-1000; 0: off, every write on its own). One disk sync per batch instead of per write: what makes a server with sync_interval always (the durable setting) fast; on a server that syncs lazily it is slower than off, so set 0 there (an embedded store with --sync other than always turns it off unless this flag is given). Needs nats-server 2.12+")
 	fs.Float64Var(&cfg.SessionRate, "session-rate", 0, "intents per second one session may send to this worker; over it they are answered rate_limited (0: no limit)")
 	fs.IntVar(&cfg.SessionBurst, "session-burst", 0, "intents a session may send at once above --session-rate (default: the rate, at least 1)")
 	if err := fs.Parse(args); err != nil {
@@ -90,8 +90,15 @@ func run(args []string) error {
 		}
 	}
 
-	if cfg.LedgerBatch == 0 {
+	batchSet := false
+	fs.Visit(func(f *flag.Flag) { batchSet = batchSet || f.Name == "ledger-batch" })
+	switch {
+	case cfg.LedgerBatch == 0:
 		cfg.LedgerBatch = worker.NoLedgerBatch // 0 on the command line: off
+	case !batchSet && *natsURL == "" && *syncPolicy != natsrv.SyncAlways:
+		// An embedded store that does not sync every write: the group
+		// commit's fixed cost per batch would buy nothing.
+		cfg.LedgerBatch = worker.NoLedgerBatch
 	}
 	for _, p := range strings.Split(*replyPrefix, ",") {
 		if p = strings.TrimSpace(p); p != "" {

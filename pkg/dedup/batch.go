@@ -27,7 +27,7 @@ const (
 	// DefaultBatchMin is BatchConfig.Min's default.
 	DefaultBatchMin = 16
 	// DefaultBatchInFlight is BatchConfig.InFlight's default.
-	DefaultBatchInFlight = 1
+	DefaultBatchInFlight = 4
 	// DefaultBatchAckWait is BatchConfig.AckWait's default.
 	DefaultBatchAckWait = time.Second
 	// maxBatchInFlight bounds BatchConfig.InFlight; the server allows 50
@@ -68,8 +68,14 @@ type BatchConfig struct {
 	// 1 sends even a lone write as a batch.
 	Min int
 	// InFlight is how many batches may await their acknowledgement at once;
-	// the next batch carries whatever was queued meanwhile, so batches grow
-	// with the load. Default: 1 (DefaultBatchInFlight). At most 8.
+	// when all may, the next batch carries whatever was queued meanwhile, so
+	// batches grow with the load. A write waits in the queue only while every
+	// slot is taken: more slots shorten the time between a caller's write and
+	// its reaching the server (for a lease holder's completion, the window in
+	// which its crash repeats the effect), fewer make bigger batches. The
+	// server allows 50 batches in flight per stream, shared by every writer;
+	// a refusal for that is retried after a pause. Default: 4
+	// (DefaultBatchInFlight). At most 8.
 	InFlight int
 	// AckWait is the longest a batch waits for its acknowledgement (less when
 	// every writer of the batch stopped waiting first; at most the ledger's
