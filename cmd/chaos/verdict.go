@@ -244,8 +244,7 @@ func judge(v *Verdict, ops []*op, reqs []request, events []event, leases leaseLo
 			for _, q := range fired {
 				r.Times = append(r.Times, q.Arrived)
 			}
-			_, live := leases.lost[o.key]
-			r.Cause = cause(qs, fired, events, live)
+			r.Cause = cause(qs, fired, events, leases.live(o.key))
 			if leases.phantom(o.key) {
 				r.Cause = "phantom_lease_loss"
 			}
@@ -417,7 +416,16 @@ func sortedMap(m map[string]int) string {
 // leaseLog is what the worker logs say about the leases of each key.
 type leaseLog struct {
 	lost     map[string]time.Time // first "lease lost" of a live holder
+	cutOff   map[string]time.Time // first "ledger unreachable past the lease deadline" of a live holder
 	takeover map[string]time.Time // first "lease taken over"
+}
+
+// live reports whether key's holder logged, alive, that it gave the lease
+// up: told it was lost, or cut off from the ledger past its deadline.
+func (l leaseLog) live(key string) bool {
+	_, lost := l.lost[key]
+	_, cut := l.cutOff[key]
+	return lost || cut
 }
 
 // phantom reports whether key's live holder was told it lost its lease
@@ -433,7 +441,7 @@ func (l leaseLog) phantom(key string) bool {
 
 // readLeaseLog reads worker logs (JSON lines).
 func readLeaseLog(paths []string) leaseLog {
-	out := leaseLog{lost: map[string]time.Time{}, takeover: map[string]time.Time{}}
+	out := leaseLog{lost: map[string]time.Time{}, cutOff: map[string]time.Time{}, takeover: map[string]time.Time{}}
 	for _, p := range paths {
 		f, err := os.Open(p)
 		if err != nil {
@@ -446,6 +454,8 @@ func readLeaseLog(paths []string) leaseLog {
 			switch text := sc.Text(); {
 			case strings.Contains(text, "lease lost"):
 				m = out.lost
+			case strings.Contains(text, "ledger unreachable past the lease deadline"):
+				m = out.cutOff
 			case strings.Contains(text, "lease taken over"):
 				m = out.takeover
 			default:

@@ -110,6 +110,17 @@ func TestJudge(t *testing.T) {
 			require.Equal(t, 1, v.RepeatsPhantom)
 			require.Zero(t, v.RepeatsOutage)
 		}},
+		{"a holder cut off from the ledger past its deadline, then taken over", func() bundle {
+			a := newOp("a", done(`1`))
+			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hit(a, 7000, 200)},
+				events: []event{{Kind: faultJetStream, At: at(100), Until: at(2500)}, {Kind: faultWorkerKill, At: at(3000)}},
+				leases: leaseLog{lost: map[string]time.Time{}, cutOff: map[string]time.Time{a.key: at(4000)}, takeover: map[string]time.Time{a.key: at(7000)}}}
+		}, func(t *testing.T, v *Verdict) {
+			require.False(t, v.OK, "an outage repeat, not allowed unless asked")
+			require.Equal(t, 1, v.RepeatsOutage, "the holder was alive: not the crash window, and not a lease lost to its own write")
+			require.Zero(t, v.RepeatsPhantom)
+			require.Zero(t, v.RepeatsCrash)
+		}},
 		{"fired twice with another key", func() bundle {
 			a := newOp("a", done(`1`))
 			other := hit(a, 3000, 200)
@@ -158,7 +169,7 @@ func TestJudge(t *testing.T) {
 			b := c.build()
 			v := &Verdict{}
 			if b.leases.lost == nil {
-				b.leases = leaseLog{lost: map[string]time.Time{}, takeover: map[string]time.Time{}}
+				b.leases = leaseLog{lost: map[string]time.Time{}, cutOff: map[string]time.Time{}, takeover: map[string]time.Time{}}
 			}
 			judge(v, b.ops, b.reqs, b.events, b.leases, false)
 			c.check(t, v)

@@ -283,8 +283,12 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 	period := min(j.tool.Lease, w.cfg.AckWait) / 3
 	halt := w.beats.keepAlive(ectx, j.msg, period, j.tool.Lease, func(ctx context.Context) error {
 		return lease.Extend(ctx, j.tool.Lease)
-	}, func() {
-		w.log.Warn("lease lost while the effect ran; cancelling it", zap.String("key", j.id.Key))
+	}, func(cutOff bool) {
+		if cutOff {
+			w.log.Warn("ledger unreachable past the lease deadline; cancelling the effect", zap.String("key", j.id.Key))
+		} else {
+			w.log.Warn("lease lost while the effect ran; cancelling it", zap.String("key", j.id.Key))
+		}
 		cancel()
 	})
 	// The heartbeat goes on until the outcome is recorded: a holder retrying

@@ -32,7 +32,7 @@ type beat struct {
 	period   time.Duration
 	lease    time.Duration
 	extend   func(context.Context) error
-	lost     func()
+	lost     func(cutOff bool)
 	next     time.Time // when it is due
 	deadline time.Time // the lease's deadline, as of the last successful extension
 	index    int       // in the queue; -1 when out of it
@@ -45,11 +45,11 @@ type beat struct {
 // until ctx is done or the returned stop is called; stop waits for an
 // extension in flight.
 //
-// With extend, the beat guards a lease of length lease: it calls lost and
-// stops when extend reports dedup.ErrLeaseLost, or when three quarters of a
-// lease past the lease's deadline (the last successful extension plus lease)
-// have gone by without a successful extension — the ledger has been
-// unreachable that long, and another claimant may take the key over once it
+// With extend, the beat guards a lease of length lease: it calls lost(false)
+// and stops when extend reports dedup.ErrLeaseLost, or lost(true) when three
+// quarters of a lease past the lease's deadline (the last successful
+// extension plus lease) have gone by without a successful extension — the
+// ledger has been unreachable that long, and another claimant may take the key over once it
 // has seen the record unchanged for a further lease, so the effect must stop
 // before then. (Not at the deadline itself: cancelling a request that reached
 // the downstream can cost a repeat, so the holder gives the ledger as long as
@@ -57,7 +57,7 @@ type beat struct {
 // An extension in flight is never cancelled by stop: a write cancelled
 // mid-way may land without its writer knowing, which would leave the holder
 // with a stale revision.
-func (hb *heartbeats) keepAlive(ctx context.Context, msg jetstream.Msg, period, lease time.Duration, extend func(context.Context) error, lost func()) (stop func()) {
+func (hb *heartbeats) keepAlive(ctx context.Context, msg jetstream.Msg, period, lease time.Duration, extend func(context.Context) error, lost func(cutOff bool)) (stop func()) {
 	now := time.Now()
 	b := &beat{msg: msg, period: period, lease: lease, extend: extend, lost: lost,
 		next: now.Add(period), deadline: now.Add(lease), index: -1}
@@ -144,7 +144,7 @@ func (hb *heartbeats) fire(b *beat) {
 	case time.Now().After(b.deadline.Add(b.lease * 3 / 4)):
 		hb.mu.Unlock()
 		hb.remove(b)
-		b.lost()
+		b.lost(true)
 		return
 	}
 	b.busy = true
@@ -165,7 +165,7 @@ func (hb *heartbeats) fire(b *beat) {
 		hb.mu.Unlock()
 		if errors.Is(err, dedup.ErrLeaseLost) && !stopped {
 			hb.remove(b)
-			b.lost()
+			b.lost(false)
 		}
 	}()
 }

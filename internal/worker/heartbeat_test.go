@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ func TestHeartbeatsKeepManyAlive(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = &countingMsg{}
 		stops[i] = hb.keepAlive(context.Background(), msgs[i], 20*time.Millisecond, time.Minute,
-			func(context.Context) error { extends.Add(1); return nil }, func() { t.Error("lost") })
+			func(context.Context) error { extends.Add(1); return nil }, func(bool) { t.Error("lost") })
 	}
 	require.Eventually(t, func() bool {
 		for _, m := range msgs {
@@ -65,15 +66,15 @@ func TestHeartbeatLostLeaseAndDeadline(t *testing.T) {
 	hb := runBeats(t)
 	lost := make(chan string, 2)
 	hb.keepAlive(context.Background(), &countingMsg{}, 10*time.Millisecond, time.Minute,
-		func(context.Context) error { return dedup.ErrLeaseLost }, func() { lost <- "taken over" })
-	require.Equal(t, "taken over", <-lost)
+		func(context.Context) error { return dedup.ErrLeaseLost }, func(cutOff bool) { lost <- fmt.Sprint("taken over ", cutOff) })
+	require.Equal(t, "taken over false", <-lost)
 
 	// The ledger never answers: three quarters of a lease past the deadline,
 	// the holder gives up.
 	start := time.Now()
 	hb.keepAlive(context.Background(), &countingMsg{}, 10*time.Millisecond, 100*time.Millisecond,
-		func(context.Context) error { return errors.New("no responders") }, func() { lost <- "deadline" })
-	require.Equal(t, "deadline", <-lost)
+		func(context.Context) error { return errors.New("no responders") }, func(cutOff bool) { lost <- fmt.Sprint("deadline ", cutOff) })
+	require.Equal(t, "deadline true", <-lost)
 	require.GreaterOrEqual(t, time.Since(start), 175*time.Millisecond)
 }
 
@@ -92,7 +93,7 @@ func TestHeartbeatStopWaitsForTheExtension(t *testing.T) {
 			<-release
 			finished.Store(true)
 			return nil
-		}, func() {})
+		}, func(bool) {})
 	<-entered
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()

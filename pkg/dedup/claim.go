@@ -165,7 +165,7 @@ func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest) (res ClaimRes
 	case err == nil:
 		return l.held(Acquired, req.Key, rev, rec), false, nil
 	case !errors.Is(err, jetstream.ErrKeyExists):
-		if got, ok := l.settle(ctx, req.Key, 0, data); ok {
+		if got, ok := l.settle(ctx, req.Key, 0, data, settleTimeout); ok {
 			return l.held(Acquired, req.Key, got, rec), false, nil
 		}
 		return ClaimResult{}, false, err

@@ -149,6 +149,12 @@ func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time
 	if ls.done {
 		return Record{}, fmt.Errorf("%s %s: %w", op, ls.key, ErrLeaseDone)
 	}
+	if len(ls.unsure) > 0 {
+		// Recovering from a write of unknown outcome (an outage, most
+		// likely): go straight to the stream, not behind a batch that the
+		// same outage may still hold.
+		ctx = direct(ctx)
+	}
 	now := ls.ledger.clock()
 	next := ls.rec
 	change(&next, now)

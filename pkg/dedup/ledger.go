@@ -217,6 +217,13 @@ func (l *Ledger) cas(ctx context.Context, key string, rev uint64, rec Record) (u
 	if err != nil {
 		return 0, err
 	}
+	// The settling read gets no longer than the write had: a caller that
+	// bounds its attempts (a holder retrying its completion through an
+	// outage) must get each attempt back in that time.
+	settleIn := settleTimeout
+	if d, ok := ctx.Deadline(); ok {
+		settleIn = min(settleIn, max(time.Until(d), 100*time.Millisecond))
+	}
 	for try := 0; ; try++ {
 		newRev, err := l.update(ctx, key, data, rev)
 		switch {
@@ -230,7 +237,7 @@ func (l *Ledger) cas(ctx context.Context, key string, rev uint64, rec Record) (u
 			}
 			return 0, ErrRevisionMismatch
 		}
-		if got, ok := l.settle(ctx, key, rev, data); ok {
+		if got, ok := l.settle(ctx, key, rev, data, settleIn); ok {
 			return got, nil
 		}
 		return 0, err
@@ -270,9 +277,10 @@ func (l *Ledger) retryCAS(ctx context.Context, key string, rev uint64, err error
 }
 
 // settle resolves a write of data over rev whose outcome is unknown: it
-// reports the new revision and true if the leader's latest value is data.
-func (l *Ledger) settle(ctx context.Context, key string, rev uint64, data []byte) (uint64, bool) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+// reports the new revision and true if the leader's latest value is data, as
+// read within the given time.
+func (l *Ledger) settle(ctx context.Context, key string, rev uint64, data []byte, within time.Duration) (uint64, bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), within)
 	defer cancel()
 	e, err := l.read(ctx, key)
 	if err != nil || !e.live() || e.rev <= rev || !bytes.Equal(e.data, data) {

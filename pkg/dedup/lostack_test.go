@@ -195,3 +195,44 @@ func within2[T any](t *testing.T, d time.Duration, f func(ctx context.Context) (
 	})
 	return v, err
 }
+
+// TestGraceNeedsAReadableLedger: a claimant's grace (WaitChange) proves a
+// holder gone only if the holder could have written meanwhile. When the
+// ledger stops answering during the grace — a replicated stream electing a
+// leader, a server restarting — the wait ends with an error instead of
+// reporting the record unchanged.
+func TestGraceNeedsAReadableLedger(t *testing.T) {
+	t.Parallel()
+	p := newProxied(t)
+	res, err := p.plain.Claim(p.ctx, dedup.ClaimRequest{Key: "k", Tool: "t", Fingerprint: "f", Holder: "w1", Lease: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, dedup.Acquired, res.Outcome)
+
+	type waited struct {
+		moved bool
+		err   error
+	}
+	done := make(chan waited, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(p.ctx, 2*time.Second)
+		defer cancel()
+		moved, err := p.ledger.WaitChange(ctx, "k", res.Revision)
+		done <- waited{moved, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	p.proxy.Hold()
+	select {
+	case w := <-done:
+		require.Error(t, w.err, "the ledger stopped answering during the grace")
+		require.False(t, w.moved)
+	case <-time.After(20 * time.Second):
+		t.Fatal("WaitChange outlived its context")
+	}
+	p.cut(t)
+
+	ctx, cancel := context.WithTimeout(p.ctx, time.Second)
+	defer cancel()
+	moved, err := p.ledger.WaitChange(ctx, "k", res.Revision)
+	require.NoError(t, err, "readable throughout: the grace counts")
+	require.False(t, moved)
+}

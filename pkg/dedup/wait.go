@@ -108,22 +108,53 @@ func (l *Ledger) liveAfter(ctx context.Context, key string, rev uint64) (bool, e
 
 // WaitChange watches key until its record moves past revision rev (any later
 // write or deletion) and reports true; it reports false, with no error, when
-// ctx ends first. A claimant uses it to confirm that an expired lease is
-// abandoned — the record stays at rev for a grace period on its own clock —
-// before taking it over (see WithConfirmedTakeover).
+// ctx ends first with the record still at rev. A claimant uses it to confirm
+// that an expired lease is abandoned — the record stays at rev for a grace
+// period on its own clock — before taking it over (see
+// WithConfirmedTakeover).
+//
+// The grace only counts while the ledger is writable by the holder: an outage
+// (a replicated stream without a leader, a server restarting) stops its
+// writes as surely as a crash. So the stream leader is read at the start, at
+// the end and at eight points in between (a ctx without a deadline: every
+// second); a read that fails ends the wait with an error — the grace proved
+// nothing, and the caller should try again later.
 func (l *Ledger) WaitChange(ctx context.Context, key string, rev uint64) (bool, error) {
+	probe := time.Second
+	if d, ok := ctx.Deadline(); ok {
+		probe = max(time.Until(d)/8, 10*time.Millisecond)
+	}
+	// check reads the leader: moved reports the record past rev.
+	check := func() (moved bool, err error) {
+		rctx, cancel := context.WithTimeout(context.Background(), max(probe, time.Second))
+		defer cancel()
+		e, err := l.read(rctx, key)
+		if err != nil {
+			return false, fmt.Errorf("wait change %s: ledger unreadable, grace not counted: %w", key, err)
+		}
+		return e.rev != rev, nil
+	}
+	if moved, err := check(); moved || err != nil {
+		return moved, err
+	}
 	w, err := l.kv.Watch(ctx, key)
 	if err != nil {
 		if ctx.Err() != nil {
-			return false, nil
+			return check()
 		}
 		return false, fmt.Errorf("wait change %s: %w", key, err)
 	}
 	defer func() { _ = w.Stop() }()
+	tick := time.NewTicker(probe)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return false, nil
+			return check()
+		case <-tick.C:
+			if moved, err := check(); moved || err != nil {
+				return moved, err
+			}
 		case e, ok := <-w.Updates():
 			if !ok {
 				return false, fmt.Errorf("wait change %s: %w", key, errWatchClosed)
