@@ -846,70 +846,69 @@ func (b *bench) durableHalf(ctx context.Context, m durableMode, inflight int) er
 	rate := peak / 2
 	name := fmt.Sprintf("%s-half@%d", m.name, inflight)
 	n := max(int(rate*b.cfg.LatencyFor.Seconds()), 1)
-	e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, m.sync)
-	if err != nil {
-		return err
-	}
-	defer e.close()
-	r, err := b.prepare(ctx, e, name, n, n, m.batch)
-	if err != nil {
-		return err
-	}
-	g, data, keys, p := r.g, r.data, r.keys, r.p
-	defer func() { _ = g.stop() }()
-	var lat []time.Duration
-	var sent time.Duration
-	cpu, err := b.measure(name, func() error {
-		var err error
-		lat, sent, err = p.openLoop(ctx, idemBatch(g.names, data, keys), rate, expect(false))
-		return err
+	sent, lat, cpu, err := b.durableLoad(ctx, m, name, n, n, func(p *publisher, bt batch) (time.Duration, []time.Duration, error) {
+		lat, sent, err := p.openLoop(ctx, bt, rate, expect(false))
+		return sent, lat, err
 	})
 	if err != nil {
 		return err
 	}
-	slices.Sort(lat)
 	p50, p99 := percentile(lat, .50), percentile(lat, .99)
-	b.add(row{name: name, ops: float64(n) / sent.Seconds(), cpu: cpu / time.Duration(n),
+	b.add(row{name: name, ops: float64(n) / sent.Seconds(), cpu: cpu,
 		detail: fmt.Sprintf("%d intents, open loop at %.0f/s (half of %s@%d), sync %s, ledger batch %d: p50 %s p99 %s",
 			n, rate, m.name, inflight, m.sync, m.batch, ms(p50), ms(p99)),
 		extra: []float64{p50.Seconds(), p99.Seconds()}})
-	return g.stop()
+	return nil
 }
 
 func (b *bench) durableRun(ctx context.Context, m durableMode, inflight int) error {
-	name, sync, batch := fmt.Sprintf("%s@%d", m.name, inflight), m.sync, m.batch
-	e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, sync)
-	if err != nil {
-		return err
-	}
-	defer e.close()
-	n := b.cfg.FsyncN
-	r, err := b.prepare(ctx, e, name, n, inflight, batch)
-	if err != nil {
-		return err
-	}
-	g, data, keys, p := r.g, r.data, r.keys, r.p
-	defer func() { _ = g.stop() }()
-	var took time.Duration
-	var lat []time.Duration
-	cpu, err := b.measure(name, func() error {
-		var err error
-		took, lat, err = p.closedLoopLatency(ctx, idemBatch(g.names, data, keys), inflight, expect(false))
-		return err
+	name, n := fmt.Sprintf("%s@%d", m.name, inflight), b.cfg.FsyncN
+	took, lat, cpu, err := b.durableLoad(ctx, m, name, n, inflight, func(p *publisher, bt batch) (time.Duration, []time.Duration, error) {
+		return p.closedLoopLatency(ctx, bt, inflight, expect(false))
 	})
 	if err != nil {
 		return err
 	}
-	slices.Sort(lat)
 	p50, p99 := percentile(lat, .50), percentile(lat, .99)
 	ref := ""
 	if m.ref != "" {
 		ref = fmt.Sprintf("%s@%d", m.ref, inflight)
 	}
-	b.add(row{name: name, ops: float64(n) / took.Seconds(), cpu: cpu / time.Duration(n), ref: ref,
-		detail: fmt.Sprintf("%d intents, %d in flight, sync %s, ledger batch %d: p50 %s p99 %s", n, inflight, sync, batch, ms(p50), ms(p99)),
+	b.add(row{name: name, ops: float64(n) / took.Seconds(), cpu: cpu, ref: ref,
+		detail: fmt.Sprintf("%d intents, %d in flight, sync %s, ledger batch %d: p50 %s p99 %s", n, inflight, m.sync, m.batch, ms(p50), ms(p99)),
 		extra:  []float64{p50.Seconds(), p99.Seconds()}})
-	return g.stop()
+	return nil
+}
+
+// durableLoad runs n unique intents named name through workers set up as m
+// says (a fresh store with its sync policy, its ledger batch), with a
+// publisher keeping up to inflight unanswered, by load; it returns the time
+// load reports, each intent's latency (sorted) and the CPU per intent.
+func (b *bench) durableLoad(ctx context.Context, m durableMode, name string, n, inflight int,
+	load func(p *publisher, bt batch) (time.Duration, []time.Duration, error)) (time.Duration, []time.Duration, time.Duration, error) {
+	e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, m.sync)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	defer e.close()
+	r, err := b.prepare(ctx, e, name, n, inflight, m.batch)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	g := r.g
+	defer func() { _ = g.stop() }()
+	var took time.Duration
+	var lat []time.Duration
+	cpu, err := b.measure(name, func() error {
+		var err error
+		took, lat, err = load(r.p, idemBatch(g.names, r.data, r.keys))
+		return err
+	})
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	slices.Sort(lat)
+	return took, lat, cpu / time.Duration(n), g.stop()
 }
 
 // memNow returns HeapInuse after a GC and the process's VmRSS, in bytes.
