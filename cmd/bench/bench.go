@@ -218,10 +218,39 @@ func registry(delay time.Duration, wrap func(effects.Effect) effects.Effect) (*e
 // workerGroup is Workers workers, each on its own connection, running the
 // real consume loop.
 type workerGroup struct {
-	names  intent.Names
-	cancel context.CancelFunc
-	errs   chan error
-	n      int
+	names   intent.Names
+	cancel  context.CancelFunc
+	errs    chan error
+	n       int
+	workers []*worker.Worker
+}
+
+// batchStats sums the workers' group-commit counts.
+func (g *workerGroup) batchStats() dedup.BatchStats {
+	var sum dedup.BatchStats
+	for _, w := range g.workers {
+		st := w.LedgerBatchStats()
+		sum.Batches += st.Batches
+		sum.BatchedWrites += st.BatchedWrites
+		sum.SingleWrites += st.SingleWrites
+		sum.Resent += st.Resent
+		sum.Fallbacks += st.Fallbacks
+	}
+	return sum
+}
+
+// batchDetail says what the group commit did, for a row's detail ("" when
+// it did nothing).
+func batchDetail(st dedup.BatchStats) string {
+	if st.Batches == 0 && st.SingleWrites == 0 {
+		return ""
+	}
+	avg := 0.0
+	if st.Batches > 0 {
+		avg = float64(st.BatchedWrites) / float64(st.Batches)
+	}
+	return fmt.Sprintf("; %d batches of %.1f writes on average, %d single writes, %d resent, %d fallbacks",
+		st.Batches, avg, st.SingleWrites, st.Resent, st.Fallbacks)
 }
 
 // ledgerBatch is the workers' ledger batch on a store with the given sync
@@ -263,6 +292,7 @@ func (b *bench) startWorkers(ctx context.Context, e *env, reg *effects.Registry,
 			return nil, err
 		}
 		g.names = w.Names()
+		g.workers = append(g.workers, w)
 		g.n++
 		go func() { g.errs <- w.Run(runCtx, drain) }()
 	}
@@ -846,69 +876,79 @@ func (b *bench) durableHalf(ctx context.Context, m durableMode, inflight int) er
 	rate := peak / 2
 	name := fmt.Sprintf("%s-half@%d", m.name, inflight)
 	n := max(int(rate*b.cfg.LatencyFor.Seconds()), 1)
-	sent, lat, cpu, err := b.durableLoad(ctx, m, name, n, n, func(p *publisher, bt batch) (time.Duration, []time.Duration, error) {
+	res, err := b.durableLoad(ctx, m, name, n, n, func(p *publisher, bt batch) (time.Duration, []time.Duration, error) {
 		lat, sent, err := p.openLoop(ctx, bt, rate, expect(false))
 		return sent, lat, err
 	})
 	if err != nil {
 		return err
 	}
-	p50, p99 := percentile(lat, .50), percentile(lat, .99)
-	b.add(row{name: name, ops: float64(n) / sent.Seconds(), cpu: cpu,
-		detail: fmt.Sprintf("%d intents, open loop at %.0f/s (half of %s@%d), sync %s, ledger batch %d: p50 %s p99 %s",
-			n, rate, m.name, inflight, m.sync, m.batch, ms(p50), ms(p99)),
-		extra: []float64{p50.Seconds(), p99.Seconds()}})
+	b.add(row{name: name, ops: float64(n) / res.took.Seconds(), cpu: res.cpu,
+		detail: fmt.Sprintf("%d intents, open loop at %.0f/s (half of %s@%d), sync %s, ledger batch %d: p50 %s p99 %s%s",
+			n, rate, m.name, inflight, m.sync, m.batch, ms(res.p50), ms(res.p99), batchDetail(res.batch)),
+		extra: []float64{res.p50.Seconds(), res.p99.Seconds()}})
 	return nil
 }
 
 func (b *bench) durableRun(ctx context.Context, m durableMode, inflight int) error {
 	name, n := fmt.Sprintf("%s@%d", m.name, inflight), b.cfg.FsyncN
-	took, lat, cpu, err := b.durableLoad(ctx, m, name, n, inflight, func(p *publisher, bt batch) (time.Duration, []time.Duration, error) {
+	res, err := b.durableLoad(ctx, m, name, n, inflight, func(p *publisher, bt batch) (time.Duration, []time.Duration, error) {
 		return p.closedLoopLatency(ctx, bt, inflight, expect(false))
 	})
 	if err != nil {
 		return err
 	}
-	p50, p99 := percentile(lat, .50), percentile(lat, .99)
 	ref := ""
 	if m.ref != "" {
 		ref = fmt.Sprintf("%s@%d", m.ref, inflight)
 	}
-	b.add(row{name: name, ops: float64(n) / took.Seconds(), cpu: cpu, ref: ref,
-		detail: fmt.Sprintf("%d intents, %d in flight, sync %s, ledger batch %d: p50 %s p99 %s", n, inflight, m.sync, m.batch, ms(p50), ms(p99)),
-		extra:  []float64{p50.Seconds(), p99.Seconds()}})
+	b.add(row{name: name, ops: float64(n) / res.took.Seconds(), cpu: res.cpu, ref: ref,
+		detail: fmt.Sprintf("%d intents, %d in flight, sync %s, ledger batch %d: p50 %s p99 %s%s",
+			n, inflight, m.sync, m.batch, ms(res.p50), ms(res.p99), batchDetail(res.batch)),
+		extra: []float64{res.p50.Seconds(), res.p99.Seconds()}})
 	return nil
 }
 
 // durableLoad runs n unique intents named name through workers set up as m
 // says (a fresh store with its sync policy, its ledger batch), with a
-// publisher keeping up to inflight unanswered, by load; it returns the time
-// load reports, each intent's latency (sorted) and the CPU per intent.
+// publisher keeping up to inflight unanswered, by load, which returns the
+// time it took and each intent's latency.
 func (b *bench) durableLoad(ctx context.Context, m durableMode, name string, n, inflight int,
-	load func(p *publisher, bt batch) (time.Duration, []time.Duration, error)) (time.Duration, []time.Duration, time.Duration, error) {
+	load func(p *publisher, bt batch) (time.Duration, []time.Duration, error)) (loadResult, error) {
 	e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, m.sync)
 	if err != nil {
-		return 0, nil, 0, err
+		return loadResult{}, err
 	}
 	defer e.close()
 	r, err := b.prepare(ctx, e, name, n, inflight, m.batch)
 	if err != nil {
-		return 0, nil, 0, err
+		return loadResult{}, err
 	}
 	g := r.g
 	defer func() { _ = g.stop() }()
-	var took time.Duration
-	var lat []time.Duration
+	var res loadResult
 	cpu, err := b.measure(name, func() error {
 		var err error
-		took, lat, err = load(r.p, idemBatch(g.names, r.data, r.keys))
+		res.took, res.lat, err = load(r.p, idemBatch(g.names, r.data, r.keys))
 		return err
 	})
 	if err != nil {
-		return 0, nil, 0, err
+		return loadResult{}, err
 	}
-	slices.Sort(lat)
-	return took, lat, cpu / time.Duration(n), g.stop()
+	slices.Sort(res.lat)
+	res.p50, res.p99 = percentile(res.lat, .50), percentile(res.lat, .99)
+	res.cpu = cpu / time.Duration(n)
+	res.batch = g.batchStats()
+	return res, g.stop()
+}
+
+// loadResult is what durableLoad measured.
+type loadResult struct {
+	took     time.Duration   // as load reported it
+	lat      []time.Duration // each intent's, sorted
+	p50, p99 time.Duration
+	cpu      time.Duration // per intent
+	batch    dedup.BatchStats
 }
 
 // memNow returns HeapInuse after a GC and the process's VmRSS, in bytes.

@@ -88,6 +88,10 @@ func (w *Worker) Ready() <-chan struct{} { return w.ready }
 // Names returns the names the worker runs on.
 func (w *Worker) Names() intent.Names { return w.res.names }
 
+// LedgerBatchStats reports what the ledger's group commit did so far (all
+// zero when it is off).
+func (w *Worker) LedgerBatchStats() dedup.BatchStats { return w.ledger.BatchStats() }
+
 // Run consumes intents until ctx is done, then drains: it takes no new
 // intents, lets the effects in flight finish for up to drain, and returns.
 // Intents still unsettled after drain are left to redelivery (their claims
