@@ -1,9 +1,12 @@
 package worker
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemgate/idemgate/pkg/dedup"
 )
 
 // Metrics are the worker's Prometheus metrics. Counters and histograms are
@@ -27,6 +30,9 @@ type Metrics struct {
 	badReplies   prometheus.Counter
 	knownTools   map[string]bool
 	unknownLabel string
+	// batchStats reads the worker's group-commit counts at scrape time; nil
+	// until the worker is built.
+	batchStats atomic.Pointer[func() dedup.BatchStats]
 }
 
 // NewMetrics creates the worker's metrics and registers them with reg (nil:
@@ -62,9 +68,44 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.received, m.fired, m.replays, m.coalesced, m.conflicts, m.failures, m.takeovers,
-			m.badInputs, m.deadLetters, m.decisions, m.limited, m.effectTime, m.claimToDone, m.endToEnd, m.inFlight, m.badReplies)
+			m.badInputs, m.deadLetters, m.decisions, m.limited, m.effectTime, m.claimToDone, m.endToEnd, m.inFlight, m.badReplies,
+			batchCollector{m})
 	}
 	return m
+}
+
+// The group commit's counters (dedup.BatchStats), read at scrape time.
+var (
+	batchesDesc = prometheus.NewDesc("idemgate_ledger_batches_total",
+		"Atomic batches of ledger writes committed (group commit).", nil, nil)
+	batchedWritesDesc = prometheus.NewDesc("idemgate_ledger_batched_writes_total",
+		"Ledger writes committed in atomic batches; over idemgate_ledger_batches_total, the average batch.", nil, nil)
+	singleWritesDesc = prometheus.NewDesc("idemgate_ledger_single_writes_total",
+		"Ledger writes sent one by one by the group commit: too few queued to pay for a batch, or a fallback.", nil, nil)
+	batchResentDesc = prometheus.NewDesc("idemgate_ledger_batches_resent_total",
+		"Batches sent again after a refusal (one write's expectation failed, or a key was still being written).", nil, nil)
+	batchFallbacksDesc = prometheus.NewDesc("idemgate_ledger_batch_fallbacks_total",
+		"Batches whose writes went out one by one because the batch was refused as a whole: rising with every batch means the server takes no atomic batches (nats-server 2.12+ needed).", nil, nil)
+)
+
+// batchCollector exports the worker's group-commit counts.
+type batchCollector struct{ m *Metrics }
+
+func (c batchCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{batchesDesc, batchedWritesDesc, singleWritesDesc, batchResentDesc, batchFallbacksDesc} {
+		ch <- d
+	}
+}
+
+func (c batchCollector) Collect(ch chan<- prometheus.Metric) {
+	var st dedup.BatchStats
+	if f := c.m.batchStats.Load(); f != nil {
+		st = (*f)()
+	}
+	for d, v := range map[*prometheus.Desc]uint64{batchesDesc: st.Batches, batchedWritesDesc: st.BatchedWrites,
+		singleWritesDesc: st.SingleWrites, batchResentDesc: st.Resent, batchFallbacksDesc: st.Fallbacks} {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
 }
 
 // tool is the label for tool: the name when configured, else "_unknown", so

@@ -78,6 +78,8 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("worker: ledger: %w", err)
 	}
+	stats := ledger.BatchStats
+	cfg.Metrics.batchStats.Store(&stats)
 	return &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, m: cfg.Metrics, ready: make(chan struct{}), beats: newHeartbeats(),
 		limits: newSessionLimits(cfg.SessionRate, cfg.SessionBurst), slots: newToolSlots(tools)}, nil
 }
