@@ -99,10 +99,13 @@ func TestMetricsAfterAKnownWorkload(t *testing.T) {
 		`idemgate_intent_end_to_end_seconds_count{tool="send_email"}`:         3 + 2 + 1 + 1 + 1,
 		`idemgate_intent_end_to_end_seconds_count{tool="_unknown"}`:           1,
 		`idemgate_intents_in_flight`:                                          0,
+		// The replays and the conflict are answered from the worker's
+		// cache of final records, without the ledger.
+		`idemgate_answer_cache_hits_total{tool="send_email"}`: 2 + 1,
 		// One intent at a time: too few writes queue for a batch, so the
 		// group commit sends each on its own — the claims of the four
-		// operations, the two replays and the conflict, and four results.
-		`idemgate_ledger_single_writes_total`:   4 + 2 + 1 + 4,
+		// operations and their four results.
+		`idemgate_ledger_single_writes_total`:   4 + 4,
 		`idemgate_ledger_batches_total`:         0,
 		`idemgate_ledger_batch_fallbacks_total`: 0,
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,6 +50,7 @@ type config struct {
 	Cluster         bool          // an in-process 3-node cluster, R3 stream and bucket
 	Sync            string        // sync policy of every scenario but fsync
 	LedgerBatch     int           // the workers' ledger batch in every scenario but durable (0: off; -1: as the worker's embedded default)
+	AnswerCache     time.Duration // the workers' answer cache (0: off)
 	Scenarios       []string      // subset of allScenarios
 	Rate            float64       // latency: intents/s; 0 = half the unique rate
 	LatencyFor      time.Duration // latency: how long the open-loop load runs
@@ -286,6 +288,7 @@ func (b *bench) startWorkers(ctx context.Context, e *env, reg *effects.Registry,
 			MaxAckPending: max(4096, concurrency*b.cfg.Workers),
 			Replicas:      e.replicas,
 			LedgerBatch:   ledgerBatch,
+			AnswerCache:   cmp.Or(b.cfg.AnswerCache, worker.NoAnswerCache),
 		})
 		if err != nil {
 			g.stop()

@@ -34,7 +34,7 @@ func TestBenchShort(t *testing.T) {
 		N: 300, FsyncN: 200, Inflight: 128, Concurrency: 64, Workers: 1, Payload: 256,
 		Sync: "lazy", Scenarios: allScenarios, LatencyFor: time.Second,
 		MemInflight: 500, MemDelay: time.Minute, StoreDir: t.TempDir(),
-		Timeout: 20 * time.Second, Short: true, Rounds: 1, LedgerBatch: -1,
+		Timeout: 20 * time.Second, Short: true, Rounds: 1, LedgerBatch: -1, AnswerCache: 10 * time.Second,
 	}
 	cfg.shorten()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

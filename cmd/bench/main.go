@@ -47,6 +47,7 @@ func mainErr(args []string) error {
 	fs.BoolVar(&cfg.TCP, "tcp", false, "connect over TCP loopback (127.0.0.1) instead of in-process")
 	fs.BoolVar(&cfg.Cluster, "cluster", false, "run on an in-process 3-node cluster with R3 stream and bucket")
 	fs.IntVar(&cfg.LedgerBatch, "ledger-batch", -1, "the workers' --ledger-batch in every scenario but durable (0: off; -1: as an embedded worker does by default, on at sync always, off otherwise)")
+	fs.DurationVar(&cfg.AnswerCache, "answer-cache", 10*time.Second, "the workers' --answer-cache (0: off, every duplicate reads the ledger)")
 	fs.StringVar(&cfg.Sync, "sync", natsrv.SyncLazy, "store sync of every scenario but fsync: lazy, always, or an interval like 100ms")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "latency: offered intents/s (0: half the measured unique rate)")
 	fs.DurationVar(&cfg.LatencyFor, "latency-duration", 5*time.Second, "latency: how long the open-loop load runs")

@@ -76,6 +76,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.RetryDelay, "retry-delay", time.Second, "first redelivery delay after a transient failure (doubles per delivery)")
 	fs.DurationVar(&cfg.MaxRetryDelay, "max-retry-delay", time.Minute, "cap of the redelivery delay")
 	fs.IntVar(&cfg.LedgerBatch, "ledger-batch", worker.DefaultLedgerBatch, "group-commit ledger writes in atomic batches of up to N (1-1000; 0: off, every write on its own). One disk sync per batch instead of per write: what makes a server with sync_interval always (the durable setting) fast; on a server that syncs lazily it is slower than off, so set 0 there (an embedded store with --sync other than always turns it off unless this flag is given). Needs nats-server 2.12+")
+	fs.DurationVar(&cfg.AnswerCache, "answer-cache", 10*time.Second, "how long a duplicate is answered from this worker's memory of a final record it wrote or read, without a ledger read (0: off); a record deleted from the ledger meanwhile is answered until then")
 	fs.Float64Var(&cfg.SessionRate, "session-rate", 0, "intents per second one session may send to this worker; over it they are answered rate_limited (0: no limit)")
 	fs.IntVar(&cfg.SessionBurst, "session-burst", 0, "intents a session may send at once above --session-rate (default: the rate, at least 1)")
 	if err := fs.Parse(args); err != nil {
@@ -90,6 +91,9 @@ func run(args []string) error {
 		}
 	}
 
+	if cfg.AnswerCache == 0 {
+		cfg.AnswerCache = worker.NoAnswerCache // 0 on the command line: off
+	}
 	batchSet := false
 	fs.Visit(func(f *flag.Flag) { batchSet = batchSet || f.Name == "ledger-batch" })
 	switch {

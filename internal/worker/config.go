@@ -17,6 +17,8 @@ const (
 	DefaultLedgerBatch = 500
 	// NoLedgerBatch turns the group commit off.
 	NoLedgerBatch = -1
+	// NoAnswerCache turns the answer cache off (Config.AnswerCache).
+	NoAnswerCache = -1
 )
 
 // Config is the behaviour of a Worker. The zero value of every field means
@@ -78,6 +80,18 @@ type Config struct {
 	// refusal makes every write go out on its own. Default: 500
 	// (DefaultLedgerBatch); NoLedgerBatch (-1) writes every write on its own.
 	LedgerBatch int
+
+	// AnswerCache is how long this worker answers a duplicate from a final
+	// record (completed, failed, denied) it wrote or read, without asking the
+	// ledger: a record removed from the ledger meanwhile (an operator letting
+	// an operation run again) is answered from the cache until then. Negative
+	// (NoAnswerCache): every duplicate reads the ledger. Default: 10s.
+	AnswerCache time.Duration
+
+	// AnswerCacheBytes bounds the answer cache's memory; the least recently
+	// used entries go first, and records over 64 KiB are never cached.
+	// Default: 32 MiB.
+	AnswerCacheBytes int
 
 	// ReplyPrefixes are the subject prefixes an intent's Idem-Reply-To may
 	// name; an answer is never published elsewhere — not on the ledger's KV
@@ -145,6 +159,12 @@ func (c *Config) setDefaults() {
 	if c.LedgerBatch == 0 {
 		c.LedgerBatch = DefaultLedgerBatch
 	}
+	if c.AnswerCache == 0 {
+		c.AnswerCache = 10 * time.Second
+	}
+	if c.AnswerCacheBytes == 0 {
+		c.AnswerCacheBytes = 32 << 20
+	}
 	if len(c.ReplyPrefixes) == 0 {
 		c.ReplyPrefixes = []string{"_INBOX."}
 	}
@@ -180,6 +200,9 @@ func (c *Config) validate() error {
 	}
 	if c.LedgerBatch < NoLedgerBatch || c.LedgerBatch > dedup.MaxBatch {
 		errs = append(errs, fmt.Errorf("ledger batch %d: use 1-%d, or %d (off)", c.LedgerBatch, dedup.MaxBatch, NoLedgerBatch))
+	}
+	if c.AnswerCacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("answer cache bytes %d: must not be negative", c.AnswerCacheBytes))
 	}
 	if c.MaxRetryDelay < c.RetryDelay {
 		errs = append(errs, fmt.Errorf("max retry delay %s: must be at least the retry delay (%s)", c.MaxRetryDelay, c.RetryDelay))

@@ -139,6 +139,18 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 		IntentSeq:   j.meta.Sequence.Stream,
 		CallID:      j.env.CallID,
 	}
+	if rec, ok := w.answers.get(req.Key); ok {
+		// A final record this worker wrote or read a moment ago: no need
+		// to ask the ledger again.
+		w.m.cacheHits.WithLabelValues(j.env.Tool).Inc()
+		if rec.Fingerprint != j.id.Fingerprint {
+			w.answer(j, w.conflict(j, rec))
+			return ack()
+		}
+		w.m.replays.WithLabelValues(j.env.Tool).Inc()
+		w.answer(j, w.fromRecord(j, rec, true))
+		return ack()
+	}
 	waitUntil := time.Now().Add(w.cfg.MaxWait)
 	for {
 		c, err := w.ledger.Claim(stop, req)
@@ -154,10 +166,12 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 			}
 			return v
 		case dedup.Done:
+			w.answers.put(req.Key, c.Record)
 			w.m.replays.WithLabelValues(j.env.Tool).Inc()
 			w.answer(j, w.fromRecord(j, c.Record, true))
 			return ack()
 		case dedup.Conflict:
+			w.answers.put(req.Key, c.Record)
 			w.answer(j, w.conflict(j, c.Record))
 			return ack()
 		case dedup.Busy:
@@ -182,6 +196,7 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 			rec, err := w.await(stop, j, waitUntil)
 			switch {
 			case err == nil && rec.Status.Answered():
+				w.answers.put(req.Key, rec)
 				if rec.Fingerprint != j.id.Fingerprint {
 					w.answer(j, w.conflict(j, rec))
 				} else {
@@ -344,6 +359,7 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 	switch {
 	case err == nil:
 		w.m.claimToDone.WithLabelValues(j.env.Tool).Observe(time.Since(claimed).Seconds())
+		w.answers.put(j.id.Key, rec)
 		w.answer(j, w.fromRecord(j, rec, false))
 		return ack()
 	case errors.Is(err, dedup.ErrLeaseLost):

@@ -15,6 +15,7 @@ type Metrics struct {
 	received     *prometheus.CounterVec
 	fired        *prometheus.CounterVec
 	replays      *prometheus.CounterVec
+	cacheHits    *prometheus.CounterVec
 	coalesced    *prometheus.CounterVec
 	conflicts    *prometheus.CounterVec
 	failures     *prometheus.CounterVec
@@ -49,6 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		received:    f("intents_received_total", "Intents delivered to this worker, redeliveries included.", "tool"),
 		fired:       f("effects_fired_total", "Effects fired successfully: operations that happened.", "tool"),
 		replays:     f("replays_total", "Intents answered from the ledger without firing.", "tool"),
+		cacheHits:   f("answer_cache_hits_total", "Duplicates answered from this worker's cache of final records, without a ledger read (counted in replays_total too).", "tool"),
 		coalesced:   f("coalesced_waits_total", "Duplicates that waited for an in-flight holder (or shared a read) instead of firing.", "tool"),
 		conflicts:   f("conflicts_total", "Intents refused because their key was used with other arguments.", "tool"),
 		failures:    f("effect_failures_total", "Effect failures, by kind: transient (retried later) or permanent (recorded).", "tool", "kind"),
@@ -67,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		unknownLabel: "_unknown",
 	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.fired, m.replays, m.coalesced, m.conflicts, m.failures, m.takeovers,
+		reg.MustRegister(m.received, m.fired, m.replays, m.cacheHits, m.coalesced, m.conflicts, m.failures, m.takeovers,
 			m.badInputs, m.deadLetters, m.decisions, m.limited, m.effectTime, m.claimToDone, m.endToEnd, m.inFlight, m.badReplies,
 			batchCollector{m})
 	}

@@ -35,10 +35,12 @@ type Worker struct {
 	ledger *dedup.Ledger
 	m      *Metrics
 	reads  coalescer
-	beats  *heartbeats
-	limits *sessionLimits
-	slots  toolSlots
-	ready  chan struct{}
+	// answers is nil when the answer cache is off.
+	answers *answerCache
+	beats   *heartbeats
+	limits  *sessionLimits
+	slots   toolSlots
+	ready   chan struct{}
 }
 
 // New checks cfg, creates (or updates) the stream, consumer and ledger bucket,
@@ -80,8 +82,12 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	}
 	stats := ledger.BatchStats
 	cfg.Metrics.batchStats.Store(&stats)
-	return &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, m: cfg.Metrics, ready: make(chan struct{}), beats: newHeartbeats(),
-		limits: newSessionLimits(cfg.SessionRate, cfg.SessionBurst), slots: newToolSlots(tools)}, nil
+	w := &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, m: cfg.Metrics, ready: make(chan struct{}), beats: newHeartbeats(),
+		limits: newSessionLimits(cfg.SessionRate, cfg.SessionBurst), slots: newToolSlots(tools)}
+	if cfg.AnswerCache > 0 {
+		w.answers = newAnswerCache(cfg.AnswerCache, cfg.AnswerCacheBytes)
+	}
+	return w, nil
 }
 
 // Ready is closed once Run serves the tool catalogue and consumes intents.

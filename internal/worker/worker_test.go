@@ -22,6 +22,7 @@ import (
 type testBundle struct {
 	client *client.Client
 	worker *Worker
+	url    string // the server's
 }
 
 // start runs a worker with tools on an embedded JetStream until the test ends.
@@ -46,7 +47,7 @@ func start(t *testing.T, cfg Config, tools ...*effects.Tool) testBundle {
 	}
 	cl, err := client.New(natstest.Connect(t, s.ClientURL()), client.WithReplyGrace(time.Second))
 	require.NoError(t, err)
-	return testBundle{client: cl, worker: w}
+	return testBundle{client: cl, worker: w, url: s.ClientURL()}
 }
 
 func submit(t *testing.T, cl *client.Client, tool, args string) *intent.Result {

@@ -1,0 +1,110 @@
+package worker
+
+import (
+	"container/list"
+	"sync"
+	"time"
+
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// maxCachedRecord is the largest record (result, kept intent and error
+// message together) the answer cache keeps; larger ones are read from the
+// ledger every time.
+const maxCachedRecord = 64 << 10
+
+// answerCache remembers, for a short while, the final records this worker
+// wrote or read — completed, failed, denied: a record in one of those states
+// never changes — so that a duplicate is answered without a round trip to the
+// ledger. It changes no guarantee about effects: a cached answer fires
+// nothing. Its one visible difference: a record removed from the ledger (by
+// an operator, to let an operation run again, or by the bucket's TTL) is
+// still answered from the cache until the entry's age limit. Entries go
+// least recently used first once the cache holds maxBytes.
+type answerCache struct {
+	ttl      time.Duration
+	maxBytes int
+	now      func() time.Time
+
+	mu    sync.Mutex
+	byKey map[string]*list.Element
+	lru   *list.List // of *cachedAnswer, most recently used first
+	bytes int
+}
+
+type cachedAnswer struct {
+	key   string
+	rec   dedup.Record
+	until time.Time
+	size  int
+}
+
+func newAnswerCache(ttl time.Duration, maxBytes int) *answerCache {
+	return &answerCache{ttl: ttl, maxBytes: maxBytes, now: time.Now, byKey: map[string]*list.Element{}, lru: list.New()}
+}
+
+// cacheable reports whether a record in status s can answer later
+// duplicates unchanged.
+func cacheable(s intent.Status) bool {
+	return s == intent.StatusCompleted || s == intent.StatusFailed || s == intent.StatusDenied
+}
+
+// get returns key's record if an entry younger than the age limit has it.
+func (c *answerCache) get(key string) (dedup.Record, bool) {
+	if c == nil {
+		return dedup.Record{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.byKey[key]
+	if !ok {
+		return dedup.Record{}, false
+	}
+	a := el.Value.(*cachedAnswer)
+	if !c.now().Before(a.until) {
+		c.removeLocked(el)
+		return dedup.Record{}, false
+	}
+	c.lru.MoveToFront(el)
+	return a.rec, true
+}
+
+// put keeps rec as key's answer when it is final and small enough; an entry
+// already there keeps its age limit.
+func (c *answerCache) put(key string, rec dedup.Record) {
+	if c == nil || !cacheable(rec.Status) {
+		return
+	}
+	size := len(key) + len(rec.Result) + len(rec.Intent) + 512 // the record's other fields, the entry, the map
+	if rec.Error != nil {
+		size += len(rec.Error.Message)
+	}
+	if size > maxCachedRecord || size > c.maxBytes {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.byKey[key]; ok {
+		c.lru.MoveToFront(el)
+		return
+	}
+	c.byKey[key] = c.lru.PushFront(&cachedAnswer{key: key, rec: rec, until: c.now().Add(c.ttl), size: size})
+	c.bytes += size
+	for c.bytes > c.maxBytes {
+		c.removeLocked(c.lru.Back())
+	}
+}
+
+func (c *answerCache) removeLocked(el *list.Element) {
+	a := c.lru.Remove(el).(*cachedAnswer)
+	delete(c.byKey, a.key)
+	c.bytes -= a.size
+}
+
+// len is the number of entries, expired ones included until they are met.
+func (c *answerCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len()
+}

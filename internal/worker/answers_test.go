@@ -1,0 +1,142 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/internal/natstest"
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+func TestAnswerCacheKeepsFinalRecordsForItsAge(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	c := newAnswerCache(10*time.Second, 1<<20)
+	c.now = func() time.Time { return now }
+
+	c.put("pending", dedup.Record{Status: intent.StatusPending})
+	c.put("parked", dedup.Record{Status: intent.StatusAwaitingApproval})
+	c.put("uncertain", dedup.Record{Status: intent.StatusUncertain})
+	require.Zero(t, c.len(), "only final records: the others change")
+
+	c.put("done", dedup.Record{Status: intent.StatusCompleted, Result: json.RawMessage(`1`)})
+	c.put("failed", dedup.Record{Status: intent.StatusFailed, Error: &intent.Error{Code: "x", Message: "no"}})
+	c.put("denied", dedup.Record{Status: intent.StatusDenied})
+	rec, ok := c.get("done")
+	require.True(t, ok)
+	require.JSONEq(t, `1`, string(rec.Result))
+	_, ok = c.get("missing")
+	require.False(t, ok)
+
+	now = now.Add(10 * time.Second)
+	_, ok = c.get("done")
+	require.False(t, ok, "past its age")
+	require.Equal(t, 2, c.len(), "an expired entry goes when met")
+
+	c.put("big", dedup.Record{Status: intent.StatusCompleted, Result: json.RawMessage(`"` + strings.Repeat("x", maxCachedRecord) + `"`)})
+	_, ok = c.get("big")
+	require.False(t, ok, "too large to keep")
+
+	var none *answerCache
+	none.put("k", dedup.Record{Status: intent.StatusCompleted})
+	_, ok = none.get("k")
+	require.False(t, ok, "a nil cache is off")
+}
+
+func TestAnswerCacheEvictsLeastRecentlyUsed(t *testing.T) {
+	t.Parallel()
+	rec := dedup.Record{Status: intent.StatusCompleted, Result: json.RawMessage(`"` + strings.Repeat("x", 1000) + `"`)}
+	c := newAnswerCache(time.Minute, 3*1600) // room for three such entries
+	for _, k := range []string{"a", "b", "c"} {
+		c.put(k, rec)
+	}
+	_, ok := c.get("a") // a is now the most recent
+	require.True(t, ok)
+	c.put("d", rec)
+	require.Equal(t, 3, c.len())
+	_, ok = c.get("b")
+	require.False(t, ok, "the least recently used went")
+	for _, k := range []string{"a", "c", "d"} {
+		_, ok := c.get(k)
+		require.True(t, ok, k)
+	}
+}
+
+// A duplicate that reaches the worker soon after the operation finished is
+// answered from the worker's memory, without reading the ledger: even a
+// record deleted from the ledger meanwhile answers it (the documented bound
+// of the cache). With the cache off, the same duplicate finds the key free
+// and the operation runs again.
+func TestDuplicateAnsweredFromTheCache(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		cache time.Duration
+		fired int32
+	}{{"on", 0, 1}, {"off", NoAnswerCache, 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int32
+			b := start(t, Config{AnswerCache: tc.cache}, &effects.Tool{Name: "send",
+				Effect: effects.EffectFunc(func(ctx context.Context, c effects.Call) (effects.Outcome, error) {
+					calls.Add(1)
+					return effects.Outcome{Result: json.RawMessage(`"sent"`), Invocations: 1}, nil
+				})})
+			nc := natstest.Connect(t, b.url)
+			first := sendRaw(t, nc, "send", `{"to":"a"}`)
+			require.Equal(t, intent.StatusCompleted, first.Status)
+			require.False(t, first.Replayed)
+
+			js, err := jetstream.New(nc)
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			kv, err := js.KeyValue(ctx, "IDEM_LEDGER")
+			require.NoError(t, err)
+			require.NoError(t, kv.Delete(ctx, first.Key))
+
+			again := sendRaw(t, nc, "send", `{"to":"a"}`)
+			require.Equal(t, intent.StatusCompleted, again.Status)
+			require.Equal(t, tc.fired, calls.Load())
+			require.Equal(t, tc.fired == 1, again.Replayed)
+			var hits dto.Metric
+			require.NoError(t, b.worker.m.cacheHits.WithLabelValues("send").Write(&hits))
+			require.Equal(t, float64(2-tc.fired), hits.GetCounter().GetValue(), "answered from the cache")
+		})
+	}
+}
+
+// sendRaw publishes an intent without Nats-Msg-Id, so that a repeat reaches
+// the worker rather than the stream's publish dedup, and returns its answer.
+func sendRaw(t *testing.T, nc *nats.Conn, tool, args string) intent.Result {
+	t.Helper()
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m := nats.NewMsg("idem.intents." + tool)
+	m.Data = []byte(`{"tool":"` + tool + `","args":` + args + `}`)
+	m.Header.Set(intent.HeaderReplyTo, inbox)
+	_, err = js.PublishMsg(ctx, m)
+	require.NoError(t, err)
+	reply, err := sub.NextMsg(15 * time.Second)
+	require.NoError(t, err)
+	var res intent.Result
+	require.NoError(t, json.Unmarshal(reply.Data, &res))
+	return res
+}
