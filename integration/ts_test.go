@@ -224,3 +224,52 @@ func TestTSConflict(t *testing.T) {
 
 	require.Equal(t, 1, hook.count(), "never fired for the conflicting args")
 }
+
+// (d) An operation behind the approval gate: the TypeScript client is
+// answered awaiting_approval (exit 6); with --wait-final it waits through the
+// operator's approval (given with the Go submit) for the final answer.
+func TestTSWaitsForTheFinalAnswer(t *testing.T) {
+	t.Parallel()
+	dir := tsClient(t)
+	url := jetStream(t)
+	hook := newSink(t, nil)
+	startWorker(t, "w1", url, writeTools(t, fmt.Sprintf(`tools:
+  refund:
+    effect: webhook
+    approval: required
+    webhook: {url: %s}
+`, hook.URL)))
+	args := `{"order":"12345","amount":7}`
+	parked := tsSubmit(t, dir, url, "--tool", "refund", "--args", args, "--wait", "30000")
+	require.Equal(t, 6, parked.code, "awaiting approval exits 6: %s %s", parked.stdout, parked.stderr)
+	require.Equal(t, intent.StatusAwaitingApproval, parked.res.Status)
+
+	js, err := jetstreamFor(connect(t, url))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ledger, err := js.Stream(ctx, "KV_IDEM_LEDGER")
+	require.NoError(t, err)
+	watches := func() int {
+		info, err := ledger.Info(ctx)
+		require.NoError(t, err)
+		return info.State.Consumers
+	}
+	before := watches()
+
+	final := make(chan submitted, 1)
+	go func() { final <- tsSubmit(t, dir, url, "--tool", "refund", "--args", args, "--wait", "60s", "--wait-final") }()
+	// Its copy is a publish duplicate: it reads the record (awaiting
+	// approval) and watches the key. Approve only once it waits.
+	require.Eventually(t, func() bool { return watches() > before }, 30*time.Second, 20*time.Millisecond,
+		"the TypeScript client watches the ledger key")
+	require.Equal(t, 0, hook.count(), "nothing fires before approval")
+	approved := submit(t, url, "approve", parked.res.Key, "--fingerprint", parked.res.Fingerprint, "--by", "ops")
+	require.Equal(t, intent.StatusCompleted, approved.res.Status, approved.stdout+approved.stderr)
+
+	f := <-final
+	require.Equal(t, 3, f.code, "the final answer, replayed: %s %s", f.stdout, f.stderr)
+	require.Equal(t, intent.StatusCompleted, f.res.Status)
+	require.Equal(t, parked.res.Key, f.res.Key)
+	require.Equal(t, 1, hook.count(), "fired once, on approval")
+}

@@ -4,14 +4,16 @@
  * `submit` command:
  *
  * ```
- * node dist/cli.js submit --servers nats://127.0.0.1:4222 --tool T --args JSON [--session S] [--key K] [--call-id C] [--created-at T] [--wait ms] [--prefix P]
+ * node dist/cli.js submit --servers nats://127.0.0.1:4222 --tool T --args JSON [--session S] [--key K] [--call-id C] [--created-at T] [--wait ms] [--wait-final] [--prefix P]
  * node dist/cli.js key    --tool T --args JSON [--session S] [--key K] [--created-at T] [--spec JSON]
  * node dist/cli.js get    --servers URL KEY
  * ```
  *
  * Exit status of `submit`: 0 fired (completed by this call), 3 replayed
  * (completed earlier), 4 conflict, 5 failed, rejected or denied, 6 awaiting
- * approval or uncertain, 2 no answer in time, 1 any other error.
+ * approval or uncertain, 2 no answer in time, 1 any other error. With
+ * `--wait-final`, `submit` waits past awaiting approval and uncertain for
+ * the operator's decision and the operation's final answer.
  *
  * @module
  */
@@ -51,11 +53,12 @@ export function exitCode(res: Result): number {
 }
 
 const USAGE = `usage:
-  cli.js submit --servers URL --tool T --args JSON [--session S] [--key K] [--call-id C] [--created-at T] [--wait ms] [--prefix P]
+  cli.js submit --servers URL --tool T --args JSON [--session S] [--key K] [--call-id C] [--created-at T] [--wait ms] [--wait-final] [--prefix P]
   cli.js key    --tool T --args JSON [--session S] [--key K] [--created-at T] [--spec JSON]
   cli.js get    --servers URL [--prefix P] KEY
 exit status of submit: 0 fired, 3 replayed, 4 conflict, 5 failed/rejected/denied,
-6 awaiting_approval/uncertain, 2 no answer in time, 1 error`;
+6 awaiting_approval/uncertain, 2 no answer in time, 1 error
+--wait-final: wait past awaiting_approval/uncertain for the final answer`;
 
 const OPTIONS = {
   servers: { type: "string" },
@@ -67,6 +70,7 @@ const OPTIONS = {
   "call-id": { type: "string" },
   "created-at": { type: "string" },
   wait: { type: "string" },
+  "wait-final": { type: "boolean" },
   spec: { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
@@ -150,7 +154,7 @@ async function cmdSubmit(v: Values, positionals: string[]): Promise<number> {
       print({ key: s.key, fingerprint: s.fingerprint, duplicate: s.duplicate, sequence: s.sequence });
       return EXIT.fired;
     }
-    const res = await s.wait(wait);
+    const res = v["wait-final"] === true ? await s.waitFinal(wait) : await s.wait(wait);
     print(res);
     return exitCode(res);
   } finally {

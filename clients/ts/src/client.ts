@@ -18,7 +18,7 @@ import {
   type Subscription,
 } from "@nats-io/transport-node";
 
-import { decodeRecord, isAnswered, type LedgerRecord, type Result } from "./answer.js";
+import { decodeRecord, isAnswered, isFinal, type LedgerRecord, type Result } from "./answer.js";
 import { deriveKey, type KeySpec } from "./derive.js";
 import { checkEnvelope, encodeEnvelope, type Envelope } from "./envelope.js";
 import { IdemError, NoAnswerError, NotFoundError } from "./errors.js";
@@ -350,7 +350,7 @@ export class IdemClient {
     const w = await kv.watch({ key });
     const timer = setTimeout(() => w.stop(), timeoutMs);
     try {
-      const rec = await firstAnswer(w);
+      const rec = await firstAnswer(w, (r) => isAnswered(r.status));
       if (rec === undefined) {
         throw new NoAnswerError(key, `no answer for ${key} within ${timeoutMs} ms`);
       }
@@ -376,14 +376,14 @@ export class IdemClient {
   }
 }
 
-/** Reads w until a record with an answered status arrives; undefined when w ends first. */
-async function firstAnswer(w: QueuedIterator<KvWatchEntry>): Promise<LedgerRecord | undefined> {
+/** Reads w until a record that `accept`s arrives and returns it; undefined when w ends first. */
+async function firstAnswer(w: QueuedIterator<KvWatchEntry>, accept: (rec: LedgerRecord) => boolean): Promise<LedgerRecord | undefined> {
   for await (const e of w) {
     if (e.operation !== "PUT") {
       continue;
     }
     const rec = decodeRecord(e.value);
-    if (rec !== undefined && isAnswered(rec.status)) {
+    if (rec !== undefined && accept(rec)) {
       return rec;
     }
   }
@@ -469,6 +469,25 @@ export class Submission {
    * @throws {@link NoAnswerError} when none came in time; {@link IdemError} (`already_waited`) on a second call
    */
   wait(timeoutMs: number = DEFAULT_WAIT_MS): Promise<Result> {
+    return this.#wait(timeoutMs, isAnswered);
+  }
+
+  /**
+   * {@link Submission.wait} that goes on past `awaiting_approval` and
+   * `uncertain` answers, watching the ledger, until the operation's final
+   * answer (completed, failed, denied, conflict, rejected): an operator's
+   * approval, denial or resolution decides it. Call it once (instead of
+   * `wait`).
+   *
+   * @param timeoutMs - how long to wait in all. Default: {@link DEFAULT_WAIT_MS}
+   * @returns the final answer
+   * @throws {@link NoAnswerError} when none came in time; {@link IdemError} (`already_waited`) on a second call
+   */
+  waitFinal(timeoutMs: number = DEFAULT_WAIT_MS): Promise<Result> {
+    return this.#wait(timeoutMs, isFinal);
+  }
+
+  #wait(timeoutMs: number, enough: (status: string) => boolean): Promise<Result> {
     if (this.#waited) {
       return Promise.reject(new IdemError("already_waited", `the submission of ${this.key} was already waited on`));
     }
@@ -505,7 +524,8 @@ export class Submission {
             return;
           }
           watcher = w;
-          const rec = await firstAnswer(w);
+          // A record of another fingerprint is a conflict: final.
+          const rec = await firstAnswer(w, (r) => isAnswered(r.status) && (enough(r.status) || r.fingerprint !== this.fingerprint));
           if (rec !== undefined) {
             finish({ res: this.fromRecord(rec) });
           }
@@ -523,8 +543,11 @@ export class Submission {
               finish({ err: new IdemError("bad_answer", `undecodable answer for ${this.key}: ${String(err)}`) });
               return;
             }
-            finish({ res });
-            return;
+            if (enough(res.status)) {
+              finish({ res });
+              return;
+            }
+            void startWatch(); // the final answer comes from the ledger
           }
         } catch (err) {
           finish({ err });
