@@ -258,7 +258,9 @@ func TestTSWaitsForTheFinalAnswer(t *testing.T) {
 	before := watches()
 
 	final := make(chan submitted, 1)
-	go func() { final <- tsSubmit(t, dir, url, "--tool", "refund", "--args", args, "--wait", "60s", "--wait-final") }()
+	go func() {
+		final <- tsSubmit(t, dir, url, "--tool", "refund", "--args", args, "--wait", "60s", "--wait-final")
+	}()
 	// Its copy is a publish duplicate: it reads the record (awaiting
 	// approval) and watches the key. Approve only once it waits.
 	require.Eventually(t, func() bool { return watches() > before }, 30*time.Second, 20*time.Millisecond,
