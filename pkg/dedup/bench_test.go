@@ -36,7 +36,8 @@ type benchMode struct {
 
 var benchModes = []benchMode{
 	{"Unbatched", nil},
-	{"Batched", []dedup.Option{dedup.WithBatching(dedup.BatchConfig{})}},
+	{"Batched", []dedup.Option{dedup.WithBatching(dedup.BatchConfig{})}}, // the defaults: 4 in flight
+	{"Batched1", []dedup.Option{dedup.WithBatching(dedup.BatchConfig{InFlight: 1})}},
 	{"Batched2", []dedup.Option{dedup.WithBatching(dedup.BatchConfig{InFlight: 2})}},
 }
 
