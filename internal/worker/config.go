@@ -201,6 +201,9 @@ func (c *Config) validate() error {
 	if c.LedgerBatch < NoLedgerBatch || c.LedgerBatch > dedup.MaxBatch {
 		errs = append(errs, fmt.Errorf("ledger batch %d: use 1-%d, or %d (off)", c.LedgerBatch, dedup.MaxBatch, NoLedgerBatch))
 	}
+	if c.AnswerCache > c.LedgerTTL {
+		errs = append(errs, fmt.Errorf("answer cache %s: must not exceed the ledger TTL (%s): a cached answer would outlive its record", c.AnswerCache, c.LedgerTTL))
+	}
 	if c.AnswerCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("answer cache bytes %d: must not be negative", c.AnswerCacheBytes))
 	}

@@ -74,6 +74,8 @@ func TestConfigValidation(t *testing.T) {
 		{"replicas", Config{Replicas: 2}, "replicas 2: use 1, 3 or 5"},
 		{"ttl", Config{LedgerTTL: time.Minute, DuplicateWindow: time.Hour}, "ledger TTL 1m0s: must be at least the duplicate window (1h0m0s)"},
 		{"retry", Config{RetryDelay: time.Minute, MaxRetryDelay: time.Second}, "max retry delay 1s: must be at least the retry delay (1m0s)"},
+		{"answer cache", Config{AnswerCache: 48 * time.Hour}, "answer cache 48h0m0s: must not exceed the ledger TTL (24h0m0s)"},
+		{"answer cache bytes", Config{AnswerCacheBytes: -1}, "answer cache bytes -1: must not be negative"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
