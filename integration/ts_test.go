@@ -90,9 +90,15 @@ func runIn(ctx context.Context, dir string, args ...string) (string, error) {
 // and decodes its answer, as submit does for the Go binary.
 func tsSubmit(t *testing.T, dir, url string, args ...string) submitted {
 	t.Helper()
+	return tsRun(t, dir, append([]string{"submit", "--servers", url}, args...)...)
+}
+
+// tsRun runs dist/cli.js with args and decodes the answer it prints.
+func tsRun(t *testing.T, dir string, args ...string) submitted {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", append([]string{filepath.Join(dir, "dist", "cli.js"), "submit", "--servers", url}, args...)...)
+	cmd := exec.CommandContext(ctx, "node", append([]string{filepath.Join(dir, "dist", "cli.js")}, args...)...)
 	s := runClient(t, cmd)
 	if s.stdout != "" {
 		require.NoError(t, json.Unmarshal([]byte(s.stdout), &s.res), "answer: %s", s.stdout)
@@ -227,7 +233,9 @@ func TestTSConflict(t *testing.T) {
 
 // (d) An operation behind the approval gate: the TypeScript client is
 // answered awaiting_approval (exit 6); with --wait-final it waits through the
-// operator's approval (given with the Go submit) for the final answer.
+// operator's approval for the final answer. The approval is given with the
+// TypeScript command line too (its answer: the firing it let happen), and a
+// denial given with it reaches a Go submit waiting with --wait-final.
 func TestTSWaitsForTheFinalAnswer(t *testing.T) {
 	t.Parallel()
 	dir := tsClient(t)
@@ -266,12 +274,41 @@ func TestTSWaitsForTheFinalAnswer(t *testing.T) {
 	require.Eventually(t, func() bool { return watches() > before }, 30*time.Second, 20*time.Millisecond,
 		"the TypeScript client watches the ledger key")
 	require.Equal(t, 0, hook.count(), "nothing fires before approval")
-	approved := submit(t, url, "approve", parked.res.Key, "--fingerprint", parked.res.Fingerprint, "--by", "ops")
-	require.Equal(t, intent.StatusCompleted, approved.res.Status, approved.stdout+approved.stderr)
+	wrong := tsDecide(t, dir, url, "approve", parked.res.Key, "--fingerprint", strings.Repeat("0", 64), "--by", "ops")
+	require.Equal(t, 5, wrong.code, "an approval for other arguments is rejected: %s %s", wrong.stdout, wrong.stderr)
+	require.Equal(t, intent.CodeConflict, wrong.res.Error.Code)
+	approved := tsDecide(t, dir, url, "approve", parked.res.Key, "--fingerprint", parked.res.Fingerprint, "--by", "ops")
+	require.Equal(t, 0, approved.code, approved.stdout+approved.stderr)
+	require.Equal(t, intent.StatusCompleted, approved.res.Status)
 
 	f := <-final
 	require.Equal(t, 3, f.code, "the final answer, replayed: %s %s", f.stdout, f.stderr)
 	require.Equal(t, intent.StatusCompleted, f.res.Status)
 	require.Equal(t, parked.res.Key, f.res.Key)
 	require.Equal(t, 1, hook.count(), "fired once, on approval")
+
+	other := `{"order":"67890","amount":9}`
+	parked = submit(t, url, "--tool", "refund", "--args", other, "--wait", "30s")
+	require.Equal(t, intent.StatusAwaitingApproval, parked.res.Status, parked.stdout+parked.stderr)
+	goFinal := make(chan submitted, 1)
+	go func() {
+		goFinal <- submit(t, url, "--tool", "refund", "--args", other, "--wait", "60s", "--wait-final")
+	}()
+	denied := tsDecide(t, dir, url, "deny", parked.res.Key, "--by", "ops", "--reason", "fraud suspected")
+	require.Equal(t, 5, denied.code, denied.stdout+denied.stderr)
+	require.Equal(t, intent.StatusDenied, denied.res.Status)
+	g := <-goFinal
+	require.Equal(t, intent.StatusDenied, g.res.Status, g.stdout+g.stderr)
+	require.Contains(t, g.res.Error.Message, "fraud suspected")
+	require.Equal(t, 1, hook.count(), "a denied operation never fires")
+
+	bad := tsDecide(t, dir, url, "resolve", parked.res.Key, "--outcome", "maybe")
+	require.Equal(t, 1, bad.code, "a malformed decision is refused before it is sent")
+	require.Contains(t, bad.stderr, `outcome "maybe"`)
+}
+
+// tsDecide runs an operator decision with the TypeScript command line.
+func tsDecide(t *testing.T, dir, url, op string, args ...string) submitted {
+	t.Helper()
+	return tsRun(t, dir, append([]string{op, "--servers", url}, args...)...)
 }

@@ -7,6 +7,9 @@
  * node dist/cli.js submit --servers nats://127.0.0.1:4222 --tool T --args JSON [--session S] [--key K] [--call-id C] [--created-at T] [--wait ms] [--wait-final] [--prefix P]
  * node dist/cli.js key    --tool T --args JSON [--session S] [--key K] [--created-at T] [--spec JSON]
  * node dist/cli.js get    --servers URL KEY
+ * node dist/cli.js approve --servers URL KEY [--fingerprint F] [--by B] [--reason R]
+ * node dist/cli.js deny    --servers URL KEY [--by B] [--reason R]
+ * node dist/cli.js resolve --servers URL KEY --outcome succeeded|failed [--result JSON] [--by B] [--reason R]
  * ```
  *
  * Exit status of `submit`: 0 fired (completed by this call), 3 replayed
@@ -24,9 +27,11 @@ import { parseArgs } from "node:util";
 
 import { isFinal, type Result } from "./answer.js";
 import { DEFAULT_WAIT_MS, IdemClient } from "./client.js";
+import { encodeDecision, type Decision, type DecisionOp } from "./decide.js";
 import { deriveKey, type KeySpec } from "./derive.js";
-import { parseEnvelope, type Envelope } from "./envelope.js";
+import { DEFAULT_MAX_DEPTH, parseEnvelope, type Envelope } from "./envelope.js";
 import { IdemError, NoAnswerError } from "./errors.js";
+import { parseStrict } from "./json.js";
 
 /** Exit statuses, as the Go submit command's. */
 export const EXIT = {
@@ -56,7 +61,10 @@ const USAGE = `usage:
   cli.js submit --servers URL --tool T --args JSON [--session S] [--key K] [--call-id C] [--created-at T] [--wait ms] [--wait-final] [--prefix P]
   cli.js key    --tool T --args JSON [--session S] [--key K] [--created-at T] [--spec JSON]
   cli.js get    --servers URL [--prefix P] KEY
-exit status of submit: 0 fired, 3 replayed, 4 conflict, 5 failed/rejected/denied,
+  cli.js approve --servers URL KEY [--fingerprint F] [--by B] [--reason R] [--wait ms]
+  cli.js deny    --servers URL KEY [--by B] [--reason R] [--wait ms]
+  cli.js resolve --servers URL KEY --outcome succeeded|failed [--result JSON] [--by B] [--reason R] [--wait ms]
+exit status of submit and the decisions: 0 fired, 3 replayed, 4 conflict, 5 failed/rejected/denied,
 6 awaiting_approval/uncertain, 2 no answer in time, 1 error
 --wait-final: wait past awaiting_approval/uncertain for the final answer`;
 
@@ -72,6 +80,11 @@ const OPTIONS = {
   wait: { type: "string" },
   "wait-final": { type: "boolean" },
   spec: { type: "string" },
+  fingerprint: { type: "string" },
+  by: { type: "string" },
+  reason: { type: "string" },
+  outcome: { type: "string" },
+  result: { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -105,6 +118,10 @@ export async function main(argv: string[]): Promise<number> {
         return cmdKey(values, positionals);
       case "get":
         return await cmdGet(values, positionals);
+      case "approve":
+      case "deny":
+      case "resolve":
+        return await cmdDecide(command, values, positionals);
       default:
         process.stderr.write(`cli: unknown command ${JSON.stringify(command)}\n${USAGE}\n`);
         return EXIT.error;
@@ -182,6 +199,29 @@ async function cmdGet(v: Values, positionals: string[]): Promise<number> {
   try {
     print(await client.get(key));
     return EXIT.fired;
+  } finally {
+    await client.close();
+  }
+}
+
+async function cmdDecide(op: DecisionOp, v: Values, positionals: string[]): Promise<number> {
+  const [key, ...extra] = positionals;
+  if (key === undefined || extra.length > 0) {
+    throw new IdemError("usage", `usage: cli.js ${op} --servers URL KEY`);
+  }
+  const d: Decision = { key };
+  if (v.fingerprint !== undefined) d.fingerprint = v.fingerprint;
+  if (v.by !== undefined) d.by = v.by;
+  if (v.reason !== undefined) d.reason = v.reason;
+  if (v.outcome !== undefined) d.outcome = v.outcome as "succeeded" | "failed"; // checked by encodeDecision
+  if (v.result !== undefined) d.result = parseStrict(v.result, DEFAULT_MAX_DEPTH);
+  encodeDecision(op, d); // a malformed decision is a usage error, before connecting
+  const wait = v.wait === undefined ? DEFAULT_WAIT_MS : parseWait(v.wait);
+  const client = await IdemClient.connect(servers(v), v.prefix !== undefined ? { prefix: v.prefix } : {});
+  try {
+    const res = await client.decide(op, d, wait);
+    print(res);
+    return exitCode(res);
   } finally {
     await client.close();
   }

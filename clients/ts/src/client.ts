@@ -19,6 +19,7 @@ import {
 } from "@nats-io/transport-node";
 
 import { decodeRecord, isAnswered, isFinal, type LedgerRecord, type Result } from "./answer.js";
+import { encodeDecision, type Decision, type DecisionOp } from "./decide.js";
 import { deriveKey, type KeySpec } from "./derive.js";
 import { checkEnvelope, encodeEnvelope, type Envelope } from "./envelope.js";
 import { IdemError, NoAnswerError, NotFoundError } from "./errors.js";
@@ -83,6 +84,8 @@ export interface Names {
   intentPrefix: string;
   /** The tool catalogue subject: `idem.tools`. */
   toolsSubject: string;
+  /** Operator decisions are published on this plus the decision: `idem.control.`. */
+  controlPrefix: string;
   /** The ledger bucket: `IDEM_LEDGER`. */
   bucket: string;
 }
@@ -105,6 +108,7 @@ export function names(prefix: string = DEFAULT_PREFIX): Names {
     prefix,
     intentPrefix: `${low}.intents.`,
     toolsSubject: `${low}.tools`,
+    controlPrefix: `${low}.control.`,
     bucket: `${prefix.toUpperCase()}_LEDGER`,
   };
 }
@@ -313,6 +317,48 @@ export class IdemClient {
   async submit(env: Envelope, timeoutMs: number = DEFAULT_WAIT_MS): Promise<Result> {
     const s = await this.publish(env);
     return s.wait(timeoutMs);
+  }
+
+  /**
+   * Publishes an operator decision and waits for the worker's answer: for an
+   * approval, the result of the firing it let happen; for a denial or a
+   * resolution, the operation's new state. A decision that does not apply
+   * (no such key, wrong state, other arguments) is answered `rejected` with
+   * an error code, not thrown.
+   *
+   * @param op - approve, deny or resolve
+   * @param decision - the decision
+   * @param timeoutMs - how long to wait. Default: {@link DEFAULT_WAIT_MS}
+   * @returns the answer
+   * @throws {@link IdemError} (`invalid_decision`) for a malformed decision; {@link NoAnswerError} when none came in time
+   */
+  async decide(op: DecisionOp, decision: Decision, timeoutMs: number = DEFAULT_WAIT_MS): Promise<Result> {
+    const payload = encodeDecision(op, decision);
+    const inbox = createInbox();
+    const sub = this.nc.subscribe(inbox, { max: 1, timeout: timeoutMs });
+    const h = headers();
+    h.set(HEADER_REPLY_TO, inbox);
+    try {
+      await this.#js.publish(this.names.controlPrefix + op, payload, { headers: h });
+    } catch (err) {
+      sub.unsubscribe();
+      throw new IdemError("publish_failed", `publish ${this.names.controlPrefix}${op}: ${String(err)}`, { cause: err });
+    }
+    try {
+      for await (const m of sub) {
+        try {
+          return JSON.parse(m.string()) as Result;
+        } catch (err) {
+          throw new IdemError("bad_answer", `undecodable answer to ${op} of ${decision.key}: ${String(err)}`);
+        }
+      }
+    } catch (err) {
+      if (err instanceof IdemError) {
+        throw err;
+      }
+      throw new NoAnswerError(decision.key, `no answer to ${op} of ${decision.key} within ${timeoutMs} ms`);
+    }
+    throw new NoAnswerError(decision.key, `no answer to ${op} of ${decision.key} within ${timeoutMs} ms`);
   }
 
   /**

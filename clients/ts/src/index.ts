@@ -19,6 +19,8 @@ export {
   Submission,
 } from "./client.js";
 export type { Catalog, ClientOptions, ConnectOptions, Names, ToolInfo } from "./client.js";
+export { encodeDecision } from "./decide.js";
+export type { Decision, DecisionOp } from "./decide.js";
 export { canonical, deriveKey } from "./derive.js";
 export type { Identity, KeySpec } from "./derive.js";
 export {
