@@ -18,6 +18,7 @@ import (
 // worker are coalesced into one call; their callers share its answer.
 func (w *Worker) direct(work context.Context, j *job) verdict {
 	halt := w.beats.keepAlive(work, j.msg, w.cfg.AckWait/3, 0, nil, nil)
+	defer halt() // on a panic too; halting twice is harmless
 	fire := func() (effects.Outcome, error) {
 		return j.tool.Effect.Fire(work, effects.Call{
 			Key: j.id.Key, Tool: j.env.Tool, Session: j.env.Session, CallID: j.env.CallID, Args: j.env.Args, Attempt: 1,

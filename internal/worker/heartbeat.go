@@ -28,6 +28,7 @@ func newHeartbeats() *heartbeats { return &heartbeats{wake: make(chan struct{}, 
 
 // beat is one intent's keep-alive.
 type beat struct {
+	ctx      context.Context // the beat ends with it, at its next due time
 	msg      jetstream.Msg
 	period   time.Duration
 	lease    time.Duration
@@ -42,8 +43,8 @@ type beat struct {
 }
 
 // keepAlive calls InProgress on msg, and extend when given, every period
-// until ctx is done or the returned stop is called; stop waits for an
-// extension in flight.
+// until ctx is done (seen when the beat is next due) or the returned stop is
+// called; stop waits for an extension in flight.
 //
 // With extend, the beat guards a lease of length lease: it calls lost(false)
 // and stops when extend reports dedup.ErrLeaseLost, or lost(true) when three
@@ -59,15 +60,16 @@ type beat struct {
 // with a stale revision.
 func (hb *heartbeats) keepAlive(ctx context.Context, msg jetstream.Msg, period, lease time.Duration, extend func(context.Context) error, lost func(cutOff bool)) (stop func()) {
 	now := time.Now()
-	b := &beat{msg: msg, period: period, lease: lease, extend: extend, lost: lost,
+	b := &beat{ctx: ctx, msg: msg, period: period, lease: lease, extend: extend, lost: lost,
 		next: now.Add(period), deadline: now.Add(lease), index: -1}
 	hb.mu.Lock()
 	heap.Push(&hb.queue, b)
 	hb.mu.Unlock()
 	hb.poke()
-	unregister := context.AfterFunc(ctx, func() { hb.remove(b) })
+	// No context.AfterFunc per beat: its registration costs a few hundred
+	// bytes per intent in flight; the scheduler checks ctx when the beat is
+	// due instead.
 	return func() {
-		unregister()
 		hb.remove(b)
 		b.running.Wait()
 	}
@@ -132,6 +134,10 @@ func (hb *heartbeats) due(now time.Time) []*beat {
 // fire runs one beat: InProgress, and the lease's extension when it is not
 // already running.
 func (hb *heartbeats) fire(b *beat) {
+	if b.ctx.Err() != nil {
+		hb.remove(b)
+		return
+	}
 	_ = b.msg.InProgress()
 	if b.extend == nil {
 		return
