@@ -3,6 +3,7 @@ package effects
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -78,8 +79,20 @@ func positiveDuration(s *Section, name string, def time.Duration) time.Duration 
 // success; otherwise an error, a *PermanentError when retrying cannot help.
 type attemptFunc func(ctx context.Context) (json.RawMessage, error)
 
+// retryAfterError is an attempt's transient error together with the wait the
+// other side asked for before the next attempt (an HTTP Retry-After); the
+// retry loop waits that long instead of its backoff, within MaxInterval.
+type retryAfterError struct {
+	err  error
+	wait time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
+
 // retryLoop runs attempt up to policy.MaxAttempts times with exponential
-// backoff, as the webhook does, and counts the attempts in the Outcome.
+// backoff (or the wait a *retryAfterError asks for), and counts the attempts
+// in the Outcome.
 // Context errors are wrapped with what (e.g. "smtp relay:25"); exhausted
 // retries wrap ErrExhausted and the last error, with the count of attempts
 // in unit ("request", "transaction"; pluralised as needed).
@@ -99,6 +112,10 @@ func retryLoop(ctx context.Context, policy RetryPolicy, what, unit string, attem
 		}
 		out.Invocations++
 		result, err := attempt(ctx)
+		asked := time.Duration(-1)
+		if ra, ok := errors.AsType[*retryAfterError](err); ok {
+			err, asked = ra.err, ra.wait
+		}
 		if err == nil {
 			out.Result = result
 			return out, nil
@@ -118,6 +135,9 @@ func retryLoop(ctx context.Context, policy RetryPolicy, what, unit string, attem
 				unit += "s"
 			}
 			return out, fmt.Errorf("%w after %d %s: %w", ErrExhausted, out.Invocations, unit, err)
+		}
+		if asked >= 0 {
+			wait = asked
 		}
 		if err := sleep(ctx, min(wait, policy.MaxInterval)); err != nil {
 			return out, fmt.Errorf("%s: %w", what, err)

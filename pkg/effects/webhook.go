@@ -17,7 +17,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -321,46 +320,13 @@ func (w *Webhook) Fire(ctx context.Context, call Call) (Outcome, error) {
 	if len(body) == 0 {
 		body = []byte("{}")
 	}
-	exp := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(w.retry.InitialInterval),
-		backoff.WithMaxInterval(w.retry.MaxInterval),
-		backoff.WithMaxElapsedTime(0),
-	)
-	b := backoff.WithContext(backoff.WithMaxRetries(exp, uint64(w.retry.MaxAttempts-1)), ctx)
-	b.Reset()
-
-	var out Outcome
-	for {
-		if err := ctx.Err(); err != nil {
-			return out, fmt.Errorf("webhook %s %s: %w", w.method, w.target, err)
-		}
-		out.Invocations++
+	return retryLoop(ctx, w.retry, "webhook "+w.method+" "+w.target, "request", func(ctx context.Context) (json.RawMessage, error) {
 		result, retryAfter, err := w.send(ctx, call, body)
-		if err == nil {
-			out.Result = result
-			return out, nil
+		if err != nil && retryAfter >= 0 {
+			return nil, &retryAfterError{err: err, wait: retryAfter}
 		}
-		if _, perm := IsPermanent(err); perm {
-			return out, err
-		}
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return out, fmt.Errorf("webhook %s %s: %w", w.method, w.target, ctxErr)
-		}
-		wait := b.NextBackOff()
-		if wait == backoff.Stop {
-			if ctxErr := ctx.Err(); ctxErr != nil {
-				return out, fmt.Errorf("webhook %s %s: %w", w.method, w.target, ctxErr)
-			}
-			return out, fmt.Errorf("%w after %d requests: %w", ErrExhausted, out.Invocations, err)
-		}
-		if retryAfter >= 0 {
-			wait = retryAfter
-		}
-		wait = min(wait, w.retry.MaxInterval)
-		if err := sleep(ctx, wait); err != nil {
-			return out, fmt.Errorf("webhook %s %s: %w", w.method, w.target, err)
-		}
-	}
+		return result, err
+	})
 }
 
 // send sends one request. It returns the result on 2xx; otherwise an error,
