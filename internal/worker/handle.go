@@ -143,13 +143,7 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 		// A final record this worker wrote or read a moment ago: no need
 		// to ask the ledger again.
 		w.m.cacheHits.WithLabelValues(j.env.Tool).Inc()
-		if rec.Fingerprint != j.id.Fingerprint {
-			w.answer(j, w.conflict(j, rec))
-			return ack()
-		}
-		w.m.replays.WithLabelValues(j.env.Tool).Inc()
-		w.answer(j, w.fromRecord(j, rec, true))
-		return ack()
+		return w.replay(j, rec)
 	}
 	waitUntil := time.Now().Add(w.cfg.MaxWait)
 	for {
@@ -165,15 +159,9 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 				continue
 			}
 			return v
-		case dedup.Done:
+		case dedup.Done, dedup.Conflict:
 			w.answers.put(req.Key, c.Record)
-			w.m.replays.WithLabelValues(j.env.Tool).Inc()
-			w.answer(j, w.fromRecord(j, c.Record, true))
-			return ack()
-		case dedup.Conflict:
-			w.answers.put(req.Key, c.Record)
-			w.answer(j, w.conflict(j, c.Record))
-			return ack()
+			return w.replay(j, c.Record)
 		case dedup.Busy:
 			if rec := c.Record; rec.Status == intent.StatusPending && !rec.Released() && rec.LeaseExpired(time.Now()) {
 				// The lease expired: confirm the holder is gone — its record
@@ -197,14 +185,10 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 			switch {
 			case err == nil && rec.Status.Answered():
 				w.answers.put(req.Key, rec)
-				if rec.Fingerprint != j.id.Fingerprint {
-					w.answer(j, w.conflict(j, rec))
-				} else {
+				if rec.Fingerprint == j.id.Fingerprint {
 					w.m.coalesced.WithLabelValues(j.env.Tool).Inc()
-					w.m.replays.WithLabelValues(j.env.Tool).Inc()
-					w.answer(j, w.fromRecord(j, rec, true))
 				}
-				return ack()
+				return w.replay(j, rec)
 			case err == nil, errors.Is(err, dedup.ErrReleased):
 				continue // the lease expired or was released: claim again
 			default:
@@ -214,6 +198,19 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 			return nak(w.cfg.RetryDelay, "unknown claim outcome")
 		}
 	}
+}
+
+// replay answers j from rec, a record of its key that answers it without
+// this worker firing: a conflict when the fingerprints differ (Claim reports
+// that as Conflict, Done otherwise), else the record's outcome, replayed.
+func (w *Worker) replay(j *job, rec dedup.Record) verdict {
+	if rec.Fingerprint != j.id.Fingerprint {
+		w.answer(j, w.conflict(j, rec))
+		return ack()
+	}
+	w.m.replays.WithLabelValues(j.env.Tool).Inc()
+	w.answer(j, w.fromRecord(j, rec, true))
+	return ack()
 }
 
 // held decides what a claimant does with the lease it won: hold an abandoned
