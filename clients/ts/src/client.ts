@@ -356,7 +356,7 @@ export class IdemClient {
       if (err instanceof IdemError) {
         throw err;
       }
-      throw new NoAnswerError(decision.key, `no answer to ${op} of ${decision.key} within ${timeoutMs} ms`);
+      // the subscription's timeout: no answer, as when it ends without one
     }
     throw new NoAnswerError(decision.key, `no answer to ${op} of ${decision.key} within ${timeoutMs} ms`);
   }
