@@ -30,14 +30,7 @@ const readyTimeout = 10 * time.Second
 // the server starts. The server is shut down, and waited for, in t.Cleanup.
 func RunServer(t testing.TB, opts ...func(*server.Options)) *server.Server {
 	t.Helper()
-	o := &server.Options{
-		Host:      "127.0.0.1",
-		Port:      -1,
-		JetStream: true,
-		StoreDir:  t.TempDir(),
-		NoLog:     true,
-		NoSigs:    true,
-	}
+	o := options(t)
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -60,25 +53,27 @@ func RunCluster(t testing.TB, n int) []*server.Server {
 	}
 	servers := make([]*server.Server, n)
 	for i := range servers {
-		o := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1),
-			Host:       "127.0.0.1",
-			Port:       -1,
-			JetStream:  true,
-			StoreDir:   t.TempDir(),
-			NoLog:      true,
-			NoSigs:     true,
-			Cluster: server.ClusterOpts{
-				Name: "natstest",
-				Host: "127.0.0.1",
-				Port: ports[i],
-			},
-			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
-		}
+		o := options(t)
+		o.ServerName = fmt.Sprintf("n%d", i+1)
+		o.Cluster = server.ClusterOpts{Name: "natstest", Host: "127.0.0.1", Port: ports[i]}
+		o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
 		servers[i] = start(t, o)
 	}
 	waitClusterReady(t, servers)
 	return servers
+}
+
+// options are a test server's: JetStream on a random loopback port, stored
+// under t.TempDir(), silent, no signal handlers.
+func options(t testing.TB) *server.Options {
+	return &server.Options{
+		Host:      "127.0.0.1",
+		Port:      -1,
+		JetStream: true,
+		StoreDir:  t.TempDir(),
+		NoLog:     true,
+		NoSigs:    true,
+	}
 }
 
 // Connect connects a client to url and closes it in t.Cleanup.
