@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -81,12 +80,8 @@ func (w *Worker) undecided(j *job, err error) verdict {
 		w.log.Warn("operator decision", zap.String("key", j.id.Key), zap.Error(err))
 		return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")
 	}
-	w.answer(j, intent.Result{
-		Key:         j.id.Key,
-		Status:      intent.StatusRejected,
-		Replayed:    true,
-		Error:       &intent.Error{Code: code, Message: err.Error()},
-		CompletedAt: time.Now().UTC(),
-	})
+	res := intent.Rejected(code, err.Error())
+	res.Key = j.id.Key
+	w.answer(j, res)
 	return ack()
 }

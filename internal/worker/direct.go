@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -42,23 +41,16 @@ func (w *Worker) direct(work context.Context, j *job) verdict {
 		Key: j.id.Key, Tool: j.env.Tool, Replayed: shared, Fingerprint: j.id.Fingerprint,
 		Attempts: out.Invocations, CallID: j.env.CallID, CompletedAt: time.Now().UTC(),
 	}
-	var pe *effects.PermanentError
-	switch {
-	case err == nil:
+	switch o := w.outcomeOf(j, out.Result, err); o.kind {
+	case outcomeDone:
 		if !shared {
 			w.m.fired.WithLabelValues(j.env.Tool).Inc()
 		}
-		res.Status, res.Result = intent.StatusCompleted, out.Result
-	case errors.As(err, &pe):
-		w.m.failures.WithLabelValues(j.env.Tool, "permanent").Inc()
-		e := pe.IntentError()
-		res.Status, res.Error = intent.StatusFailed, &e
-	case w.lastDelivery(j):
-		res.Status = intent.StatusFailed
-		res.Error = &intent.Error{Code: intent.CodeEffectFailed, Message: fmt.Sprintf("gave up after %d deliveries: %v", j.meta.NumDelivered, err)}
+		res.Status, res.Result = intent.StatusCompleted, o.result
+	case outcomeFailed:
+		res.Status, res.Error = intent.StatusFailed, &o.err
 	default:
-		w.m.failures.WithLabelValues(j.env.Tool, "transient").Inc()
-		w.log.Info("effect failed transiently", zap.String("tool", j.env.Tool), zap.Error(err))
+		w.log.Info("effect failed transiently", zap.String("tool", j.env.Tool), zap.Error(o.cause))
 		return nak(w.retryDelay(j.meta.NumDelivered), "effect failed transiently")
 	}
 	w.answer(j, res)

@@ -66,11 +66,10 @@ func (w *Worker) process(stop, work context.Context, msg jetstream.Msg) verdict 
 	j.tool = tool
 	if !w.limits.allow(env.Session) {
 		w.m.limited.WithLabelValues(env.Tool, "session_rate").Inc()
-		w.answer(j, intent.Result{
-			Tool: env.Tool, Status: intent.StatusRejected, Replayed: true, CallID: env.CallID, CompletedAt: time.Now().UTC(),
-			Error: &intent.Error{Code: intent.CodeRateLimited, Message: fmt.Sprintf(
-				"session %q is over its rate of %g intents/s: nothing was done; retry later with the same key", env.Session, w.cfg.SessionRate)},
-		})
+		res := intent.Rejected(intent.CodeRateLimited, fmt.Sprintf(
+			"session %q is over its rate of %g intents/s: nothing was done; retry later with the same key", env.Session, w.cfg.SessionRate))
+		res.Tool, res.CallID = env.Tool, env.CallID
+		w.answer(j, res)
 		return ack()
 	}
 	release, ok := w.slots.take(env.Tool)
@@ -118,13 +117,9 @@ func derivable(env *intent.Envelope, spec intent.KeySpec) error {
 func (w *Worker) reject(j *job, tool, code string, err error) verdict {
 	w.log.Info("intent rejected", zap.String("subject", j.msg.Subject()), zap.String("code", code), zap.Error(err))
 	w.m.badInputs.WithLabelValues(w.m.tool(tool), code).Inc()
-	w.answer(j, intent.Result{
-		Tool:        tool,
-		Status:      intent.StatusRejected,
-		Replayed:    true,
-		Error:       &intent.Error{Code: code, Message: err.Error()},
-		CompletedAt: time.Now().UTC(),
-	})
+	res := intent.Rejected(code, err.Error())
+	res.Tool = tool
+	w.answer(j, res)
 	return term(code + ": " + err.Error())
 }
 
@@ -205,10 +200,10 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 // that as Conflict, Done otherwise), else the record's outcome, replayed.
 func (w *Worker) replay(j *job, rec dedup.Record) verdict {
 	if rec.Fingerprint != j.id.Fingerprint {
-		w.answer(j, w.conflict(j, rec))
-		return ack()
+		w.m.conflicts.WithLabelValues(j.env.Tool).Inc()
+	} else {
+		w.m.replays.WithLabelValues(j.env.Tool).Inc()
 	}
-	w.m.replays.WithLabelValues(j.env.Tool).Inc()
 	w.answer(j, w.fromRecord(j, rec, true))
 	return ack()
 }
@@ -322,31 +317,18 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 
 	var rec dedup.Record
 	var err error
-	var pe *effects.PermanentError
-	switch {
-	case ferr == nil:
+	switch o := w.outcomeOf(j, out.Result, ferr); o.kind {
+	case outcomeDone:
 		w.m.fired.WithLabelValues(j.env.Tool).Inc()
 		rec, err = w.record(work, j.tool.Lease, func(ctx context.Context) (dedup.Record, error) {
-			return lease.Complete(ctx, out.Result, attempts)
+			return lease.Complete(ctx, o.result, attempts)
 		})
-	case errors.As(ferr, &pe):
-		w.m.failures.WithLabelValues(j.env.Tool, "permanent").Inc()
-		code := pe.Code
-		if code == "" {
-			code = intent.CodeEffectFailed
-		}
+	case outcomeFailed:
 		rec, err = w.record(work, j.tool.Lease, func(ctx context.Context) (dedup.Record, error) {
-			return lease.Fail(ctx, intent.Error{Code: code, Message: pe.Message}, attempts)
-		})
-	case w.lastDelivery(j):
-		w.m.failures.WithLabelValues(j.env.Tool, "transient").Inc()
-		msg := fmt.Sprintf("gave up after %d deliveries: %v", j.meta.NumDelivered, ferr)
-		rec, err = w.record(work, j.tool.Lease, func(ctx context.Context) (dedup.Record, error) {
-			return lease.Fail(ctx, intent.Error{Code: intent.CodeEffectFailed, Message: msg}, attempts)
+			return lease.Fail(ctx, o.err, attempts)
 		})
 	default:
-		w.m.failures.WithLabelValues(j.env.Tool, "transient").Inc()
-		w.log.Info("effect failed transiently; releasing the key", zap.String("key", j.id.Key), zap.Error(ferr))
+		w.log.Info("effect failed transiently; releasing the key", zap.String("key", j.id.Key), zap.Error(o.cause))
 		if err := lease.Release(work, attempts); err != nil && !errors.Is(err, dedup.ErrLeaseLost) {
 			w.log.Warn("release", zap.String("key", j.id.Key), zap.Error(err))
 		}
@@ -425,45 +407,14 @@ func (w *Worker) replyAllowed(subject string) bool {
 	return false
 }
 
-// fromRecord is the answer a ledger record gives this job's caller.
+// fromRecord is the answer a ledger record gives this job's caller (a
+// conflict when the job's arguments are not the record's).
 func (w *Worker) fromRecord(j *job, rec dedup.Record, replayed bool) intent.Result {
-	at := rec.CompletedAt
-	if at.IsZero() {
-		at = rec.UpdatedAt
-	}
-	res := intent.Result{
-		Key:         j.id.Key,
-		Tool:        rec.Tool,
-		Status:      rec.Status,
-		Replayed:    replayed,
-		Fingerprint: rec.Fingerprint,
-		Attempts:    rec.Attempts,
-		Result:      rec.Result,
-		Error:       rec.Error,
-		CompletedAt: at,
-	}
+	c := dedup.Caller{Key: j.id.Key, Fingerprint: j.id.Fingerprint}
 	if j.env != nil {
-		res.Tool, res.CallID = j.env.Tool, j.env.CallID
+		c.Tool, c.CallID = j.env.Tool, j.env.CallID
 	}
-	return res
-}
-
-// conflict is the answer to an intent whose key was first used with other
-// arguments: never fired, never replayed.
-func (w *Worker) conflict(j *job, rec dedup.Record) intent.Result {
-	w.m.conflicts.WithLabelValues(j.env.Tool).Inc()
-	return intent.Result{
-		Key:         j.id.Key,
-		Tool:        j.env.Tool,
-		Status:      intent.StatusConflict,
-		Replayed:    true,
-		Fingerprint: j.id.Fingerprint,
-		Error: &intent.Error{Code: intent.CodeConflict, Message: fmt.Sprintf(
-			"key %s was first used with other arguments (fingerprint %s, this intent's %s)",
-			j.id.Key, rec.Fingerprint, j.id.Fingerprint)},
-		CallID:      j.env.CallID,
-		CompletedAt: time.Now().UTC(),
-	}
+	return rec.Answer(c, replayed)
 }
 
 // answer publishes res to the intent's reply subject, if it named one.

@@ -60,8 +60,7 @@ type Client struct {
 	grace  time.Duration
 	mu     sync.Mutex
 	specs  map[string]toolSpec
-	kv     jetstream.KeyValue
-	ledger *dedup.Ledger
+	ledger *dedup.Reader // opened on first use
 }
 
 // New returns a client on nc.
@@ -198,42 +197,33 @@ func (s *Submission) WaitFinal(ctx context.Context) (*intent.Result, error) { re
 
 func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, error) {
 	defer func() { _ = s.sub.Unsubscribe() }()
-	grace := time.NewTimer(s.c.grace)
-	defer grace.Stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the ledger watch
 	enough := func(st intent.Status) bool { return st.Final() || (!final && st.Answered()) }
-	var updates <-chan jetstream.KeyValueEntry
-	var watcher jetstream.KeyWatcher
-	defer func() {
-		if watcher != nil {
-			_ = watcher.Stop()
+	// fromLedger delivers the first record that answers, once the key is
+	// watched: a watch is a consumer on the ledger's stream, so it starts
+	// only when the pushed reply is not enough.
+	var fromLedger chan ledgerAnswer
+	watchLedger := func() {
+		if fromLedger != nil || s.noLedger {
+			return
 		}
-	}()
-	// startWatch reads the record from the leader and, unless it already
-	// answers, watches the key (a consumer on the ledger's stream, stopped
-	// when Wait returns).
-	startWatch := func() (*intent.Result, error) {
-		if watcher != nil || s.noLedger {
-			return nil, nil
-		}
-		if l, err := s.c.ledgerRO(ctx); err == nil {
-			if rec, _, err := l.Get(ctx, s.Key); err == nil {
-				if res := s.fromRecord(rec); enough(res.Status) {
-					return res, nil
-				}
+		fromLedger = make(chan ledgerAnswer, 1)
+		go func() {
+			var a ledgerAnswer
+			r, err := s.c.reader(ctx)
+			if err == nil {
+				a.rec, _, err = r.WaitFor(ctx, s.Key, func(rec dedup.Record) bool { return enough(s.fromRecord(rec).Status) })
 			}
-		}
-		w, err := s.c.watch(ctx, s.Key)
-		if err != nil {
-			return nil, err
-		}
-		watcher, updates = w, w.Updates()
-		return nil, nil
+			a.err = err
+			fromLedger <- a
+		}()
 	}
 	if s.Duplicate {
-		if res, err := startWatch(); res != nil || err != nil {
-			return res, err
-		}
+		watchLedger()
 	}
+	grace := time.NewTimer(s.c.grace)
+	defer grace.Stop()
 	for {
 		select {
 		case m := <-s.ch:
@@ -244,66 +234,46 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 			if enough(res.Status) {
 				return &res, nil
 			}
-			// The final answer comes from the ledger.
-			if res, err := startWatch(); res != nil || err != nil {
-				return res, err
-			}
+			watchLedger() // the final answer comes from the ledger
 		case <-grace.C:
-			if res, err := startWatch(); res != nil || err != nil {
-				return res, err
+			watchLedger()
+		case a := <-fromLedger:
+			if a.err != nil {
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("%w for %s: %w", ErrNoAnswer, s.Key, ctx.Err())
+				}
+				return nil, fmt.Errorf("client: %w", a.err)
 			}
-		case e, ok := <-updates:
-			if !ok {
-				updates = nil
-				continue
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			rec, err := decodeRecord(e.Value())
-			if err != nil {
-				continue
-			}
-			if res := s.fromRecord(rec); enough(res.Status) {
-				return res, nil
-			}
+			return s.fromRecord(a.rec), nil
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w for %s: %w", ErrNoAnswer, s.Key, ctx.Err())
 		}
 	}
 }
 
-// fromRecord is the answer a ledger record gives this submission.
+// ledgerAnswer is what a watch of the ledger key came to.
+type ledgerAnswer struct {
+	rec dedup.Record
+	err error
+}
+
+// fromRecord is the answer a ledger record gives this submission: a
+// conflict when its fingerprint is not the submission's (publish dedup
+// hides a conflict from the workers).
 func (s *Submission) fromRecord(rec dedup.Record) *intent.Result {
-	if rec.Fingerprint != s.Fingerprint {
-		return &intent.Result{
-			Key: s.Key, Tool: s.tool, Status: intent.StatusConflict, Replayed: true,
-			Fingerprint: s.Fingerprint, CallID: s.call, CompletedAt: time.Now().UTC(),
-			Error: &intent.Error{Code: intent.CodeConflict, Message: fmt.Sprintf(
-				"key %s was first used with other arguments (fingerprint %s, this intent's %s)",
-				s.Key, rec.Fingerprint, s.Fingerprint)},
-		}
-	}
-	at := rec.CompletedAt
-	if at.IsZero() {
-		at = rec.UpdatedAt
-	}
-	return &intent.Result{
-		Key: s.Key, Tool: s.tool, Status: rec.Status,
-		Replayed:    s.Duplicate || rec.IntentSeq != s.Sequence,
-		Fingerprint: rec.Fingerprint, Attempts: rec.Attempts,
-		Result: rec.Result, Error: rec.Error, CallID: s.call, CompletedAt: at,
-	}
+	res := rec.Answer(dedup.Caller{Key: s.Key, Fingerprint: s.Fingerprint, Tool: s.tool, CallID: s.call},
+		s.Duplicate || rec.IntentSeq != s.Sequence)
+	return &res
 }
 
 // Get reads key's ledger record (from the stream leader). It returns
 // ErrNotFound when there is none.
 func (c *Client) Get(ctx context.Context, key string) (dedup.Record, error) {
-	l, err := c.ledgerRO(ctx)
+	r, err := c.reader(ctx)
 	if err != nil {
 		return dedup.Record{}, err
 	}
-	rec, _, err := l.Get(ctx, key)
+	rec, _, err := r.Get(ctx, key)
 	if errors.Is(err, dedup.ErrNotFound) {
 		return rec, fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
@@ -312,72 +282,34 @@ func (c *Client) Get(ctx context.Context, key string) (dedup.Record, error) {
 
 // Watch waits until key's record has an answered status and returns it.
 func (c *Client) Watch(ctx context.Context, key string) (dedup.Record, error) {
-	w, err := c.watch(ctx, key)
+	r, err := c.reader(ctx)
 	if err != nil {
 		return dedup.Record{}, err
 	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return dedup.Record{}, fmt.Errorf("%w for %s: watch closed", ErrNoAnswer, key)
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			if rec, err := decodeRecord(e.Value()); err == nil && rec.Status.Answered() {
-				return rec, nil
-			}
-		case <-ctx.Done():
+	rec, _, err := r.WaitFor(ctx, key, func(rec dedup.Record) bool { return rec.Status.Answered() })
+	if err != nil {
+		if ctx.Err() != nil {
 			return dedup.Record{}, fmt.Errorf("%w for %s: %w", ErrNoAnswer, key, ctx.Err())
 		}
+		return dedup.Record{}, fmt.Errorf("client: %w", err)
 	}
+	return rec, nil
 }
 
-func (c *Client) watch(ctx context.Context, key string) (jetstream.KeyWatcher, error) {
-	kv, err := c.bucket(ctx)
-	if err != nil {
-		return nil, err
-	}
-	w, err := kv.Watch(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("client: watch %s: %w", key, err)
-	}
-	return w, nil
-}
-
-func (c *Client) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+// reader returns the client's read side of the ledger, opening it on first
+// use.
+func (c *Client) reader(ctx context.Context) (*dedup.Reader, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.kv != nil {
-		return c.kv, nil
+	if c.ledger != nil {
+		return c.ledger, nil
 	}
 	kv, err := c.js.KeyValue(ctx, c.names.Bucket)
 	if err != nil {
 		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
 	}
-	c.kv = kv
-	return kv, nil
-}
-
-func (c *Client) ledgerRO(ctx context.Context) (*dedup.Ledger, error) {
-	kv, err := c.bucket(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ledger == nil {
-		if c.ledger, err = dedup.New(c.js, kv); err != nil {
-			return nil, fmt.Errorf("client: %w", err)
-		}
+	if c.ledger, err = dedup.NewReader(c.js, kv); err != nil {
+		return nil, fmt.Errorf("client: %w", err)
 	}
 	return c.ledger, nil
-}
-
-func decodeRecord(data []byte) (dedup.Record, error) {
-	var rec dedup.Record
-	err := json.Unmarshal(data, &rec)
-	return rec, err
 }

@@ -121,7 +121,7 @@ func (c BatchConfig) validate() error {
 
 // WithBatching makes the ledger group-commit its writes: the claims (create
 // only) and compare-and-set writes (Extend, Complete, Fail, Release,
-// AwaitApproval, Hold, Transition, operator decisions) of all concurrent
+// AwaitApproval, Hold, operator decisions) of all concurrent
 // callers are queued and sent as JetStream atomic batches, each made durable
 // with one sync before its acknowledgement instead of one sync per write.
 // Every call still returns what it would without batching — the same

@@ -193,7 +193,7 @@ func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest) (res ClaimRes
 		return ClaimResult{}, false, err
 	}
 
-	cur, err := unmarshalRecord(e.data)
+	cur, err := DecodeRecord(e.data)
 	if err != nil {
 		return ClaimResult{}, false, fmt.Errorf("decode record at revision %d: %w", e.rev, err)
 	}

@@ -115,7 +115,7 @@ func (l *Ledger) decide(ctx context.Context, op, key string, change func(*Record
 		if !changed {
 			return rec, rev, nil
 		}
-		newRev, err := l.Transition(ctx, key, rev, rec)
+		newRev, err := l.transition(ctx, key, rev, rec)
 		if errors.Is(err, ErrRevisionMismatch) {
 			continue
 		}

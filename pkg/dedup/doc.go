@@ -36,8 +36,8 @@
 // past its lease) before Complete lets the next claimant take over and fire
 // again. That window is closed downstream: every effect forwards the key (an
 // Idempotency-Key header, an SMTP Message-ID) so a keyed service absorbs the
-// repeat; or, for tools whose policy says so, the worker moves an abandoned
-// record to uncertain (Ledger.Transition) instead of taking it over. Leases
+// repeat; or, for tools whose policy says so, the claimant that won an
+// abandoned record moves it to uncertain (Lease.Hold) instead of firing. Leases
 // are judged by the claimant's clock, so clocks should agree to well within a
 // lease. Records live for the bucket's TTL after their last write.
 //
@@ -61,7 +61,7 @@
 // whole or not at all, and a write is answered only once its batch is
 // acknowledged, so an answered write is as durable as without batching. A
 // write refused on its own account gets the answer it would get alone (the
-// same Claim outcome, ErrLeaseLost, ErrRevisionMismatch) and the rest of its
+// same Claim outcome, ErrLeaseLost) and the rest of its
 // batch is sent again without it; a write whose acknowledgement was lost is
 // settled by a leader read, as without batching. The one difference a caller
 // can see: a write already sent waits for its batch's acknowledgement
@@ -70,26 +70,31 @@
 //
 // # Record states
 //
-//	                 Claim (create)
-//	   (no record) ─────────────────▶ pending ─── Complete ──▶ completed
-//	                                  │  │  ▲  ╲
-//	                                  │  │  │   ╲── Fail ────▶ failed
-//	        Release (transient        │  │  │
-//	        failure): no holder,      │  │  └── Claim after lease_until:
-//	        lease_until = now,  ◀─────┘  │      TookOver (attempt+1, new holder),
-//	        attempts kept; the next      │      or Acquired after a Release
-//	        Claim is Acquired            │
-//	                                     └── abandoned, policy: ──▶ uncertain  ¹
+// Every change is a compare-and-set made by one of the methods named on its
+// arrow; nothing else moves a record.
 //
-//	   awaiting_approval ¹ ──▶ approved ¹ ──▶ (fired by the worker) ──▶ completed | failed
-//	                     └───▶ denied ¹
+//	              Claim (create)
+//	(no record) ─────────────────▶ pending ─── Lease.Complete ──▶ completed
+//	                               │  │  ▲  ╲
+//	                               │  │  │   ╲── Lease.Fail ────▶ failed
+//	     Lease.Release (transient  │  │  │
+//	     failure): no holder,      │  │  └── Claim after lease_until:
+//	     lease_until = now,  ◀─────┘  │      TookOver (attempt+1, new holder),
+//	     attempts kept; the next      │      or Acquired after a Release
+//	     Claim is Acquired            │
+//	                                  ├── Lease.Hold (an abandoned lease, by
+//	                                  │   the claimant that won it) ──▶ uncertain
+//	                                  └── Lease.AwaitApproval ──▶ awaiting_approval
 //
-//	¹ driven by the worker through Ledger.Transition; this package does not
-//	  move a record into or out of these states by itself.
+//	awaiting_approval ── Ledger.Approve ──▶ approved ── Claim (Acquired) ──▶ pending …
+//	      │                                   │
+//	      └── Ledger.Deny ──▶ denied ◀── Ledger.Deny
+//	uncertain ── Ledger.Resolve ──▶ completed | failed
 //
 // completed, failed, denied, awaiting_approval and uncertain are answered
 // (Claim reports Done, Wait returns them); pending and approved are not
 // (Claim reports Busy, Wait keeps watching). After Release the record stays
 // pending with no holder and its attempts count, so the next claim is Acquired
 // with attempt+1 and the count of invocations survives transient failures.
+// Reader is the read side (Get, WaitFor) for clients that must not write.
 package dedup

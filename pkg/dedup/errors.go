@@ -18,8 +18,10 @@ var (
 	// its holder; it cannot be used again.
 	ErrLeaseDone = errors.New("dedup: lease already finished")
 
-	// ErrRevisionMismatch: a Transition's expected revision is not the
-	// record's latest; re-read the record and decide again.
+	// ErrRevisionMismatch: a compare-and-set write found another revision
+	// than the one it was made on, and wrote nothing. The ledger's methods
+	// report it in their own terms (a Lease write as ErrLeaseLost; a claim or
+	// a decision re-reads and decides again).
 	ErrRevisionMismatch = errors.New("dedup: revision mismatch")
 
 	// ErrReleased: while waiting, the record was deleted or purged (by an

@@ -188,19 +188,18 @@ func (l *Ledger) Get(ctx context.Context, key string) (Record, uint64, error) {
 	if !e.live() {
 		return Record{}, 0, fmt.Errorf("get %s: %w", key, ErrNotFound)
 	}
-	rec, err := unmarshalRecord(e.data)
+	rec, err := DecodeRecord(e.data)
 	if err != nil {
 		return Record{}, 0, fmt.Errorf("get %s: decode record at revision %d: %w", key, e.rev, err)
 	}
 	return rec, e.rev, nil
 }
 
-// Transition replaces key's record with rec if the record's latest revision is
-// still rev, and returns the new revision. It sets rec.UpdatedAt to the current
-// time. Use it for the states the worker drives (awaiting_approval, approved,
-// denied, uncertain). A stale rev gives an error matching ErrRevisionMismatch
-// and writes nothing.
-func (l *Ledger) Transition(ctx context.Context, key string, rev uint64, rec Record) (uint64, error) {
+// transition replaces key's record with rec if the record's latest revision
+// is still rev, and returns the new revision; it sets rec.UpdatedAt. The
+// operator decisions (decide.go) move records through it. A stale rev gives
+// an error matching ErrRevisionMismatch and writes nothing.
+func (l *Ledger) transition(ctx context.Context, key string, rev uint64, rec Record) (uint64, error) {
 	rec.UpdatedAt = l.clock()
 	newRev, err := l.cas(ctx, key, rev, rec)
 	if err != nil {

@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -91,8 +92,63 @@ func (r Record) marshal() ([]byte, error) {
 	return json.Marshal(r)
 }
 
-func unmarshalRecord(data []byte) (Record, error) {
+// Caller is whom an answer is for: the operation's key, and the calling
+// intent's fingerprint, tool and informational call id.
+type Caller struct {
+	Key         string
+	Fingerprint string // "" for an operator's decision, which names no arguments
+	Tool        string // default: the record's tool
+	CallID      string
+}
+
+// Answer is the answer r gives c: the record's outcome or, when c's
+// fingerprint is not the record's (the key was first used with other
+// arguments), a conflict — never fired, never replayed. replayed reports
+// that the outcome was caused by another call than c's.
+func (r Record) Answer(c Caller, replayed bool) intent.Result {
+	tool := c.Tool
+	if tool == "" {
+		tool = r.Tool
+	}
+	if c.Fingerprint != "" && c.Fingerprint != r.Fingerprint {
+		return intent.Result{
+			Key:               c.Key,
+			Tool:              tool,
+			Status:            intent.StatusConflict,
+			Replayed:          true,
+			Fingerprint:       c.Fingerprint,
+			RecordFingerprint: r.Fingerprint,
+			Error: &intent.Error{Code: intent.CodeConflict, Message: fmt.Sprintf(
+				"key %s was first used with other arguments (fingerprint %s, this intent's %s)",
+				c.Key, r.Fingerprint, c.Fingerprint)},
+			CallID:      c.CallID,
+			CompletedAt: time.Now().UTC(),
+		}
+	}
+	at := r.CompletedAt
+	if at.IsZero() {
+		at = r.UpdatedAt
+	}
+	return intent.Result{
+		Key:         c.Key,
+		Tool:        tool,
+		Status:      r.Status,
+		Replayed:    replayed,
+		Fingerprint: r.Fingerprint,
+		Attempts:    r.Attempts,
+		Result:      r.Result,
+		Error:       r.Error,
+		CallID:      c.CallID,
+		CompletedAt: at,
+	}
+}
+
+// DecodeRecord decodes a ledger record as stored in the bucket (a KV
+// entry's value).
+func DecodeRecord(data []byte) (Record, error) {
 	var r Record
-	err := json.Unmarshal(data, &r)
-	return r, err
+	if err := json.Unmarshal(data, &r); err != nil {
+		return Record{}, fmt.Errorf("%w: ledger record: %w", ErrInvalid, err)
+	}
+	return r, nil
 }

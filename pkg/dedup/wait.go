@@ -63,6 +63,9 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 			timer.Reset(max(cur.LeaseUntil.Sub(l.clock()), 0))
 		case e, ok := <-w.Updates():
 			if !ok {
+				if ctx.Err() != nil { // the watch ends with its context
+					return Record{}, 0, fmt.Errorf("wait %s: %w", key, ctx.Err())
+				}
 				return Record{}, 0, fmt.Errorf("wait %s: %w", key, errWatchClosed)
 			}
 			if e == nil {
@@ -80,7 +83,7 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 				}
 				continue // the newer record is on its way through the watch
 			}
-			rec, err := unmarshalRecord(e.Value())
+			rec, err := DecodeRecord(e.Value())
 			if err != nil {
 				return Record{}, 0, fmt.Errorf("wait %s: decode record at revision %d: %w", key, e.Revision(), err)
 			}
@@ -157,6 +160,9 @@ func (l *Ledger) WaitChange(ctx context.Context, key string, rev uint64) (bool, 
 			}
 		case e, ok := <-w.Updates():
 			if !ok {
+				if ctx.Err() != nil { // the watch ends with its context
+					return check()
+				}
 				return false, fmt.Errorf("wait change %s: %w", key, errWatchClosed)
 			}
 			if e != nil && e.Revision() > rev {

@@ -62,14 +62,29 @@ type Error struct {
 // Result is the answer every caller of an operation receives, whether its
 // intent fired the effect or was answered from the ledger.
 type Result struct {
-	Key         string          `json:"key"`
-	Tool        string          `json:"tool"`
-	Status      Status          `json:"status"`
-	Replayed    bool            `json:"replayed"`
-	Fingerprint string          `json:"fingerprint,omitempty"`
-	Attempts    int             `json:"attempts"`
-	Result      json.RawMessage `json:"result,omitempty"`
-	Error       *Error          `json:"error,omitempty"`
-	CallID      string          `json:"call_id,omitempty"`
-	CompletedAt time.Time       `json:"completed_at"`
+	Key         string `json:"key"`
+	Tool        string `json:"tool"`
+	Status      Status `json:"status"`
+	Replayed    bool   `json:"replayed"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// RecordFingerprint is, in a conflict answer, the fingerprint of the
+	// arguments the key was first used with (Fingerprint is the caller's).
+	RecordFingerprint string          `json:"record_fingerprint,omitempty"`
+	Attempts          int             `json:"attempts"`
+	Result            json.RawMessage `json:"result,omitempty"`
+	Error             *Error          `json:"error,omitempty"`
+	CallID            string          `json:"call_id,omitempty"`
+	CompletedAt       time.Time       `json:"completed_at"`
+}
+
+// Rejected is the answer to an intent refused before anything was done: bad
+// input, an unknown tool, a rate limit. The caller sets Key, Tool and CallID
+// where it knows them.
+func Rejected(code, message string) Result {
+	return Result{
+		Status:      StatusRejected,
+		Replayed:    true,
+		Error:       &Error{Code: code, Message: message},
+		CompletedAt: time.Now().UTC(),
+	}
 }
