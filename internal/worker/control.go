@@ -46,7 +46,7 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) verdict 
 				return w.undecided(j, fmt.Errorf("the recorded intent does not decode: %w", err))
 			}
 			j.env, j.tool, j.id.Fingerprint = env, tool, rec.Fingerprint
-			return w.run(stop, work, j) // claim the approved key and fire, or wait for who does
+			return w.claim(stop, work, j) // claim the approved key and fire, or wait for who does
 		}
 	case intent.ControlDeny:
 		if rec, _, err = w.ledger.Deny(stop, c.Key, c.By, c.Reason); err != nil {

@@ -16,7 +16,7 @@ import (
 // writes configured with ledger: false). Identical reads in flight on this
 // worker are coalesced into one call; their callers share its answer.
 func (w *Worker) direct(work context.Context, j *job) verdict {
-	halt := w.beats.keepAlive(work, j.msg, w.cfg.AckWait/3, 0, nil, nil)
+	halt := w.beats.hold(work, j.msg, w.cfg.AckWait/3)
 	defer halt() // on a panic too; halting twice is harmless
 	fire := func() (effects.Outcome, error) {
 		return j.tool.Effect.Fire(work, effects.Call{

@@ -42,26 +42,34 @@ type beat struct {
 	running  sync.WaitGroup // the extension in flight
 }
 
-// keepAlive calls InProgress on msg, and extend when given, every period
-// until ctx is done (seen when the beat is next due) or the returned stop is
-// called; stop waits for an extension in flight.
-//
-// With extend, the beat guards a lease of length lease: it calls lost(false)
-// and stops when extend reports dedup.ErrLeaseLost, or lost(true) when three
-// quarters of a lease past the lease's deadline (the last successful
-// extension plus lease) have gone by without a successful extension — the
-// ledger has been unreachable that long, and another claimant may take the key over once it
-// has seen the record unchanged for a further lease, so the effect must stop
-// before then. (Not at the deadline itself: cancelling a request that reached
-// the downstream can cost a repeat, so the holder gives the ledger as long as
-// it safely can to return.)
-// An extension in flight is never cancelled by stop: a write cancelled
-// mid-way may land without its writer knowing, which would leave the holder
-// with a stale revision.
-func (hb *heartbeats) keepAlive(ctx context.Context, msg jetstream.Msg, period, lease time.Duration, extend func(context.Context) error, lost func(cutOff bool)) (stop func()) {
+// hold calls InProgress on msg every period until ctx is done (seen when
+// the beat is next due) or the returned stop is called: a message held this
+// way is not delivered again, and no delivery is spent.
+func (hb *heartbeats) hold(ctx context.Context, msg jetstream.Msg, period time.Duration) (stop func()) {
+	return hb.add(&beat{ctx: ctx, msg: msg, period: period})
+}
+
+// guard is hold for a lease holder: every period it also extends the lease
+// (of length lease) with extend, and stop waits for an extension in flight.
+// It calls lost(false) and stops when extend reports dedup.ErrLeaseLost, or
+// lost(true) when three quarters of a lease past the lease's deadline (the
+// last successful extension plus lease) have gone by without a successful
+// extension — the ledger has been unreachable that long, and another
+// claimant may take the key over once it has seen the record unchanged for a
+// further lease, so the effect must stop before then. (Not at the deadline
+// itself: cancelling a request that reached the downstream can cost a
+// repeat, so the holder gives the ledger as long as it safely can to
+// return.) An extension in flight is never cancelled by stop: a write
+// cancelled mid-way may land without its writer knowing, which would leave
+// the holder with a stale revision.
+func (hb *heartbeats) guard(ctx context.Context, msg jetstream.Msg, period, lease time.Duration, extend func(context.Context) error, lost func(cutOff bool)) (stop func()) {
+	return hb.add(&beat{ctx: ctx, msg: msg, period: period, lease: lease, extend: extend, lost: lost})
+}
+
+// add schedules b's first beat one period from now.
+func (hb *heartbeats) add(b *beat) (stop func()) {
 	now := time.Now()
-	b := &beat{ctx: ctx, msg: msg, period: period, lease: lease, extend: extend, lost: lost,
-		next: now.Add(period), deadline: now.Add(lease), index: -1}
+	b.next, b.deadline, b.index = now.Add(b.period), now.Add(b.lease), -1
 	hb.mu.Lock()
 	heap.Push(&hb.queue, b)
 	hb.mu.Unlock()

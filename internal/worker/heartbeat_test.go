@@ -40,7 +40,7 @@ func TestHeartbeatsKeepManyAlive(t *testing.T) {
 	stops := make([]func(), len(msgs))
 	for i := range msgs {
 		msgs[i] = &countingMsg{}
-		stops[i] = hb.keepAlive(context.Background(), msgs[i], 20*time.Millisecond, time.Minute,
+		stops[i] = hb.guard(context.Background(), msgs[i], 20*time.Millisecond, time.Minute,
 			func(context.Context) error { extends.Add(1); return nil }, func(bool) { t.Error("lost") })
 	}
 	require.Eventually(t, func() bool {
@@ -65,14 +65,14 @@ func TestHeartbeatLostLeaseAndDeadline(t *testing.T) {
 	t.Parallel()
 	hb := runBeats(t)
 	lost := make(chan string, 2)
-	hb.keepAlive(context.Background(), &countingMsg{}, 10*time.Millisecond, time.Minute,
+	hb.guard(context.Background(), &countingMsg{}, 10*time.Millisecond, time.Minute,
 		func(context.Context) error { return dedup.ErrLeaseLost }, func(cutOff bool) { lost <- fmt.Sprint("taken over ", cutOff) })
 	require.Equal(t, "taken over false", <-lost)
 
 	// The ledger never answers: three quarters of a lease past the deadline,
 	// the holder gives up.
 	start := time.Now()
-	hb.keepAlive(context.Background(), &countingMsg{}, 10*time.Millisecond, 100*time.Millisecond,
+	hb.guard(context.Background(), &countingMsg{}, 10*time.Millisecond, 100*time.Millisecond,
 		func(context.Context) error { return errors.New("no responders") }, func(cutOff bool) { lost <- fmt.Sprint("deadline ", cutOff) })
 	require.Equal(t, "deadline true", <-lost)
 	require.GreaterOrEqual(t, time.Since(start), 175*time.Millisecond)
@@ -83,7 +83,7 @@ func TestHeartbeatStopWaitsForTheExtension(t *testing.T) {
 	hb := runBeats(t)
 	entered, release := make(chan struct{}), make(chan struct{})
 	var finished atomic.Bool
-	stop := hb.keepAlive(context.Background(), &countingMsg{}, 10*time.Millisecond, time.Minute,
+	stop := hb.guard(context.Background(), &countingMsg{}, 10*time.Millisecond, time.Minute,
 		func(ctx context.Context) error {
 			select {
 			case entered <- struct{}{}:
@@ -112,7 +112,7 @@ func TestHeartbeatEndsWithItsContext(t *testing.T) {
 	hb := runBeats(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &countingMsg{}
-	stop := hb.keepAlive(ctx, m, 10*time.Millisecond, 0, nil, nil)
+	stop := hb.hold(ctx, m, 10*time.Millisecond)
 	defer stop()
 	require.Eventually(t, func() bool { return m.progress.Load() >= 2 }, 5*time.Second, 5*time.Millisecond)
 	cancel()

@@ -44,7 +44,7 @@ func nak(delay time.Duration, reason string) verdict {
 }
 
 // settle is the one place where outcomes become JetStream verbs. Long work
-// keeps the message with InProgress while it runs (see keepAlive); a panic is
+// keeps the message with InProgress while it runs (see heartbeats.hold and guard); a panic is
 // recovered by the caller and settled as a nak.
 func (w *Worker) settle(msg jetstream.Msg, v verdict) {
 	meta, _ := msg.Metadata()

@@ -210,5 +210,5 @@ func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg) {
 		}
 		w.settle(msg, v)
 	}()
-	v = w.process(stop, work, msg)
+	v = w.admit(stop, work, msg)
 }

@@ -1,0 +1,70 @@
+package worker
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/internal/tracing"
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// answer publishes res to the intent's reply subject, if it named one.
+// Replies are at most once: callers without one watch the ledger.
+func (w *Worker) answer(j *job, res intent.Result) {
+	if j.replyTo != "" && !w.replyAllowed(j.replyTo) {
+		// A reply header naming the ledger's KV subjects, a stream's subject
+		// or a system subject would let a caller write there with the
+		// worker's permissions: never answer there.
+		w.log.Warn("refused reply subject", zap.String("reply_to", j.replyTo), zap.String("subject", j.msg.Subject()))
+		w.m.badReplies.Inc()
+		j.replyTo = ""
+	}
+	if j.meta != nil {
+		w.m.endToEnd.WithLabelValues(w.m.tool(res.Tool)).Observe(since(j.meta.Timestamp))
+	}
+	if j.replyTo == "" {
+		return
+	}
+	data, err := json.Marshal(res)
+	if err != nil {
+		w.log.Error("encode answer", zap.Error(err))
+		return
+	}
+	out := nats.NewMsg(j.replyTo)
+	out.Data = data
+	if j.ctx != nil {
+		otel.GetTextMapPropagator().Inject(j.ctx, tracing.Header(out.Header))
+	}
+	if err := w.nc.PublishMsg(out); err != nil {
+		w.log.Warn("publish answer", zap.String("reply_to", j.replyTo), zap.Error(err))
+	}
+}
+
+// replyAllowed reports whether an answer may be published on subject: a
+// literal subject (no wildcards, no spaces) under one of the reply prefixes.
+func (w *Worker) replyAllowed(subject string) bool {
+	if strings.ContainsAny(subject, "*> \t\r\n") || strings.HasPrefix(subject, "$") {
+		return false
+	}
+	for _, p := range w.cfg.ReplyPrefixes {
+		if strings.HasPrefix(subject, p) && len(subject) > len(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// fromRecord is the answer a ledger record gives this job's caller (a
+// conflict when the job's arguments are not the record's).
+func (w *Worker) fromRecord(j *job, rec dedup.Record, replayed bool) intent.Result {
+	c := dedup.Caller{Key: j.id.Key, Fingerprint: j.id.Fingerprint}
+	if j.env != nil {
+		c.Tool, c.CallID = j.env.Tool, j.env.CallID
+	}
+	return rec.Answer(c, replayed)
+}

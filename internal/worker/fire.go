@@ -1,0 +1,174 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// actOnLease decides what a claimant does with the lease it won: hold an abandoned
+// operation as uncertain, park it for approval, or fire. again reports that
+// the lease was lost before anything happened: claim again.
+func (w *Worker) actOnLease(stop, work context.Context, j *job, c dedup.ClaimResult) (v verdict, again bool) {
+	lease, rec, pol := c.Lease, c.Lease.Record(), j.tool.Policy
+	var parked dedup.Record
+	var err error
+	switch {
+	case c.Outcome == dedup.TookOver && pol.OnAbandoned == effects.AbandonHold:
+		w.log.Warn("holder vanished mid-effect; holding the operation as uncertain", zap.String("key", j.id.Key), zap.String("holder", c.Record.Holder))
+		parked, err = lease.Hold(work, "a worker vanished while firing this operation; it may or may not have happened: an operator must resolve it")
+	case pol.Approval && !rec.Approved(time.Now()) && !(c.Outcome == dedup.TookOver && rec.Decision != nil && rec.Decision.Op == intent.ControlApprove):
+		// Needs an operator's approval first (or its approval lapsed before
+		// the firing started). A takeover of an approved firing goes on.
+		var envelope []byte
+		if envelope, err = json.Marshal(j.env); err == nil {
+			parked, err = lease.AwaitApproval(work, envelope)
+		}
+	default:
+		if c.Outcome == dedup.TookOver {
+			w.m.takeovers.WithLabelValues(j.env.Tool).Inc()
+			w.log.Info("lease taken over", zap.String("key", j.id.Key), zap.Int("attempt", rec.Attempt))
+		}
+		return w.fire(stop, work, j, lease), false
+	}
+	switch {
+	case errors.Is(err, dedup.ErrLeaseLost):
+		return verdict{}, true
+	case err != nil:
+		w.log.Warn("record state", zap.String("key", j.id.Key), zap.Error(err))
+		return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable"), false
+	}
+	w.answer(j, w.fromRecord(j, parked, true))
+	return ack(), false
+}
+
+// fire runs the effect under the lease and records its outcome by CAS on the
+// lease's revision.
+func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) verdict {
+	ectx, cancel := context.WithCancel(work)
+	defer cancel()
+	defer func() {
+		// A panicking effect gives the key back, so the redelivery need not
+		// wait out the lease; handle recovers the panic itself.
+		if r := recover(); r != nil {
+			cancel() // stops the lease heartbeat
+			_ = lease.Release(work, lease.Record().Attempts)
+			panic(r)
+		}
+	}()
+	period := min(j.tool.Lease, w.cfg.AckWait) / 3
+	halt := w.beats.guard(ectx, j.msg, period, j.tool.Lease, func(ctx context.Context) error {
+		return lease.Extend(ctx, j.tool.Lease)
+	}, func(cutOff bool) {
+		if cutOff {
+			w.log.Warn("ledger unreachable past the lease deadline; cancelling the effect", zap.String("key", j.id.Key))
+		} else {
+			w.log.Warn("lease lost while the effect ran; cancelling it", zap.String("key", j.id.Key))
+		}
+		cancel()
+	})
+	// The heartbeat goes on until the outcome is recorded: a holder retrying
+	// its completion through a ledger outage must keep its lease, or another
+	// worker would fire the operation again.
+	defer halt()
+	claimed := time.Now()
+	out, ferr := j.tool.Effect.Fire(ectx, effects.Call{
+		Key:     j.id.Key,
+		Tool:    j.env.Tool,
+		Session: j.env.Session,
+		CallID:  j.env.CallID,
+		Args:    j.env.Args,
+		Attempt: lease.Record().Attempt,
+		Trace:   traceHeaders(ectx),
+	})
+	w.m.effectTime.WithLabelValues(j.env.Tool).Observe(time.Since(claimed).Seconds())
+	attempts := lease.Record().Attempts + out.Invocations
+
+	var rec dedup.Record
+	var err error
+	switch o := w.outcomeOf(j, out.Result, ferr); o.kind {
+	case outcomeDone:
+		w.m.fired.WithLabelValues(j.env.Tool).Inc()
+		rec, err = w.record(work, j.tool.Lease, func(ctx context.Context) (dedup.Record, error) {
+			return lease.Complete(ctx, o.result, attempts)
+		})
+	case outcomeFailed:
+		rec, err = w.record(work, j.tool.Lease, func(ctx context.Context) (dedup.Record, error) {
+			return lease.Fail(ctx, o.err, attempts)
+		})
+	default:
+		w.log.Info("effect failed transiently; releasing the key", zap.String("key", j.id.Key), zap.Error(o.cause))
+		if err := lease.Release(work, attempts); err != nil && !errors.Is(err, dedup.ErrLeaseLost) {
+			w.log.Warn("release", zap.String("key", j.id.Key), zap.Error(err))
+		}
+		return nak(w.retryDelay(j.meta.NumDelivered), "effect failed transiently")
+	}
+
+	switch {
+	case err == nil:
+		w.m.claimToDone.WithLabelValues(j.env.Tool).Observe(time.Since(claimed).Seconds())
+		w.answers.put(j.id.Key, rec)
+		w.answer(j, w.fromRecord(j, rec, false))
+		return ack()
+	case errors.Is(err, dedup.ErrLeaseLost):
+		// Another worker took the key over: never overwrite its record, answer
+		// with its outcome once there is one.
+		w.log.Warn("lease lost before recording; answering with the holder's outcome", zap.String("key", j.id.Key))
+		rec, werr := w.await(stop, j, time.Now().Add(w.cfg.MaxWait))
+		if werr == nil && rec.Status.Answered() {
+			w.answer(j, w.fromRecord(j, rec, true))
+			return ack()
+		}
+		return nak(w.cfg.RetryDelay, "lease lost; outcome not recorded yet")
+	default:
+		// The effect's outcome could not be recorded: the lease will expire
+		// and the key be taken over (the crash window; the forwarded key lets
+		// a keyed downstream absorb the repeat).
+		w.log.Error("record outcome", zap.String("key", j.id.Key), zap.Error(err))
+		return nak(w.retryDelay(j.meta.NumDelivered), "outcome not recorded")
+	}
+}
+
+// traceHeaders are the trace-context headers of ctx's span, for the effect
+// to forward (nil when there is no trace).
+func traceHeaders(ctx context.Context) map[string]string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	h := propagation.MapCarrier{}
+	otel.GetTextMapPropagator().Inject(ctx, h)
+	return h
+}
+
+// record runs a ledger write, retrying while the ledger is unreachable (but
+// not past a lost lease) for up to a minute. Each attempt gets a quarter of
+// the lease: an attempt whose reply was lost to a server restart must not
+// hold the lease's writes (its heartbeat among them) for the client's whole
+// request timeout, or another worker would confirm the holder gone.
+func (w *Worker) record(ctx context.Context, lease time.Duration, write func(context.Context) (dedup.Record, error)) (dedup.Record, error) {
+	b := backoff.WithContext(backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(500*time.Millisecond),
+		backoff.WithMaxElapsedTime(time.Minute)), ctx)
+	per := min(max(lease/4, 250*time.Millisecond), 5*time.Second)
+	return backoff.RetryWithData(func() (dedup.Record, error) {
+		actx, cancel := context.WithTimeout(ctx, per)
+		defer cancel()
+		rec, err := write(actx)
+		if errors.Is(err, dedup.ErrLeaseLost) {
+			return rec, backoff.Permanent(err)
+		}
+		return rec, err
+	}, b)
+}
