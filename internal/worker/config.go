@@ -11,11 +11,29 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// Ledger batch settings (Config.LedgerBatch).
+// Defaults of Config's fields (the flags of cmd/worker use them too).
 const (
-	// DefaultLedgerBatch is Config.LedgerBatch's default.
-	DefaultLedgerBatch = 500
-	// NoLedgerBatch turns the group commit off.
+	DefaultConcurrency      = 256
+	DefaultAckWait          = 30 * time.Second
+	DefaultMaxDeliver       = 10
+	DefaultMaxAckPending    = 4096
+	DefaultDuplicateWindow  = 2 * time.Minute
+	DefaultReplicas         = 1
+	DefaultLedgerTTL        = 24 * time.Hour
+	DefaultRetryDelay       = time.Second
+	DefaultMaxRetryDelay    = time.Minute
+	DefaultLedgerBatch      = 500
+	DefaultAnswerCache      = 10 * time.Second
+	DefaultAnswerCacheBytes = 32 << 20
+	DefaultReplyPrefix      = "_INBOX."
+	// DefaultDrainTimeout is the drain a worker gives its effects in flight
+	// when it stops (Run's drain, cmd/worker's --drain-timeout).
+	DefaultDrainTimeout = 30 * time.Second
+)
+
+// Values that turn a feature off.
+const (
+	// NoLedgerBatch turns the group commit off (Config.LedgerBatch).
 	NoLedgerBatch = -1
 	// NoAnswerCache turns the answer cache off (Config.AnswerCache).
 	NoAnswerCache = -1
@@ -34,7 +52,7 @@ type Config struct {
 	Holder string
 
 	// Concurrency is how many intents one worker handles at once (and how
-	// many it buffers from the consumer). Default: 256.
+	// many it buffers from the consumer). Default: 256 (DefaultConcurrency).
 	Concurrency int
 
 	// Limits bound what an intent may be (size, nesting). Default:
@@ -42,33 +60,36 @@ type Config struct {
 	Limits intent.Limits
 
 	// AckWait is the consumer's redelivery timer; a worker that dies holding an
-	// intent gives it up after this long. Default: 30s.
+	// intent gives it up after this long. Default: 30s (DefaultAckWait).
 	AckWait time.Duration
 
 	// MaxDeliver is how many times an intent is delivered before the worker
-	// gives up on it (records it failed). Default: 10.
+	// gives up on it (records it failed). Default: 10 (DefaultMaxDeliver).
 	MaxDeliver int
 
 	// MaxAckPending bounds the intents delivered and not yet settled across all
-	// workers of the consumer. Default: 4096.
+	// workers of the consumer. Default: 4096 (DefaultMaxAckPending).
 	MaxAckPending int
 
-	// DuplicateWindow is the stream's publish-dedup window. Default: 2m.
+	// DuplicateWindow is the stream's publish-dedup window. Default: 2m
+	// (DefaultDuplicateWindow).
 	DuplicateWindow time.Duration
 
-	// Replicas of the stream and the ledger bucket. Default: 1.
+	// Replicas of the stream and the ledger bucket. Default: 1
+	// (DefaultReplicas).
 	Replicas int
 
 	// LedgerTTL is how long completed and failed records are kept (the
-	// bucket's MaxAge). Default: 24h.
+	// bucket's MaxAge). Default: 24h (DefaultLedgerTTL).
 	LedgerTTL time.Duration
 
 	// RetryDelay is the first delay before an intent whose effect failed
 	// transiently is delivered again; it doubles with each delivery up to
-	// MaxRetryDelay. Default: 1s.
+	// MaxRetryDelay. Default: 1s (DefaultRetryDelay).
 	RetryDelay time.Duration
 
-	// MaxRetryDelay caps RetryDelay's growth. Default: 1m.
+	// MaxRetryDelay caps RetryDelay's growth. Default: 1m
+	// (DefaultMaxRetryDelay).
 	MaxRetryDelay time.Duration
 
 	// LedgerBatch group-commits the ledger's writes from all intents in
@@ -85,19 +106,20 @@ type Config struct {
 	// record (completed, failed, denied) it wrote or read, without asking the
 	// ledger: a record removed from the ledger meanwhile (an operator letting
 	// an operation run again) is answered from the cache until then. Negative
-	// (NoAnswerCache): every duplicate reads the ledger. Default: 10s.
+	// (NoAnswerCache): every duplicate reads the ledger. Default: 10s
+	// (DefaultAnswerCache).
 	AnswerCache time.Duration
 
 	// AnswerCacheBytes bounds the answer cache's memory; the least recently
 	// used entries go first, and records over 64 KiB are never cached.
-	// Default: 32 MiB.
+	// Default: 32 MiB (DefaultAnswerCacheBytes).
 	AnswerCacheBytes int
 
 	// ReplyPrefixes are the subject prefixes an intent's Idem-Reply-To may
 	// name; an answer is never published elsewhere — not on the ledger's KV
 	// subjects, the intent stream or any $-subject — whatever the header says.
 	// Clients' inboxes (nc.NewRespInbox, with or without a custom inbox
-	// prefix) start with "_INBOX". Default: ["_INBOX."].
+	// prefix) start with "_INBOX". Default: [DefaultReplyPrefix].
 	ReplyPrefixes []string
 
 	// SessionRate limits the intents of one session (the key's tenant scope)
@@ -127,31 +149,31 @@ func (c *Config) setDefaults() {
 		c.Holder = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 256
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.AckWait == 0 {
-		c.AckWait = 30 * time.Second
+		c.AckWait = DefaultAckWait
 	}
 	if c.MaxDeliver == 0 {
-		c.MaxDeliver = 10
+		c.MaxDeliver = DefaultMaxDeliver
 	}
 	if c.MaxAckPending == 0 {
-		c.MaxAckPending = 4096
+		c.MaxAckPending = DefaultMaxAckPending
 	}
 	if c.DuplicateWindow == 0 {
-		c.DuplicateWindow = 2 * time.Minute
+		c.DuplicateWindow = DefaultDuplicateWindow
 	}
 	if c.Replicas == 0 {
-		c.Replicas = 1
+		c.Replicas = DefaultReplicas
 	}
 	if c.LedgerTTL == 0 {
-		c.LedgerTTL = 24 * time.Hour
+		c.LedgerTTL = DefaultLedgerTTL
 	}
 	if c.RetryDelay == 0 {
-		c.RetryDelay = time.Second
+		c.RetryDelay = DefaultRetryDelay
 	}
 	if c.MaxRetryDelay == 0 {
-		c.MaxRetryDelay = time.Minute
+		c.MaxRetryDelay = DefaultMaxRetryDelay
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = c.AckWait
@@ -160,13 +182,13 @@ func (c *Config) setDefaults() {
 		c.LedgerBatch = DefaultLedgerBatch
 	}
 	if c.AnswerCache == 0 {
-		c.AnswerCache = 10 * time.Second
+		c.AnswerCache = DefaultAnswerCache
 	}
 	if c.AnswerCacheBytes == 0 {
-		c.AnswerCacheBytes = 32 << 20
+		c.AnswerCacheBytes = DefaultAnswerCacheBytes
 	}
 	if len(c.ReplyPrefixes) == 0 {
-		c.ReplyPrefixes = []string{"_INBOX."}
+		c.ReplyPrefixes = []string{DefaultReplyPrefix}
 	}
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil)
