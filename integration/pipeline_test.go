@@ -123,7 +123,7 @@ func TestSameKeyOtherArgsConflicts(t *testing.T) {
 	res := publishRaw(t, nc, "idem.intents.send_email", []byte(`{"tool":"send_email","key":"order-98765","args":{"to":"a@example.com","amount":30}}`))(30 * time.Second)
 	require.Equal(t, intent.StatusConflict, res.Status)
 	require.Equal(t, intent.CodeConflict, res.Error.Code)
-	require.True(t, res.Replayed, "a conflict did not fire")
+	require.False(t, res.Replayed, "a conflict is this call's own outcome, not a replay")
 
 	require.Equal(t, 1, hook.count(), "never fired for the conflicting args")
 }

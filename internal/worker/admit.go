@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -23,27 +25,32 @@ type job struct {
 	env     *intent.Envelope
 	tool    *effects.Tool
 	id      intent.Identity
+	// seq is the stream sequence of the call this job answers: the intent's
+	// own, or — for an approval that fires a parked operation — the sequence
+	// of the intent that parked it. A record written for another sequence
+	// answers this job as a replay.
+	seq uint64
+	// free gives the handler's concurrency slot back while the job waits in
+	// a tool's queue (see toolSlot); nil in tests that build a job by hand.
+	free func()
+	// answered reports that the job's caller was answered.
+	answered bool
 }
 
 // lastDelivery reports whether the consumer will not deliver this intent again.
 func (w *Worker) lastDelivery(j *job) bool { return j.meta.NumDelivered >= uint64(w.cfg.MaxDeliver) }
 
-// admit decodes and validates one intent (or operator decision), applies
-// the limits, derives its key and hands it on: to the ledger (claim), to a
+// admit decodes and validates one intent (or operator decision), derives its
+// key, applies the limits and hands it on: to the ledger (claim), to a
 // direct firing, or to the decision it carries. It returns how to settle it.
-func (w *Worker) admit(stop, work context.Context, msg jetstream.Msg) verdict {
-	meta, err := msg.Metadata()
-	if err != nil {
-		return term("not a JetStream message: " + err.Error())
-	}
-	j := &job{ctx: work, msg: msg, meta: meta, replyTo: msg.Headers().Get(intent.HeaderReplyTo)}
-	if op := w.res.names.ControlOp(msg.Subject()); op != "" {
+func (w *Worker) admit(stop, work context.Context, j *job) verdict {
+	if op := w.res.names.ControlOp(j.msg.Subject()); op != "" {
 		return w.control(stop, work, j, op)
 	}
-	subjectTool := w.res.names.ToolFromSubject(msg.Subject())
+	subjectTool := w.res.names.ToolFromSubject(j.msg.Subject())
 	w.m.received.WithLabelValues(w.m.tool(subjectTool)).Inc()
 
-	env, err := intent.Decode(msg.Data(), w.cfg.Limits)
+	env, err := intent.Decode(j.msg.Data(), w.cfg.Limits)
 	if err != nil {
 		return w.reject(j, subjectTool, intent.Code(err), err)
 	}
@@ -56,35 +63,70 @@ func (w *Worker) admit(stop, work context.Context, msg jetstream.Msg) verdict {
 		return w.reject(j, env.Tool, intent.CodeUnknownTool, fmt.Errorf("no tool %q is configured", env.Tool))
 	}
 	j.tool = tool
-	if !w.limits.allow(env.Session) {
-		w.m.limited.WithLabelValues(env.Tool, "session_rate").Inc()
-		res := intent.Rejected(intent.CodeRateLimited, fmt.Sprintf(
-			"session %q is over its rate of %g intents/s: nothing was done; retry later with the same key", env.Session, w.cfg.SessionRate))
-		res.Tool, res.CallID = env.Tool, env.CallID
-		w.answer(j, res)
-		return ack()
-	}
-	release, ok := w.slots.take(env.Tool)
-	if !ok {
-		// Back-pressure, not an error: delivered again shortly.
-		w.m.limited.WithLabelValues(env.Tool, "tool_in_flight").Inc()
-		return nak(w.cfg.RetryDelay, fmt.Sprintf("tool %s at its cap of %d in flight", env.Tool, tool.Policy.MaxInFlight))
-	}
-	defer release()
 	if tool.Policy.Class == effects.ClassUnsafe {
 		if err := derivable(env, tool.KeySpec); err != nil {
 			return w.reject(j, env.Tool, intent.CodeInvalidIntent, err)
 		}
 	}
-	j.id, err = intent.Derive(env, tool.KeySpec, meta.Timestamp)
+	j.id, err = intent.Derive(env, tool.KeySpec, intentTime(j.msg.Headers(), j.meta.Timestamp))
 	if err != nil {
 		return w.reject(j, env.Tool, intent.Code(err), err)
 	}
+	if err := w.sameIdentity(j); err != nil {
+		return w.reject(j, env.Tool, intent.CodeKeyMismatch, err)
+	}
 	trace.SpanFromContext(work).SetAttributes(attribute.String("idemgate.tool", env.Tool), attribute.String("idemgate.key", j.id.Key))
+	if !w.limits.allow(env.Session) {
+		w.m.limited.WithLabelValues(env.Tool, "session_rate").Inc()
+		res := intent.Rejected(intent.CodeRateLimited, fmt.Sprintf(
+			"session %q is over its rate of %g intents/s: nothing was done; retry later with the same key", env.Session, w.cfg.SessionRate))
+		res.Key, res.Tool, res.Fingerprint, res.CallID = j.id.Key, env.Tool, j.id.Fingerprint, env.CallID
+		w.answer(j, res)
+		return ack()
+	}
+	release, err := w.toolSlot(stop, j)
+	if err != nil {
+		return nak(0, "worker stopping while the intent waited for its tool")
+	}
+	defer release()
 	if !tool.Policy.Ledger {
 		return w.direct(work, j)
 	}
 	return w.claim(stop, work, j)
+}
+
+// intentTime is the time a window key derives from when the envelope has no
+// created_at: the message's timestamp, or the original's for a replayed dead
+// letter (intent.HeaderIntentTime among its headers h).
+func intentTime(h nats.Header, timestamp time.Time) time.Time {
+	if v := h.Get(intent.HeaderIntentTime); v != "" {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			return t
+		}
+	}
+	return timestamp
+}
+
+// sameIdentity refuses an intent whose client derived another key or
+// fingerprint (intent.HeaderKey, HeaderFingerprint) than the worker: the
+// client's key spec of the tool is out of date, so its publish dedup and its
+// ledger watch would use the wrong key.
+func (w *Worker) sameIdentity(j *job) error {
+	h := j.msg.Headers()
+	key, fp := h.Get(intent.HeaderKey), h.Get(intent.HeaderFingerprint)
+	if (key == "" || key == j.id.Key) && (fp == "" || fp == j.id.Fingerprint) {
+		return nil
+	}
+	return fmt.Errorf("the client derived key %s and fingerprint %s, the workers derive %s and %s for tool %s: "+
+		"refresh the client's key spec of the tool from the tool catalogue (%s) and send it again",
+		orNone(key), orNone(fp), j.id.Key, j.id.Fingerprint, j.env.Tool, w.res.names.ToolsSubject)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }
 
 // derivable refuses an unsafe intent whose key cannot name its operation: a
@@ -110,7 +152,27 @@ func (w *Worker) reject(j *job, tool, code string, err error) verdict {
 	w.log.Info("intent rejected", zap.String("subject", j.msg.Subject()), zap.String("code", code), zap.Error(err))
 	w.m.badInputs.WithLabelValues(w.m.tool(tool), code).Inc()
 	res := intent.Rejected(code, err.Error())
-	res.Tool = tool
+	res.Key, res.Tool, res.Fingerprint = j.id.Key, tool, j.id.Fingerprint
+	if j.env != nil {
+		res.CallID = j.env.CallID
+	}
+	if res.Key == "" || code == intent.CodeKeyMismatch {
+		// The client matches an answer by the key it derived.
+		res.Key, res.Fingerprint = clientIdentity(j.msg.Headers())
+	}
 	w.answer(j, res)
 	return term(code + ": " + err.Error())
+}
+
+// clientIdentity is the key and fingerprint an intent's client said it
+// derived (intent.HeaderKey, HeaderFingerprint among its headers h), when
+// they have the right shape.
+func clientIdentity(h nats.Header) (key, fingerprint string) {
+	if k := h.Get(intent.HeaderKey); intent.ValidKey(k) {
+		key = k
+	}
+	if fp := h.Get(intent.HeaderFingerprint); len(fp) == 64 {
+		fingerprint = fp
+	}
+	return key, fingerprint
 }

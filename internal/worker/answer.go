@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 
@@ -16,18 +17,25 @@ import (
 // answer publishes res to the intent's reply subject, if it named one.
 // Replies are at most once: callers without one watch the ledger.
 func (w *Worker) answer(j *job, res intent.Result) {
-	if j.replyTo != "" && !w.replyAllowed(j.replyTo) {
-		// A reply header naming the ledger's KV subjects, a stream's subject
-		// or a system subject would let a caller write there with the
-		// worker's permissions: never answer there.
-		w.log.Warn("refused reply subject", zap.String("reply_to", j.replyTo), zap.String("subject", j.msg.Subject()))
-		w.m.badReplies.Inc()
-		j.replyTo = ""
-	}
+	j.answered = true
 	if j.meta != nil {
 		w.m.endToEnd.WithLabelValues(w.m.tool(res.Tool)).Observe(since(j.meta.Timestamp))
 	}
-	if j.replyTo == "" {
+	w.reply(j.ctx, j.msg.Subject(), j.replyTo, res)
+}
+
+// reply publishes res on replyTo, the reply subject of an intent published
+// on subject, when replyTo is allowed; ctx's span, if any, goes with it.
+func (w *Worker) reply(ctx context.Context, subject, replyTo string, res intent.Result) {
+	if replyTo == "" {
+		return
+	}
+	if !w.replyAllowed(replyTo) {
+		// A reply header naming the ledger's KV subjects, a stream's subject
+		// or a system subject would let a caller write there with the
+		// worker's permissions: never answer there.
+		w.log.Warn("refused reply subject", zap.String("reply_to", replyTo), zap.String("subject", subject))
+		w.m.badReplies.Inc()
 		return
 	}
 	data, err := json.Marshal(res)
@@ -35,13 +43,13 @@ func (w *Worker) answer(j *job, res intent.Result) {
 		w.log.Error("encode answer", zap.Error(err))
 		return
 	}
-	out := nats.NewMsg(j.replyTo)
+	out := nats.NewMsg(replyTo)
 	out.Data = data
-	if j.ctx != nil {
-		otel.GetTextMapPropagator().Inject(j.ctx, tracing.Header(out.Header))
+	if ctx != nil {
+		otel.GetTextMapPropagator().Inject(ctx, tracing.Header(out.Header))
 	}
 	if err := w.nc.PublishMsg(out); err != nil {
-		w.log.Warn("publish answer", zap.String("reply_to", j.replyTo), zap.Error(err))
+		w.log.Warn("publish answer", zap.String("reply_to", replyTo), zap.Error(err))
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 )
 
 // claim claims the intent's key and fires, replays, or waits for the holder.
+// While the ledger cannot be reached it holds the intent (no delivery is
+// spent) and tries again: an outage delays an operation, it never ends one.
 func (w *Worker) claim(stop, work context.Context, j *job) verdict {
 	req := dedup.ClaimRequest{
 		Key:         j.id.Key,
@@ -19,7 +21,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) verdict {
 		Fingerprint: j.id.Fingerprint,
 		Holder:      w.cfg.Holder,
 		Lease:       j.tool.Lease,
-		IntentSeq:   j.meta.Sequence.Stream,
+		IntentSeq:   j.seq,
 		CallID:      j.env.CallID,
 	}
 	if rec, ok := w.answers.get(req.Key); ok {
@@ -28,13 +30,19 @@ func (w *Worker) claim(stop, work context.Context, j *job) verdict {
 		w.m.cacheHits.WithLabelValues(j.env.Tool).Inc()
 		return w.replay(j, rec)
 	}
+	outage := w.outage(stop, j)
+	defer outage.end()
 	waitUntil := time.Now().Add(w.cfg.MaxWait)
 	for {
 		c, err := w.ledger.Claim(stop, req)
 		if err != nil {
+			if unavailable(err) && outage.wait(err) {
+				continue
+			}
 			w.log.Warn("claim", zap.String("key", req.Key), zap.Error(err))
 			return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")
 		}
+		outage.over()
 		switch c.Outcome {
 		case dedup.Acquired, dedup.TookOver:
 			v, again := w.actOnLease(stop, work, j, c)
@@ -54,6 +62,9 @@ func (w *Worker) claim(stop, work context.Context, j *job) verdict {
 				// records) within its heartbeat period, shorter than the grace.
 				changed, err := w.confirmAbandoned(stop, j, c.Revision)
 				switch {
+				case err != nil && outage.wait(err):
+					// The grace proved nothing while the ledger could not
+					// be read: count it again once it can.
 				case err != nil:
 					return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")
 				case !changed:
@@ -85,14 +96,15 @@ func (w *Worker) claim(stop, work context.Context, j *job) verdict {
 
 // replay answers j from rec, a record of its key that answers it without
 // this worker firing: a conflict when the fingerprints differ (Claim reports
-// that as Conflict, Done otherwise), else the record's outcome, replayed.
+// that as Conflict, Done otherwise), else the record's outcome — a replay
+// unless j's own call caused it (the same intent delivered again).
 func (w *Worker) replay(j *job, rec dedup.Record) verdict {
 	if rec.Fingerprint != j.id.Fingerprint {
 		w.m.conflicts.WithLabelValues(j.env.Tool).Inc()
 	} else {
 		w.m.replays.WithLabelValues(j.env.Tool).Inc()
 	}
-	w.answer(j, w.fromRecord(j, rec, true))
+	w.answer(j, w.fromRecord(j, rec, rec.IntentSeq != j.seq))
 	return ack()
 }
 
@@ -123,4 +135,58 @@ func (w *Worker) await(stop context.Context, j *job, until time.Time) (dedup.Rec
 	defer halt()
 	rec, _, err := w.ledger.Wait(ctx, j.id.Key)
 	return rec, err
+}
+
+// ledgerOutage holds one intent through an outage of the ledger: its
+// message is kept (InProgress) while the handler pauses between tries,
+// backing off.
+type ledgerOutage struct {
+	w     *Worker
+	stop  context.Context
+	j     *job
+	pause time.Duration
+	since time.Time
+	halt  func() // the hold of the message; nil outside an outage
+}
+
+func (w *Worker) outage(stop context.Context, j *job) *ledgerOutage {
+	return &ledgerOutage{w: w, stop: stop, j: j}
+}
+
+// wait holds the intent and pauses before the next try; false when the
+// worker is stopping (or err is not the ledger being unreachable), so that
+// the intent is left to another worker.
+func (o *ledgerOutage) wait(err error) bool {
+	if o.stop.Err() != nil || !unavailable(err) {
+		return false
+	}
+	if o.halt == nil {
+		o.since, o.pause = time.Now(), 100*time.Millisecond
+		o.halt = o.w.beats.hold(o.stop, o.j.msg, o.w.cfg.AckWait/3)
+		o.w.log.Warn("ledger unreachable; holding the intent until it is back", zap.String("key", o.j.id.Key), zap.Error(err))
+	}
+	t := time.NewTimer(o.pause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		o.pause = min(2*o.pause, 2*time.Second)
+		return true
+	case <-o.stop.Done():
+		return false
+	}
+}
+
+// over ends the hold once the ledger answered.
+func (o *ledgerOutage) over() {
+	if o.halt != nil {
+		o.w.log.Info("ledger reachable again", zap.String("key", o.j.id.Key), zap.Duration("after", time.Since(o.since)))
+		o.end()
+	}
+}
+
+func (o *ledgerOutage) end() {
+	if o.halt != nil {
+		o.halt()
+		o.halt = nil
+	}
 }

@@ -45,7 +45,9 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) verdict 
 			if err != nil {
 				return w.undecided(j, fmt.Errorf("the recorded intent does not decode: %w", err))
 			}
-			j.env, j.tool, j.id.Fingerprint = env, tool, rec.Fingerprint
+			// The firing answers the call that parked the operation: its
+			// record keeps that call's sequence.
+			j.env, j.tool, j.id.Fingerprint, j.seq = env, tool, rec.Fingerprint, rec.IntentSeq
 			return w.claim(stop, work, j) // claim the approved key and fire, or wait for who does
 		}
 	case intent.ControlDeny:
@@ -57,7 +59,7 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) verdict 
 			return w.undecided(j, err)
 		}
 	}
-	w.answer(j, w.fromRecord(j, rec, true))
+	w.answer(j, w.fromRecord(j, rec, false)) // the decision's own outcome
 	return ack()
 }
 

@@ -18,8 +18,10 @@ import (
 // original subject, headers and delivery count, and waits for the stream's
 // acknowledgement. The copy's Nats-Msg-Id is derived from the work stream's
 // sequence, so a second copy of the same message (a worker that died between
-// copying and terminating) is dropped by the dead-letter stream.
-func (w *Worker) deadLetter(ctx context.Context, subject string, hdr nats.Header, data []byte, seq, delivered uint64, reason string) error {
+// copying and terminating) is dropped by the dead-letter stream. published is
+// the original's timestamp: the copy keeps it (intent.HeaderIntentTime), so
+// that a replay derives the same window key.
+func (w *Worker) deadLetter(ctx context.Context, subject string, hdr nats.Header, data []byte, seq, delivered uint64, published time.Time, reason string) error {
 	out := nats.NewMsg(w.res.names.DLQSubject(dlqToken(w.res.names, subject)))
 	out.Data = data
 	for k, vs := range hdr {
@@ -28,6 +30,9 @@ func (w *Worker) deadLetter(ctx context.Context, subject string, hdr nats.Header
 			continue
 		}
 		out.Header[k] = vs
+	}
+	if out.Header.Get(intent.HeaderIntentTime) == "" && !published.IsZero() {
+		out.Header.Set(intent.HeaderIntentTime, published.UTC().Format(time.RFC3339Nano))
 	}
 	out.Header.Set(intent.HeaderDLQReason, reason)
 	out.Header.Set(intent.HeaderDLQSubject, subject)
@@ -84,10 +89,11 @@ func (w *Worker) watchMaxDeliveries() (*nats.Subscription, error) {
 			return
 		}
 		reason := fmt.Sprintf("max deliveries (%d) reached without an answer", adv.Deliveries)
-		if err := w.deadLetter(ctx, raw.Subject, raw.Header, raw.Data, adv.StreamSeq, adv.Deliveries, reason); err != nil {
+		if err := w.deadLetter(ctx, raw.Subject, raw.Header, raw.Data, adv.StreamSeq, adv.Deliveries, raw.Time, reason); err != nil {
 			w.log.Error("dead-letter", zap.Uint64("seq", adv.StreamSeq), zap.Error(err))
 			return
 		}
+		w.answerDeadLetter(raw, adv.Deliveries, reason)
 		if err := w.res.stream.DeleteMsg(ctx, adv.StreamSeq); err != nil {
 			w.log.Warn("remove dead-lettered intent from the work stream", zap.Uint64("seq", adv.StreamSeq), zap.Error(err))
 		}
@@ -97,4 +103,27 @@ func (w *Worker) watchMaxDeliveries() (*nats.Subscription, error) {
 		return nil, fmt.Errorf("watch max-deliveries advisories: %w", err)
 	}
 	return sub, nil
+}
+
+// answerDeadLetter answers the caller of raw, an intent the server gave up
+// delivering (its last holder died): dead_lettered, with the key the worker
+// derives for it, else the one its client sent.
+func (w *Worker) answerDeadLetter(raw *jetstream.RawStreamMsg, delivered uint64, reason string) {
+	replyTo := raw.Header.Get(intent.HeaderReplyTo)
+	if replyTo == "" {
+		return
+	}
+	var id intent.Identity
+	var env *intent.Envelope
+	if op := w.res.names.ControlOp(raw.Subject); op != "" {
+		if c, err := intent.DecodeControl(op, raw.Data); err == nil {
+			id.Key = c.Key
+		}
+	} else if e, err := intent.Decode(raw.Data, w.cfg.Limits); err == nil {
+		env = e
+		if t, ok := w.tools.Lookup(env.Tool); ok {
+			id, _ = intent.Derive(env, t.KeySpec, intentTime(raw.Header, raw.Time))
+		}
+	}
+	w.reply(nil, raw.Subject, replyTo, deadLettered(id, raw.Header, env, delivered, reason))
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -17,31 +17,36 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// actOnLease decides what a claimant does with the lease it won: hold an abandoned
-// operation as uncertain, park it for approval, or fire. again reports that
-// the lease was lost before anything happened: claim again.
+// actOnLease decides what a claimant does with the lease it won: hold an
+// abandoned operation as uncertain, park it for approval, or fire. again
+// reports that the lease was lost before anything happened: claim again.
 func (w *Worker) actOnLease(stop, work context.Context, j *job, c dedup.ClaimResult) (v verdict, again bool) {
 	lease, rec, pol := c.Lease, c.Lease.Record(), j.tool.Policy
-	var parked dedup.Record
-	var err error
+	var write func(context.Context) (dedup.Record, error)
 	switch {
 	case c.Outcome == dedup.TookOver && pol.OnAbandoned == effects.AbandonHold:
-		w.log.Warn("holder vanished mid-effect; holding the operation as uncertain", zap.String("key", j.id.Key), zap.String("holder", c.Record.Holder))
-		parked, err = lease.Hold(work, "a worker vanished while firing this operation; it may or may not have happened: an operator must resolve it")
+		w.log.Warn("holder vanished mid-effect; holding the operation as uncertain", zap.String("key", j.id.Key),
+			zap.String("previous_holder", c.Previous.Holder), zap.Int("attempt", c.Previous.Attempt))
+		reason := fmt.Sprintf("attempt %d (holder %s) was firing this operation when its worker vanished: it may or may not have happened; an operator must resolve it",
+			c.Previous.Attempt, c.Previous.Holder)
+		write = func(ctx context.Context) (dedup.Record, error) { return lease.Hold(ctx, reason) }
 	case pol.Approval && !rec.Approved(time.Now()) && !(c.Outcome == dedup.TookOver && rec.Decision != nil && rec.Decision.Op == intent.ControlApprove):
 		// Needs an operator's approval first (or its approval lapsed before
 		// the firing started). A takeover of an approved firing goes on.
-		var envelope []byte
-		if envelope, err = json.Marshal(j.env); err == nil {
-			parked, err = lease.AwaitApproval(work, envelope)
+		envelope, err := json.Marshal(j.env)
+		if err != nil {
+			return w.reject(j, j.env.Tool, intent.CodeInvalidIntent, err), false
 		}
+		write = func(ctx context.Context) (dedup.Record, error) { return lease.AwaitApproval(ctx, envelope) }
 	default:
 		if c.Outcome == dedup.TookOver {
 			w.m.takeovers.WithLabelValues(j.env.Tool).Inc()
-			w.log.Info("lease taken over", zap.String("key", j.id.Key), zap.Int("attempt", rec.Attempt))
+			w.log.Info("lease taken over", zap.String("key", j.id.Key), zap.Int("attempt", rec.Attempt),
+				zap.String("previous_holder", c.Previous.Holder))
 		}
 		return w.fire(stop, work, j, lease), false
 	}
+	parked, err := w.record(work, j, write)
 	switch {
 	case errors.Is(err, dedup.ErrLeaseLost):
 		return verdict{}, true
@@ -49,7 +54,7 @@ func (w *Worker) actOnLease(stop, work context.Context, j *job, c dedup.ClaimRes
 		w.log.Warn("record state", zap.String("key", j.id.Key), zap.Error(err))
 		return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable"), false
 	}
-	w.answer(j, w.fromRecord(j, parked, true))
+	w.answer(j, w.fromRecord(j, parked, false)) // this call parked it
 	return ack(), false
 }
 
@@ -62,13 +67,17 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		// A panicking effect gives the key back, so the redelivery need not
 		// wait out the lease; handle recovers the panic itself.
 		if r := recover(); r != nil {
-			cancel() // stops the lease heartbeat
+			cancel()
 			_ = lease.Release(work, lease.Record().Attempts)
 			panic(r)
 		}
 	}()
 	period := min(j.tool.Lease, w.cfg.AckWait) / 3
-	halt := w.beats.guard(ectx, j.msg, period, j.tool.Lease, func(ctx context.Context) error {
+	// The heartbeat lives on work, not on the effect's context: it goes on,
+	// holding the message and extending the lease, until the outcome is
+	// recorded — a holder retrying its completion through a ledger outage
+	// must keep both, or another worker would fire the operation again.
+	halt := w.beats.guard(work, j.msg, period, j.tool.Lease, func(ctx context.Context) error {
 		return lease.Extend(ctx, j.tool.Lease)
 	}, func(cutOff bool) {
 		if cutOff {
@@ -78,9 +87,6 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		}
 		cancel()
 	})
-	// The heartbeat goes on until the outcome is recorded: a holder retrying
-	// its completion through a ledger outage must keep its lease, or another
-	// worker would fire the operation again.
 	defer halt()
 	claimed := time.Now()
 	out, ferr := j.tool.Effect.Fire(ectx, effects.Call{
@@ -100,11 +106,11 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 	switch o := w.outcomeOf(j, out.Result, ferr); o.kind {
 	case outcomeDone:
 		w.m.fired.WithLabelValues(j.env.Tool).Inc()
-		rec, err = w.record(work, j.tool.Lease, func(ctx context.Context) (dedup.Record, error) {
+		rec, err = w.record(work, j, func(ctx context.Context) (dedup.Record, error) {
 			return lease.Complete(ctx, o.result, attempts)
 		})
 	case outcomeFailed:
-		rec, err = w.record(work, j.tool.Lease, func(ctx context.Context) (dedup.Record, error) {
+		rec, err = w.record(work, j, func(ctx context.Context) (dedup.Record, error) {
 			return lease.Fail(ctx, o.err, attempts)
 		})
 	default:
@@ -127,14 +133,15 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		w.log.Warn("lease lost before recording; answering with the holder's outcome", zap.String("key", j.id.Key))
 		rec, werr := w.await(stop, j, time.Now().Add(w.cfg.MaxWait))
 		if werr == nil && rec.Status.Answered() {
-			w.answer(j, w.fromRecord(j, rec, true))
+			w.answer(j, w.fromRecord(j, rec, rec.IntentSeq != j.seq))
 			return ack()
 		}
 		return nak(w.cfg.RetryDelay, "lease lost; outcome not recorded yet")
 	default:
-		// The effect's outcome could not be recorded: the lease will expire
-		// and the key be taken over (the crash window; the forwarded key lets
-		// a keyed downstream absorb the repeat).
+		// The worker stopped (its drain is over) before the outcome could be
+		// recorded: the lease will expire and the key be taken over (the
+		// crash window; the forwarded key lets a keyed downstream absorb the
+		// repeat).
 		w.log.Error("record outcome", zap.String("key", j.id.Key), zap.Error(err))
 		return nak(w.retryDelay(j.meta.NumDelivered), "outcome not recorded")
 	}
@@ -151,24 +158,46 @@ func traceHeaders(ctx context.Context) map[string]string {
 	return h
 }
 
-// record runs a ledger write, retrying while the ledger is unreachable (but
-// not past a lost lease) for up to a minute. Each attempt gets a quarter of
-// the lease: an attempt whose reply was lost to a server restart must not
-// hold the lease's writes (its heartbeat among them) for the client's whole
-// request timeout, or another worker would confirm the holder gone.
-func (w *Worker) record(ctx context.Context, lease time.Duration, write func(context.Context) (dedup.Record, error)) (dedup.Record, error) {
-	b := backoff.WithContext(backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(50*time.Millisecond),
-		backoff.WithMaxInterval(500*time.Millisecond),
-		backoff.WithMaxElapsedTime(time.Minute)), ctx)
-	per := min(max(lease/4, 250*time.Millisecond), 5*time.Second)
-	return backoff.RetryWithData(func() (dedup.Record, error) {
+// record runs a lease's write (a completion, a failure, a hold for an
+// operator), trying again for as long as the ledger cannot be reached: a
+// holder that knows its outcome keeps it until it is recorded, the lease is
+// lost (another claimant took over: ErrLeaseLost), or ctx ends (the worker's
+// drain is over). Meanwhile j's heartbeat holds the message and extends the
+// lease. Each try gets a quarter of the lease: a try whose reply was lost to
+// a server restart must not hold the lease's writes (its heartbeat among
+// them) for the client's whole request timeout, or another worker would
+// confirm the holder gone.
+func (w *Worker) record(ctx context.Context, j *job, write func(context.Context) (dedup.Record, error)) (dedup.Record, error) {
+	per := min(max(j.tool.Lease/4, 250*time.Millisecond), 5*time.Second)
+	pause := 50 * time.Millisecond
+	var since, logged time.Time
+	for {
 		actx, cancel := context.WithTimeout(ctx, per)
-		defer cancel()
 		rec, err := write(actx)
-		if errors.Is(err, dedup.ErrLeaseLost) {
-			return rec, backoff.Permanent(err)
+		cancel()
+		switch {
+		case err == nil && !since.IsZero():
+			w.log.Info("outcome recorded after the ledger came back", zap.String("key", j.id.Key), zap.Duration("after", time.Since(since)))
+			return rec, nil
+		case err == nil, errors.Is(err, dedup.ErrLeaseLost), errors.Is(err, dedup.ErrLeaseDone), errors.Is(err, dedup.ErrInvalid), ctx.Err() != nil:
+			return rec, err
 		}
-		return rec, err
-	}, b)
+		now := time.Now()
+		if since.IsZero() {
+			since = now
+		}
+		if now.Sub(logged) >= time.Minute {
+			logged = now
+			w.log.Warn("ledger unreachable; keeping the outcome until it can be recorded", zap.String("key", j.id.Key),
+				zap.Duration("for", now.Sub(since)), zap.Error(err))
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return rec, err
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
 }

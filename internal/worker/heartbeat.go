@@ -38,6 +38,7 @@ type beat struct {
 	deadline time.Time // the lease's deadline, as of the last successful extension
 	index    int       // in the queue; -1 when out of it
 	busy     bool      // an extension is running
+	cutOff   bool      // lost(true) was called; cleared by a successful extension
 	stopped  bool
 	running  sync.WaitGroup // the extension in flight
 }
@@ -52,11 +53,13 @@ func (hb *heartbeats) hold(ctx context.Context, msg jetstream.Msg, period time.D
 // guard is hold for a lease holder: every period it also extends the lease
 // (of length lease) with extend, and stop waits for an extension in flight.
 // It calls lost(false) and stops when extend reports dedup.ErrLeaseLost, or
-// lost(true) when three quarters of a lease past the lease's deadline (the
-// last successful extension plus lease) have gone by without a successful
-// extension — the ledger has been unreachable that long, and another
-// claimant may take the key over once it has seen the record unchanged for a
-// further lease, so the effect must stop before then. (Not at the deadline
+// lost(true) once when three quarters of a lease past the lease's deadline
+// (the last successful extension plus lease) have gone by without a
+// successful extension — the ledger has been unreachable that long, and
+// another claimant may take the key over once it has seen the record
+// unchanged for a further lease, so the effect must stop before then. The
+// beat goes on after that (the message held, extensions tried): a holder
+// that knows its outcome keeps its claim until it can record it. (Not at the deadline
 // itself: cancelling a request that reached the downstream can cost a
 // repeat, so the holder gives the ledger as long as it safely can to
 // return.) An extension in flight is never cancelled by stop: a write
@@ -155,11 +158,17 @@ func (hb *heartbeats) fire(b *beat) {
 	case b.stopped || b.busy:
 		hb.mu.Unlock()
 		return
-	case time.Now().After(b.deadline.Add(b.lease * 3 / 4)):
+	case !b.cutOff && time.Now().After(b.deadline.Add(b.lease*3/4)):
+		// Cut off: the effect must stop, but the holder keeps its message
+		// and goes on trying to extend: it may still record its outcome.
+		b.cutOff = true
 		hb.mu.Unlock()
-		hb.remove(b)
 		b.lost(true)
-		return
+		hb.mu.Lock()
+		if b.stopped {
+			hb.mu.Unlock()
+			return
+		}
 	}
 	b.busy = true
 	b.running.Add(1)
@@ -173,7 +182,7 @@ func (hb *heartbeats) fire(b *beat) {
 		hb.mu.Lock()
 		b.busy = false
 		if err == nil {
-			b.deadline = started.Add(b.lease)
+			b.deadline, b.cutOff = started.Add(b.lease), false
 		}
 		stopped := b.stopped
 		hb.mu.Unlock()

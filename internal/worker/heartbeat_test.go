@@ -72,10 +72,16 @@ func TestHeartbeatLostLeaseAndDeadline(t *testing.T) {
 	// The ledger never answers: three quarters of a lease past the deadline,
 	// the holder gives up.
 	start := time.Now()
-	hb.guard(context.Background(), &countingMsg{}, 10*time.Millisecond, 100*time.Millisecond,
+	held := &countingMsg{}
+	stop := hb.guard(context.Background(), held, 10*time.Millisecond, 100*time.Millisecond,
 		func(context.Context) error { return errors.New("no responders") }, func(cutOff bool) { lost <- fmt.Sprint("deadline ", cutOff) })
+	defer stop()
 	require.Equal(t, "deadline true", <-lost)
 	require.GreaterOrEqual(t, time.Since(start), 175*time.Millisecond)
+	// Cut off, the holder still holds its message: it may yet record.
+	n := held.progress.Load()
+	require.Eventually(t, func() bool { return held.progress.Load() >= n+3 }, 5*time.Second, 5*time.Millisecond)
+	require.Empty(t, lost, "told once")
 }
 
 func TestHeartbeatStopWaitsForTheExtension(t *testing.T) {

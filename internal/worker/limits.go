@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"sync"
 
 	"golang.org/x/time/rate"
@@ -67,17 +68,40 @@ func newToolSlots(reg *effects.Registry) toolSlots {
 	return slots
 }
 
-// take reserves a slot for tool; ok is false when the tool is at its cap.
-// release gives the slot back.
-func (s toolSlots) take(tool string) (release func(), ok bool) {
-	ch, capped := s[tool]
+// toolSlot takes a slot of j's tool when the tool is capped
+// (effects.Policy.MaxInFlight), waiting while it is at its cap: back-pressure
+// delays an intent, it never ends one. A waiting intent is held
+// (InProgress: no delivery is spent) and, while the worker's queue has room,
+// gives its handler's concurrency slot back, so that other tools' intents go
+// on meanwhile; past that room it waits in its slot, and the worker takes no
+// more intents until one finishes. release gives the tool's slot back. The
+// error is stop's, when the worker stops first.
+func (w *Worker) toolSlot(stop context.Context, j *job) (release func(), err error) {
+	ch, capped := w.slots[j.env.Tool]
 	if !capped {
-		return func() {}, true
+		return func() {}, nil
+	}
+	release = func() { <-ch }
+	select {
+	case ch <- struct{}{}:
+		return release, nil
+	default:
+	}
+	w.m.limited.WithLabelValues(j.env.Tool, "tool_in_flight").Inc()
+	halt := w.beats.hold(stop, j.msg, w.cfg.AckWait/3)
+	defer halt()
+	select {
+	case w.queued <- struct{}{}:
+		defer func() { <-w.queued }()
+		if j.free != nil {
+			j.free()
+		}
+	default:
 	}
 	select {
 	case ch <- struct{}{}:
-		return func() { <-ch }, true
-	default:
-		return nil, false
+		return release, nil
+	case <-stop.Done():
+		return nil, stop.Err()
 	}
 }

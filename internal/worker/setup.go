@@ -41,8 +41,8 @@ func setupRetrying(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 // unavailable reports whether err means JetStream could not be reached or
 // answer yet, rather than that it refused the request.
 func unavailable(err error) bool {
-	for _, target := range []error{context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders,
-		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrNoServers, jetstream.ErrJetStreamNotEnabled} {
+	for _, target := range []error{context.DeadlineExceeded, nats.ErrTimeout, nats.ErrNoResponders, jetstream.ErrNoStreamResponse,
+		nats.ErrConnectionClosed, nats.ErrConnectionReconnecting, nats.ErrDisconnected, nats.ErrNoServers, jetstream.ErrJetStreamNotEnabled} {
 		if errors.Is(err, target) {
 			return true
 		}

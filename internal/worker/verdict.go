@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/idemgate/idemgate/pkg/intent"
+	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 )
 
@@ -44,12 +45,14 @@ func nak(delay time.Duration, reason string) verdict {
 }
 
 // settle is the one place where outcomes become JetStream verbs. Long work
-// keeps the message with InProgress while it runs (see heartbeats.hold and guard); a panic is
-// recovered by the caller and settled as a nak.
-func (w *Worker) settle(msg jetstream.Msg, v verdict) {
-	meta, _ := msg.Metadata()
-	last := meta != nil && meta.NumDelivered >= uint64(w.cfg.MaxDeliver)
-	if v.verb == verbNak && last {
+// keeps the message with InProgress while it runs (see heartbeats.hold and
+// guard); a panic is recovered by the caller and settled as a nak. Every
+// path that ends an intent answers it: an intent dead-lettered before it was
+// answered (out of deliveries) is answered dead_lettered, so its caller may
+// retry the operation under the same key.
+func (w *Worker) settle(j *job, v verdict) {
+	msg, meta := j.msg, j.meta
+	if v.verb == verbNak && meta.NumDelivered >= uint64(w.cfg.MaxDeliver) {
 		// Not delivered again by the server: dead-letter it rather than
 		// leave it in the work stream unanswered.
 		v = term(fmt.Sprintf("max deliveries (%d) reached: %s", meta.NumDelivered, v.reason))
@@ -61,11 +64,7 @@ func (w *Worker) settle(msg jetstream.Msg, v verdict) {
 	case verbNak:
 		err = msg.NakWithDelay(v.delay)
 	case verbTerm:
-		var seq, delivered uint64
-		if meta != nil {
-			seq, delivered = meta.Sequence.Stream, meta.NumDelivered
-		}
-		if derr := w.deadLetter(context.Background(), msg.Subject(), msg.Headers(), msg.Data(), seq, delivered, v.reason); derr != nil {
+		if derr := w.deadLetter(context.Background(), msg.Subject(), msg.Headers(), msg.Data(), meta.Sequence.Stream, meta.NumDelivered, meta.Timestamp, v.reason); derr != nil {
 			// Never drop it: leave it to redelivery (or, at the last
 			// delivery, to the max-deliveries advisory).
 			w.log.Error("dead-letter; leaving the intent to redelivery", zap.String("subject", msg.Subject()), zap.Error(derr))
@@ -73,12 +72,33 @@ func (w *Worker) settle(msg jetstream.Msg, v verdict) {
 			break
 		}
 		w.m.deadLetters.WithLabelValues(w.m.tool(w.res.names.ToolFromSubject(msg.Subject()))).Inc()
+		if !j.answered {
+			w.answer(j, deadLettered(j.id, msg.Headers(), j.env, meta.NumDelivered, v.reason))
+		}
 		err = msg.TermWithReason(v.reason)
 	}
 	if err != nil {
 		// The message is redelivered after AckWait; the ledger makes that safe.
 		w.log.Warn("settle intent", zap.Stringer("verb", v.verb), zap.String("subject", msg.Subject()), zap.Error(err))
 	}
+}
+
+// deadLettered is the answer to the caller of an intent (env, with headers
+// h, derived as id where it was) dead-lettered before it was answered:
+// nothing is recorded for it, and the operation may be retried with the same
+// key (a retry that is a publish duplicate is published again under a fresh
+// message id: docs/protocol.md).
+func deadLettered(id intent.Identity, h nats.Header, env *intent.Envelope, delivered uint64, reason string) intent.Result {
+	res := intent.Rejected(intent.CodeDeadLettered, fmt.Sprintf(
+		"the intent was not handled in %d deliveries and was dead-lettered (%s): its operation may be retried with the same key", delivered, reason))
+	res.Key, res.Fingerprint = id.Key, id.Fingerprint
+	if res.Key == "" {
+		res.Key, res.Fingerprint = clientIdentity(h)
+	}
+	if env != nil {
+		res.Tool, res.CallID = env.Tool, env.CallID
+	}
+	return res
 }
 
 // retryDelay is the delay before delivery n+1 of an intent whose effect failed

@@ -40,7 +40,10 @@ type Worker struct {
 	beats   *heartbeats
 	limits  *sessionLimits
 	slots   toolSlots
-	ready   chan struct{}
+	// queued counts the intents waiting for a capped tool that gave their
+	// handler's slot back (see toolSlot); at most MaxAckPending.
+	queued chan struct{}
+	ready  chan struct{}
 }
 
 // New checks cfg, creates (or updates) the stream, consumer and ledger bucket,
@@ -72,7 +75,7 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("worker: setup: %w", err)
 	}
-	lopts := []dedup.Option{dedup.WithConfirmedTakeover()}
+	lopts := []dedup.Option{dedup.WithConfirmedTakeover(), dedup.WithRetention(cfg.LedgerTTL)}
 	if cfg.LedgerBatch != NoLedgerBatch {
 		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch}))
 	}
@@ -83,7 +86,7 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	stats := ledger.BatchStats
 	cfg.Metrics.batchStats.Store(&stats)
 	w := &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, m: cfg.Metrics, ready: make(chan struct{}), beats: newHeartbeats(),
-		limits: newSessionLimits(cfg.SessionRate, cfg.SessionBurst), slots: newToolSlots(tools)}
+		limits: newSessionLimits(cfg.SessionRate, cfg.SessionBurst), slots: newToolSlots(tools), queued: make(chan struct{}, cfg.MaxAckPending)}
 	if cfg.AnswerCache > 0 {
 		w.answers = newAnswerCache(cfg.AnswerCache, cfg.AnswerCacheBytes)
 	}
@@ -166,8 +169,10 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-sem }()
-			w.handle(ctx, work, msg)
+			var once sync.Once
+			free := func() { once.Do(func() { <-sem }) }
+			defer free()
+			w.handle(ctx, work, msg, free)
 		}()
 	}
 
@@ -188,8 +193,9 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 
 // handle processes one intent message and settles it. stop is cancelled when
 // the worker is asked to stop (waits end then); work only when the drain
-// period is over (effects and ledger writes use it).
-func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg) {
+// period is over (effects and ledger writes use it). free gives the handler's
+// concurrency slot back early (see toolSlot).
+func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg, free func()) {
 	// The intent's trace context (a traceparent header) is the parent of the
 	// worker's span; the span reaches the effect and the answer.
 	ctx := otel.GetTextMapPropagator().Extract(context.Background(), tracing.Header(msg.Headers()))
@@ -203,12 +209,19 @@ func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg) {
 	}()
 	w.m.inFlight.Inc()
 	defer w.m.inFlight.Dec()
+	meta, err := msg.Metadata()
+	if err != nil {
+		// Not a JetStream message: nothing to answer, nowhere to redeliver.
+		_ = msg.Term()
+		return
+	}
+	j := &job{ctx: work, msg: msg, meta: meta, replyTo: msg.Headers().Get(intent.HeaderReplyTo), seq: meta.Sequence.Stream, free: free}
 	defer func() {
 		if r := recover(); r != nil {
 			w.log.Error("panic handling intent", zap.String("subject", msg.Subject()), zap.Any("panic", r), zap.Stack("stack"))
 			v = nak(w.cfg.RetryDelay, "panic")
 		}
-		w.settle(msg, v)
+		w.settle(j, v)
 	}()
-	v = w.admit(stop, work, msg)
+	v = w.admit(stop, work, j)
 }

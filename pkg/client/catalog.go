@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -31,7 +32,28 @@ func (c *Client) Tools(ctx context.Context) (intent.Catalog, error) {
 // toolSpec is what the client needs to know of a tool.
 type toolSpec struct {
 	key      intent.KeySpec
-	noLedger bool // reads and ledger-less idempotent tools: no Nats-Msg-Id, no ledger watch
+	noLedger bool          // reads and ledger-less idempotent tools: no Nats-Msg-Id, no ledger watch
+	leaseFor time.Duration // the tool's lease, from the catalogue; 0: unknown
+	learned  bool          // not set WithKeySpec: learned from the catalogue, or the default for want of it
+}
+
+// lease is the tool's lease, or the default one when the catalogue did not
+// say.
+func (ts toolSpec) lease() time.Duration {
+	if ts.leaseFor > 0 {
+		return ts.leaseFor
+	}
+	return dedup.DefaultLease
+}
+
+// forgetSpec drops what the catalogue said of tool, so that the next
+// submission asks it again.
+func (c *Client) forgetSpec(tool string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ts, ok := c.specs[tool]; ok && ts.learned {
+		delete(c.specs, tool)
+	}
 }
 
 // spec returns tool's key derivation: configured with WithKeySpec, else
@@ -46,17 +68,18 @@ func (c *Client) spec(ctx context.Context, tool string) toolSpec {
 	}
 	cat, err := c.Tools(ctx)
 	if err != nil {
-		return toolSpec{}
+		return toolSpec{learned: true} // the default, for this call only
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, t := range cat.Tools {
 		if _, set := c.specs[t.Name]; !set {
-			c.specs[t.Name] = toolSpec{key: t.KeySpec(), noLedger: !t.Ledger}
+			c.specs[t.Name] = toolSpec{key: t.KeySpec(), noLedger: !t.Ledger, learned: true,
+				leaseFor: time.Duration(t.LeaseSeconds * float64(time.Second))}
 		}
 	}
 	if _, ok := c.specs[tool]; !ok {
-		c.specs[tool] = toolSpec{} // unknown to the workers: they will say so
+		c.specs[tool] = toolSpec{learned: true} // unknown to the workers: they will say so
 	}
 	return c.specs[tool]
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -93,12 +94,15 @@ type Submission struct {
 	// Sequence is the intent's stream sequence (of the original when Duplicate).
 	Sequence uint64
 
-	c        *Client
-	tool     string
-	call     string
-	noLedger bool // the tool keeps no ledger record: only the reply answers
-	ch       chan *nats.Msg
-	sub      *nats.Subscription
+	c    *Client
+	tool string
+	call string
+	spec toolSpec
+	msg  *nats.Msg // as published, for a publish again under a fresh message id
+	// relearned: the key spec was asked again after a key_mismatch answer.
+	relearned bool
+	ch        chan *nats.Msg
+	sub       *nats.Subscription
 }
 
 // Submit publishes env and waits for its answer until ctx is done. A duplicate
@@ -132,28 +136,43 @@ func (c *Client) Publish(ctx context.Context, env *intent.Envelope) (*Submission
 	if err != nil {
 		return nil, fmt.Errorf("client: encode intent: %w", err)
 	}
-	s := &Submission{Key: id.Key, Fingerprint: id.Fingerprint, c: c, tool: env.Tool, call: env.CallID, noLedger: ts.noLedger, ch: make(chan *nats.Msg, 4)}
+	s := &Submission{Key: id.Key, Fingerprint: id.Fingerprint, c: c, tool: env.Tool, call: env.CallID, spec: ts, ch: make(chan *nats.Msg, 4)}
 	inbox := c.nc.NewRespInbox()
 	s.sub, err = c.nc.ChanSubscribe(inbox, s.ch)
 	if err != nil {
 		return nil, fmt.Errorf("client: subscribe %s: %w", inbox, err)
 	}
-	msg := nats.NewMsg(c.names.IntentSubject(env.Tool))
-	msg.Data = data
-	msg.Header.Set(intent.HeaderReplyTo, inbox)
-	var popts []jetstream.PublishOpt
+	s.msg = nats.NewMsg(c.names.IntentSubject(env.Tool))
+	s.msg.Data = data
+	s.msg.Header.Set(intent.HeaderReplyTo, inbox)
+	s.msg.Header.Set(intent.HeaderKey, id.Key)
+	s.msg.Header.Set(intent.HeaderFingerprint, id.Fingerprint)
+	msgID := ""
 	if !ts.noLedger {
 		// Publish dedup answers a repeat from the ledger; a tool without the
 		// ledger fires every intent, so its repeats must reach a worker.
-		popts = append(popts, jetstream.WithMsgID(id.Key))
+		msgID = id.Key
 	}
-	ack, err := c.publish(ctx, msg, popts...)
-	if err != nil {
+	if err := s.publish(ctx, msgID); err != nil {
 		_ = s.sub.Unsubscribe()
-		return nil, fmt.Errorf("client: publish %s: %w", msg.Subject, err)
+		return nil, err
+	}
+	return s, nil
+}
+
+// publish publishes the submission's intent under message id msgID (none
+// when empty) and notes what JetStream said of it.
+func (s *Submission) publish(ctx context.Context, msgID string) error {
+	var opts []jetstream.PublishOpt
+	if msgID != "" {
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	ack, err := s.c.publish(ctx, s.msg, opts...)
+	if err != nil {
+		return fmt.Errorf("client: publish %s: %w", s.msg.Subject, err)
 	}
 	s.Duplicate, s.Sequence = ack.Duplicate, ack.Sequence
-	return s, nil
+	return nil
 }
 
 // errCodeMsgIDInProcess is JetStream's answer to a publish whose Nats-Msg-Id
@@ -205,25 +224,21 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 	// only when the pushed reply is not enough.
 	var fromLedger chan ledgerAnswer
 	watchLedger := func() {
-		if fromLedger != nil || s.noLedger {
+		if fromLedger != nil || s.spec.noLedger {
 			return
 		}
 		fromLedger = make(chan ledgerAnswer, 1)
 		go func() {
-			var a ledgerAnswer
-			r, err := s.c.reader(ctx)
-			if err == nil {
-				a.rec, _, err = r.WaitFor(ctx, s.Key, func(rec dedup.Record) bool { return enough(s.fromRecord(rec).Status) })
-			}
-			a.err = err
-			fromLedger <- a
+			rec, err := s.c.waitLedger(ctx, s.Key, func(rec dedup.Record) bool { return enough(s.fromRecord(rec).Status) })
+			fromLedger <- ledgerAnswer{rec, err}
 		}()
 	}
 	if s.Duplicate {
 		watchLedger()
 	}
-	grace := time.NewTimer(s.c.grace)
-	defer grace.Stop()
+	grace := s.c.grace
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
 	for {
 		select {
 		case m := <-s.ch:
@@ -231,12 +246,33 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 			if err := json.Unmarshal(m.Data, &res); err != nil {
 				return nil, fmt.Errorf("client: undecodable answer: %w", err)
 			}
+			if !s.answers(&res) {
+				continue // another operation's answer: the reply subject is no proof of identity
+			}
+			if res.Status == intent.StatusRejected && res.Error != nil && res.Error.Code == intent.CodeKeyMismatch && !s.relearned && s.spec.learned {
+				// The tool's key spec changed since the catalogue was asked:
+				// ask again and send the intent under the workers' key.
+				if err := s.relearn(ctx); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			if enough(res.Status) {
 				return &res, nil
 			}
 			watchLedger() // the final answer comes from the ledger
-		case <-grace.C:
+		case <-timer.C:
 			watchLedger()
+			if s.Duplicate && !s.spec.noLedger {
+				// The publish was a duplicate of an intent that may have
+				// ended without a record (rate limited, dead-lettered): the
+				// copy dedup swallowed would never be answered.
+				if err := s.republishIfUnrecorded(ctx); err != nil {
+					return nil, err
+				}
+			}
+			grace *= 2
+			timer.Reset(grace)
 		case a := <-fromLedger:
 			if a.err != nil {
 				if ctx.Err() != nil {
@@ -249,6 +285,58 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 			return nil, fmt.Errorf("%w for %s: %w", ErrNoAnswer, s.Key, ctx.Err())
 		}
 	}
+}
+
+// relearn asks the catalogue for the tool's key spec again, derives the
+// intent's key under it and publishes the intent again, once.
+func (s *Submission) relearn(ctx context.Context) error {
+	s.relearned = true
+	s.c.forgetSpec(s.tool)
+	s.spec = s.c.spec(ctx, s.tool)
+	env, err := intent.Decode(s.msg.Data, intent.Limits{MaxBytes: len(s.msg.Data) + 1})
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	id, err := intent.Derive(env, s.spec.key, time.Now())
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	s.Key, s.Fingerprint = id.Key, id.Fingerprint
+	s.msg.Header.Set(intent.HeaderKey, id.Key)
+	s.msg.Header.Set(intent.HeaderFingerprint, id.Fingerprint)
+	msgID := ""
+	if !s.spec.noLedger {
+		msgID = id.Key
+	}
+	return s.publish(ctx, msgID)
+}
+
+// answers reports whether res answers this submission: its key is the
+// submission's and its fingerprint, when it has one, too.
+func (s *Submission) answers(res *intent.Result) bool {
+	return res.Key == s.Key && (res.Fingerprint == "" || res.Fingerprint == s.Fingerprint)
+}
+
+// republishIfUnrecorded publishes the intent again under a fresh message id
+// when the ledger shows nothing that will answer it: no record, or a pending
+// one whose holder's lease ran out a lease ago (its intent is gone; the
+// workers confirm the holder gone before they take it over). Publish dedup
+// must never make an operation un-retryable: the ledger is the guarantee.
+func (s *Submission) republishIfUnrecorded(ctx context.Context) error {
+	r, err := s.c.reader(ctx)
+	if err != nil {
+		return nil // the ledger watch reports it
+	}
+	rec, _, err := r.Get(ctx, s.Key)
+	switch {
+	case errors.Is(err, dedup.ErrNotFound):
+	case err != nil:
+		return nil // unreachable now: try again at the next grace
+	case rec.Status == intent.StatusPending && rec.LeaseExpired(time.Now().Add(-s.spec.lease())):
+	default:
+		return nil
+	}
+	return s.publish(ctx, s.Key+":"+nuid.Next())
 }
 
 // ledgerAnswer is what a watch of the ledger key came to.
@@ -282,11 +370,7 @@ func (c *Client) Get(ctx context.Context, key string) (dedup.Record, error) {
 
 // Watch waits until key's record has an answered status and returns it.
 func (c *Client) Watch(ctx context.Context, key string) (dedup.Record, error) {
-	r, err := c.reader(ctx)
-	if err != nil {
-		return dedup.Record{}, err
-	}
-	rec, _, err := r.WaitFor(ctx, key, func(rec dedup.Record) bool { return rec.Status.Answered() })
+	rec, err := c.waitLedger(ctx, key, func(rec dedup.Record) bool { return rec.Status.Answered() })
 	if err != nil {
 		if ctx.Err() != nil {
 			return dedup.Record{}, fmt.Errorf("%w for %s: %w", ErrNoAnswer, key, ctx.Err())
@@ -294,6 +378,29 @@ func (c *Client) Watch(ctx context.Context, key string) (dedup.Record, error) {
 		return dedup.Record{}, fmt.Errorf("client: %w", err)
 	}
 	return rec, nil
+}
+
+// waitLedger waits for key's record to satisfy accept, watching the
+// ledger; a ledger that cannot be reached is watched again, backing off,
+// until ctx ends: a caller outlives an outage of the ledger.
+func (c *Client) waitLedger(ctx context.Context, key string, accept func(dedup.Record) bool) (dedup.Record, error) {
+	pause := 250 * time.Millisecond
+	for {
+		r, err := c.reader(ctx)
+		if err == nil {
+			var rec dedup.Record
+			rec, _, err = r.WaitFor(ctx, key, accept)
+			if err == nil || errors.Is(err, dedup.ErrInvalid) {
+				return rec, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return dedup.Record{}, ctx.Err()
+		case <-time.After(pause):
+			pause = min(2*pause, 5*time.Second)
+		}
+	}
 }
 
 // reader returns the client's read side of the ledger, opening it on first

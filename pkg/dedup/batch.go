@@ -168,8 +168,9 @@ type write struct {
 	ctx    context.Context // the caller's; used when the write goes out alone
 	key    string
 	data   []byte
-	rev    uint64 // expected latest revision of key; 0: no record
-	create bool   // a claim: a refusal means the key exists
+	rev    uint64        // expected latest revision of key; 0: no record
+	create bool          // a claim: a refusal means the key exists
+	ttl    time.Duration // per-message TTL (a final record); 0: none
 	// overMarker: a create retried over a delete marker (rev is the
 	// marker's), as kv.Create does.
 	overMarker bool
@@ -544,6 +545,9 @@ func (b *batcher) publish(ws []*write) (batchAck, bool, error) {
 		m.Header.Set(batchIDHeader, id)
 		m.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(w.rev, 10))
+		if w.ttl > 0 {
+			m.Header.Set(jetstream.MsgTTLHeader, w.ttl.String())
+		}
 		if i < len(ws)-1 {
 			if err := nc.PublishMsg(m); err != nil {
 				return batchAck{}, false, err
@@ -636,7 +640,7 @@ func (l *Ledger) single(w *write) (uint64, error) {
 	if w.create && !w.overMarker {
 		return l.kv.Create(w.ctx, w.key, w.data)
 	}
-	rev, err := l.kv.Update(w.ctx, w.key, w.data, w.rev)
+	rev, err := l.put(w.ctx, w.key, w.data, w.rev, w.ttl)
 	if err != nil && w.create && errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		err = fmt.Errorf("%w: %w", err, jetstream.ErrKeyExists)
 	}

@@ -23,8 +23,12 @@ type BucketConfig struct {
 	// Replicas is the number of copies of the bucket in a cluster (1, 3 or 5
 	// are usual). Default: 1.
 	Replicas int
-	// TTL is how long a record is kept after its last write; it is the
-	// retention of answered records, not a lease. Default: 24h.
+	// TTL is how long a final record (completed, failed, denied) is kept
+	// after it was written: the retention of answers, not a lease. Each final
+	// write carries it as its per-message TTL; unresolved records (pending,
+	// approved, awaiting approval, uncertain) never expire — expiring one
+	// would let a retry fire an operation nobody decided. A ledger opened on
+	// the bucket (Open, or New WithRetention) writes with it. Default: 24h.
 	TTL time.Duration
 	// Storage is where the bucket is kept. Default: jetstream.FileStorage.
 	Storage jetstream.StorageType
@@ -39,6 +43,9 @@ type BucketConfig struct {
 	// ledger. Default: DefaultMaxConsumers.
 	MaxConsumers int
 }
+
+// expiryMarkerTTL is how long the delete marker of an expired record stays.
+const expiryMarkerTTL = time.Minute
 
 // DefaultMaxConsumers is the consumer limit set on the bucket's stream.
 const DefaultMaxConsumers = 65536
@@ -112,13 +119,16 @@ func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig)
 			return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
 		}
 	}
+	// No age limit on the bucket: final records expire by their own TTL
+	// (LimitMarkerTTL allows per-message TTLs; an expired record leaves a
+	// delete marker for that long, so that a watcher sees it go).
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      cfg.Bucket,
-		Description: "idemgate ledger: one record per operation key",
-		History:     1,
-		TTL:         cfg.TTL,
-		Storage:     cfg.Storage,
-		Replicas:    cfg.Replicas,
+		Bucket:         cfg.Bucket,
+		Description:    "idemgate ledger: one record per operation key",
+		History:        1,
+		Storage:        cfg.Storage,
+		Replicas:       cfg.Replicas,
+		LimitMarkerTTL: expiryMarkerTTL,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)

@@ -110,6 +110,9 @@ type ClaimResult struct {
 	Revision uint64
 	// Lease is the caller's lease for Acquired and TookOver; nil otherwise.
 	Lease *Lease
+	// Previous is, for TookOver, the record taken over: its holder is the
+	// one that vanished.
+	Previous Record
 }
 
 // Claim tries to take the lease of req.Key. It creates the record if the key
@@ -226,7 +229,11 @@ func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest) (res ClaimRes
 		rev, err := l.cas(ctx, req.Key, e.rev, next)
 		switch {
 		case err == nil:
-			return l.held(outcome, req.Key, rev, next), false, nil
+			res := l.held(outcome, req.Key, rev, next)
+			if outcome == TookOver {
+				res.Previous = cur
+			}
+			return res, false, nil
 		case errors.Is(err, ErrRevisionMismatch):
 			return ClaimResult{}, true, nil // another taker won: re-read
 		}

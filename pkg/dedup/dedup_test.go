@@ -644,6 +644,8 @@ var suite = []struct {
 		held, err := took.Lease.Hold(b.ctx, "holder w0 vanished mid-effect")
 		require.NoError(t, err)
 		require.Equal(t, intent.StatusUncertain, held.Status)
+		require.Equal(t, 1, held.Attempts, "the vanished holder's attempt may have reached the effect")
+		require.Equal(t, "w0", took.Previous.Holder, "the takeover names the holder that vanished")
 		res, err := b.ledgers[1].Claim(b.ctx, b.req("w2"))
 		require.NoError(t, err)
 		require.Equal(t, dedup.Done, res.Outcome, "uncertain is answered, never fired again on its own")
@@ -661,6 +663,40 @@ var suite = []struct {
 		require.Equal(t, "resolve", got.Decision.Op)
 		_, _, err = b.ledger.Resolve(b.ctx, b.key, false, nil, "ops", "")
 		require.ErrorIs(t, err, dedup.ErrWrongState, "only uncertain records are resolved")
+	}},
+	{"OnlyFinalRecordsExpire", func(t *testing.T, b *testBundle) {
+		l := b.at(0, dedup.WithRetention(time.Second))
+		claim := func(key string) *dedup.Lease {
+			req := b.req("w1")
+			req.Key = key
+			res, err := l.Claim(b.ctx, req)
+			require.NoError(t, err)
+			require.Equal(t, dedup.Acquired, res.Outcome)
+			return res.Lease
+		}
+		done, failed, denied, pending, parked := b.key+".done", b.key+".failed", b.key+".denied", b.key+".pending", b.key+".parked"
+		_, err := claim(done).Complete(b.ctx, json.RawMessage(`1`), 1)
+		require.NoError(t, err)
+		_, err = claim(failed).Fail(b.ctx, intent.Error{Code: intent.CodeEffectFailed, Message: "no"}, 1)
+		require.NoError(t, err)
+		_, err = claim(denied).AwaitApproval(b.ctx, json.RawMessage(`{}`))
+		require.NoError(t, err)
+		_, _, err = l.Deny(b.ctx, denied, "ops", "")
+		require.NoError(t, err)
+		claim(pending)
+		_, err = claim(parked).AwaitApproval(b.ctx, json.RawMessage(`{}`))
+		require.NoError(t, err)
+		for _, key := range []string{done, failed, denied} {
+			require.Eventually(t, func() bool {
+				_, _, err := b.ledger.Get(b.ctx, key)
+				return errors.Is(err, dedup.ErrNotFound)
+			}, 20*time.Second, 50*time.Millisecond, "a final record expires after the retention: %s", key)
+		}
+		for key, st := range map[string]intent.Status{pending: intent.StatusPending, parked: intent.StatusAwaitingApproval} {
+			rec, _, err := b.ledger.Get(b.ctx, key)
+			require.NoError(t, err, "an unresolved record never expires: %s", key)
+			require.Equal(t, st, rec.Status)
+		}
 	}},
 	{"TransitionIsCAS", func(t *testing.T, b *testBundle) {
 		ls := b.acquire(t, "w1")
@@ -739,8 +775,11 @@ func TestEnsureBucket(t *testing.T) {
 	require.Equal(t, "v", string(e.Value()))
 	st, err := kv.Status(ctx)
 	require.NoError(t, err)
-	require.Equal(t, time.Hour, st.TTL())
+	require.Zero(t, st.TTL(), "no age limit: only final records expire, by their own TTL")
 	require.Equal(t, "L", st.Bucket())
+	info, err := js.Stream(ctx, "KV_L")
+	require.NoError(t, err)
+	require.True(t, info.CachedInfo().Config.AllowMsgTTL, "per-message TTLs are allowed")
 }
 
 func TestOutcomeString(t *testing.T) {

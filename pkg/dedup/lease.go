@@ -130,11 +130,13 @@ func (ls *Lease) AwaitApproval(ctx context.Context, envelope json.RawMessage) (R
 
 // Hold moves an abandoned operation to uncertain instead of firing it again:
 // its previous holder may or may not have fired the effect, and only an
-// operator can tell (Ledger.Resolve). It returns the written record, or an
-// error matching ErrLeaseLost or ErrLeaseDone.
+// operator can tell (Ledger.Resolve). The previous holder's attempt counts
+// among the record's attempts: it may have reached the effect. It returns
+// the written record, or an error matching ErrLeaseLost or ErrLeaseDone.
 func (ls *Lease) Hold(ctx context.Context, reason string) (Record, error) {
 	return ls.write(ctx, "hold", func(r *Record, now time.Time) {
 		r.Status = intent.StatusUncertain
+		r.Attempts++
 		r.Error = &intent.Error{Code: intent.CodeUncertain, Message: reason}
 		r.Holder = ""
 		r.LeaseUntil = time.Time{}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/pkg/intent"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -27,12 +28,14 @@ const settleTimeout = 2 * time.Second
 // with Close when done.
 type Ledger struct {
 	kv        jetstream.KeyValue
+	js        jetstream.JetStream
 	nc        *nats.Conn
 	getSubj   string // JetStream API subject of a (leader) message get on the bucket's stream
 	keyPrefix string // "$KV.<bucket>."
 	putPrefix string // subject prefix of a key's writes
 	timeout   time.Duration
 	now       func() time.Time
+	retention time.Duration // the per-message TTL of a final record
 
 	confirmTakeover bool // set by WithConfirmedTakeover
 
@@ -47,6 +50,14 @@ type Option func(*Ledger)
 // clock sets lease deadlines and decides whether a lease has expired.
 func WithClock(now func() time.Time) Option {
 	return func(l *Ledger) { l.now = now }
+}
+
+// WithRetention sets how long a final record (completed, failed, denied) is
+// kept: its write carries d as its per-message TTL. Unresolved records never
+// expire. Default: the bucket's TTL when the ledger is built by Open, else
+// DefaultTTL.
+func WithRetention(d time.Duration) Option {
+	return func(l *Ledger) { l.retention = d }
 }
 
 // WithConfirmedTakeover makes a claim take over a pending record whose lease
@@ -86,18 +97,23 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, opts ...Option) (*Ledger
 	}
 	l := &Ledger{
 		kv:        kv,
+		js:        js,
 		nc:        js.Conn(),
 		getSubj:   prefix + "STREAM.MSG.GET.KV_" + kv.Bucket(),
 		keyPrefix: "$KV." + kv.Bucket() + ".",
 		putPrefix: "$KV." + kv.Bucket() + ".",
 		timeout:   timeout,
 		now:       time.Now,
+		retention: DefaultTTL,
 	}
 	if prefix != jetstream.DefaultAPIPrefix {
 		l.putPrefix = prefix + l.putPrefix // as the jetstream KV API publishes
 	}
 	for _, opt := range opts {
 		opt(l)
+	}
+	if l.retention < time.Second {
+		return nil, fmt.Errorf("%w: new ledger: retention %s: use at least 1s", ErrInvalid, l.retention)
 	}
 	if l.batchCfg != nil {
 		cfg := l.batchCfg.withDefaults()
@@ -124,7 +140,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg BucketConfig, opts ..
 	if err != nil {
 		return nil, err
 	}
-	return New(js, kv, opts...)
+	return New(js, kv, append([]Option{WithRetention(cfg.withDefaults().TTL)}, opts...)...)
 }
 
 // Close stops a batching ledger's group commit (see WithBatching): it sends
@@ -165,13 +181,46 @@ type directKey struct{}
 // together).
 func direct(ctx context.Context) context.Context { return context.WithValue(ctx, directKey{}, true) }
 
-// update writes data over key's revision rev, like kv.Update, through the
-// group commit when there is one (and ctx is not direct).
-func (l *Ledger) update(ctx context.Context, key string, data []byte, rev uint64) (uint64, error) {
+// update writes data over key's revision rev, like kv.Update, with ttl as
+// its per-message TTL when positive, through the group commit when there is
+// one (and ctx is not direct).
+func (l *Ledger) update(ctx context.Context, key string, data []byte, rev uint64, ttl time.Duration) (uint64, error) {
 	if l.batch == nil || ctx.Value(directKey{}) != nil {
-		return l.kv.Update(ctx, key, data, rev)
+		return l.put(ctx, key, data, rev, ttl)
 	}
-	return l.batch.do(ctx, &write{key: key, data: data, rev: rev})
+	return l.batch.do(ctx, &write{key: key, data: data, rev: rev, ttl: ttl})
+}
+
+// put writes data over key's revision rev on its own; a stale rev gives an
+// error matching jetstream.ErrKeyRevisionMismatch, as kv.Update does.
+func (l *Ledger) put(ctx context.Context, key string, data []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	if !validKey(key) {
+		return 0, jetstream.ErrInvalidKey
+	}
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(rev)}
+	if ttl > 0 {
+		opts = append(opts, jetstream.WithMsgTTL(ttl))
+	}
+	ack, err := l.js.PublishMsg(ctx, &nats.Msg{Subject: l.putPrefix + key, Data: data}, opts...)
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return 0, fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
+		}
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// ttlFor is the per-message TTL of a record written in status s: the
+// retention for a final record, none (it never expires) otherwise.
+func (l *Ledger) ttlFor(s intent.Status) time.Duration {
+	switch s {
+	case intent.StatusCompleted, intent.StatusFailed, intent.StatusDenied:
+		return l.retention
+	}
+	return 0
 }
 
 // Bucket returns the name of the ledger's KV bucket.
@@ -224,7 +273,7 @@ func (l *Ledger) cas(ctx context.Context, key string, rev uint64, rec Record) (u
 		settleIn = min(settleIn, max(time.Until(d), 100*time.Millisecond))
 	}
 	for try := 0; ; try++ {
-		newRev, err := l.update(ctx, key, data, rev)
+		newRev, err := l.update(ctx, key, data, rev, l.ttlFor(rec.Status))
 		switch {
 		case err == nil:
 			return newRev, nil

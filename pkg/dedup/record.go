@@ -103,8 +103,9 @@ type Caller struct {
 
 // Answer is the answer r gives c: the record's outcome or, when c's
 // fingerprint is not the record's (the key was first used with other
-// arguments), a conflict — never fired, never replayed. replayed reports
-// that the outcome was caused by another call than c's.
+// arguments), a conflict — never fired, and an answer about c's own call,
+// so not a replay. replayed reports that the record's outcome was caused by
+// another call than c's.
 func (r Record) Answer(c Caller, replayed bool) intent.Result {
 	tool := c.Tool
 	if tool == "" {
@@ -115,7 +116,6 @@ func (r Record) Answer(c Caller, replayed bool) intent.Result {
 			Key:               c.Key,
 			Tool:              tool,
 			Status:            intent.StatusConflict,
-			Replayed:          true,
 			Fingerprint:       c.Fingerprint,
 			RecordFingerprint: r.Fingerprint,
 			Error: &intent.Error{Code: intent.CodeConflict, Message: fmt.Sprintf(
@@ -125,9 +125,12 @@ func (r Record) Answer(c Caller, replayed bool) intent.Result {
 			CompletedAt: time.Now().UTC(),
 		}
 	}
-	at := r.CompletedAt
-	if at.IsZero() {
-		at = r.UpdatedAt
+	var at time.Time // only a final answer has a completion time
+	if r.Status.Final() {
+		at = r.CompletedAt
+		if at.IsZero() {
+			at = r.UpdatedAt
+		}
 	}
 	return intent.Result{
 		Key:         c.Key,

@@ -31,8 +31,19 @@ var blockedRanges = []blockedRange{
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved or broadcast"},
 	{netip.MustParsePrefix("168.63.129.16/32"), "cloud host endpoint"},
 	{netip.MustParsePrefix("fec0::/10"), "site-local"},
+	{netip.MustParsePrefix("192.88.99.0/24"), "6to4 relay anycast (reaches IPv6 through IPv4)"},
+	{netip.MustParsePrefix("100::/64"), "discard-only"},
+	// IPv6 forms that embed or relay to an IPv4 address: each would reach
+	// an IPv4 host (a loopback or private one among them) without its
+	// address ever being judged as IPv4. Refused whole; an allowlist entry
+	// may let a known one through. (IPv4-mapped ::ffff:a.b.c.d is judged as
+	// the IPv4 address it carries.)
+	{netip.MustParsePrefix("::/96"), "IPv4-compatible (reaches IPv4 addresses)"},
+	{netip.MustParsePrefix("::ffff:0:0:0/96"), "IPv4-translated, SIIT (reaches IPv4 addresses)"},
 	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64 (reaches IPv4 addresses)"},
 	{netip.MustParsePrefix("64:ff9b:1::/48"), "local NAT64"},
+	{netip.MustParsePrefix("2002::/16"), "6to4 (reaches IPv4 addresses)"},
+	{netip.MustParsePrefix("2001::/32"), "Teredo (reaches IPv4 addresses)"},
 }
 
 // NetGuard decides which IP addresses an effect may open connections to.

@@ -43,7 +43,18 @@ func TestNetGuardRefusesNonPublicAddresses(t *testing.T) {
 		{"192.0.0.192", "IETF protocol assignments"},
 		{"255.255.255.255", "reserved or broadcast"},
 		{"64:ff9b::a00:1", "NAT64 (reaches IPv4 addresses)"},
+		{"64:ff9b::808:808", "NAT64 (reaches IPv4 addresses)"},
+		{"64:ff9b:1::7f00:1", "local NAT64"},
 		{"fec0::1", "site-local"},
+		{"::7f00:1", "IPv4-compatible (reaches IPv4 addresses)"},
+		{"::a9fe:a9fe", "IPv4-compatible (reaches IPv4 addresses)"},
+		{"::ffff:0:7f00:1", "IPv4-translated, SIIT (reaches IPv4 addresses)"},
+		{"::ffff:0:a9fe:a9fe", "IPv4-translated, SIIT (reaches IPv4 addresses)"},
+		{"2002:7f00:1::1", "6to4 (reaches IPv4 addresses)"},
+		{"2002:a9fe:a9fe::", "6to4 (reaches IPv4 addresses)"},
+		{"2001:0:4136:e378:8000:63bf:80ff:fffe", "Teredo (reaches IPv4 addresses)"},
+		{"100::1", "discard-only"},
+		{"192.88.99.1", "6to4 relay anycast (reaches IPv6 through IPv4)"},
 	} {
 		err := g.Check(netip.MustParseAddr(tc.addr))
 		require.ErrorIs(t, err, effects.ErrForbiddenDestination, tc.addr)
@@ -51,7 +62,8 @@ func TestNetGuardRefusesNonPublicAddresses(t *testing.T) {
 		require.True(t, errors.As(err, &de), tc.addr)
 		require.Equal(t, tc.what, de.What, tc.addr)
 	}
-	for _, ok := range []string{"93.184.215.14", "8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "::ffff:8.8.8.8"} {
+	for _, ok := range []string{"93.184.215.14", "8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "::ffff:8.8.8.8",
+		"2001:4860:4860::8888" /* not Teredo: 2001:0::/32 only */, "2003::1", "192.88.100.1"} {
 		require.NoError(t, g.Check(netip.MustParseAddr(ok)), ok)
 	}
 }

@@ -22,3 +22,18 @@ type Identity struct {
 	Key         string // <tool> "." hex(sha256(JCS(material)))
 	Fingerprint string // hex(sha256(JCS({tool, session, args minus volatile})))
 }
+
+// ValidKey reports whether s has the shape of a derived key:
+// <tool> "." 64 lower-case hex digits.
+func ValidKey(s string) bool {
+	i := len(s) - 65
+	if i < 1 || s[i] != '.' || !ValidTool(s[:i]) {
+		return false
+	}
+	for _, c := range s[i+1:] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

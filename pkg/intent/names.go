@@ -15,6 +15,17 @@ const (
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderReplyTo names the subject a caller wants its answer pushed to.
 	HeaderReplyTo = "Idem-Reply-To"
+	// HeaderKey and HeaderFingerprint carry the key and fingerprint the
+	// client derived. A worker that derives others rejects the intent
+	// (CodeKeyMismatch); an answer given before the worker derived a key
+	// carries HeaderKey's value as its key, so the client can match it.
+	HeaderKey         = "Idem-Key"
+	HeaderFingerprint = "Idem-Fingerprint"
+	// HeaderIntentTime is the time a window tool's key is derived from when
+	// the envelope has no created_at, in place of the message's own
+	// timestamp: a dead letter keeps its original's, so that a replay
+	// derives the same key (RFC 3339).
+	HeaderIntentTime = "Idem-Intent-Time"
 
 	// A dead letter carries these besides the original message's headers.
 	HeaderDLQReason    = "Idem-Dlq-Reason"     // why the intent was dead-lettered

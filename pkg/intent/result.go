@@ -51,6 +51,8 @@ const (
 	CodeWrongState    = "wrong_state"    // an operator decision does not apply to the operation's state
 	CodeNotFound      = "not_found"      // no operation has that key
 	CodeRateLimited   = "rate_limited"   // the session sent more intents than its rate allows; nothing was done
+	CodeDeadLettered  = "dead_lettered"  // the intent could not be handled in its deliveries and was dead-lettered; retry it with the same key
+	CodeKeyMismatch   = "key_mismatch"   // the client derived another key or fingerprint than the workers: its key spec is out of date
 )
 
 // Error is the error half of an answer.
@@ -74,16 +76,18 @@ type Result struct {
 	Result            json.RawMessage `json:"result,omitempty"`
 	Error             *Error          `json:"error,omitempty"`
 	CallID            string          `json:"call_id,omitempty"`
-	CompletedAt       time.Time       `json:"completed_at"`
+	// CompletedAt is when the outcome was reached; absent from an answer
+	// that is not final (awaiting_approval, uncertain).
+	CompletedAt time.Time `json:"completed_at,omitzero"`
 }
 
 // Rejected is the answer to an intent refused before anything was done: bad
-// input, an unknown tool, a rate limit. The caller sets Key, Tool and CallID
-// where it knows them.
+// input, an unknown tool, a rate limit. It reports the call's own outcome, so
+// it is not a replay. The caller sets Key, Tool, Fingerprint and CallID where
+// it knows them.
 func Rejected(code, message string) Result {
 	return Result{
 		Status:      StatusRejected,
-		Replayed:    true,
 		Error:       &Error{Code: code, Message: message},
 		CompletedAt: time.Now().UTC(),
 	}
