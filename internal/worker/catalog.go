@@ -27,9 +27,18 @@ func (w *Worker) catalog() intent.Catalog {
 			WindowSeconds: int64(t.KeySpec.Window.Seconds()),
 			VolatileArgs:  t.KeySpec.VolatileArgs,
 			LeaseSeconds:  t.Lease.Seconds(),
+			Description:   t.Description,
+			Schema:        t.Schema,
+			Destructive:   t.IsDestructive(),
 		}
 		if t.Policy.Approval {
-			info.Approval = "required"
+			info.Approval, info.Approver = "required", "operator"
+			if t.Policy.UserApproves {
+				info.Approver = "user"
+			}
+		}
+		if t.Policy.Ledger {
+			info.RetentionSeconds = int64(w.cfg.LedgerTTL.Seconds())
 		}
 		if t.Policy.Ledger {
 			info.OnAbandoned = string(t.Policy.OnAbandoned)

@@ -1,6 +1,7 @@
 package effects
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,7 +32,8 @@ var (
 
 // toolFields are the fields every tool has; no effect kind may take one of
 // these names, since a kind's settings live under a field named after it.
-var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease", "class", "ledger", "approval", "approval_ttl", "on_abandoned", "max_in_flight"}
+var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease", "class", "ledger", "approval", "approval_ttl", "on_abandoned", "max_in_flight",
+	"description", "schema", "destructive", "approver"}
 
 // Tool is one configured tool: how its keys are derived, how long a holder
 // owns a key, and the effect that fires.
@@ -55,6 +57,15 @@ type Tool struct {
 	Policy Policy
 	// Effect is what fires.
 	Effect Effect
+	// Description says what the tool does, for agents (the MCP tool
+	// description). Default "".
+	Description string
+	// Schema is the JSON Schema of the tool's args (an object schema), or
+	// nil when the tools file gives none.
+	Schema json.RawMessage
+	// Destructive, when set, says whether the tool may destroy or overwrite
+	// (MCP's destructiveHint). Default nil: see IsDestructive.
+	Destructive *bool
 }
 
 // Bounded is implemented by effects that know how long one Fire may take at
@@ -361,6 +372,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
 	}
 
 	t.Policy = parsePolicy(s)
+	parseDescription(s, t)
 	t.Lease = s.Duration("lease", DefaultLease)
 	if t.Lease < MinLease {
 		s.Invalid("lease", fmt.Sprintf("%s is under the minimum of %s", formatDuration(t.Lease), MinLease), "write e.g. lease: 30s")
