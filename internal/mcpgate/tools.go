@@ -17,10 +17,10 @@ import (
 // served is one catalogue tool as the gate serves it.
 type served struct {
 	info     intent.ToolInfo
-	raw      []byte              // info as JSON: what same compares
-	tool     *mcp.Tool           // as listed to clients
+	raw      []byte               // info as JSON: what same compares
+	tool     *mcp.Tool            // as listed to clients
 	schema   *jsonschema.Resolved // the args' schema; nil when the tools file has none
-	declared map[string]bool     // args the schema or the key spec names
+	declared map[string]bool      // args the schema or the key spec names
 }
 
 func newServed(info intent.ToolInfo) (*served, error) {
