@@ -194,6 +194,7 @@ func TestOperatorApproval(t *testing.T) {
 	require.EqualValues(t, 1, structuredOf(t, st)["n"])
 
 	res = call(t, cs, "s", "refund", map[string]any{"order_id": "98765", "amount": "50.00 EUR"})
+	require.Equal(t, intent.StatusCompleted, op(t, res).Status, text(res))
 	require.True(t, op(t, res).Replayed)
 	require.Equal(t, 1, b.count("refund"))
 
