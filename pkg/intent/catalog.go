@@ -38,6 +38,11 @@ type ToolInfo struct {
 	// RetentionSeconds is how long the ledger keeps a final record, and so
 	// how long a repeat is answered from it (0 when unknown).
 	RetentionSeconds int64 `json:"retention_seconds,omitempty"`
+	// Upstream is the MCP server a tool of effect mcp calls (its URL, or its
+	// command's words joined by spaces), and UpstreamTool the tool's name
+	// there.
+	Upstream     string `json:"upstream,omitempty"`
+	UpstreamTool string `json:"upstream_tool,omitempty"`
 }
 
 // KeySpec is the derivation the tool's workers use.
