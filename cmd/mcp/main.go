@@ -41,6 +41,7 @@ func run(args []string) error {
 	fs.StringVar(&cfg.Prefix, "prefix", intent.DefaultPrefix, "names prefix of the installation")
 	fs.StringVar(&cfg.Session, "session", "", "session scoping the keys of calls that name none (no io.idemgate/session _meta, no Idem-Session header); default: one scope for all")
 	fs.DurationVar(&cfg.Wait, "wait", mcpgate.DefaultWait, "how long a call waits for its operation before answering with a reference to check later")
+	fs.StringVar(&cfg.Upstream, "upstream", "", "proxy mode: serve only the tools of this MCP server (a command, e.g. \"npx some-server\", or a streamable HTTP URL), which the workers' tools file lists under mcp_upstreams")
 	fs.DurationVar(&cfg.Refresh, "refresh", mcpgate.DefaultRefresh, "how often the workers' tool catalogue is read again")
 	fs.StringVar(&auth.Creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
 	fs.StringVar(&auth.User, "nats-user", "", "NATS user; the password comes from the environment variable "+natsconn.PasswordEnv)

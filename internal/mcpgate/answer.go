@@ -62,6 +62,26 @@ func render(res *intent.Result) *mcp.CallToolResult {
 	return out
 }
 
+// render is the tool result of an answer for s: for a tool of an upstream
+// MCP server (effect mcp) a completed operation's result is the upstream's
+// own content and structured content, with the replay note before it.
+func (s *served) render(res *intent.Result) *mcp.CallToolResult {
+	out := render(res)
+	if s.info.Effect != kindMCP || res.Status != intent.StatusCompleted {
+		return out
+	}
+	var up mcp.CallToolResult
+	if err := json.Unmarshal(res.Result, &up); err != nil {
+		return out
+	}
+	out.Content, out.StructuredContent = up.Content, up.StructuredContent
+	if res.Replayed {
+		note := fmt.Sprintf("Already done, not repeated: operation %s completed at %s (an earlier call ran it); this call did not run it again. The recorded result follows.", res.Key, when(res.CompletedAt))
+		out.Content = append([]mcp.Content{&mcp.TextContent{Text: note}}, out.Content...)
+	}
+	return out
+}
+
 // failureText explains a final answer that is not a success.
 func failureText(res *intent.Result) string {
 	code, msg := "", ""

@@ -139,9 +139,9 @@ func (g *Gate) call(ctx context.Context, req *mcp.CallToolRequest, s *served, en
 		return pendingOrCancelled(ctx, err, sub.Key)
 	}
 	if res.Status == intent.StatusAwaitingApproval && s.info.Approver == "user" {
-		return g.userApproval(ctx, req, cl, env, sub, res)
+		return g.userApproval(ctx, req, s, cl, env, sub, res)
 	}
-	return render(res), nil
+	return s.render(res), nil
 }
 
 // wait runs wait (a submission's Wait or WaitFinal) for at most

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -49,6 +50,12 @@ type Config struct {
 	// MaxArgsBytes bounds a call's arguments in bytes; larger ones are
 	// refused before publishing. Default DefaultMaxArgsBytes.
 	MaxArgsBytes int
+	// Upstream, when set, is the MCP server this gate stands in front of
+	// (proxy mode): a command ("npx some-server") or a streamable HTTP URL.
+	// The gate serves only the catalogue's tools of that upstream (the
+	// workers' tools file lists it under mcp_upstreams), and idemgate_status.
+	// Default "": every catalogue tool.
+	Upstream string
 	// Logger receives the gate's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -84,6 +91,13 @@ func (c *Config) validate() error {
 	}
 	if c.MaxArgsBytes < 0 || c.MaxArgsBytes > intent.DefaultMaxBytes {
 		errs = append(errs, fmt.Errorf("mcpgate: max args bytes %d: use 1 to %d", c.MaxArgsBytes, intent.DefaultMaxBytes))
+	}
+	if c.Upstream != "" {
+		up, err := effects.ParseMCPUpstream(c.Upstream)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("mcpgate: upstream: %w", err))
+		}
+		c.Upstream = up.String()
 	}
 	if _, err := intent.NewNames(c.Prefix); err != nil {
 		errs = append(errs, fmt.Errorf("mcpgate: %w", err))

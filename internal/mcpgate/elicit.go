@@ -20,11 +20,11 @@ import (
 // approval fires the operation once however many calls are approved, a
 // decline denies it. A client that cannot elicit, or a person who dismisses
 // the question, leaves the operation to an operator.
-func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, cl *client.Client, env *intent.Envelope, sub *client.Submission, res *intent.Result) (*mcp.CallToolResult, error) {
+func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, s *served, cl *client.Client, env *intent.Envelope, sub *client.Submission, res *intent.Result) (*mcp.CallToolResult, error) {
 	resp, answered := req.Params.InputResponses[approveInput]
 	if !answered {
 		if caps := req.ClientCapabilities(); caps == nil || caps.Elicitation == nil {
-			return render(res), nil
+			return s.render(res), nil
 		}
 		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{approveInput: &mcp.ElicitParams{
 			Mode:            "form",
@@ -34,7 +34,7 @@ func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, cl *c
 	}
 	er, ok := resp.(*mcp.ElicitResult)
 	if !ok {
-		return render(res), nil
+		return s.render(res), nil
 	}
 	by := "the user at the MCP client"
 	if info := req.ClientInfo(); info != nil && info.Name != "" {
@@ -48,7 +48,7 @@ func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, cl *c
 	case "decline":
 		op, d.Reason = intent.ControlDeny, "declined by "+by
 	default: // dismissed: no decision
-		return render(res), nil
+		return s.render(res), nil
 	}
 	ans, err := g.wait(ctx, req, sub.Key, func(ctx context.Context) (*intent.Result, error) {
 		return cl.Decide(ctx, op, d)
@@ -58,7 +58,7 @@ func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, cl *c
 	}
 	if ans.Status != intent.StatusRejected && ans.Status.Final() {
 		ans.Replayed = false // this call's decision caused the outcome
-		return render(ans), nil
+		return s.render(ans), nil
 	}
 	// The decision did not apply (another call decided first): answer with
 	// the operation's final outcome.
@@ -70,7 +70,7 @@ func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, cl *c
 	if final == nil {
 		return pendingOrCancelled(ctx, err, sub.Key)
 	}
-	return render(final), nil
+	return s.render(final), nil
 }
 
 // approvalQuestion asks the person at the client to approve one operation,

@@ -111,6 +111,9 @@ func (g *Gate) Refresh(ctx context.Context) error {
 	}
 	next := map[string]*served{}
 	for _, info := range cat.Tools {
+		if g.cfg.Upstream != "" && info.Upstream != g.cfg.Upstream {
+			continue // proxy mode: another upstream's, or no upstream's
+		}
 		if info.Name == StatusTool {
 			g.cfg.Logger.Warn("a catalogue tool has the status tool's name; not served", "tool", info.Name)
 			continue
@@ -158,6 +161,9 @@ func (g *Gate) Refresh(ctx context.Context) error {
 		g.cfg.Logger.Info("tools from the catalogue", "tools", len(next), "withdrawn", len(gone))
 	}
 	g.served = next
+	if g.cfg.Upstream != "" && len(next) == 0 {
+		g.cfg.Logger.Warn("the workers serve no tool of the upstream: list it under mcp_upstreams in their tools file", "upstream", g.cfg.Upstream)
+	}
 	return nil
 }
 
