@@ -27,7 +27,7 @@ type upstream struct {
 	overrides map[string]field // upstream tool name → its override mapping
 	o         *options
 	conns     map[string]*MCPConn // every upstream's, for the mcp effects of a later listing
-	taken     func(string) bool // a name a tools-file tool or an earlier upstream has
+	taken     func(string) bool   // a name a tools-file tool or an earlier upstream has
 	line      int
 
 	mu       sync.Mutex
