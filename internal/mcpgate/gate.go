@@ -30,10 +30,9 @@ type Gate struct {
 	nc     *nats.Conn
 	server *mcp.Server
 
-	mu      sync.Mutex
-	cl      *client.Client
-	served  map[string]*served
-	refresh chan struct{} // a read of the catalogue is wanted now
+	mu     sync.Mutex
+	cl     *client.Client
+	served map[string]*served
 }
 
 // New returns a gate on nc. It serves only idemgate_status until Refresh
@@ -47,7 +46,7 @@ func New(nc *nats.Conn, cfg Config) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mcpgate: %w", err)
 	}
-	g := &Gate{cfg: cfg, nc: nc, cl: cl, served: map[string]*served{}, refresh: make(chan struct{}, 1)}
+	g := &Gate{cfg: cfg, nc: nc, cl: cl, served: map[string]*served{}}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "idemgate", Title: "idemgate", Version: Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       cfg.Logger,
@@ -179,8 +178,7 @@ func (g *Gate) addTool(s *served) (err error) {
 	return nil
 }
 
-// Run reads the catalogue every Config.Refresh (and at once when an
-// upstream reports its tools changed) until ctx is done. A failed read is
+// Run reads the catalogue every Config.Refresh until ctx is done. A failed read is
 // logged and tried again at the next tick.
 func (g *Gate) Run(ctx context.Context) error {
 	tick := time.NewTicker(g.cfg.Refresh)
@@ -190,19 +188,10 @@ func (g *Gate) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
-		case <-g.refresh:
 		}
 		if err := g.Refresh(ctx); err != nil && ctx.Err() == nil {
 			g.cfg.Logger.Warn("read the tool catalogue", "err", err)
 		}
-	}
-}
-
-// requestRefresh asks Run for a read of the catalogue now.
-func (g *Gate) requestRefresh() {
-	select {
-	case g.refresh <- struct{}{}:
-	default:
 	}
 }
 
