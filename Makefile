@@ -11,12 +11,13 @@ build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 # A worker on an embedded JetStream (listening on 127.0.0.1:4222), with the
-# demo tools file and a demo webhook sink on 127.0.0.1:8787. Submit from a
-# second terminal (see README).
+# demo tools file, a demo webhook sink on 127.0.0.1:8787 and the MCP server
+# on http://127.0.0.1:8081/mcp. Submit from a second terminal (see README).
 run: build
 	@mkdir -p data
 	@$(BIN)/sink --listen 127.0.0.1:8787 --log data/sink.jsonl & sink=$$!; \
-	trap 'kill $$sink 2>/dev/null' EXIT INT TERM; \
+	$(BIN)/mcp --http 127.0.0.1:8081 --nats-url nats://127.0.0.1:4222 & mcp=$$!; \
+	trap 'kill $$sink $$mcp 2>/dev/null' EXIT INT TERM; \
 	$(BIN)/worker --tools deployments/demo/tools.yaml --store-dir data/jetstream --log-format console
 
 # Every test, race detector on: unit, conformance (R1 and R3), fuzz seed

@@ -6,6 +6,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -27,9 +28,21 @@ func (w *Worker) catalog() intent.Catalog {
 			WindowSeconds: int64(t.KeySpec.Window.Seconds()),
 			VolatileArgs:  t.KeySpec.VolatileArgs,
 			LeaseSeconds:  t.Lease.Seconds(),
+			Description:   t.Description,
+			Schema:        t.Schema,
+			Destructive:   t.IsDestructive(),
 		}
 		if t.Policy.Approval {
-			info.Approval = "required"
+			info.Approval, info.Approver = "required", "operator"
+			if t.Policy.UserApproves {
+				info.Approver = "user"
+			}
+		}
+		if t.Policy.Ledger {
+			info.RetentionSeconds = int64(w.cfg.LedgerTTL.Seconds())
+		}
+		if m, ok := t.Effect.(*effects.MCP); ok {
+			info.Upstream, info.UpstreamTool = m.Upstream().String(), m.UpstreamTool()
 		}
 		if t.Policy.Ledger {
 			info.OnAbandoned = string(t.Policy.OnAbandoned)
@@ -44,7 +57,6 @@ func (w *Worker) catalog() intent.Catalog {
 // catalogue endpoint on Names.ToolsSubject. One worker of the queue group
 // answers each request.
 func (w *Worker) serveCatalog() (micro.Service, error) {
-	cat := w.catalog()
 	svc, err := micro.AddService(w.nc, micro.Config{
 		Name:        "idemgate",
 		Version:     Version,
@@ -53,7 +65,9 @@ func (w *Worker) serveCatalog() (micro.Service, error) {
 		Endpoint: &micro.EndpointConfig{
 			Subject: w.res.names.ToolsSubject,
 			Handler: micro.HandlerFunc(func(req micro.Request) {
-				if err := req.RespondJSON(cat); err != nil {
+				// Built per request: tools of an upstream MCP server come
+				// and go with its list.
+				if err := req.RespondJSON(w.catalog()); err != nil {
 					w.log.Debug("answer tool catalogue", zap.Error(err))
 				}
 			}),

@@ -49,7 +49,9 @@
 // silently. NewRegistry builds one from tools written in code.
 //
 // Effects are built by a Factory per kind. The built-in kinds are webhook
-// (Webhook), smtp (SMTP) and noop (Noop); WithFactory adds a kind, for one
+// (Webhook), smtp (SMTP), mcp (MCP: a tool of another MCP server; a file's
+// mcp_upstreams entries serve an upstream's whole tool list, kept current
+// with it) and noop (Noop); WithFactory adds a kind, for one
 // that needs something only the caller has, such as a connection: the nats
 // kind (NATSService) is added with WithFactory(KindNATS,
 // NATSServiceFactory(nc)). A Factory reads its

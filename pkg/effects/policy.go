@@ -59,6 +59,11 @@ type Policy struct {
 	// OnAbandoned is what happens to a key whose holder vanished mid-effect.
 	// Default AbandonRetry.
 	OnAbandoned Abandon
+	// UserApproves names the person at the agent's client as the approver
+	// (approver: user): a client that can ask them (MCP elicitation) does,
+	// and the decision goes through the same path as an operator's. Default
+	// false: an operator approves.
+	UserApproves bool
 	// MaxInFlight caps the tool's intents one worker handles at once (those
 	// over it are delivered again a little later). Default 0: no cap beyond
 	// the worker's concurrency.

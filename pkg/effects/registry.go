@@ -1,6 +1,7 @@
 package effects
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,7 +32,8 @@ var (
 
 // toolFields are the fields every tool has; no effect kind may take one of
 // these names, since a kind's settings live under a field named after it.
-var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease", "class", "ledger", "approval", "approval_ttl", "on_abandoned", "max_in_flight"}
+var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease", "class", "ledger", "approval", "approval_ttl", "on_abandoned", "max_in_flight",
+	"description", "schema", "destructive", "approver"}
 
 // Tool is one configured tool: how its keys are derived, how long a holder
 // owns a key, and the effect that fires.
@@ -55,6 +57,15 @@ type Tool struct {
 	Policy Policy
 	// Effect is what fires.
 	Effect Effect
+	// Description says what the tool does, for agents (the MCP tool
+	// description). Default "".
+	Description string
+	// Schema is the JSON Schema of the tool's args (an object schema), or
+	// nil when the tools file gives none.
+	Schema json.RawMessage
+	// Destructive, when set, says whether the tool may destroy or overwrite
+	// (MCP's destructiveHint). Default nil: see IsDestructive.
+	Destructive *bool
 }
 
 // Bounded is implemented by effects that know how long one Fire may take at
@@ -119,8 +130,10 @@ func WithFilename(name string) Option {
 // Registry is the set of configured tools. It is read-only once built and
 // safe for concurrent use.
 type Registry struct {
-	tools map[string]*Tool
-	names []string
+	tools     map[string]*Tool
+	names     []string
+	upstreams []*upstream // mcp_upstreams: tools that follow the upstream's list
+	owned     []*MCPConn
 }
 
 // NewRegistry builds a registry from tools built in code (tests, embedding).
@@ -165,15 +178,32 @@ func NewRegistry(tools ...*Tool) (*Registry, error) {
 	return r, nil
 }
 
-// Lookup returns the tool named name.
+// Lookup returns the tool named name: one of the tools file, or of an
+// upstream MCP server's current list (mcp_upstreams).
 func (r *Registry) Lookup(name string) (*Tool, bool) {
-	t, ok := r.tools[name]
-	return t, ok
+	if t, ok := r.tools[name]; ok {
+		return t, true
+	}
+	for _, u := range r.upstreams {
+		if t, ok := u.lookup(name); ok {
+			return t, true
+		}
+	}
+	return nil, false
 }
 
-// Names returns the tool names, sorted.
+// Names returns the tool names, sorted: the tools file's, and those the
+// upstream MCP servers list now.
 func (r *Registry) Names() []string {
-	return append([]string(nil), r.names...)
+	names := append([]string(nil), r.names...)
+	if len(r.upstreams) == 0 {
+		return names
+	}
+	for _, u := range r.upstreams {
+		names = append(names, u.names()...)
+	}
+	sort.Strings(names)
+	return slices.Compact(names)
 }
 
 // Close releases what the effects hold (idle HTTP connections, for one): it
@@ -187,6 +217,12 @@ func (r *Registry) Close() error {
 				errs = append(errs, fmt.Errorf("close %s: %w", name, err))
 			}
 		}
+	}
+	for _, u := range r.upstreams {
+		_ = u.close() // ending a session with a server that is gone is no failure
+	}
+	for _, c := range r.owned {
+		_ = c.Close()
 	}
 	return errors.Join(errs...)
 }
@@ -223,8 +259,10 @@ func Parse(data []byte, opts ...Option) (*Registry, error) {
 	if !ok {
 		return nil, c.err()
 	}
+	ups := parseUpstreams(c, o, root)
+	c.upstreams = upstreamConns(ups)
 	var tools []*Tool
-	entries := toolsEntries(c, root)
+	entries := toolsEntries(c, root, len(ups) > 0)
 	if len(entries) > MaxTools {
 		c.add(entries[MaxTools].key.Line, "tools", fmt.Sprintf("%d tools, more than the limit of %d", len(entries), MaxTools), "split the tools over several installations (--prefix)")
 		return nil, c.err()
@@ -234,12 +272,28 @@ func Parse(data []byte, opts ...Option) (*Registry, error) {
 			tools = append(tools, t)
 		}
 	}
+	expandUpstreams(c, ups, tools)
 	root.unknown(nil)
+	closeUpstreams := func() {
+		for _, u := range ups {
+			_ = u.close()
+		}
+		for _, conn := range c.owned {
+			_ = conn.Close()
+		}
+	}
 	if err := c.err(); err != nil {
 		closeAll(tools)
+		closeUpstreams()
 		return nil, err
 	}
-	return NewRegistry(tools...)
+	r, err := NewRegistry(tools...)
+	if err != nil {
+		closeUpstreams()
+		return nil, err
+	}
+	r.upstreams, r.owned = ups, c.owned
+	return r, nil
 }
 
 // decodeDocument parses data as a single YAML document whose top is a mapping.
@@ -282,8 +336,11 @@ func yamlErrorLine(err error) (int, string) {
 }
 
 // toolsEntries returns the entries of the top-level "tools" mapping.
-func toolsEntries(c *collector, root *Section) []field {
+func toolsEntries(c *collector, root *Section, upstreams bool) []field {
 	raw, ok := root.take("tools")
+	if !ok && upstreams {
+		return nil
+	}
 	if !ok {
 		c.add(1, "tools", "is missing", "start the file with tools: and one entry per tool")
 		return nil
@@ -361,6 +418,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
 	}
 
 	t.Policy = parsePolicy(s)
+	parseDescription(s, t)
 	t.Lease = s.Duration("lease", DefaultLease)
 	if t.Lease < MinLease {
 		s.Invalid("lease", fmt.Sprintf("%s is under the minimum of %s", formatDuration(t.Lease), MinLease), "write e.g. lease: 30s")

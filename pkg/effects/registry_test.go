@@ -144,7 +144,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "MissingEffect",
 			file: "tools:\n  t:\n    lease: 5s\n",
-			want: []string{`tools.yaml:2: t.effect: is missing (add effect: one of noop, smtp, webhook)`},
+			want: []string{`tools.yaml:2: t.effect: is missing (add effect: one of mcp, noop, smtp, webhook)`},
 		},
 		{
 			name: "MissingWebhookSettings",

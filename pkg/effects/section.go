@@ -50,6 +50,10 @@ func (e *ConfigError) Unwrap() error { return ErrConfig }
 type collector struct {
 	file string
 	errs []*ConfigError
+	// The mcp effect's connections: the mcp_upstreams entries by name, and
+	// those of tools naming an upstream of their own.
+	upstreams map[string]*MCPConn
+	owned     []*MCPConn
 }
 
 func (c *collector) add(line int, path, problem, hint string) {

@@ -1,6 +1,9 @@
 package intent
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // ToolInfo describes one configured tool, as the workers' tool catalogue
 // (a request to Names.ToolsSubject) reports it to clients in any language.
@@ -21,6 +24,25 @@ type ToolInfo struct {
 	WindowSeconds int64    `json:"window_seconds,omitempty"`
 	VolatileArgs  []string `json:"volatile_args,omitempty"`
 	LeaseSeconds  float64  `json:"lease_seconds"`
+	// Description says what the tool does, for agents.
+	Description string `json:"description,omitempty"`
+	// Schema is the JSON Schema of the tool's args, when the tools file
+	// gives one.
+	Schema json.RawMessage `json:"schema,omitempty"`
+	// Destructive reports whether the tool may destroy or overwrite (false
+	// for reads).
+	Destructive bool `json:"destructive"`
+	// Approver is who approves a tool with Approval "required": "operator"
+	// or "user" (the person at the agent's client).
+	Approver string `json:"approver,omitempty"`
+	// RetentionSeconds is how long the ledger keeps a final record, and so
+	// how long a repeat is answered from it (0 when unknown).
+	RetentionSeconds int64 `json:"retention_seconds,omitempty"`
+	// Upstream is the MCP server a tool of effect mcp calls (its URL, or its
+	// command's words joined by spaces), and UpstreamTool the tool's name
+	// there.
+	Upstream     string `json:"upstream,omitempty"`
+	UpstreamTool string `json:"upstream_tool,omitempty"`
 }
 
 // KeySpec is the derivation the tool's workers use.

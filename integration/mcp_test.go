@@ -1,0 +1,289 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+)
+
+// The MCP server (bin/mcp) as MCP clients meet it: a stdio subprocess driven
+// by the Go SDK's client, and streamable HTTP driven by the official
+// TypeScript SDK's client.
+
+func mcpTools(sink string) string {
+	return fmt.Sprintf(`tools:
+  create_ticket:
+    effect: webhook
+    description: Open a support ticket.
+    schema:
+      type: object
+      properties: {title: {type: string}}
+      required: [title]
+    webhook: {url: %[1]s/tickets}
+  get_order:
+    effect: webhook
+    class: read
+    webhook: {url: %[1]s/orders}
+`, sink)
+}
+
+// startMCP runs bin/mcp with args (and env added); it is killed when the
+// test ends.
+func startMCP(t *testing.T, name string, args, env []string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, cmd: exec.Command(bin("mcp"), args...), log: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	require.NoError(t, p.cmd.Start())
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("mcp %s log:\n%s", name, p.log.String())
+		}
+	})
+	return p
+}
+
+// stdioSession runs bin/mcp as the Go SDK client's stdio subprocess.
+func stdioSession(t *testing.T, url string, args []string, env ...string) *mcp.ClientSession {
+	t.Helper()
+	cmd := exec.Command(bin("mcp"), append([]string{"--nats-url", url}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "integration", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	require.NoError(t, err, "bin/mcp log:\n%s", logs.String())
+	t.Cleanup(func() {
+		_ = cs.Close()
+		if t.Failed() {
+			t.Logf("bin/mcp log:\n%s", logs.String())
+		}
+	})
+	return cs
+}
+
+func mcpCall(t *testing.T, cs *mcp.ClientSession, tool string, args any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	require.NoError(t, err)
+	return res
+}
+
+func mcpText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// mcpOp is the io.idemgate/operation _meta of a result.
+type mcpOp struct {
+	Key      string `json:"key"`
+	Status   string `json:"status"`
+	Replayed bool   `json:"replayed"`
+}
+
+func opOf(t *testing.T, meta map[string]any) mcpOp {
+	t.Helper()
+	data, err := json.Marshal(meta["io.idemgate/operation"])
+	require.NoError(t, err)
+	var o mcpOp
+	require.NoError(t, json.Unmarshal(data, &o))
+	require.NotEmpty(t, o.Key, "no operation in %v", meta)
+	return o
+}
+
+// A stdio client runs bin/mcp; its session comes from --session, then from
+// IDEMGATE_SESSION in a second process (a restarted agent): the second call
+// is a replay, and the webhook fired once.
+func TestMCPStdio(t *testing.T) {
+	t.Parallel()
+	url := jetStream(t)
+	hook := newSink(t, nil)
+	startWorker(t, "w1", url, writeTools(t, mcpTools(hook.URL)))
+
+	first := mcpCall(t, stdioSession(t, url, []string{"--session", "run-1"}), "create_ticket", map[string]any{"title": "printer on fire"})
+	require.False(t, first.IsError, mcpText(first))
+	require.False(t, opOf(t, first.Meta).Replayed)
+
+	again := mcpCall(t, stdioSession(t, url, nil, "IDEMGATE_SESSION=run-1"), "create_ticket", map[string]any{"title": "printer on fire"})
+	require.False(t, again.IsError, mcpText(again))
+	require.True(t, opOf(t, again.Meta).Replayed)
+	require.Contains(t, mcpText(again), "not repeated")
+	require.Equal(t, 1, hook.count())
+	require.Equal(t, opOf(t, first.Meta).Key, hook.all()[0].Key, "the webhook got the gate's key")
+
+	bad := mcpCall(t, stdioSession(t, url, nil, "IDEMGATE_SESSION=run-1"), "create_ticket", map[string]any{"title": 7})
+	require.True(t, bad.IsError)
+	require.Equal(t, 1, hook.count())
+}
+
+// Malformed JSON-RPC on stdin is answered with a parse error and the server
+// goes on serving.
+func TestMCPStdioMalformedInput(t *testing.T) {
+	t.Parallel()
+	url := jetStream(t)
+	hook := newSink(t, nil)
+	startWorker(t, "w1", url, writeTools(t, mcpTools(hook.URL)))
+
+	cmd := exec.Command(bin("mcp"), "--nats-url", url)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func() string {
+		t.Helper()
+		select {
+		case l, ok := <-lines:
+			require.True(t, ok, "bin/mcp closed stdout; log:\n%s", logs.String())
+			return l
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no answer from bin/mcp; log:\n%s", logs.String())
+			return ""
+		}
+	}
+	write := func(s string) { _, err := io.WriteString(stdin, s+"\n"); require.NoError(t, err) }
+
+	write(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	require.Contains(t, next(), `"protocolVersion":"2025-11-25"`)
+	write(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	write(`{"jsonrpc": "2.0", "id": 2, "method": "tools/list"`)
+	write(`[1, 2]`)
+	write(`7`)
+	write(`{}`)
+	write(`{"jsonrpc":"2.0","id":4,"method":7}`)
+	write(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"create_ticket","arguments":"nope"}}`)
+	write(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"create_ticket","arguments":{"title":"after the garbage"}}}`)
+	var answers []string
+	for !strings.Contains(strings.Join(answers, "\n"), `"id":3`) {
+		answers = append(answers, next())
+	}
+	joined := strings.Join(answers, "\n")
+	require.Contains(t, joined, `"code":-32700`, "a parse error answers the garbage")
+	require.Contains(t, joined, `"id":3`)
+	require.Contains(t, joined, `io.idemgate/operation`, "the next call is served")
+	require.Equal(t, 1, hook.count())
+}
+
+// mcpE2E is the one install of clients/mcp-e2e (the official TypeScript SDK)
+// shared by the tests of a run.
+var mcpE2E struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func mcpE2EDir(t *testing.T) string {
+	t.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") == "" {
+				t.Skipf("%s is not installed: skipping the TypeScript MCP SDK test (set CI=1 to make this a failure)", tool)
+			}
+			t.Fatalf("%s is not installed, and CI is set: the TypeScript MCP SDK test must run in CI", tool)
+		}
+	}
+	mcpE2E.once.Do(func() {
+		dir, err := filepath.Abs(filepath.Join("..", "clients", "mcp-e2e"))
+		if err != nil {
+			mcpE2E.err = err
+			return
+		}
+		mcpE2E.dir = dir
+		ctx, cancel := context.WithTimeout(context.Background(), tsSetupTimeout)
+		defer cancel()
+		if out, err := runIn(ctx, dir, "npm", "ci", "--no-audit", "--no-fund"); err != nil {
+			mcpE2E.err = fmt.Errorf("npm ci: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, mcpE2E.err, "install clients/mcp-e2e")
+	return mcpE2E.dir
+}
+
+// The official TypeScript SDK client over streamable HTTP: the call fires,
+// the same call from a new MCP session is a replay, the tools carry their
+// annotations, an unknown tool is an error.
+func TestMCPTypeScriptSDKOverHTTP(t *testing.T) {
+	t.Parallel()
+	dir := mcpE2EDir(t)
+	url := jetStream(t)
+	hook := newSink(t, nil)
+	startWorker(t, "w1", url, writeTools(t, mcpTools(hook.URL)))
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := startMCP(t, "http", []string{"--nats-url", url, "--http", addr}, nil)
+	p.waitLog(t, "mcp serving", 30*time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "driver.mjs", "http://"+addr+"/mcp", "run-9", "create_ticket", `{"title":"from TypeScript"}`)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	var stderr string
+	if ee, ok := err.(*exec.ExitError); ok {
+		stderr = string(ee.Stderr)
+	}
+	require.NoError(t, err, "driver: %s %s", out, stderr)
+	var seen struct {
+		Sessions []string `json:"sessions"`
+		Tools    map[string]struct {
+			Annotations map[string]any `json:"annotations"`
+			Description string         `json:"description"`
+		} `json:"tools"`
+		First, Again struct {
+			IsError bool             `json:"isError"`
+			Meta    map[string]any   `json:"_meta"`
+			Content []map[string]any `json:"content"`
+		}
+		Unknown string `json:"unknown"`
+	}
+	require.NoError(t, json.Unmarshal(out, &seen), "driver output: %s", out)
+
+	require.Len(t, seen.Sessions, 2)
+	require.NotEqual(t, seen.Sessions[0], seen.Sessions[1], "two MCP sessions")
+	require.False(t, seen.First.IsError)
+	require.False(t, opOf(t, seen.First.Meta).Replayed)
+	require.False(t, seen.Again.IsError)
+	require.True(t, opOf(t, seen.Again.Meta).Replayed, "the new MCP session's call is a replay")
+	require.Contains(t, fmt.Sprint(seen.Again.Content), "not repeated")
+	require.Equal(t, 1, hook.count())
+
+	require.Equal(t, true, seen.Tools["get_order"].Annotations["readOnlyHint"])
+	require.Equal(t, true, seen.Tools["create_ticket"].Annotations["idempotentHint"])
+	require.Equal(t, true, seen.Tools["create_ticket"].Annotations["openWorldHint"])
+	require.Contains(t, seen.Tools["create_ticket"].Description, "Safe to retry")
+	require.Contains(t, seen.Tools, "idemgate_status")
+	require.Contains(t, seen.Unknown, "no_such_tool")
+}

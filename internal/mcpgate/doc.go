@@ -1,0 +1,17 @@
+// Package mcpgate is idemgate's MCP front door: an MCP server whose tools are
+// the tools the workers serve (their catalogue), so that an agent runtime
+// speaking the Model Context Protocol gets at-most-once execution per
+// operation without a client library.
+//
+// Each tools/call becomes an intent submitted through pkg/client: its key is
+// derived by the gate from the tool's key spec over the call's arguments,
+// scoped by a stable session (the call's io.idemgate/session _meta field,
+// else the Idem-Session HTTP header, else Config.Session), never by the MCP
+// session or request id, which change on every reconnect and retry. The call
+// returns the operation's recorded answer: a replay carries a note that it
+// did not run again; a conflict, rejection, denial or failure is a tool
+// error saying what not to do; an operation awaiting approval or uncertain
+// returns at once with a reference for the idemgate_status tool. A client
+// cancellation ends the wait, never the operation. docs/mcp.md is the
+// user's guide.
+package mcpgate

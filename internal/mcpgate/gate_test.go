@@ -1,0 +1,230 @@
+package mcpgate
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/idemgate/idemgate/internal/natstest"
+	"github.com/idemgate/idemgate/internal/worker"
+	"github.com/idemgate/idemgate/pkg/client"
+	"github.com/idemgate/idemgate/pkg/effects"
+)
+
+// testTools are the tools the tests' workers serve. Each fires the counted
+// effect, which counts its firings per tool and answers {"n": count}.
+const testTools = `tools:
+  send_email:
+    effect: counted
+    key_args: [to, subject]
+    volatile_args: [body]
+    description: Send an email.
+    schema:
+      type: object
+      properties:
+        to: {type: string}
+        subject: {type: string, maxLength: 200}
+        body: {type: string}
+      required: [to, subject]
+      additionalProperties: false
+  create_ticket:
+    effect: counted
+    description: Open a support ticket.
+  get_order:
+    effect: counted
+    class: read
+  set_status:
+    effect: counted
+    class: idempotent
+    key_args: [order_id]
+    destructive: false
+  refund:
+    effect: counted
+    key_args: [order_id]
+    approval: required
+  user_refund:
+    effect: counted
+    key_args: [order_id]
+    approval: required
+    approver: user
+  slow:
+    effect: counted
+    counted: {delay: 3s}
+`
+
+type testBundle struct {
+	gate   *Gate
+	client *client.Client // an operator's
+	js     jetstream.JetStream
+	http   string // the gate's streamable HTTP endpoint
+
+	mu    sync.Mutex
+	fired map[string]int
+}
+
+// setup runs a worker serving testTools on an embedded JetStream and a gate
+// in front of it, over in-memory transports and streamable HTTP.
+func setup(t *testing.T, cfg Config) *testBundle {
+	t.Helper()
+	b := &testBundle{fired: map[string]int{}}
+	srv := natstest.RunServer(t)
+	counted := effects.WithFactory("counted", func(s *effects.Section) (effects.Effect, error) {
+		delay := s.Duration("delay", 0)
+		return effects.EffectFunc(func(ctx context.Context, call effects.Call) (effects.Outcome, error) {
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+				return effects.Outcome{}, ctx.Err()
+			}
+			b.mu.Lock()
+			b.fired[call.Tool]++
+			n := b.fired[call.Tool]
+			b.mu.Unlock()
+			return effects.Outcome{Result: json.RawMessage(`{"n":` + strconv.Itoa(n) + `,"args":` + string(call.Args) + `}`), Invocations: 1}, nil
+		}), nil
+	})
+	reg, err := effects.Parse([]byte(testTools), counted)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w, err := worker.New(ctx, natstest.Connect(t, srv.ClientURL()), reg, zaptest.NewLogger(t), worker.Config{})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx, 5*time.Second) }()
+	t.Cleanup(func() { stop(); require.NoError(t, <-done) })
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		t.Fatalf("worker stopped: %v", err)
+	}
+
+	nc := natstest.Connect(t, srv.ClientURL())
+	b.gate, err = New(nc, cfg)
+	require.NoError(t, err)
+	require.NoError(t, b.gate.Refresh(ctx))
+	b.client, err = client.New(natstest.Connect(t, srv.ClientURL()))
+	require.NoError(t, err)
+	b.js, err = jetstream.New(nc)
+	require.NoError(t, err)
+	hs := httptest.NewServer(b.gate.HTTPHandler())
+	t.Cleanup(hs.Close)
+	b.http = hs.URL
+	return b
+}
+
+func (b *testBundle) count(tool string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.fired[tool]
+}
+
+// transport names how a test client reaches the gate.
+type transport string
+
+const (
+	inMemory   transport = "in-memory" // the SDK's newest protocol (stateless, multi round-trip)
+	streamable transport = "http"      // streamable HTTP with sessions (protocol 2025-11-25)
+)
+
+var transports = []transport{inMemory, streamable}
+
+// connect opens a new MCP session to the gate; header is sent on every HTTP
+// request.
+func (b *testBundle) connect(t *testing.T, tr transport, opts *mcp.ClientOptions, header http.Header) *mcp.ClientSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, opts)
+	var ct mcp.Transport
+	switch tr {
+	case inMemory:
+		st, cli := mcp.NewInMemoryTransports()
+		ss, err := b.gate.Server().Connect(context.Background(), st, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = ss.Close() })
+		ct = cli
+	case streamable:
+		ct = &mcp.StreamableClientTransport{Endpoint: b.http, HTTPClient: &http.Client{Transport: headerRT{header}}, MaxRetries: -1}
+	}
+	cs, err := c.Connect(ctx, ct, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+type headerRT struct{ h http.Header }
+
+func (h headerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, vs := range h.h {
+		r.Header[k] = vs
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// call calls tool with args, in session (the _meta scope) when not "".
+func call(t *testing.T, cs *mcp.ClientSession, session, tool string, args any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := &mcp.CallToolParams{Name: tool, Arguments: args}
+	if session != "" {
+		p.Meta = mcp.Meta{MetaSession: session}
+	}
+	res, err := cs.CallTool(ctx, p)
+	require.NoError(t, err)
+	return res
+}
+
+func text(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// op is the io.idemgate/operation _meta of a result.
+func op(t *testing.T, res *mcp.CallToolResult) operation {
+	t.Helper()
+	raw, ok := res.Meta[MetaOperation]
+	require.True(t, ok, "no %s in %v", MetaOperation, res.Meta)
+	var o operation
+	data, err := json.Marshal(raw)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &o))
+	return o
+}
+
+func structuredOf(t *testing.T, res *mcp.CallToolResult) map[string]any {
+	t.Helper()
+	data, err := json.Marshal(res.StructuredContent)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(data, &m))
+	return m
+}
+
+// lastSeq is the intent stream's last sequence: it moves on every publish.
+func (b *testBundle) lastSeq(t *testing.T) uint64 {
+	t.Helper()
+	s, err := b.js.Stream(context.Background(), "IDEM_INTENTS")
+	require.NoError(t, err)
+	info, err := s.Info(context.Background())
+	require.NoError(t, err)
+	return info.State.LastSeq
+}

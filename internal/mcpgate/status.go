@@ -1,0 +1,108 @@
+package mcpgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemgate/idemgate/pkg/client"
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// statusArgs are idemgate_status's arguments.
+type statusArgs struct {
+	Operation   string  `json:"operation" jsonschema:"the operation reference a tool result gave (its key)"`
+	WaitSeconds float64 `json:"wait_seconds,omitempty" jsonschema:"wait up to this many seconds (at most 60) for the operation to move on; default 0: answer at once"`
+}
+
+// statusPoll is how often idemgate_status reads again a record that waits
+// for a person (awaiting_approval, uncertain), which a watch would report
+// at once unchanged.
+const statusPoll = 500 * time.Millisecond
+
+func (g *Gate) addStatusTool() {
+	mcp.AddTool(g.server, &mcp.Tool{
+		Name:  StatusTool,
+		Title: "Operation status",
+		Description: "The state of an operation a tool call started, by the operation reference the call's answer gave: " +
+			"completed (with its result), failed, denied, awaiting_approval, uncertain or still running. " +
+			"Read-only; call it instead of calling the tool again.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: new(false)},
+	}, g.status)
+}
+
+// status answers idemgate_status: the operation's record, after waiting (at
+// most wait_seconds) for it to leave its current state.
+func (g *Gate) status(ctx context.Context, _ *mcp.CallToolRequest, in statusArgs) (*mcp.CallToolResult, any, error) {
+	if in.Operation == "" {
+		return toolError("Give the operation reference a tool result named, as {\"operation\": \"tool.<hex>\"}."), nil, nil
+	}
+	if in.WaitSeconds < 0 || in.WaitSeconds > MaxStatusWait.Seconds() {
+		return toolError("wait_seconds must be between 0 and %g.", MaxStatusWait.Seconds()), nil, nil
+	}
+	cl := g.client()
+	rec, err := cl.Get(ctx, in.Operation)
+	if err != nil {
+		return statusError(in.Operation, err), nil, nil
+	}
+	if wait := time.Duration(in.WaitSeconds * float64(time.Second)); wait > 0 && !rec.Status.Final() {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		rec = g.next(wctx, cl, in.Operation, rec)
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+	}
+	return statusResult(in.Operation, rec), nil, nil
+}
+
+// next waits until key's record leaves from's state (or ctx ends) and
+// returns the latest record it read.
+func (g *Gate) next(ctx context.Context, cl *client.Client, key string, from dedup.Record) dedup.Record {
+	if !from.Status.Answered() {
+		// Pending or approved: the watch reports the next answered record.
+		if rec, err := cl.Watch(ctx, key); err == nil {
+			return rec
+		}
+		return from
+	}
+	tick := time.NewTicker(statusPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return from
+		case <-tick.C:
+		}
+		rec, err := cl.Get(ctx, key)
+		if err == nil && (rec.Status != from.Status || rec.UpdatedAt != from.UpdatedAt) {
+			return rec
+		}
+	}
+}
+
+func statusError(key string, err error) *mcp.CallToolResult {
+	if errors.Is(err, client.ErrNotFound) {
+		return toolError("No operation %s is recorded: it was never submitted, its reference is mistyped, or its record outlived the ledger's retention.", key)
+	}
+	return toolError("idemgate could not read operation %s (%v); try again.", key, err)
+}
+
+// statusResult renders a record as idemgate_status's answer.
+func statusResult(key string, rec dedup.Record) *mcp.CallToolResult {
+	at := rec.CompletedAt
+	if at.IsZero() {
+		at = rec.UpdatedAt
+	}
+	res := &intent.Result{Key: key, Tool: rec.Tool, Status: rec.Status, Fingerprint: rec.Fingerprint,
+		Attempts: rec.Attempts, Result: rec.Result, Error: rec.Error, CompletedAt: at}
+	out := render(res)
+	if rec.Status == intent.StatusCompleted {
+		out.Content = []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("Completed: operation %s ran at %s. Its result:\n%s", key, when(at), resultJSON(rec.Result))}}
+	}
+	return out
+}

@@ -1,0 +1,160 @@
+package mcpgate
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// served is one catalogue tool as the gate serves it.
+type served struct {
+	info     intent.ToolInfo
+	raw      []byte               // info as JSON: what same compares
+	tool     *mcp.Tool            // as listed to clients
+	schema   *jsonschema.Resolved // the args' schema; nil when the tools file has none
+	declared map[string]bool      // args the schema or the key spec names
+}
+
+func newServed(info intent.ToolInfo) (*served, error) {
+	s := &served{info: info, raw: marshal(info), declared: map[string]bool{}}
+	for _, a := range info.KeyArgs {
+		s.declared[a] = true
+	}
+	input := json.RawMessage(info.Schema)
+	if len(input) > 0 {
+		res, err := effects.ResolveSchema(input)
+		if err != nil {
+			return nil, fmt.Errorf("schema %w", err)
+		}
+		s.schema = res
+		var props struct {
+			Properties map[string]json.RawMessage `json:"properties"`
+		}
+		_ = json.Unmarshal(input, &props)
+		for p := range props.Properties {
+			s.declared[p] = true
+		}
+	} else {
+		input = defaultSchema(info)
+	}
+	s.tool = &mcp.Tool{
+		Name:        info.Name,
+		Description: describe(info),
+		InputSchema: input,
+		Annotations: annotations(info),
+	}
+	return s, nil
+}
+
+// same reports whether s serves the same catalogue entry as o.
+func (s *served) same(o *served) bool { return bytes.Equal(s.raw, o.raw) }
+
+// defaultSchema is the input schema of a tool whose tools file gives none:
+// any object, naming its key args (required for an unsafe tool, which is
+// refused without them).
+func defaultSchema(info intent.ToolInfo) json.RawMessage {
+	sch := map[string]any{"type": "object"}
+	if len(info.KeyArgs) > 0 {
+		props := map[string]any{}
+		for _, a := range info.KeyArgs {
+			props[a] = map[string]any{"description": "a key argument: it tells operations apart"}
+		}
+		sch["properties"] = props
+		if info.Class == string(effects.ClassUnsafe) {
+			sch["required"] = info.KeyArgs
+		}
+	}
+	return marshal(sch)
+}
+
+// annotations are the MCP hints of a tool, from its policy.
+func annotations(info intent.ToolInfo) *mcp.ToolAnnotations {
+	read := info.Class == string(effects.ClassRead)
+	a := &mcp.ToolAnnotations{
+		ReadOnlyHint: read,
+		// Behind the ledger a repeat is answered, not run: idempotent
+		// within the retention. An idempotent tool without it is so by
+		// nature.
+		IdempotentHint: !read,
+		OpenWorldHint:  new(openWorld(info.Effect)),
+	}
+	if !read {
+		a.DestructiveHint = new(info.Destructive)
+	}
+	return a
+}
+
+// openWorld reports whether an effect kind reaches beyond the installation.
+func openWorld(kind string) bool {
+	switch kind {
+	case effects.KindWebhook, "smtp", kindMCP:
+		return true
+	}
+	return false
+}
+
+// kindMCP is the effect kind of a tool served by an upstream MCP server.
+const kindMCP = "mcp"
+
+// describe is a tool's description: the tools file's, and what a repeat
+// does, as the model needs to know whether it may retry.
+func describe(info intent.ToolInfo) string {
+	var b strings.Builder
+	if d := strings.TrimSpace(info.Description); d != "" {
+		b.WriteString(d)
+		b.WriteString("\n\n")
+	}
+	switch {
+	case info.Class == string(effects.ClassRead):
+		b.WriteString("Read-only: it changes nothing and every call runs, so it is safe to call again.")
+	case !info.Ledger:
+		b.WriteString("Idempotent: a repeat leaves the same state, and every call runs, so it is safe to retry.")
+	default:
+		fmt.Fprintf(&b, "Safe to retry: idemgate runs each operation at most once. An operation is %s in the same session", operationOf(info))
+		if info.WindowSeconds > 0 {
+			fmt.Fprintf(&b, " within one window of %s", time.Duration(info.WindowSeconds)*time.Second)
+		}
+		b.WriteString("; calling it again")
+		if info.RetentionSeconds > 0 {
+			fmt.Fprintf(&b, " within %s", time.Duration(info.RetentionSeconds)*time.Second)
+		}
+		b.WriteString(" returns the recorded result without running it again.")
+		if len(info.KeyArgs) > 0 {
+			fmt.Fprintf(&b, " The same %s with other arguments is refused as a conflict.", strings.Join(info.KeyArgs, ", "))
+		}
+		if len(info.VolatileArgs) > 0 {
+			fmt.Fprintf(&b, " %s may differ between repeats.", strings.Join(info.VolatileArgs, ", "))
+		}
+	}
+	if info.Approval == "required" {
+		if info.Approver == "user" {
+			b.WriteString(" The user confirms each operation before it runs (asked through the client when it can ask; otherwise an operator approves).")
+		} else {
+			b.WriteString(" An operator approves each operation before it runs.")
+		}
+		b.WriteString(" Until then the call returns awaiting_approval with an operation reference: check it with " + StatusTool + ", do not call again to hurry it.")
+	}
+	if info.OnAbandoned == string(effects.AbandonHold) {
+		b.WriteString(" If it is interrupted mid-way it is held as uncertain for an operator to settle, never run again on its own.")
+	}
+	return b.String()
+}
+
+// operationOf says what identifies one operation of a tool.
+func operationOf(info intent.ToolInfo) string {
+	if len(info.KeyArgs) == 0 {
+		if len(info.VolatileArgs) > 0 {
+			return "the same arguments (but " + strings.Join(info.VolatileArgs, ", ") + ")"
+		}
+		return "the same arguments"
+	}
+	return "the same " + strings.Join(info.KeyArgs, ", ")
+}

@@ -1,0 +1,308 @@
+package effects
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// KindMCP is the effect kind of a tool served by another MCP server (an
+// upstream): the effect calls the upstream's tool.
+const KindMCP = "mcp"
+
+// MetaKey is the _meta field of the tools/call the mcp effect sends
+// upstream, holding the operation's idempotency key: an upstream that
+// understands it can absorb a repeat too.
+const MetaKey = "io.idemgate/key"
+
+// Defaults of the mcp effect.
+const (
+	// DefaultMCPTimeout bounds one call to an upstream tool (connecting
+	// included).
+	DefaultMCPTimeout = 30 * time.Second
+)
+
+// MCPUpstream names an MCP server: a command run with its stdin and stdout
+// as the stdio transport, or the URL of a streamable HTTP endpoint. Exactly
+// one is set.
+type MCPUpstream struct {
+	// Command is the program and its arguments.
+	Command []string
+	// URL is an http or https URL.
+	URL string
+}
+
+// String is the URL, or the command's words joined by spaces: the upstream's
+// name in the catalogue.
+func (u MCPUpstream) String() string {
+	if u.URL != "" {
+		return u.URL
+	}
+	return strings.Join(u.Command, " ")
+}
+
+// Validate reports what is wrong with u.
+func (u MCPUpstream) Validate() error {
+	switch {
+	case len(u.Command) > 0 && u.URL != "":
+		return errors.New("give a command or a url, not both")
+	case u.URL != "":
+		p, err := url.Parse(u.URL)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return fmt.Errorf("url %q is not an http or https URL with a host", u.URL)
+		}
+	case len(u.Command) == 0 || u.Command[0] == "":
+		return errors.New("give the server's command (a list: program, then arguments) or its url")
+	}
+	return nil
+}
+
+// ParseMCPUpstream reads an upstream given on a command line: a URL when it
+// starts with http:// or https://, else a command split on spaces.
+func ParseMCPUpstream(s string) (MCPUpstream, error) {
+	s = strings.TrimSpace(s)
+	u := MCPUpstream{Command: strings.Fields(s)}
+	if strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://") {
+		u = MCPUpstream{URL: s}
+	}
+	return u, u.Validate()
+}
+
+// MCPConn is a client session to an upstream MCP server, shared by every
+// tool of that upstream and safe for concurrent use. It connects on first
+// use, and again after a call finds the session broken (a killed stdio
+// server is started again).
+type MCPConn struct {
+	up       MCPUpstream
+	onChange func() // the upstream's tools changed
+
+	mu     sync.Mutex
+	cs     *mcp.ClientSession
+	closed bool
+}
+
+// NewMCPConn returns a connection to up; onChange, when not nil, is called
+// (on its own goroutine) when the upstream sends
+// notifications/tools/list_changed.
+func NewMCPConn(up MCPUpstream, onChange func()) *MCPConn {
+	return &MCPConn{up: up, onChange: onChange}
+}
+
+// Upstream is the server the connection reaches.
+func (c *MCPConn) Upstream() MCPUpstream { return c.up }
+
+// Session returns the live client session, connecting first if there is
+// none.
+func (c *MCPConn) Session(ctx context.Context) (*mcp.ClientSession, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errors.New("effects: mcp connection closed")
+	}
+	if c.cs != nil {
+		return c.cs, nil
+	}
+	var t mcp.Transport
+	if c.up.URL != "" {
+		t = &mcp.StreamableClientTransport{Endpoint: c.up.URL, MaxRetries: -1}
+	} else {
+		// The process outlives ctx (a call's): it is stopped by Close or
+		// when its session breaks.
+		t = &mcp.CommandTransport{Command: exec.Command(c.up.Command[0], c.up.Command[1:]...), TerminateDuration: time.Second}
+	}
+	opts := &mcp.ClientOptions{}
+	if c.onChange != nil {
+		opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { go c.onChange() }
+	}
+	cl := mcp.NewClient(&mcp.Implementation{Name: "idemgate", Version: "0.1.0"}, opts)
+	cs, err := cl.Connect(ctx, t, nil)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", c.up, err)
+	}
+	c.cs = cs
+	return cs, nil
+}
+
+// drop forgets cs after a failure of its transport; the next call
+// connects again.
+func (c *MCPConn) drop(cs *mcp.ClientSession) {
+	c.mu.Lock()
+	if c.cs == cs {
+		c.cs = nil
+	}
+	c.mu.Unlock()
+	_ = cs.Close()
+}
+
+// Tools lists the upstream's tools.
+func (c *MCPConn) Tools(ctx context.Context) ([]*mcp.Tool, error) {
+	cs, err := c.Session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*mcp.Tool
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			if !isRPCError(err) {
+				c.drop(cs)
+			}
+			return nil, fmt.Errorf("list the tools of %s: %w", c.up, err)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// Close ends the session (and stops a stdio server).
+func (c *MCPConn) Close() error {
+	c.mu.Lock()
+	cs := c.cs
+	c.cs, c.closed = nil, true
+	c.mu.Unlock()
+	if cs != nil {
+		return cs.Close()
+	}
+	return nil
+}
+
+// MCP is the effect that calls a tool of an upstream MCP server, forwarding
+// the operation's key in the call's _meta (MetaKey).
+//
+// A broken transport (a refused connection, a killed server, a timeout) is
+// retried with the same key and then transient: the worker tries the
+// operation again later. A result with isError, or a JSON-RPC error (an
+// unknown tool, invalid params), is a permanent outcome, recorded and
+// replayed. The recorded result is the upstream's result: {"content": [...],
+// "structuredContent": ...}.
+type MCP struct {
+	conn    *MCPConn
+	tool    string
+	timeout time.Duration
+	retry   RetryPolicy
+}
+
+// Upstream is the server the effect calls.
+func (m *MCP) Upstream() MCPUpstream { return m.conn.up }
+
+// UpstreamTool is the upstream's name of the tool the effect calls.
+func (m *MCP) UpstreamTool() string { return m.tool }
+
+// Fire calls the upstream tool with the call's args.
+func (m *MCP) Fire(ctx context.Context, call Call) (Outcome, error) {
+	what := fmt.Sprintf("mcp %s tool %s", m.conn.up, m.tool)
+	return retryLoop(ctx, m.retry, what, "call", func(ctx context.Context) (json.RawMessage, error) {
+		actx, cancel := context.WithTimeout(ctx, m.timeout)
+		defer cancel()
+		cs, err := m.conn.Session(actx)
+		if err != nil {
+			return nil, err
+		}
+		meta := mcp.Meta{MetaKey: call.Key}
+		res, err := cs.CallTool(actx, &mcp.CallToolParams{Name: m.tool, Arguments: json.RawMessage(call.Args), Meta: meta})
+		switch {
+		case err != nil && isRPCError(err):
+			return nil, Permanentf("", "%s: %v", what, err)
+		case err != nil:
+			m.conn.drop(cs)
+			return nil, fmt.Errorf("%s: %w", what, err)
+		case res.IsError:
+			return nil, Permanentf("", "%s answered an error: %s", what, contentText(res.Content))
+		}
+		out := struct {
+			Content           []mcp.Content `json:"content"`
+			StructuredContent any           `json:"structuredContent,omitempty"`
+		}{res.Content, res.StructuredContent}
+		if out.Content == nil {
+			out.Content = []mcp.Content{}
+		}
+		data, err := json.Marshal(out)
+		if err != nil {
+			return nil, Permanentf("", "%s: its result cannot be recorded: %v", what, err)
+		}
+		return data, nil
+	})
+}
+
+// MaxDuration bounds one Fire: every attempt's timeout and the waits.
+func (m *MCP) MaxDuration() time.Duration {
+	return time.Duration(m.retry.MaxAttempts)*(m.timeout+m.retry.MaxInterval) - m.retry.MaxInterval
+}
+
+// isRPCError reports whether err is the upstream's answer that the request
+// itself is wrong (no such method or tool, invalid params): retrying it
+// cannot help. Other JSON-RPC errors (an internal error, a request the
+// transport rejected) may pass.
+func isRPCError(err error) bool {
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) {
+		return false
+	}
+	switch we.Code {
+	case jsonrpc.CodeInvalidRequest, jsonrpc.CodeMethodNotFound, jsonrpc.CodeInvalidParams:
+		return true
+	}
+	return false
+}
+
+// contentText is the text of an upstream's content blocks, bounded.
+func contentText(content []mcp.Content) string {
+	var b strings.Builder
+	for _, c := range content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			if b.Len() > 0 {
+				b.WriteString(" ")
+			}
+			b.WriteString(tc.Text)
+		}
+	}
+	s := b.String()
+	if s == "" {
+		return "(no text)"
+	}
+	if len(s) > 512 {
+		s = s[:512] + "…"
+	}
+	return s
+}
+
+func init() { registerBuiltin(KindMCP, mcpFactory) }
+
+// mcpFactory builds an mcp effect from a tool's "mcp:" settings: the
+// upstream (by its name under mcp_upstreams, or a command or url of its
+// own), the upstream's tool name, a timeout and a retry policy.
+func mcpFactory(s *Section) (Effect, error) {
+	m := &MCP{tool: s.String("tool", ""), timeout: positiveDuration(s, "timeout", DefaultMCPTimeout), retry: retryDefaults(readRetry(s))}
+	for _, p := range retryProblems(m.retry) {
+		s.Invalid(p.field, p.problem, p.hint)
+	}
+	if m.tool == "" {
+		s.Invalid("tool", "is missing", "name the upstream's tool, e.g. tool: create_issue")
+	}
+	name := s.String("upstream", "")
+	up := MCPUpstream{Command: s.Strings("command"), URL: s.String("url", "")}
+	switch {
+	case name != "" && (len(up.Command) > 0 || up.URL != ""):
+		s.Invalid("upstream", "is given with command or url", "name an mcp_upstreams entry, or give command or url, not both")
+	case name != "":
+		if m.conn = s.c.upstreams[name]; m.conn == nil {
+			s.Invalid("upstream", fmt.Sprintf("no mcp_upstreams entry is named %q", name), "add it under mcp_upstreams, or give command or url")
+		}
+	default:
+		if err := up.Validate(); err != nil {
+			s.Invalid("", err.Error(), "write e.g. mcp: {url: https://mcp.example.com/mcp, tool: create_issue}")
+		} else {
+			m.conn = NewMCPConn(up, nil)
+			s.c.owned = append(s.c.owned, m.conn)
+		}
+	}
+	return m, nil
+}
