@@ -133,6 +133,7 @@ func (w *Worker) run(stop, work context.Context, j *job) verdict {
 	req := dedup.ClaimRequest{
 		Key:         j.id.Key,
 		Tool:        j.env.Tool,
+		Session:     j.env.Session,
 		Fingerprint: j.id.Fingerprint,
 		Holder:      w.cfg.Holder,
 		Lease:       j.tool.Lease,

@@ -142,6 +142,7 @@ func (c *Client) Publish(ctx context.Context, env *intent.Envelope) (*Submission
 	msg := nats.NewMsg(c.names.IntentSubject(env.Tool))
 	msg.Data = data
 	msg.Header.Set(intent.HeaderReplyTo, inbox)
+	injectTrace(ctx, msg.Header)
 	var popts []jetstream.PublishOpt
 	if !ts.noLedger {
 		// Publish dedup answers a repeat from the ledger; a tool without the
