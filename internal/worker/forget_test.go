@@ -37,7 +37,9 @@ func TestForgetClearsTheAnswerCache(t *testing.T) {
 	nc := natstest.Connect(t, b.url)
 	// Each later intent is published without a Nats-Msg-Id, so that publish
 	// dedup does not hide it: what answers it is the worker's choice.
-	again := func() intent.Result { return publishUndeduped(t, ctx, nc, b.worker.Names(), "create_ticket", `{"title":"Disk full"}`) }
+	again := func() intent.Result {
+		return publishUndeduped(t, ctx, nc, b.worker.Names(), "create_ticket", `{"title":"Disk full"}`)
+	}
 
 	// The record deleted behind the workers' backs: the cache still answers.
 	require.NoError(t, b.worker.res.kv.Delete(ctx, key))
