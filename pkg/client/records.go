@@ -68,7 +68,9 @@ func (c *Client) broadcastForget(ctx context.Context, key string) error {
 	if err := c.nc.PublishMsg(msg); err != nil {
 		return fmt.Errorf("client: tell the workers to forget %s: %w", key, err)
 	}
-	if err := c.nc.FlushWithContext(ctx); err != nil {
+	fctx, cancel := context.WithTimeout(ctx, catalogTimeout)
+	defer cancel()
+	if err := c.nc.FlushWithContext(fctx); err != nil {
 		return fmt.Errorf("client: tell the workers to forget %s: %w", key, err)
 	}
 	return nil

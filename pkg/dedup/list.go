@@ -100,6 +100,25 @@ func (q *Query) check() error {
 	return nil
 }
 
+// ParseStatuses reads a comma-separated list of record statuses, where
+// "open" stands for OpenStatuses; "" is no filter. An unknown name gives an
+// error matching ErrInvalid.
+func ParseStatuses(s string) ([]intent.Status, error) {
+	var out []intent.Status
+	for name := range strings.SplitSeq(s, ",") {
+		switch name = strings.TrimSpace(name); {
+		case name == "":
+		case name == "open":
+			out = append(out, OpenStatuses...)
+		case knownStatus(intent.Status(name)):
+			out = append(out, intent.Status(name))
+		default:
+			return nil, fmt.Errorf("%w: status %q: use open, pending, awaiting_approval, approved, uncertain, completed, failed or denied", ErrInvalid, name)
+		}
+	}
+	return out, nil
+}
+
 func knownStatus(s intent.Status) bool {
 	switch s {
 	case intent.StatusPending, intent.StatusCompleted, intent.StatusFailed, intent.StatusAwaitingApproval,
