@@ -49,6 +49,13 @@ type gateway struct {
 // tokens and waits until it listens.
 func startGateway(t *testing.T, natsURL string, extra ...string) *gateway {
 	t.Helper()
+	return startGatewayEnv(t, nil, append([]string{"--nats-url", natsURL}, extra...)...)
+}
+
+// startGatewayEnv runs the gateway binary with args (and env) and the four
+// test tokens, and waits until it listens.
+func startGatewayEnv(t *testing.T, env []string, args ...string) *gateway {
+	t.Helper()
 	g := &gateway{tokens: map[string]string{}, file: filepath.Join(t.TempDir(), "tokens")}
 	for _, tok := range []struct{ name, role, ns string }{
 		{agentA, "agent", "team-a"}, {agentB, "agent", "team-b"}, {operator, "operator", "*"}, {operatorA, "operator", "team-a"},
@@ -57,8 +64,8 @@ func startGateway(t *testing.T, natsURL string, extra ...string) *gateway {
 		require.NoError(t, err, "gateway token")
 		g.tokens[tok.name] = strings.TrimSpace(string(out))
 	}
-	args := append([]string{"--tokens", g.file, "--nats-url", natsURL, "--listen", "127.0.0.1:0", "--log-level", "debug"}, extra...)
-	g.proc = launchProc(t, "gateway", "gateway", args, nil)
+	args = append([]string{"--tokens", g.file, "--listen", "127.0.0.1:0", "--log-level", "debug"}, args...)
+	g.proc = launchProc(t, "gateway", "gateway", args, env)
 	g.direct = g.proc.waitURL(t)
 	g.url = newValidatingProxy(t, g.direct).URL
 	return g
