@@ -222,19 +222,23 @@ func (l *Ledger) List(ctx context.Context, q Query) (Page, error) {
 			n = min(n, q.MaxScan-scanned)
 		}
 		got, last, err := l.listBatch(ctx, cons, n, &q, now, &page)
-		for try := 0; got == 0 && errors.Is(err, nats.ErrNoResponders) && try < maxListRetries; try++ {
-			// A consumer of a replicated stream may take a moment to be
-			// served after its creation was answered.
-			if err = pause(ctx, time.Millisecond<<try); err == nil {
+		for try := 0; got == 0 && ctx.Err() == nil && try < maxListRetries; try++ {
+			// Records are pending and none came: a consumer of a replicated
+			// stream may take a moment to be served after its creation was
+			// answered.
+			if perr := pause(ctx, time.Millisecond<<try); perr == nil {
 				got, last, err = l.listBatch(ctx, cons, n, &q, now, &page)
 			}
 		}
 		scanned += got
-		if err != nil {
+		switch {
+		case err != nil && !errors.Is(err, nats.ErrNoResponders):
 			return Page{}, fmt.Errorf("list: %w", err)
-		}
-		if got == 0 {
-			break // nothing more was available
+		case got == 0:
+			// A pull the server drops (a user without permission to publish
+			// on $JS.API.CONSUMER.MSG.NEXT) looks like an empty ledger: say so.
+			return Page{}, fmt.Errorf("list: the consumer on %s has records pending (%d) and delivered none: is $JS.API.CONSUMER.MSG.NEXT.%s.* allowed to this user?",
+				stream, pending, stream)
 		}
 		pending = last
 	}
