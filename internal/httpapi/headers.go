@@ -88,7 +88,7 @@ func preferredWait(h http.Header) (d time.Duration, ok bool, err error) {
 			val, _, _ = strings.Cut(val, ";")
 			d, err := seconds(strings.Trim(strings.TrimSpace(val), `"`))
 			if err != nil {
-				return 0, false, fmt.Errorf("Prefer: wait=%s: %w", val, err)
+				return 0, false, fmt.Errorf("the Prefer header's wait=%s: %w", val, err)
 			}
 			return d, true, nil
 		}
