@@ -342,6 +342,13 @@ func TestHTTPToolCalls(t *testing.T) {
 	}
 	require.Equal(t, 1, slow, "slow_job fired once for its three calls")
 
+	requireProblem(t, g.call(t, agentA, "echo", `{}`, "Idem-Session", "run-\xff"), http.StatusBadRequest, intent.CodeInvalidIntent)
+	doc := g.do(t, http.MethodGet, "/v1/openapi.json", "", "")
+	require.Equal(t, http.StatusOK, doc.status)
+	file, err := os.ReadFile(openAPIFile)
+	require.NoError(t, err)
+	require.JSONEq(t, string(file), doc.raw, "the served document is the checked-in one")
+
 	tools := g.do(t, http.MethodGet, "/v1/tools", agentA, "")
 	require.Equal(t, http.StatusOK, tools.status, tools.raw)
 	require.Contains(t, tools.raw, `"name":"send_email"`)
@@ -687,4 +694,52 @@ func TestHTTPListenNeedsTLS(t *testing.T) {
 
 	p = launchProc(t, "gateway", "gateway-insecure", []string{"--tokens", tokens, "--nats-url", url, "--listen", "0.0.0.0:0", "--insecure-listen"}, nil)
 	require.True(t, strings.HasPrefix(p.waitURL(t), "http://"))
+}
+
+// A holder killed mid-effect of an on_abandoned: hold tool leaves the
+// operation uncertain: a call is answered 202 uncertain with its Location,
+// an operator lists it (past_lease finds nothing left pending) and
+// resolves it over HTTP, and the caller's repeat gets the resolution.
+func TestHTTPUncertainAndResolve(t *testing.T) {
+	t.Parallel()
+	url := jetStream(t)
+	hook, release := httpSink(t)
+	tools := writeTools(t, fmt.Sprintf(`tools:
+  wire_money:
+    effect: webhook
+    lease: 1s
+    on_abandoned: hold
+    webhook: {url: %s/slow, timeout: 60s}
+`, hook.URL))
+	workers := map[string]*proc{
+		"w1": startWorker(t, "w1", url, tools, "--ack-wait", "1s"),
+		"w2": startWorker(t, "w2", url, tools, "--ack-wait", "1s"),
+	}
+	g := startGateway(t, url)
+	args := `{"to":"acct-1","cents":500}`
+	inflight := g.call(t, agentA, "wire_money", args, "Prefer", "wait=1")
+	requireProblem(t, inflight, http.StatusConflict, "in_flight")
+	loc := inflight.header.Get("Location")
+	h := hook.waitHit(t, 20*time.Second)
+	require.Equal(t, inflight.str("key"), h.Key)
+	holder := g.do(t, http.MethodGet, loc, agentA, "").str("holder")
+	require.Contains(t, workers, holder)
+	workers[holder].kill()
+
+	held := g.call(t, agentA, "wire_money", args, "Prefer", "wait=30")
+	require.Equal(t, http.StatusAccepted, held.status, held.raw)
+	require.Equal(t, intent.StatusUncertain, held.answer(t).Status)
+	require.Equal(t, loc, held.header.Get("Location"))
+	open := g.do(t, http.MethodGet, "/v1/operations?status=uncertain", operator, "")
+	require.Len(t, open.body["records"], 1, open.raw)
+	require.Len(t, g.do(t, http.MethodGet, "/v1/operations?past_lease=true", operator, "").body["records"], 0)
+
+	resolved := g.do(t, http.MethodPost, loc+"/resolve", operator, `{"outcome":"succeeded","result":{"confirmation":"BANK-77"},"reason":"bank statement"}`)
+	require.Equal(t, http.StatusOK, resolved.status, resolved.raw)
+	require.Equal(t, "completed", resolved.str("status"))
+	again := g.call(t, agentA, "wire_money", args)
+	require.Equal(t, http.StatusOK, again.status, again.raw)
+	require.JSONEq(t, `{"confirmation":"BANK-77"}`, string(again.answer(t).Result))
+	release()
+	require.Equal(t, 1, hook.count(), "never fired again")
 }

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	_ "embed"
@@ -27,9 +26,6 @@ import (
 //
 //go:embed openapi.json
 var openAPI []byte
-
-// OpenAPI returns the API's OpenAPI 3.1 document.
-func OpenAPI() []byte { return bytes.Clone(openAPI) }
 
 // Server is the HTTP front door of one idemgate installation.
 type Server struct {

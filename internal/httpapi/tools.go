@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
@@ -203,6 +204,11 @@ func (s *Server) envelope(r *http.Request, tok *Token, tool string, body []byte)
 		}
 		if v != "" {
 			doc[field] = v
+		}
+	}
+	for field, v := range doc {
+		if s, ok := v.(string); ok && !utf8.ValidString(s) {
+			return nil, invalid("the %s (from its header) is not valid UTF-8", field)
 		}
 	}
 	data, err := json.Marshal(doc)
