@@ -11,13 +11,18 @@ build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 # A worker on an embedded JetStream (listening on 127.0.0.1:4222), with the
-# demo tools file, a demo webhook sink on 127.0.0.1:8787 and the MCP server
-# on http://127.0.0.1:8081/mcp. Submit from a second terminal (see README).
+# demo tools file, a demo webhook sink on 127.0.0.1:8787, the HTTP front
+# door on 127.0.0.1:8080 (its tokens: data/agent.token, data/operator.token)
+# and the MCP server on http://127.0.0.1:8081/mcp. Submit from a second
+# terminal (see README).
 run: build
 	@mkdir -p data
+	@test -s data/agent.token || $(BIN)/gateway token --role agent --namespace demo --name demo-agent --tokens data/gateway.tokens > data/agent.token
+	@test -s data/operator.token || $(BIN)/gateway token --role operator --namespace '*' --name demo-operator --tokens data/gateway.tokens > data/operator.token
 	@$(BIN)/sink --listen 127.0.0.1:8787 --log data/sink.jsonl & sink=$$!; \
+	$(BIN)/gateway --tokens data/gateway.tokens --listen 127.0.0.1:8080 --log-format console & gateway=$$!; \
 	$(BIN)/mcp --http 127.0.0.1:8081 --nats-url nats://127.0.0.1:4222 & mcp=$$!; \
-	trap 'kill $$sink $$mcp 2>/dev/null' EXIT INT TERM; \
+	trap 'kill $$sink $$gateway $$mcp 2>/dev/null' EXIT INT TERM; \
 	$(BIN)/worker --tools deployments/demo/tools.yaml --store-dir data/jetstream --log-format console
 
 # Every test, race detector on: unit, conformance (R1 and R3), fuzz seed

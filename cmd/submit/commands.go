@@ -66,7 +66,7 @@ func cmdSubmit(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return exitError, err
 	}
 	if fs.NArg() > 0 {
-		return exitError, fmt.Errorf("unexpected argument %q (subcommands: get, key, tools, approve, deny, resolve, dlq)", fs.Arg(0))
+		return exitError, fmt.Errorf("unexpected argument %q (subcommands: get, key, tools, list, forget, approve, deny, resolve, dlq)", fs.Arg(0))
 	}
 	if *jsonl != "" {
 		return submitMany(ctx, c, *jsonl, stdin, stdout, stderr, *wait, *inflight)

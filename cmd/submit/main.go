@@ -11,6 +11,9 @@
 //	submit resolve KEY --outcome succeeded|failed [--result JSON]
 //	                                 settle an uncertain operation
 //	submit dlq list | dlq replay SEQ the dead-letter stream
+//	submit list [--status open] [--tool T] [--session S] [--older-than D] [--past-lease] [--limit N] [--after SEQ] [--all]
+//	                                 ledger records, one JSON object per line
+//	submit forget KEY                delete a settled operation's record so that it may run again
 //
 // Exit status of a single intent (and of a decision): 0 fired (completed by this call), 3 replayed
 // (completed earlier), 4 conflict, 5 failed, rejected or denied, 6 awaiting
@@ -133,6 +136,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			code, err = cmdDecide(ctx, args[0], args[1:], stdout, stderr)
 		case "dlq":
 			code, err = cmdDLQ(ctx, args[1:], stdout, stderr)
+		case "list":
+			code, err = cmdList(ctx, args[1:], stdout, stderr)
+		case "forget":
+			code, err = cmdForget(ctx, args[1:], stdout, stderr)
 		default:
 			code, err = cmdSubmit(ctx, args, stdin, stdout, stderr)
 		}

@@ -96,6 +96,18 @@ func (c *answerCache) put(key string, rec dedup.Record) {
 	}
 }
 
+// forget drops key's entry, if there is one.
+func (c *answerCache) forget(key string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.byKey[key]; ok {
+		c.removeLocked(el)
+	}
+}
+
 func (c *answerCache) removeLocked(el *list.Element) {
 	a := c.lru.Remove(el).(*cachedAnswer)
 	delete(c.byKey, a.key)

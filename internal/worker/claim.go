@@ -23,6 +23,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) verdict {
 		Lease:       j.tool.Lease,
 		IntentSeq:   j.seq,
 		CallID:      j.env.CallID,
+		Session:     j.env.Session,
 	}
 	if rec, ok := w.answers.get(req.Key); ok {
 		// A final record this worker wrote or read a moment ago: no need

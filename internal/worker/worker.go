@@ -118,6 +118,11 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer func() { _ = advisories.Unsubscribe() }()
+	forget, err := w.serveForget()
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer func() { _ = forget.Unsubscribe() }()
 	it, err := w.res.consumer.Messages(jetstream.PullMaxMessages(w.cfg.Concurrency))
 	if err != nil {
 		return fmt.Errorf("worker: consume %s: %w", w.res.names.Consumer, err)

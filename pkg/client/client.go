@@ -147,6 +147,7 @@ func (c *Client) Publish(ctx context.Context, env *intent.Envelope) (*Submission
 	s.msg.Header.Set(intent.HeaderReplyTo, inbox)
 	s.msg.Header.Set(intent.HeaderKey, id.Key)
 	s.msg.Header.Set(intent.HeaderFingerprint, id.Fingerprint)
+	injectTrace(ctx, s.msg.Header)
 	msgID := ""
 	if !ts.noLedger {
 		// Publish dedup answers a repeat from the ledger; a tool without the

@@ -66,6 +66,9 @@ type ClaimRequest struct {
 	Key string
 	// Tool is the tool of the operation, recorded for operators.
 	Tool string
+	// Session is the intent's session, recorded for operators and for
+	// front doors that scope callers by session. Optional.
+	Session string
 	// Fingerprint identifies the operation's arguments. Required.
 	Fingerprint string
 	// Holder names the claimant (a worker instance). Required.
@@ -150,6 +153,7 @@ func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest) (res ClaimRes
 	rec := Record{
 		Status:      intent.StatusPending,
 		Tool:        req.Tool,
+		Session:     req.Session,
 		Fingerprint: req.Fingerprint,
 		Holder:      req.Holder,
 		LeaseUntil:  now.Add(req.Lease),

@@ -16,6 +16,11 @@ type Record struct {
 	Status intent.Status `json:"status"`
 	// Tool is the tool the key belongs to.
 	Tool string `json:"tool,omitempty"`
+	// Session is the session (tenant scope) of the intent that claimed the
+	// key, as its envelope gave it; "" for none. Front doors that give each
+	// caller a session namespace check it before showing or deciding a
+	// record.
+	Session string `json:"session,omitempty"`
 	// Fingerprint identifies the operation's full arguments. A claim with the
 	// same key and another fingerprint is a conflict.
 	Fingerprint string `json:"fingerprint"`

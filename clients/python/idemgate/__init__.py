@@ -1,0 +1,19 @@
+"""idemgate: tool calls that fire at most once per operation, over HTTP.
+
+A client of idemgate's HTTP front door (docs/http.md) with nothing but the
+Python standard library, and the protocol's key derivation
+(docs/protocol.md), proven against its test vectors.
+"""
+
+from .canonical import InvalidJSON, canonicalize, loads
+from .client import (Answer, AwaitingApproval, BadRequest, Client, Completed, Conflict, Denied, Failed, Forbidden,
+                     IdemgateError, InFlight, NotFound, Page, RateLimited, Rejected, Unauthorized, Unavailable,
+                     Uncertain)
+from .derive import Identity, KeySpec, derive, derive_envelope, parse_envelope
+
+__all__ = [
+    "Client", "Answer", "Completed", "Failed", "Conflict", "Rejected", "Denied", "AwaitingApproval", "Uncertain",
+    "InFlight", "Page", "IdemgateError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "RateLimited",
+    "Unavailable", "InvalidJSON", "canonicalize", "loads", "Identity", "KeySpec", "derive", "derive_envelope",
+    "parse_envelope",
+]

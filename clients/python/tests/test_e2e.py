@@ -1,0 +1,92 @@
+"""End to end against a real front door and worker: run by the Go test
+integration/python_test.go, which starts them and sets the IDEMGATE_* variables.
+Skipped without them."""
+
+import concurrent.futures
+import os
+import unittest
+
+from idemgate import (AwaitingApproval, Client, Completed, Conflict, Forbidden, NotFound, Rejected)
+
+URL = os.environ.get("IDEMGATE_URL")
+
+
+@unittest.skipUnless(URL, "IDEMGATE_URL is not set: no front door to test against")
+class EndToEnd(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.agent = Client(URL, os.environ["IDEMGATE_TOKEN"], namespace=os.environ["IDEMGATE_NAMESPACE"])
+        cls.other = Client(URL, os.environ["IDEMGATE_OTHER_TOKEN"])
+        cls.operator = Client(URL, os.environ["IDEMGATE_OPERATOR_TOKEN"])
+
+    def test_fire_replay_conflict(self):
+        args = {"to": "ada@example.com", "subject": "Your order shipped", "body": "Hi Ada"}
+        first = self.agent.call("send_email", args, session="run-7")
+        self.assertIsInstance(first, Completed, first)
+        self.assertFalse(first.replayed)
+        self.assertEqual(first.http_status, 200)
+        # body is volatile: a reworded repeat is the same operation, replayed.
+        again = self.agent.call("send_email", dict(args, body="Hello Ada"), session="run-7")
+        self.assertIsInstance(again, Completed)
+        self.assertTrue(again.replayed)
+        self.assertEqual((again.key, again.result), (first.key, first.result))
+        # The key the client derives is the front door's.
+        self.assertEqual(self.agent.derive("send_email", args, session="run-7").key, first.key)
+
+        mine = self.agent.call("send_email", {"to": "bob@example.com", "subject": "Receipt"}, key="receipt-1")
+        self.assertIsInstance(mine, Completed)
+        clash = self.agent.call("send_email", {"to": "bob@example.com", "subject": "Receipt, again"}, key="receipt-1")
+        self.assertIsInstance(clash, Conflict)
+        self.assertEqual(clash.http_status, 422)
+        self.assertEqual(clash.code, "conflict")
+
+        bad = self.agent.call("no_such_tool", {})
+        self.assertIsInstance(bad, Rejected)
+        self.assertEqual(bad.code, "unknown_tool")
+
+    def test_fifty_concurrent_identical_calls_fire_once(self):
+        args = {"title": "python-concurrent"}
+        with concurrent.futures.ThreadPoolExecutor(50) as pool:
+            answers = list(pool.map(lambda _: self.agent.call("create_ticket", args, session="load"), range(50)))
+        self.assertTrue(all(isinstance(a, Completed) for a in answers), answers)
+        self.assertEqual(sum(not a.replayed for a in answers), 1, "one call fired")
+        self.assertEqual(sum(a.replayed for a in answers), 49, "49 replays")
+        self.assertEqual(len({(a.key, str(a.result)) for a in answers}), 1, "one key, one result")
+        print("concurrent key", answers[0].key)
+
+    def test_approval_and_scoping(self):
+        parked = self.agent.call("refund", {"order_id": "o-77", "amount": 7})
+        self.assertIsInstance(parked, AwaitingApproval, parked)
+        self.assertEqual(parked.http_status, 202)
+        self.assertEqual(parked.location, "/v1/operations/" + parked.key)
+
+        # Another agent neither sees nor lists it; only operators list.
+        with self.assertRaises(NotFound):
+            self.other.operation(parked.key)
+        with self.assertRaises(Forbidden):
+            self.other.records(status="open")
+        with self.assertRaises(Forbidden):
+            self.agent.approve(parked.key)
+
+        waiting = [r["key"] for r in self.operator.iter_records(status="awaiting_approval", limit=1)]
+        self.assertIn(parked.key, waiting)
+        done = self.operator.approve(parked.key, fingerprint=parked.fingerprint, reason="checked")
+        self.assertIsInstance(done, Completed, done)
+        rec = self.agent.operation(parked.key, wait=10)
+        self.assertEqual(rec["status"], "completed")
+        self.assertEqual(rec["decision"]["by"], "ops")
+        again = self.agent.call("refund", {"order_id": "o-77", "amount": 7})
+        self.assertIsInstance(again, Completed)
+        self.assertTrue(again.replayed)
+
+    def test_forget(self):
+        done = self.agent.call("echo", {"n": 1}, session="forget")
+        self.assertIsInstance(done, Completed)
+        out = self.operator.forget(done.key)
+        self.assertEqual(out["forgotten"], done.key)
+        with self.assertRaises(NotFound):
+            self.agent.operation(done.key)
+
+
+if __name__ == "__main__":
+    unittest.main()

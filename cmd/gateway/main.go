@@ -1,0 +1,198 @@
+// Command gateway is idemgate's HTTP front door: tool calls with
+// Idempotency-Key semantics, the ledger's records and an operator API, for
+// callers without a NATS client (docs/http.md).
+//
+//	gateway --tokens tokens.txt [--listen 127.0.0.1:8080] [--nats-url URL]
+//	gateway token --role agent|operator --namespace NS [--name N] [--tokens FILE]
+//	                 print a new token; its line goes to FILE (or stderr)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/idemgate/idemgate/internal/envflag"
+	"github.com/idemgate/idemgate/internal/httpapi"
+	"github.com/idemgate/idemgate/internal/natsconn"
+	"github.com/idemgate/idemgate/pkg/client"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+func main() {
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "token" {
+		err = token(os.Args[2:], os.Stdout, os.Stderr)
+	} else {
+		err = run(os.Args[1:])
+	}
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	var cfg httpapi.Config
+	var auth natsconn.ClientAuth
+	fs.StringVar(&cfg.Addr, "listen", httpapi.DefaultAddr, "HTTP listen address; one that is not loopback needs --tls-cert and --tls-key, or --insecure-listen")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate to serve HTTPS with (with --tls-key)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "key of --tls-cert")
+	fs.BoolVar(&cfg.InsecureListen, "insecure-listen", false, "allow plain HTTP on an address that is not loopback (a proxy on this host terminates TLS)")
+	tokens := fs.String("tokens", "", "tokens file: one '<sha256-hex> <agent|operator> <namespace> [name]' per line (gateway token makes one)")
+	fs.IntVar(&cfg.MaxBodyBytes, "max-body", intent.DefaultMaxBytes, "largest request body, bytes (413 over it)")
+	fs.Float64Var(&cfg.Rate, "rate", httpapi.DefaultRate, "requests per second per token (429 over it)")
+	fs.IntVar(&cfg.Burst, "burst", httpapi.DefaultBurst, "requests a token may make at once above --rate")
+	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", httpapi.DefaultMaxInFlight, "requests in progress per token (429 over it)")
+	fs.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", httpapi.DefaultReadHeaderTimeout, "time a client has to send a request's headers")
+	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", httpapi.DefaultBodyTimeout, "time a client has to send a request's body (408 over it)")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", httpapi.DefaultIdleTimeout, "an idle keep-alive connection is closed after this")
+	fs.DurationVar(&cfg.DefaultWait, "wait", httpapi.DefaultWait, "how long a tool call waits for its answer without Prefer: wait=N")
+	fs.DurationVar(&cfg.MaxWait, "max-wait", httpapi.DefaultMaxWait, "the longest wait a request may ask for")
+	fs.IntVar(&cfg.ListMaxScan, "list-max-scan", httpapi.DefaultListMaxScan, "records one listing request reads at most")
+	natsURL := fs.String("nats-url", nats.DefaultURL, "NATS server(s), comma separated (env NATS_URL)")
+	fs.StringVar(&auth.Creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&auth.User, "nats-user", "", "NATS user; the password comes from the environment variable "+natsconn.PasswordEnv)
+	fs.StringVar(&auth.NkeySeed, "nkey", "", "file holding the NATS user's nkey seed")
+	fs.StringVar(&auth.TLSCA, "nats-tls-ca", "", "PEM file of the CAs that sign the NATS server's certificate (turns TLS on)")
+	fs.StringVar(&auth.TLSCert, "nats-tls-cert", "", "client certificate for NATS servers that verify clients (with --nats-tls-key)")
+	fs.StringVar(&auth.TLSKey, "nats-tls-key", "", "key of --nats-tls-cert")
+	fs.StringVar(&auth.InboxPrefix, "inbox-prefix", "", "subject prefix of reply inboxes, as the gateway's NATS permissions allow (e.g. _INBOX.gateway)")
+	prefix := fs.String("prefix", intent.DefaultPrefix, "names prefix of the installation")
+	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long requests in progress may take to finish")
+	logFormat := fs.String("log-format", "json", "log format: json or console")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	configFile := fs.String("config", "", "a YAML file of settings (flag names to values); the command line and the environment win over it")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (subcommand: token)", fs.Arg(0))
+	}
+	if err := envflag.Apply(fs, "IDEMGATE_GATEWAY", map[string]string{"nats-url": "NATS_URL", "creds": "NATS_CREDS"}); err != nil {
+		return err
+	}
+	if *configFile != "" {
+		if err := envflag.ApplyFile(fs, *configFile); err != nil {
+			return err
+		}
+	}
+	if *tokens == "" {
+		return errors.New("--tokens is required: every caller needs a bearer token (gateway token --role agent --namespace NS --tokens FILE makes one)")
+	}
+	ts, err := httpapi.LoadTokens(*tokens)
+	if err != nil {
+		return err
+	}
+	cfg.Tokens = ts
+	log, err := newLogger(*logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	cfg.Log = log
+
+	auth.Password = os.Getenv(natsconn.PasswordEnv)
+	nopts, err := auth.Options()
+	if err != nil {
+		return err
+	}
+	nopts = append(nopts, nats.Name("idemgate-gateway"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
+		nats.ReconnectWait(250*time.Millisecond))
+	nc, err := nats.Connect(*natsURL, nopts...)
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", *natsURL, err)
+	}
+	defer nc.Close()
+	cl, err := client.New(nc, client.WithPrefix(*prefix))
+	if err != nil {
+		return err
+	}
+	srv, err := httpapi.New(nc, cl, cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := srv.Listen()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log.Info("gateway listening", zap.String("url", srv.Scheme()+"://"+ln.Addr().String()),
+		zap.String("nats", *natsURL), zap.Int("tokens", ts.Len()))
+	if err := srv.Serve(ctx, ln, *drain); err != nil {
+		return err
+	}
+	log.Info("gateway stopped")
+	return nil
+}
+
+// token prints a new token and writes its line to the tokens file.
+func token(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gateway token", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	role := fs.String("role", httpapi.RoleAgent, "agent or operator")
+	namespace := fs.String("namespace", "", "the sessions the token reaches: a name, or * (operators) for all")
+	name := fs.String("name", "", "the caller's name in logs and decisions (default token-<hash prefix>)")
+	file := fs.String("tokens", "", "append the token's line to this tokens file (created mode 0600); without it the line goes to stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *namespace == "" {
+		return errors.New("--namespace is required: the agent's own name, or * for an operator of every session")
+	}
+	secret, line, err := httpapi.NewToken(*role, *namespace, *name)
+	if err != nil {
+		return err
+	}
+	if *file == "" {
+		fmt.Fprintln(stderr, line)
+	} else {
+		f, err := os.OpenFile(*file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintln(f, line); err != nil {
+			_ = f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		if _, err := httpapi.LoadTokens(*file); err != nil {
+			return fmt.Errorf("the tokens file no longer reads: %w", err)
+		}
+	}
+	_, err = fmt.Fprintln(stdout, secret)
+	return err
+}
+
+func newLogger(format, level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
+	}
+	var zc zap.Config
+	switch format {
+	case "json":
+		zc = zap.NewProductionConfig()
+	case "console":
+		zc = zap.NewDevelopmentConfig()
+		zc.DisableStacktrace = true
+	default:
+		return nil, fmt.Errorf("log format %q: use json or console", format)
+	}
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	return zc.Build()
+}

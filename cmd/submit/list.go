@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/idemgate/idemgate/pkg/client"
+	"github.com/idemgate/idemgate/pkg/dedup"
+)
+
+// cmdList lists ledger records, one JSON object per line:
+// list [--status S,...|open] [--tool T] [--session S] [--older-than D]
+// [--past-lease] [--limit N] [--after SEQ] [--all].
+func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := flag.NewFlagSet("submit list", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	c.register(fs)
+	status := fs.String("status", "", "comma-separated statuses to keep (pending, awaiting_approval, approved, uncertain, completed, failed, denied), or open for every unsettled one")
+	tool := fs.String("tool", "", "keep this tool's records")
+	session := fs.String("session", "", "keep this session's records")
+	olderThan := fs.Duration("older-than", 0, "keep records claimed longer ago than this, e.g. 1h")
+	pastLease := fs.Bool("past-lease", false, "keep pending records whose lease ran out (the holder is gone)")
+	limit := fs.Int("limit", dedup.DefaultListLimit, fmt.Sprintf("records per page (at most %d)", dedup.MaxListLimit))
+	after := fs.Uint64("after", 0, "the cursor: list records stored after this sequence (a page's last line says the next one)")
+	all := fs.Bool("all", false, "follow every page to the end of the ledger")
+	if err := c.parse(fs, args); err != nil {
+		return exitError, err
+	}
+	if fs.NArg() > 0 {
+		return exitError, fmt.Errorf("unexpected argument %q (submit list takes flags only)", fs.Arg(0))
+	}
+	statuses, err := dedup.ParseStatuses(*status)
+	if err != nil {
+		return exitError, err
+	}
+	if *olderThan < 0 {
+		return exitError, fmt.Errorf("--older-than %s: give a positive duration", *olderThan)
+	}
+	q := dedup.Query{Statuses: statuses, Tool: *tool, Session: *session, PastLease: *pastLease, Limit: *limit, After: *after}
+	if *olderThan > 0 {
+		q.CreatedBefore = time.Now().Add(-*olderThan)
+	}
+	nc, cl, err := c.connect()
+	if err != nil {
+		return exitError, err
+	}
+	defer nc.Close()
+	enc := json.NewEncoder(stdout)
+	n := 0
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		page, err := cl.Records(pctx, q)
+		cancel()
+		if err != nil {
+			return exitError, err
+		}
+		for _, r := range page.Records {
+			if err := enc.Encode(r); err != nil {
+				return exitError, err
+			}
+		}
+		n += len(page.Records)
+		if !page.More {
+			fmt.Fprintf(stderr, "%d records\n", n)
+			return exitFired, nil
+		}
+		if !*all {
+			fmt.Fprintf(stderr, "%d records; more after --after %d\n", n, page.Next)
+			return exitFired, nil
+		}
+		q.After = page.Next
+	}
+}
+
+// cmdForget deletes an operation's ledger record so that it may run again,
+// and clears the workers' answer caches: forget KEY.
+func cmdForget(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
+	fs := flag.NewFlagSet("submit forget", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	c.register(fs)
+	if err := c.parse(fs, args); err != nil {
+		return exitError, err
+	}
+	if fs.NArg() != 1 {
+		return exitError, errors.New("usage: submit forget KEY")
+	}
+	nc, cl, err := c.connect()
+	if err != nil {
+		return exitError, err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	rec, err := cl.Forget(ctx, fs.Arg(0))
+	if errors.Is(err, client.ErrInFlight) {
+		return exitOpen, err
+	}
+	if err != nil {
+		return exitError, err
+	}
+	return exitFired, printJSON(stdout, map[string]any{"forgotten": fs.Arg(0), "record": rec})
+}

@@ -1,0 +1,316 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgate/idemgate/pkg/client"
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// operation is an operation's record as the API shows it.
+type operation struct {
+	Key string `json:"key"`
+	dedup.Record
+}
+
+// getOperation answers GET /v1/operations/{key}: the record as the ledger
+// has it; with ?wait=N, the record once final (watched, not polled), or as
+// it is when N runs out. A record of a session the token does not reach is
+// not found.
+func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
+	key := r.PathValue("key")
+	var wait time.Duration
+	if v := r.URL.Query().Get("wait"); v != "" {
+		d, err := seconds(v)
+		if err != nil {
+			fail(w, http.StatusBadRequest, codeInvalidRequest, "wait=%s: %v", clip(v), err)
+			return
+		}
+		wait = min(d, s.cfg.MaxWait)
+	}
+	rec, err := s.cl.Get(r.Context(), key)
+	if wait > 0 && (errors.Is(err, client.ErrNotFound) || (err == nil && tok.reaches(rec.Session) && !rec.Status.Final())) {
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		rec, err = s.cl.WatchFinal(ctx, key)
+		cancel()
+		if errors.Is(err, client.ErrNoAnswer) && r.Context().Err() == nil {
+			err = nil // the wait ran out: the record as it is
+			if rec.Status == "" {
+				err = client.ErrNotFound
+			}
+		}
+	}
+	switch {
+	case errors.Is(err, client.ErrNotFound), err == nil && !tok.reaches(rec.Session):
+		fail(w, http.StatusNotFound, intent.CodeNotFound, "no operation %s", clip(key))
+		return
+	case err != nil:
+		s.unavailable(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, "application/json", operation{Key: key, Record: rec})
+}
+
+// listOperations answers GET /v1/operations: a page of the records the
+// query parameters select, within the token's namespace.
+func (s *Server) listOperations(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
+	q, err := s.query(r.URL.Query(), tok)
+	if err != nil {
+		fail(w, http.StatusBadRequest, codeInvalidRequest, "%v", err)
+		return
+	}
+	page, err := s.cl.Records(r.Context(), q)
+	if errors.Is(err, dedup.ErrInvalid) {
+		fail(w, http.StatusBadRequest, codeInvalidRequest, "%v", err)
+		return
+	}
+	if err != nil {
+		s.unavailable(w, err)
+		return
+	}
+	if page.More {
+		next := r.URL.Query()
+		next.Set("after", strconv.FormatUint(page.Next, 10))
+		w.Header().Set("Link", fmt.Sprintf(`</v1/operations?%s>; rel="next"`, next.Encode()))
+	}
+	writeJSON(w, http.StatusOK, "application/json", page)
+}
+
+// query reads a listing's parameters: status (names, or open), tool,
+// session, older_than (seconds or a duration such as 1h), past_lease,
+// limit, after.
+func (s *Server) query(v url.Values, tok *Token) (dedup.Query, error) {
+	for name := range v {
+		switch name {
+		case "status", "tool", "session", "older_than", "past_lease", "limit", "after":
+		default:
+			return dedup.Query{}, fmt.Errorf("unknown parameter %q: use status, tool, session, older_than, past_lease, limit or after", clip(name))
+		}
+	}
+	q := dedup.Query{Tool: v.Get("tool"), MaxScan: s.cfg.ListMaxScan}
+	var err error
+	if q.Statuses, err = dedup.ParseStatuses(v.Get("status")); err != nil {
+		return q, err
+	}
+	if v.Has("session") {
+		q.Session = tok.scope(v.Get("session"))
+	}
+	if o := v.Get("older_than"); o != "" {
+		d, err := time.ParseDuration(o)
+		if err != nil {
+			if d, err = seconds(o); err != nil {
+				return q, fmt.Errorf("older_than=%s: give seconds or a duration such as 1h", clip(o))
+			}
+		}
+		q.CreatedBefore = time.Now().Add(-d)
+	}
+	if p := v.Get("past_lease"); p != "" {
+		if q.PastLease, err = strconv.ParseBool(p); err != nil {
+			return q, fmt.Errorf("past_lease=%s: give true or false", clip(p))
+		}
+	}
+	if l := v.Get("limit"); l != "" {
+		if q.Limit, err = strconv.Atoi(l); err != nil || q.Limit < 1 {
+			return q, fmt.Errorf("limit=%s: give 1 to %d", clip(l), dedup.MaxListLimit)
+		}
+	}
+	if a := v.Get("after"); a != "" {
+		if q.After, err = strconv.ParseUint(a, 10, 64); err != nil {
+			return q, fmt.Errorf("after=%s: give the next cursor of the previous page", clip(a))
+		}
+	}
+	if tok.Namespace != AllNamespaces {
+		q.Match = func(_ string, rec dedup.Record) bool { return tok.reaches(rec.Session) }
+	}
+	return q, nil
+}
+
+// decisionBody is the body of an operator decision.
+type decisionBody struct {
+	Fingerprint string          `json:"fingerprint,omitempty"`
+	Reason      string          `json:"reason,omitempty"`
+	Outcome     string          `json:"outcome,omitempty"`
+	Result      json.RawMessage `json:"result,omitempty"`
+}
+
+// decide answers POST /v1/operations/{key}/{approve|deny|resolve}. The
+// decision is recorded as the token's name. The answer is the operation's
+// new state (for an approval, the result of the firing it let happen).
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, tok *Token, body []byte) {
+	key, op := r.PathValue("key"), r.PathValue("decision")
+	if op != intent.ControlApprove && op != intent.ControlDeny && op != intent.ControlResolve {
+		fail(w, http.StatusNotFound, codeNotFoundRoute, "no decision %q: use approve, deny or resolve", clip(op))
+		return
+	}
+	var d decisionBody
+	if len(bytesTrim(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&d); err != nil {
+			fail(w, http.StatusBadRequest, codeInvalidRequest, "the body must be {fingerprint, reason, outcome, result}: %v", err)
+			return
+		}
+	}
+	wait, ok := s.wait(w, r)
+	if !ok {
+		return
+	}
+	if !s.reachable(w, r, tok, key) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	res, err := s.cl.Decide(ctx, op, intent.Control{Key: key, Fingerprint: d.Fingerprint, By: tok.Name, Reason: d.Reason, Outcome: d.Outcome, Result: d.Result})
+	switch {
+	case errors.Is(err, intent.ErrInvalid):
+		fail(w, http.StatusBadRequest, codeInvalidRequest, "%v", err)
+		return
+	case errors.Is(err, client.ErrNoAnswer):
+		w.Header().Set("Location", operationPath(key))
+		p := newProblem(http.StatusGatewayTimeout, codeNoAnswer, fmt.Sprintf("the %s was sent and no worker answered within %s; GET the Location for the outcome", op, wait))
+		p.Key = key
+		writeProblem(w, p)
+		return
+	case err != nil:
+		s.unavailable(w, err)
+		return
+	}
+	w.Header().Set("Location", operationPath(key))
+	if res.Status == intent.StatusRejected {
+		writeAnswer(w, res, false)
+		return
+	}
+	writeJSON(w, http.StatusOK, "application/json", res)
+}
+
+// reachable answers 404 unless key has a record the token reaches.
+func (s *Server) reachable(w http.ResponseWriter, r *http.Request, tok *Token, key string) bool {
+	rec, err := s.cl.Get(r.Context(), key)
+	switch {
+	case errors.Is(err, client.ErrNotFound), err == nil && !tok.reaches(rec.Session):
+		fail(w, http.StatusNotFound, intent.CodeNotFound, "no operation %s", clip(key))
+		return false
+	case err != nil:
+		s.unavailable(w, err)
+		return false
+	}
+	return true
+}
+
+// forgotten is the answer of a forget.
+type forgotten struct {
+	Forgotten string       `json:"forgotten"`
+	Record    dedup.Record `json:"record"`
+}
+
+// forget answers DELETE /v1/operations/{key}: the record is deleted so that
+// the operation may run again, and every worker drops the key from its
+// answer cache. An operation that may be firing now is refused (409).
+func (s *Server) forget(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
+	key := r.PathValue("key")
+	if tok.Namespace != AllNamespaces && !s.reachable(w, r, tok, key) {
+		return
+	}
+	rec, err := s.cl.Forget(r.Context(), key)
+	switch {
+	case errors.Is(err, client.ErrInFlight):
+		retryAfter(w, time.Until(rec.LeaseUntil))
+		p := newProblem(http.StatusConflict, codeInFlight, err.Error())
+		p.Key = key
+		writeProblem(w, p)
+	case errors.Is(err, client.ErrNotFound):
+		fail(w, http.StatusNotFound, intent.CodeNotFound, "no operation %s (the workers were told to forget it anyway)", clip(key))
+	case errors.Is(err, intent.ErrInvalid):
+		fail(w, http.StatusBadRequest, codeInvalidRequest, "%v", err)
+	case err != nil:
+		s.unavailable(w, err)
+	default:
+		writeJSON(w, http.StatusOK, "application/json", forgotten{Forgotten: key, Record: rec})
+	}
+}
+
+// deadLetterList is the answer of GET /v1/dead-letters.
+type deadLetterList struct {
+	DeadLetters []client.DeadLetter `json:"dead_letters"`
+}
+
+// deadLetters answers GET /v1/dead-letters?limit=N (default 100, at most
+// 1000), oldest first. Dead letters carry no trusted session, so only an
+// operator of every namespace reads them.
+func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
+	if !s.allNamespaces(w, tok) {
+		return
+	}
+	limit := 100
+	for name := range r.URL.Query() {
+		if name != "limit" {
+			fail(w, http.StatusBadRequest, codeInvalidRequest, "unknown parameter %q: use limit", clip(name))
+			return
+		}
+	}
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > dedup.MaxListLimit {
+			fail(w, http.StatusBadRequest, codeInvalidRequest, "limit=%s: give 1 to %d", clip(l), dedup.MaxListLimit)
+			return
+		}
+		limit = n
+	}
+	letters, err := s.cl.DeadLetters(r.Context(), limit)
+	if err != nil {
+		s.unavailable(w, err)
+		return
+	}
+	if letters == nil {
+		letters = []client.DeadLetter{}
+	}
+	writeJSON(w, http.StatusOK, "application/json", deadLetterList{DeadLetters: letters})
+}
+
+// replayed is the answer of a dead-letter replay.
+type replayed struct {
+	Replayed  uint64 `json:"replayed"`
+	StreamSeq uint64 `json:"stream_seq"`
+}
+
+// replay answers POST /v1/dead-letters/{seq}/replay: the intent is published
+// again (the ledger decides whether it fires) and leaves the dead letters.
+func (s *Server) replay(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
+	if !s.allNamespaces(w, tok) {
+		return
+	}
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err != nil || seq == 0 {
+		fail(w, http.StatusBadRequest, codeInvalidRequest, "%q is not a dead letter's seq (GET /v1/dead-letters lists them)", clip(r.PathValue("seq")))
+		return
+	}
+	newSeq, err := s.cl.ReplayDeadLetter(r.Context(), seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		fail(w, http.StatusNotFound, intent.CodeNotFound, "no dead letter %d", seq)
+	case err != nil:
+		s.unavailable(w, err)
+	default:
+		writeJSON(w, http.StatusOK, "application/json", replayed{Replayed: seq, StreamSeq: newSeq})
+	}
+}
+
+// allNamespaces answers 403 unless tok reaches every namespace.
+func (s *Server) allNamespaces(w http.ResponseWriter, tok *Token) bool {
+	if tok.Namespace == AllNamespaces {
+		return true
+	}
+	fail(w, http.StatusForbidden, codeForbidden, "dead letters are for operators of every namespace (*); %s's is %s", tok.Name, tok.Namespace)
+	return false
+}

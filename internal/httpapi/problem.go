@@ -1,0 +1,171 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// Error codes of the HTTP API besides the protocol's (intent.Code*).
+const (
+	codeInFlight       = "in_flight"       // the wait ran out while the operation is still running
+	codeNoAnswer       = "no_answer"       // no worker answered in time (a read, or a decision)
+	codeUnauthorized   = "unauthorized"    // no bearer token, or an unknown one
+	codeForbidden      = "forbidden"       // the token's role or namespace does not allow the request
+	codeInvalidRequest = "invalid_request" // a header or query parameter is malformed
+	codeUnavailable    = "unavailable"     // NATS, the workers or the ledger cannot be reached
+	codeTimeout        = "request_timeout" // the body did not arrive in time
+	codeMethod         = "method_not_allowed"
+	codeNotFoundRoute  = "no_route" // no such endpoint
+)
+
+// problemTypePrefix names a problem type by its code: urn:idemgate:problem:<code>.
+const problemTypePrefix = "urn:idemgate:problem:"
+
+// problem is an RFC 9457 problem details object, with the error code and,
+// when the problem is an operation's answer, the answer itself.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Code is the protocol's (or this API's) error code.
+	Code string `json:"code"`
+	// Key is the operation's key, when there is one.
+	Key string `json:"key,omitempty"`
+	// Answer is the operation's answer when the problem is one (a conflict,
+	// a failure, a denial, a rejection).
+	Answer *intent.Result `json:"answer,omitempty"`
+}
+
+var titles = map[string]string{
+	intent.CodeInvalidIntent: "The intent is malformed",
+	intent.CodeUnknownTool:   "No such tool",
+	intent.CodeToolMismatch:  "The intent names another tool",
+	intent.CodeTooLarge:      "Too large",
+	intent.CodeConflict:      "The key was used with other arguments",
+	intent.CodeEffectFailed:  "The operation failed",
+	intent.CodeDenied:        "An operator denied the operation",
+	intent.CodeWrongState:    "The decision does not apply to the operation's state",
+	intent.CodeNotFound:      "No such operation",
+	intent.CodeRateLimited:   "Rate limited",
+	codeInFlight:             "The operation is still in flight",
+	codeNoAnswer:             "No answer in time",
+	codeUnauthorized:         "A valid bearer token is required",
+	codeForbidden:            "Not allowed for this token",
+	codeInvalidRequest:       "The request is malformed",
+	codeUnavailable:          "The idemgate installation cannot be reached",
+	codeTimeout:              "The request body did not arrive in time",
+	codeMethod:               "Method not allowed",
+	codeNotFoundRoute:        "No such endpoint",
+}
+
+func newProblem(status int, code, detail string) *problem {
+	title := titles[code]
+	if title == "" {
+		title = http.StatusText(status)
+	}
+	return &problem{Type: problemTypePrefix + code, Title: title, Status: status, Detail: detail, Code: code}
+}
+
+// writeProblem answers with p as application/problem+json.
+func writeProblem(w http.ResponseWriter, p *problem) {
+	writeJSON(w, p.Status, "application/problem+json", p)
+}
+
+// fail answers with a problem of status and code.
+func fail(w http.ResponseWriter, status int, code, format string, args ...any) {
+	writeProblem(w, newProblem(status, code, fmt.Sprintf(format, args...)))
+}
+
+// writeJSON answers with v as JSON of the given content type.
+func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		status, contentType = http.StatusInternalServerError, "application/problem+json"
+		data, _ = json.Marshal(newProblem(status, "internal", "encode the response: "+err.Error()))
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(data, '\n'))
+}
+
+// retryAfter sets the Retry-After header to d, in whole seconds (at least 1).
+func retryAfter(w http.ResponseWriter, d time.Duration) {
+	s := int((d + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.Itoa(max(s, 1)))
+}
+
+// answerStatus is the HTTP status of an operation's answer, and whether it
+// is sent as a problem.
+func answerStatus(res *intent.Result) (int, bool) {
+	switch res.Status {
+	case intent.StatusCompleted:
+		return http.StatusOK, false
+	case intent.StatusAwaitingApproval, intent.StatusUncertain:
+		return http.StatusAccepted, false
+	case intent.StatusConflict:
+		return http.StatusUnprocessableEntity, true
+	case intent.StatusFailed:
+		return http.StatusBadGateway, true
+	case intent.StatusDenied:
+		return http.StatusForbidden, true
+	}
+	if res.Error != nil {
+		return codeStatus(res.Error.Code), true
+	}
+	return http.StatusBadRequest, true
+}
+
+// codeStatus is the HTTP status of a rejection with an error code.
+func codeStatus(code string) int {
+	switch code {
+	case intent.CodeUnknownTool, intent.CodeNotFound:
+		return http.StatusNotFound
+	case intent.CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case intent.CodeRateLimited:
+		return http.StatusTooManyRequests
+	case intent.CodeWrongState:
+		return http.StatusConflict
+	case intent.CodeConflict:
+		return http.StatusUnprocessableEntity
+	}
+	return http.StatusBadRequest
+}
+
+// writeAnswer answers with an operation's answer: the result itself for
+// completed, awaiting_approval and uncertain, a problem carrying it
+// otherwise. A replay has Idempotent-Replayed: true; an answer of a ledger
+// tool has the operation's Location.
+func writeAnswer(w http.ResponseWriter, res *intent.Result, ledger bool) {
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	if ledger && res.Key != "" {
+		w.Header().Set("Location", operationPath(res.Key))
+	}
+	status, isProblem := answerStatus(res)
+	if status == http.StatusTooManyRequests {
+		retryAfter(w, time.Second)
+	}
+	if !isProblem {
+		writeJSON(w, status, "application/json", res)
+		return
+	}
+	code, detail := string(res.Status), ""
+	if res.Error != nil {
+		code, detail = res.Error.Code, res.Error.Message
+	}
+	p := newProblem(status, code, detail)
+	p.Key, p.Answer = res.Key, res
+	writeProblem(w, p)
+}
+
+// operationPath is the URL path of key's operation.
+func operationPath(key string) string { return "/v1/operations/" + key }

@@ -1,0 +1,320 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/tls"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+
+	"github.com/idemgate/idemgate/pkg/client"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// openAPI is the API's OpenAPI 3.1 document, served at /v1/openapi.json.
+//
+//go:embed openapi.json
+var openAPI []byte
+
+// Server is the HTTP front door of one idemgate installation.
+type Server struct {
+	cfg     Config
+	cl      *client.Client
+	nc      *nats.Conn
+	log     *zap.Logger
+	tools   *catalogue
+	callers sync.Map // token hash → *caller
+	handler http.Handler
+}
+
+// caller is a token's rate limiter and count of requests in progress.
+type caller struct {
+	limiter  *rate.Limiter
+	mu       sync.Mutex
+	inFlight int
+}
+
+// New checks cfg and returns a server calling idemgate through cl (on nc,
+// whose state /healthz reports).
+func New(nc *nats.Conn, cl *client.Client, cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if nc == nil || cl == nil {
+		return nil, errors.New("httpapi: no NATS connection or client")
+	}
+	s := &Server{cfg: cfg, cl: cl, nc: nc, log: cfg.Log, tools: newCatalogue(cl)}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler is the API as an http.Handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve serves the API on ln (over TLS when the config has a certificate)
+// until ctx is done, then shuts down gracefully: requests in progress get
+// up to drain to finish.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	if s.cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
+		if err != nil {
+			return fmt.Errorf("httpapi: TLS certificate: %w", err)
+		}
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+		ln = tls.NewListener(ln, srv.TLSConfig)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("httpapi: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = srv.Close()
+	}
+	<-done
+	return err
+}
+
+// Listen opens the configured address.
+func (s *Server) Listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("httpapi: listen %s: %w", s.cfg.Addr, err)
+	}
+	return ln, nil
+}
+
+// Scheme is https when the server serves TLS, else http.
+func (s *Server) Scheme() string {
+	if s.cfg.TLSCert != "" {
+		return "https"
+	}
+	return "http"
+}
+
+// access is who may use a route.
+type access int
+
+const (
+	anyToken     access = iota // agents and operators
+	operatorOnly               // operators
+)
+
+// handlerFunc is a route's handler: it gets the caller's token and the
+// request body, already read.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, tok *Token, body []byte)
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	route := func(pattern string, who access, h handlerFunc) {
+		mux.Handle(pattern, s.guard(who, h))
+		_, path, _ := strings.Cut(pattern, " ")
+		mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fail(w, http.StatusMethodNotAllowed, codeMethod, "%s is not allowed on %s", r.Method, r.URL.Path)
+		}))
+	}
+	// Each path is registered once with its methods, then once without a
+	// method for the 405 answer; /v1/operations/{key} has two methods.
+	mux.Handle("POST /v1/tools/{tool}", s.guard(anyToken, s.callTool))
+	mux.Handle("/v1/tools/{tool}", methodNotAllowed())
+	route("GET /v1/tools", anyToken, s.listTools)
+	mux.Handle("GET /v1/operations/{key}", s.guard(anyToken, s.getOperation))
+	mux.Handle("DELETE /v1/operations/{key}", s.guard(operatorOnly, s.forget))
+	mux.Handle("/v1/operations/{key}", methodNotAllowed())
+	route("GET /v1/operations", operatorOnly, s.listOperations)
+	route("POST /v1/operations/{key}/{decision}", operatorOnly, s.decide)
+	route("GET /v1/dead-letters", operatorOnly, s.deadLetters)
+	route("POST /v1/dead-letters/{seq}/replay", operatorOnly, s.replay)
+	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openAPI)
+	})
+	mux.HandleFunc("GET /healthz", s.health)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fail(w, http.StatusNotFound, codeNotFoundRoute, "no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path)
+	})
+	return s.bound(mux)
+}
+
+func methodNotAllowed() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fail(w, http.StatusMethodNotAllowed, codeMethod, "%s is not allowed on %s", r.Method, r.URL.Path)
+	})
+}
+
+// bound gives every request a deadline for its body (cleared once a
+// handler has read it) and a write deadline, and logs it.
+func (s *Server) bound(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(start.Add(s.cfg.BodyTimeout))
+		_ = rc.SetWriteDeadline(start.Add(s.cfg.BodyTimeout + s.cfg.MaxWait + 30*time.Second))
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		lvl := zap.DebugLevel
+		if sw.status >= 500 {
+			lvl = zap.WarnLevel
+		}
+		s.log.Check(lvl, "request").Write(zap.String("method", r.Method), zap.String("path", r.URL.Path),
+			zap.Int("status", sw.status), zap.Duration("took", time.Since(start)), zap.String("remote", r.RemoteAddr))
+	})
+}
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's deadlines.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// guard authenticates the request, applies the token's role, rate limit and
+// in-flight cap, reads the body (bounded in size and time) and calls h.
+func (s *Server) guard(who access, h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := s.authenticate(w, r)
+		if !ok {
+			return
+		}
+		if who == operatorOnly && tok.Role != RoleOperator {
+			fail(w, http.StatusForbidden, codeForbidden, "%s needs an operator token; %s is an agent's", r.URL.Path, tok.Name)
+			return
+		}
+		c := s.caller(tok)
+		if res := c.limiter.Reserve(); res.Delay() > 0 {
+			d := res.Delay()
+			res.Cancel()
+			retryAfter(w, d)
+			fail(w, http.StatusTooManyRequests, intent.CodeRateLimited, "token %s is over its rate of %g requests/s: retry after %s", tok.Name, s.cfg.Rate, d.Round(time.Millisecond))
+			return
+		}
+		if !c.enter(s.cfg.MaxInFlight) {
+			retryAfter(w, time.Second)
+			fail(w, http.StatusTooManyRequests, intent.CodeRateLimited, "token %s has %d requests in progress, its limit", tok.Name, s.cfg.MaxInFlight)
+			return
+		}
+		defer c.leave()
+		body, ok := s.readBody(w, r)
+		if !ok {
+			return
+		}
+		h(w, r, tok, body)
+	})
+}
+
+// authenticate returns the request's token, or answers 401.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (*Token, bool) {
+	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate"`)
+		fail(w, http.StatusUnauthorized, codeUnauthorized, "send Authorization: Bearer <token>")
+		return nil, false
+	}
+	tok, ok := s.cfg.Tokens.lookup(strings.TrimSpace(secret))
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate", error="invalid_token"`)
+		fail(w, http.StatusUnauthorized, codeUnauthorized, "the bearer token is not in the tokens file")
+		return nil, false
+	}
+	return tok, true
+}
+
+func (s *Server) caller(tok *Token) *caller {
+	if c, ok := s.callers.Load(tok.hash); ok {
+		return c.(*caller)
+	}
+	c, _ := s.callers.LoadOrStore(tok.hash, &caller{limiter: rate.NewLimiter(rate.Limit(s.cfg.Rate), s.cfg.Burst)})
+	return c.(*caller)
+}
+
+func (c *caller) enter(limit int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inFlight >= limit {
+		return false
+	}
+	c.inFlight++
+	return true
+}
+
+func (c *caller) leave() {
+	c.mu.Lock()
+	c.inFlight--
+	c.mu.Unlock()
+}
+
+// readBody reads the whole body within the size limit and the body
+// deadline, then lifts the read deadline so that a long wait is not cut.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	limit := int64(s.cfg.MaxBodyBytes)
+	if r.ContentLength > limit {
+		fail(w, http.StatusRequestEntityTooLarge, intent.CodeTooLarge, "the body is %d bytes, the limit is %d", r.ContentLength, limit)
+		return nil, false
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		fail(w, http.StatusRequestEntityTooLarge, intent.CodeTooLarge, "the body is over the limit of %d bytes", limit)
+		return nil, false
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		w.Header().Set("Connection", "close")
+		fail(w, http.StatusRequestTimeout, codeTimeout, "the body did not arrive within %s", s.cfg.BodyTimeout)
+		return nil, false
+	case err != nil:
+		fail(w, http.StatusBadRequest, codeInvalidRequest, "read the body: %v", err)
+		return nil, false
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	return data, true
+}
+
+// health answers 200 while the NATS connection is up, 503 otherwise.
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if !s.nc.IsConnected() {
+		fail(w, http.StatusServiceUnavailable, codeUnavailable, "NATS connection %s", s.nc.Status())
+		return
+	}
+	writeJSON(w, http.StatusOK, "application/json", map[string]string{"status": "ok"})
+}

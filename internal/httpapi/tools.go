@@ -1,0 +1,291 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/pkg/client"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// How long a catalogue answer is used before it is asked again, and how
+// soon an unknown tool makes it ask again.
+const (
+	catalogueFresh = 10 * time.Second
+	catalogueRetry = time.Second
+)
+
+// catalogue is the workers' tool catalogue, remembered for a while.
+type catalogue struct {
+	cl     *client.Client
+	mu     sync.Mutex
+	cat    intent.Catalog
+	byName map[string]intent.ToolInfo
+	at     time.Time // when cat was fetched; zero before the first answer
+}
+
+func newCatalogue(cl *client.Client) *catalogue { return &catalogue{cl: cl} }
+
+// get returns the catalogue, asking the workers when the one remembered is
+// older than maxAge. When they do not answer, the last answer is used; with
+// none it is an error.
+func (c *catalogue) get(ctx context.Context, maxAge time.Duration) (intent.Catalog, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < maxAge {
+		return c.cat, nil
+	}
+	cat, err := c.cl.Tools(ctx)
+	if err != nil {
+		if !c.at.IsZero() {
+			return c.cat, nil
+		}
+		return intent.Catalog{}, err
+	}
+	c.cat, c.at, c.byName = cat, time.Now(), map[string]intent.ToolInfo{}
+	for _, t := range cat.Tools {
+		c.byName[t.Name] = t
+	}
+	return cat, nil
+}
+
+// tool returns the catalogue's entry for name; a name it lacks makes it ask
+// the workers again (at most once a second), in case the tool is new.
+func (c *catalogue) tool(ctx context.Context, name string) (intent.ToolInfo, bool, error) {
+	if _, err := c.get(ctx, catalogueFresh); err != nil {
+		return intent.ToolInfo{}, false, err
+	}
+	c.mu.Lock()
+	t, ok := c.byName[name]
+	c.mu.Unlock()
+	if ok {
+		return t, true, nil
+	}
+	if _, err := c.get(ctx, catalogueRetry); err != nil {
+		return intent.ToolInfo{}, false, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok = c.byName[name]
+	return t, ok, nil
+}
+
+// listTools answers GET /v1/tools: the workers' catalogue.
+func (s *Server) listTools(w http.ResponseWriter, r *http.Request, _ *Token, _ []byte) {
+	cat, err := s.tools.get(r.Context(), catalogueRetry)
+	if err != nil {
+		s.unavailable(w, err)
+		return
+	}
+	if cat.Tools == nil {
+		cat.Tools = []intent.ToolInfo{}
+	}
+	writeJSON(w, http.StatusOK, "application/json", cat)
+}
+
+// callTool answers POST /v1/tools/{tool}: the body is the tool's args; the
+// headers give the key override, session, call id, creation time, trace
+// context and how long to wait.
+func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *Token, body []byte) {
+	name := r.PathValue("tool")
+	if !intent.ValidTool(name) {
+		fail(w, http.StatusNotFound, intent.CodeUnknownTool, "no tool %q: tool names match [a-z0-9_-]{1,64}", clip(name))
+		return
+	}
+	wait, ok := s.wait(w, r)
+	if !ok {
+		return
+	}
+	env, problem := s.envelope(r, tok, name, body)
+	if problem != nil {
+		writeProblem(w, problem)
+		return
+	}
+	info, known, err := s.tools.tool(r.Context(), name)
+	switch {
+	case err != nil:
+		s.unavailable(w, err)
+		return
+	case !known:
+		fail(w, http.StatusNotFound, intent.CodeUnknownTool, "no tool %q is configured on the workers (GET /v1/tools lists them)", name)
+		return
+	}
+	if err := keyArgsPresent(env, info); err != nil {
+		fail(w, http.StatusBadRequest, intent.CodeInvalidIntent, "%v", err)
+		return
+	}
+	// The caller's trace context (traceparent) reaches the worker, the
+	// effect and the answer.
+	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	sub, err := s.cl.Publish(ctx, env)
+	if err != nil {
+		if errors.Is(err, intent.ErrInvalid) {
+			fail(w, http.StatusBadRequest, intent.CodeInvalidIntent, "%v", err)
+			return
+		}
+		s.unavailable(w, err)
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	res, err := sub.Wait(wctx)
+	switch {
+	case errors.Is(err, client.ErrNoAnswer) && r.Context().Err() != nil:
+		return // the caller left
+	case errors.Is(err, client.ErrNoAnswer) && info.Ledger:
+		w.Header().Set("Location", operationPath(sub.Key))
+		retryAfter(w, time.Second)
+		p := newProblem(http.StatusConflict, codeInFlight, fmt.Sprintf(
+			"no answer within %s: the operation is still in flight; repeat the request (it is not fired again) or GET its Location", wait))
+		p.Key = sub.Key
+		writeProblem(w, p)
+		return
+	case errors.Is(err, client.ErrNoAnswer):
+		p := newProblem(http.StatusGatewayTimeout, codeNoAnswer, fmt.Sprintf("no answer within %s; %s is safe to call again", wait, name))
+		p.Key = sub.Key
+		writeProblem(w, p)
+		return
+	case err != nil:
+		s.unavailable(w, err)
+		return
+	}
+	writeAnswer(w, res, info.Ledger)
+}
+
+// envelope builds the intent of a tool call and checks it as the workers
+// will: the args must be one strict JSON object, and the envelope within the
+// size limit and the protocol's rules.
+func (s *Server) envelope(r *http.Request, tok *Token, tool string, body []byte) (*intent.Envelope, *problem) {
+	invalid := func(format string, args ...any) *problem {
+		return newProblem(http.StatusBadRequest, intent.CodeInvalidIntent, fmt.Sprintf(format, args...))
+	}
+	key, err := idempotencyKey(r.Header)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	sessions := r.Header.Values(HeaderSession)
+	if len(sessions) > 1 {
+		return nil, invalid("more than one %s header", HeaderSession)
+	}
+	session := ""
+	if len(sessions) == 1 {
+		session = sessions[0]
+	}
+	if len(session) > maxSessionBytes {
+		return nil, invalid("%s is %d bytes, the limit is %d", HeaderSession, len(session), maxSessionBytes)
+	}
+	if len(bytesTrim(body)) == 0 {
+		body = []byte("{}")
+	}
+	args, err := intent.Canonicalize(body)
+	if err != nil {
+		return nil, invalid("the body must be the tool's arguments, one JSON object: %v", err)
+	}
+	if args[0] != '{' {
+		return nil, invalid("the body must be the tool's arguments as a JSON object, not %s", describe(args[0]))
+	}
+	doc := map[string]any{"tool": tool, "args": json.RawMessage(args)}
+	if session = tok.scope(session); session != "" {
+		doc["session"] = session
+	}
+	for field, header := range map[string]string{"key": "", "call_id": HeaderCallID, "created_at": HeaderCreatedAt} {
+		v := key
+		if header != "" {
+			v = r.Header.Get(header)
+		}
+		if v != "" {
+			doc[field] = v
+		}
+	}
+	for field, v := range doc {
+		if s, ok := v.(string); ok && !utf8.ValidString(s) {
+			return nil, invalid("the %s (from its header) is not valid UTF-8", field)
+		}
+	}
+	data, err := json.Marshal(doc)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	env, err := intent.Decode(data, intent.Limits{MaxBytes: s.cfg.MaxBodyBytes})
+	if errors.Is(err, intent.ErrTooLarge) {
+		return nil, newProblem(http.StatusRequestEntityTooLarge, intent.CodeTooLarge, fmt.Sprintf("the intent is %d bytes with its headers, the limit is %d", len(data), s.cfg.MaxBodyBytes))
+	}
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	return env, nil
+}
+
+// keyArgsPresent refuses a call of an unsafe tool whose key cannot name its
+// operation: a key arg is missing and no Idempotency-Key was given (the
+// workers refuse it too).
+func keyArgsPresent(env *intent.Envelope, t intent.ToolInfo) error {
+	if env.Key != "" || t.Class != "unsafe" || len(t.KeyArgs) == 0 {
+		return nil
+	}
+	var args map[string]json.RawMessage
+	if err := json.Unmarshal(env.Args, &args); err != nil {
+		return err
+	}
+	for _, k := range t.KeyArgs {
+		if _, ok := args[k]; !ok {
+			return fmt.Errorf("tool %s is unsafe and its key arg %q is missing: give it, or an Idempotency-Key naming the operation", t.Name, k)
+		}
+	}
+	return nil
+}
+
+func bytesTrim(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
+		b = b[1:]
+	}
+	return b
+}
+
+// describe names the JSON type a canonical value starts with.
+func describe(c byte) string {
+	switch c {
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// unavailable answers 503: NATS, the workers or the ledger did not answer.
+func (s *Server) unavailable(w http.ResponseWriter, err error) {
+	s.log.Warn("idemgate unavailable", zap.Error(err))
+	retryAfter(w, time.Second)
+	fail(w, http.StatusServiceUnavailable, codeUnavailable, "%v", err)
+}
+
+// wait is how long the request waits for an answer: Prefer: wait=N bounded
+// by the maximum (and then reported in Preference-Applied), else the
+// default. A malformed preference is answered 400.
+func (s *Server) wait(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
+	d, set, err := preferredWait(r.Header)
+	if err != nil {
+		fail(w, http.StatusBadRequest, codeInvalidRequest, "%v", err)
+		return 0, false
+	}
+	if !set {
+		return s.cfg.DefaultWait, true
+	}
+	d = clampWait(d, s.cfg.MaxWait)
+	w.Header().Set("Preference-Applied", "wait="+formatSeconds(d))
+	return d, true
+}
