@@ -62,6 +62,8 @@ type Client struct {
 	mu     sync.Mutex
 	specs  map[string]toolSpec
 	ledger *dedup.Reader // opened on first use
+	// forgetter is the one ledger the client writes with (Forget).
+	forgetter *dedup.Ledger
 }
 
 // New returns a client on nc.

@@ -36,16 +36,18 @@ func (c *Client) Records(ctx context.Context, q dedup.Query) (dedup.Page, error)
 // message on Names.ForgetSubject: a worker that misses it answers from its
 // cache for at most its answer-cache age). It returns the record removed. It
 // refuses an operation that may be firing now (ErrInFlight). When the key
-// has no record it still tells the workers, and returns ErrNotFound.
+// has no record it still tells the workers, and returns ErrNotFound. It is
+// the client's one write to the ledger: its NATS user needs to delete on the
+// ledger's subjects (docs/security.md, the gateway role).
 func (c *Client) Forget(ctx context.Context, key string) (dedup.Record, error) {
 	if key == "" {
 		return dedup.Record{}, fmt.Errorf("client: %w: forget: no key", intent.ErrInvalid)
 	}
-	r, err := c.reader(ctx)
+	l, err := c.writer(ctx)
 	if err != nil {
 		return dedup.Record{}, err
 	}
-	rec, err := r.Forget(ctx, key)
+	rec, err := l.Forget(ctx, key)
 	switch {
 	case errors.Is(err, dedup.ErrInFlight):
 		return rec, fmt.Errorf("%w: %w", ErrInFlight, err)
@@ -93,4 +95,22 @@ func (c *Client) WatchFinal(ctx context.Context, key string) (dedup.Record, erro
 		return last, fmt.Errorf("client: %w", err)
 	}
 	return rec, nil
+}
+
+// writer returns a ledger the client may write with (Forget only), opening
+// it on first use.
+func (c *Client) writer(ctx context.Context) (*dedup.Ledger, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.forgetter != nil {
+		return c.forgetter, nil
+	}
+	kv, err := c.js.KeyValue(ctx, c.names.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
+	}
+	if c.forgetter, err = dedup.New(c.js, kv); err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return c.forgetter, nil
 }

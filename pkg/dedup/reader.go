@@ -36,12 +36,6 @@ func (r *Reader) List(ctx context.Context, q Query) (Page, error) {
 	return r.l.List(ctx, q)
 }
 
-// Forget deletes key's record so that the operation may run again (see
-// Ledger.Forget). It is the one write a Reader makes.
-func (r *Reader) Forget(ctx context.Context, key string) (Record, error) {
-	return r.l.Forget(ctx, key)
-}
-
 // WaitFor watches key until its record satisfies accept and returns it (see
 // Ledger.WaitFor).
 func (r *Reader) WaitFor(ctx context.Context, key string, accept func(Record) bool) (Record, uint64, error) {
