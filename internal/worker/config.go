@@ -26,6 +26,7 @@ const (
 	DefaultAnswerCache      = 10 * time.Second
 	DefaultAnswerCacheBytes = 32 << 20
 	DefaultReplyPrefix      = "_INBOX."
+	DefaultLedgerScan       = time.Minute
 	// DefaultDrainTimeout is the drain a worker gives its effects in flight
 	// when it stops (Run's drain, cmd/worker's --drain-timeout).
 	DefaultDrainTimeout = 30 * time.Second
@@ -37,6 +38,8 @@ const (
 	NoLedgerBatch = -1
 	// NoAnswerCache turns the answer cache off (Config.AnswerCache).
 	NoAnswerCache = -1
+	// NoLedgerScan turns the ledger scan off (Config.LedgerScan).
+	NoLedgerScan = -1
 )
 
 // Config is the behaviour of a Worker. The zero value of every field means
@@ -79,8 +82,9 @@ type Config struct {
 	// (DefaultReplicas).
 	Replicas int
 
-	// LedgerTTL is how long completed and failed records are kept (the
-	// bucket's MaxAge). Default: 24h (DefaultLedgerTTL).
+	// LedgerTTL is how long a final record (completed, failed, denied) is
+	// kept: its per-message TTL. Unresolved records never expire. Default:
+	// 24h (DefaultLedgerTTL).
 	LedgerTTL time.Duration
 
 	// RetryDelay is the first delay before an intent whose effect failed
@@ -138,6 +142,13 @@ type Config struct {
 	// MaxWait caps how long a duplicate waits for an in-flight holder before it
 	// is delivered again later. Default: AckWait.
 	MaxWait time.Duration
+
+	// LedgerScan is how often the ledger is read whole, by one worker a
+	// round: it counts the unresolved records by state and age (the
+	// idemgate_ledger_unresolved_* metrics) and gives final records written
+	// without a TTL (by an earlier version) theirs. A round reads every
+	// record. Negative (NoLedgerScan): off. Default: 1m (DefaultLedgerScan).
+	LedgerScan time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -184,6 +195,9 @@ func (c *Config) setDefaults() {
 	if c.AnswerCache == 0 {
 		c.AnswerCache = DefaultAnswerCache
 	}
+	if c.LedgerScan == 0 {
+		c.LedgerScan = DefaultLedgerScan
+	}
 	if c.AnswerCacheBytes == 0 {
 		c.AnswerCacheBytes = DefaultAnswerCacheBytes
 	}
@@ -225,6 +239,9 @@ func (c *Config) validate() error {
 	}
 	if c.AnswerCache > c.LedgerTTL {
 		errs = append(errs, fmt.Errorf("answer cache %s: must not exceed the ledger TTL (%s): a cached answer would outlive its record", c.AnswerCache, c.LedgerTTL))
+	}
+	if c.LedgerScan > 0 && c.LedgerScan < time.Second {
+		errs = append(errs, fmt.Errorf("ledger scan %s: use at least 1s, or %d (off)", c.LedgerScan, NoLedgerScan))
 	}
 	if c.AnswerCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("answer cache bytes %d: must not be negative", c.AnswerCacheBytes))

@@ -29,6 +29,10 @@ type Metrics struct {
 	endToEnd     *prometheus.HistogramVec
 	inFlight     prometheus.Gauge
 	badReplies   prometheus.Counter
+	// The ledger scan's (janitor.go).
+	unresolved       *prometheus.GaugeVec
+	unresolvedOldest *prometheus.GaugeVec
+	scans, retained  prometheus.Counter
 	knownTools   map[string]bool
 	unknownLabel string
 	// batchStats reads the worker's group-commit counts at scrape time; nil
@@ -58,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		badInputs:   f("bad_intents_total", "Intents rejected as bad input, by error code.", "tool", "code"),
 		deadLetters: f("dead_letters_total", "Messages copied to the dead-letter stream.", "tool"),
 		decisions:   f("operator_decisions_total", "Operator decisions applied, by operation.", "op"),
-		limited:     f("limited_total", "Intents held back by a limit: session_rate (answered rate_limited) or tool_in_flight (delivered again later).", "tool", "limit"),
+		limited:     f("limited_total", "Intents held back by a limit: session_rate (answered rate_limited) or tool_in_flight (queued, held until the tool has room).", "tool", "limit"),
 		effectTime:  h("effect_duration_seconds", "Time an effect took to fire, retries included."),
 		claimToDone: h("claim_to_complete_seconds", "Time from winning the claim to the recorded outcome."),
 		endToEnd:    h("intent_end_to_end_seconds", "Time from the intent's publish (its stream timestamp) to its answer."),
@@ -68,10 +72,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Answers not published because the intent's Idem-Reply-To named a subject outside the reply prefixes."}),
 		unknownLabel: "_unknown",
 	}
+	m.unresolved, m.unresolvedOldest, m.scans, m.retained = unresolvedMetrics()
 	if reg != nil {
 		reg.MustRegister(m.received, m.fired, m.replays, m.cacheHits, m.coalesced, m.conflicts, m.failures, m.takeovers,
 			m.badInputs, m.deadLetters, m.decisions, m.limited, m.effectTime, m.claimToDone, m.endToEnd, m.inFlight, m.badReplies,
-			batchCollector{m})
+			m.unresolved, m.unresolvedOldest, m.scans, m.retained, batchCollector{m})
 	}
 	return m
 }

@@ -158,6 +158,12 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 	beatsDone := make(chan struct{})
 	go func() { defer close(beatsDone); w.beats.run(beatsCtx) }()
 	defer func() { stopBeats(); <-beatsDone }()
+	if w.cfg.LedgerScan > 0 {
+		scanCtx, stopScan := context.WithCancel(ctx)
+		scanDone := make(chan struct{})
+		go func() { defer close(scanDone); w.scanLedger(scanCtx) }()
+		defer func() { stopScan(); <-scanDone }()
+	}
 	sem := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
 	for {

@@ -151,6 +151,8 @@ type Listed struct {
 	// Revision is the record's KV revision: its stream sequence.
 	Revision uint64 `json:"revision"`
 	Record
+	// ttl is the record's per-message TTL; 0 when it has none.
+	ttl time.Duration
 }
 
 // Page is one page of a listing.
@@ -284,17 +286,12 @@ func (l *Ledger) listBatch(ctx context.Context, cons jetstream.Consumer, n int, 
 			continue // not a record this package wrote
 		}
 		if q.keep(key, rec, now) {
-			page.Records = append(page.Records, Listed{Key: key, Revision: meta.Sequence.Stream, Record: rec})
+			ttl, _ := time.ParseDuration(msg.Headers().Get(jetstream.MsgTTLHeader))
+			page.Records = append(page.Records, Listed{Key: key, Revision: meta.Sequence.Stream, Record: rec, ttl: ttl})
 		}
 	}
 }
 
-// jetStream returns a JetStream context on the ledger's connection with the
-// API prefix its leader reads use (so a domain or custom prefix is kept).
-func (l *Ledger) jetStream() (jetstream.JetStream, error) {
-	prefix := strings.TrimSuffix(l.getSubj, "STREAM.MSG.GET.KV_"+l.kv.Bucket())
-	if prefix == jetstream.DefaultAPIPrefix {
-		return jetstream.New(l.nc)
-	}
-	return jetstream.NewWithAPIPrefix(l.nc, prefix)
-}
+// jetStream returns the ledger's JetStream context (its connection, API
+// prefix or domain).
+func (l *Ledger) jetStream() (jetstream.JetStream, error) { return l.js, nil }

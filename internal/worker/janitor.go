@@ -1,0 +1,148 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// scanKey is the ledger key whose creation elects the worker that scans the
+// ledger in a round: it carries a TTL of one round, and is no record (List
+// skips it).
+const scanKey = "_scan"
+
+// Unresolved states and ages, as the ledger scan counts them.
+var (
+	unresolvedStates = []string{"pending", "pending_past_lease", "approved", "awaiting_approval", "uncertain"}
+	unresolvedAges   = []struct {
+		label string
+		below time.Duration // 0: no upper bound
+	}{{"under_1h", time.Hour}, {"1h_to_24h", 24 * time.Hour}, {"over_24h", 0}}
+)
+
+// scanLedger runs the ledger scan every LedgerScan until ctx is done. Each
+// round one worker — the one that creates the round's scan key — reads the
+// whole ledger: it counts the unresolved records (nothing expires them, so
+// none may sit unseen) by state and age, and gives final records written
+// without a per-message TTL (by an earlier version, whose bucket expired
+// records by age) their TTL. The other workers clear their counts, so that
+// summing the gauge over workers gives the ledger's.
+func (w *Worker) scanLedger(ctx context.Context) {
+	for {
+		// A little jitter, so that workers started together do not all
+		// try at once.
+		t := time.NewTimer(w.cfg.LedgerScan + time.Duration(rand.Int64N(int64(w.cfg.LedgerScan/10)+1)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if err := w.scanRound(ctx); err != nil && ctx.Err() == nil {
+			w.log.Warn("ledger scan", zap.Error(err))
+		}
+	}
+}
+
+// scanRound is one round of scanLedger.
+func (w *Worker) scanRound(ctx context.Context) error {
+	_, err := w.res.kv.Create(ctx, scanKey, []byte(w.cfg.Holder), jetstream.KeyTTL(w.cfg.LedgerScan))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		w.m.unresolved.Reset() // another worker scans this round
+		w.m.unresolvedOldest.Reset()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	counts := map[[2]string]int{}
+	oldest := map[string]time.Duration{}
+	now := time.Now()
+	retained := 0
+	q := dedup.Query{Limit: dedup.MaxListLimit}
+	for {
+		page, err := w.ledger.List(ctx, q)
+		if err != nil {
+			return err
+		}
+		for _, r := range page.Records {
+			if r.Untimed() {
+				if err := w.ledger.Retain(ctx, r); err != nil {
+					return err
+				}
+				retained++
+				continue
+			}
+			state := unresolvedState(r.Record, now)
+			if state == "" {
+				continue
+			}
+			age := now.Sub(r.UpdatedAt)
+			counts[[2]string{state, ageLabel(age)}]++
+			oldest[state] = max(oldest[state], age)
+		}
+		if !page.More {
+			break
+		}
+		q.After = page.Next
+	}
+	for _, st := range unresolvedStates {
+		for _, a := range unresolvedAges {
+			w.m.unresolved.WithLabelValues(st, a.label).Set(float64(counts[[2]string{st, a.label}]))
+		}
+		w.m.unresolvedOldest.WithLabelValues(st).Set(oldest[st].Seconds())
+	}
+	w.m.retained.Add(float64(retained))
+	w.m.scans.Inc()
+	if retained > 0 {
+		w.log.Info("final records written without a TTL were given theirs", zap.Int("records", retained))
+	}
+	return nil
+}
+
+// unresolvedState is the state the scan counts rec under; "" for a final
+// record.
+func unresolvedState(rec dedup.Record, now time.Time) string {
+	switch rec.Status {
+	case intent.StatusPending:
+		if rec.LeaseExpired(now) {
+			return "pending_past_lease"
+		}
+		return "pending"
+	case intent.StatusApproved, intent.StatusAwaitingApproval, intent.StatusUncertain:
+		return string(rec.Status)
+	}
+	return ""
+}
+
+func ageLabel(age time.Duration) string {
+	for _, a := range unresolvedAges {
+		if a.below == 0 || age < a.below {
+			return a.label
+		}
+	}
+	return unresolvedAges[len(unresolvedAges)-1].label
+}
+
+// unresolvedMetrics are the ledger scan's gauges and counters.
+func unresolvedMetrics() (records, oldest *prometheus.GaugeVec, scans, retained prometheus.Counter) {
+	records = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "idemgate", Name: "ledger_unresolved_records",
+		Help: "Unresolved ledger records (never expired: each needs a retry, an operator or its holder), by state and time since last written, as of the last ledger scan this worker made (0 when another worker made it: sum over workers)."},
+		[]string{"state", "age"})
+	oldest = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "idemgate", Name: "ledger_unresolved_oldest_seconds",
+		Help: "Time since the oldest unresolved record of each state was last written, as of the last ledger scan this worker made."},
+		[]string{"state"})
+	scans = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "idemgate", Name: "ledger_scans_total",
+		Help: "Ledger scans this worker made (one worker scans each round)."})
+	retained = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "idemgate", Name: "ledger_records_retained_total",
+		Help: "Final records written without a per-message TTL (by an earlier version) that a scan gave their TTL."})
+	return records, oldest, scans, retained
+}

@@ -1,0 +1,85 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/idemgate/idemgate/internal/natstest"
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// The ledger scan counts every unresolved record by state and age — nothing
+// expires them, so none may sit unseen — and gives a final record written
+// without a per-message TTL (by an earlier version) its TTL.
+func TestLedgerScanCountsUnresolvedAndRetainsUntimed(t *testing.T) {
+	t.Parallel()
+	b := start(t, Config{LedgerScan: NoLedgerScan, LedgerTTL: 3 * time.Second, DuplicateWindow: time.Second, AnswerCache: NoAnswerCache},
+		&effects.Tool{Name: "refund",
+			Policy: effects.Policy{Class: effects.ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: time.Hour, OnAbandoned: effects.AbandonRetry},
+			Effect: noopEffect})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w := b.worker
+	parked := submit(t, b.client, "refund", `{"order":1}`)
+	require.Equal(t, intent.StatusAwaitingApproval, parked.Status)
+	// A holder that vanished: pending, its lease long over.
+	gone, err := w.ledger.Claim(ctx, dedup.ClaimRequest{Key: "refund.gone", Fingerprint: "fp", Holder: "dead", Lease: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, dedup.Acquired, gone.Outcome)
+	// A completed record as an earlier version wrote it: no TTL.
+	old := dedup.Record{Status: intent.StatusCompleted, Tool: "refund", Fingerprint: "fp", Attempt: 1, Attempts: 1,
+		Result: json.RawMessage(`1`), CreatedAt: time.Now().Add(-time.Hour).UTC(), UpdatedAt: time.Now().Add(-time.Hour).UTC(),
+		CompletedAt: time.Now().Add(-time.Hour).UTC()}
+	data, err := json.Marshal(old)
+	require.NoError(t, err)
+	_, err = w.res.kv.Put(ctx, "refund.untimed", data)
+	require.NoError(t, err)
+
+	time.Sleep(1100 * time.Millisecond) // the vanished holder's lease runs out
+	require.NoError(t, w.scanRound(ctx))
+	require.EqualValues(t, 1, testutil.ToFloat64(w.m.unresolved.WithLabelValues("awaiting_approval", "under_1h")))
+	require.EqualValues(t, 1, testutil.ToFloat64(w.m.unresolved.WithLabelValues("pending_past_lease", "under_1h")))
+	require.EqualValues(t, 0, testutil.ToFloat64(w.m.unresolved.WithLabelValues("uncertain", "under_1h")))
+	require.Greater(t, testutil.ToFloat64(w.m.unresolvedOldest.WithLabelValues("pending_past_lease")), 1.0)
+	require.EqualValues(t, 1, testutil.ToFloat64(w.m.retained))
+	require.Eventually(t, func() bool {
+		_, _, err := w.ledger.Get(ctx, "refund.untimed")
+		return errors.Is(err, dedup.ErrNotFound)
+	}, 10*time.Second, 50*time.Millisecond, "the untimed final record expires once given its TTL")
+	_, _, err = w.ledger.Get(ctx, parked.Key)
+	require.NoError(t, err, "the unresolved record stays")
+
+	// Another worker on the same ledger in the same round does not scan:
+	// its counts are cleared, so that their sum over workers is the ledger's.
+	other := otherWorker(t, b)
+	other.m.unresolved.WithLabelValues("awaiting_approval", "under_1h").Set(7)
+	require.NoError(t, other.scanRound(ctx))
+	require.EqualValues(t, 0, testutil.ToFloat64(other.m.unresolved.WithLabelValues("awaiting_approval", "under_1h")))
+	require.EqualValues(t, 0, testutil.ToFloat64(other.m.scans))
+}
+
+// otherWorker builds (without running it) a second worker on b's server.
+func otherWorker(t *testing.T, b testBundle) *Worker {
+	t.Helper()
+	reg, err := effects.NewRegistry(&effects.Tool{Name: "refund", Effect: noopEffect})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w, err := New(ctx, natstest.Connect(t, b.url), reg, zaptest.NewLogger(t),
+		Config{Holder: "other", LedgerScan: NoLedgerScan, LedgerTTL: 3 * time.Second, DuplicateWindow: time.Second, AnswerCache: NoAnswerCache})
+	require.NoError(t, err)
+	return w
+}
+
+var noopEffect = effects.EffectFunc(func(context.Context, effects.Call) (effects.Outcome, error) {
+	return effects.Outcome{Result: json.RawMessage(`1`), Invocations: 1}, nil
+})

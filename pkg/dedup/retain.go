@@ -1,0 +1,36 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Untimed reports whether r is a final record (completed, failed, denied)
+// with no per-message TTL: one written before final records carried their
+// retention (when the bucket's age limit expired every record). It would
+// never expire; Ledger.Retain gives it its TTL.
+func (r Listed) Untimed() bool { return r.Status.Final() && r.ttl == 0 }
+
+// Retain writes the untimed final record r again with the TTL it should have
+// had: what is left of the ledger's retention since the record was last
+// written, at least a second. It is a compare-and-set on r's revision: a
+// record written since keeps that write, and Retain returns nil. A record
+// that is not untimed is left alone.
+func (l *Ledger) Retain(ctx context.Context, r Listed) error {
+	if !r.Untimed() {
+		return nil
+	}
+	data, err := r.Record.marshal()
+	if err != nil {
+		return fmt.Errorf("retain %s: %w", r.Key, err)
+	}
+	ttl := max(l.retention-l.clock().Sub(r.UpdatedAt), time.Second).Round(time.Second)
+	if _, err := l.put(ctx, r.Key, data, r.Revision, ttl); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return fmt.Errorf("retain %s: %w", r.Key, err)
+	}
+	return nil
+}
