@@ -66,6 +66,7 @@ type chaosRun struct {
 	ops    []*op
 	evMu   sync.Mutex
 	events []event
+	nodeMu sync.Mutex // one node fault at a time
 }
 
 func (r *chaosRun) logf(format string, a ...any) {
@@ -167,50 +168,73 @@ func (r *chaosRun) startSink(ctx context.Context) error {
 	return nil
 }
 
-// startWorkers writes the tools file and starts the supervised workers, one
-// at a time: the first creates the stream, consumer and bucket alone.
-func (r *chaosRun) startWorkers(ctx context.Context) error {
-	cfg := r.cfg
-	tools := filepath.Join(r.dir, "tools.yaml")
-	if err := os.WriteFile(tools, []byte(fmt.Sprintf(`tools:
-  %s:
+// toolsFile is the workers' tools file: chaos_op, and the capped tool when
+// a share of the operations goes to it. Both are webhooks to the sink.
+func (r *chaosRun) toolsFile() string {
+	var b strings.Builder
+	b.WriteString("tools:\n")
+	tool := func(name, path, extra string) {
+		fmt.Fprintf(&b, `  %s:
     effect: webhook
     lease: %s
-    webhook:
-      url: http://%s/ops
+%s    webhook:
+      url: http://%s/%s
       allow_private: [127.0.0.1/32]
       timeout: %s
       retry: {max_attempts: 3, initial_interval: 20ms, max_interval: 200ms}
-`, toolName, cfg.lease, r.sinkAddr, cfg.hang+10*time.Second)), 0o644); err != nil {
+`, name, r.cfg.lease, extra, r.sinkAddr, path, r.cfg.hang+10*time.Second)
+	}
+	tool(toolName, "ops", "")
+	if r.cfg.cappedShare > 0 {
+		tool(cappedTool, "capped", "    max_in_flight: 1\n")
+	}
+	return b.String()
+}
+
+// toolCaps are the tools' max_in_flight, for the capped ones.
+func (r *chaosRun) toolCaps() map[string]int {
+	if r.cfg.cappedShare > 0 {
+		return map[string]int{cappedTool: 1}
+	}
+	return nil
+}
+
+// startWorkers writes the tools file and starts the supervised workers, one
+// at a time: the first creates the stream, consumer and bucket alone. Every
+// start of a worker is a holder of its own name (see supervisor).
+func (r *chaosRun) startWorkers(ctx context.Context) error {
+	cfg := r.cfg
+	tools := filepath.Join(r.dir, "tools.yaml")
+	if err := os.WriteFile(tools, []byte(r.toolsFile()), 0o644); err != nil {
 		return err
 	}
 	replicas := "1"
 	if cfg.cluster {
 		replicas = "3"
 	}
+	spawn := func(holder string) *proc {
+		return &proc{name: holder, path: filepath.Join(cfg.binDir, "worker"), log: filepath.Join(r.dir, holder+".log"),
+			args: []string{
+				"--nats-url", r.natsURL, "--holder", holder, "--tools", tools, "--replicas", replicas,
+				"--ack-wait", cfg.ackWait.String(), "--dup-window", cfg.dupWindow.String(),
+				"--concurrency", fmt.Sprint(cfg.concurrency), "--ledger-batch", fmt.Sprint(cfg.ledgerBatch), "--retry-delay", "200ms", "--max-retry-delay", "2s",
+				"--drain-timeout", "5s", "--log-level", "info",
+			}}
+	}
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r.stopWorkers = stop
 	r.sups = make([]*supervisor, cfg.workers)
 	for i := range r.sups {
-		name := fmt.Sprintf("w%d", i+1)
-		s := &supervisor{delay: 500 * time.Millisecond, p: &proc{
-			name: name, path: filepath.Join(cfg.binDir, "worker"), log: filepath.Join(r.dir, name+".log"),
-			args: []string{
-				"--nats-url", r.natsURL, "--holder", name, "--tools", tools, "--replicas", replicas,
-				"--ack-wait", cfg.ackWait.String(), "--dup-window", cfg.dupWindow.String(),
-				"--concurrency", fmt.Sprint(cfg.concurrency), "--ledger-batch", fmt.Sprint(cfg.ledgerBatch), "--retry-delay", "200ms", "--max-retry-delay", "2s",
-				"--drain-timeout", "5s", "--log-level", "info",
-			},
-		}}
+		s := &supervisor{name: fmt.Sprintf("w%d", i+1), delay: 500 * time.Millisecond, spawn: spawn}
 		r.sups[i] = s
 		r.swg.Add(1)
 		go func() {
 			defer r.swg.Done()
 			if err := s.run(wctx); err != nil {
-				r.logf("worker %s: %v", name, err)
+				r.logf("worker %s: %v", s.name, err)
 			}
 		}()
-		if err := waitLog(ctx, s.p, "worker consuming", 60*time.Second); err != nil {
+		if err := waitLog(ctx, s, "worker consuming", 60*time.Second); err != nil {
 			return err
 		}
 	}
@@ -226,13 +250,13 @@ func (r *chaosRun) stopAllWorkers() {
 	r.stopWorkers()
 	for _, s := range r.sups {
 		if s != nil {
-			s.p.stop(10 * time.Second)
+			s.stop(10 * time.Second)
 		}
 	}
 	r.swg.Wait()
 	for _, s := range r.sups { // one may have been started while stopping
 		if s != nil {
-			s.p.stop(10 * time.Second)
+			s.stop(10 * time.Second)
 		}
 	}
 }
@@ -245,7 +269,7 @@ func (r *chaosRun) connect(context.Context) error {
 		return fmt.Errorf("connect %s: %w", r.natsURL, err)
 	}
 	r.nc = nc
-	cl, err := client.New(nc, client.WithKeySpec(toolName, intent.KeySpec{}))
+	cl, err := client.New(nc, client.WithKeySpec(toolName, intent.KeySpec{}), client.WithKeySpec(cappedTool, intent.KeySpec{}))
 	if err != nil {
 		return err
 	}
@@ -256,7 +280,7 @@ func (r *chaosRun) connect(context.Context) error {
 	if r.ops, err = plan(r.cfg, session, newRand(r.cfg.seed)); err != nil {
 		return err
 	}
-	r.loader = &loader{cfg: r.cfg, session: session, nc: nc, js: r.js, cl: cl, subject: cl.Names().IntentSubject(toolName)}
+	r.loader = &loader{cfg: r.cfg, session: session, nc: nc, js: r.js, cl: cl}
 	r.logf("load: %d operations, %d intents planned", len(r.ops), planned(r.ops))
 	return nil
 }
@@ -300,17 +324,17 @@ func (r *chaosRun) judge(notFinal map[string]int) (*Verdict, error) {
 	l := r.loader
 	v := &Verdict{Mode: r.mode, Seed: r.cfg.seed, LedgerBatch: r.cfg.ledgerBatch, PublishDuplicate: int(l.dups.Load()), PublishRetries: int(l.retries.Load()),
 		FaultsByKind: map[string]int{}, LedgerNotFinal: notFinal, PublishErrors: l.pubErrors}
-	var logs []string
+	var logs []workerLog
 	for _, s := range r.sups {
-		_, crashes := s.counts()
-		v.WorkerCrashes += crashes
-		v.LeaseTakeovers += countLines(s.p.log, "lease taken over")
-		logs = append(logs, s.p.log)
+		v.WorkerCrashes += s.unexpectedExits()
+		for _, wl := range s.logs() {
+			v.LeaseTakeovers += countLines(wl.path, leaseTakenOverLine)
+			logs = append(logs, wl)
+		}
 	}
-	leases := readLeaseLog(logs)
-	v.LiveLeaseLosses = len(leases.lost)
 	r.evMu.Lock()
-	judge(v, r.ops, reqs, r.events, leases, r.cfg.allowOutage)
+	judge(v, runFacts{ops: r.ops, reqs: reqs, events: r.events, leases: readLeaseLog(logs),
+		concurrency: r.cfg.concurrency, caps: r.toolCaps(), allowOutage: r.cfg.allowOutage})
 	r.evMu.Unlock()
 	v.DurationSeconds = time.Since(r.began).Seconds()
 	if !v.OK {
@@ -359,19 +383,26 @@ func waitHTTP(ctx context.Context, url string, p *proc, d time.Duration) error {
 	}
 }
 
-// waitLog waits until p's log holds line.
-func waitLog(ctx context.Context, p *proc, line string, d time.Duration) error {
+// waitLog waits until the log of s's current start holds line.
+func waitLog(ctx context.Context, s *supervisor, line string, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if b, err := os.ReadFile(p.log); err == nil && bytes.Contains(b, []byte(line)) {
-			return nil
+		p := s.current()
+		if p != nil {
+			if b, err := os.ReadFile(p.log); err == nil && bytes.Contains(b, []byte(line)) {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s did not log %q within %s (see %s)", p.name, line, d, p.log)
+			where := s.name
+			if p != nil {
+				where = p.log
+			}
+			return fmt.Errorf("%s did not log %q within %s (see %s)", s.name, line, d, where)
 		case <-t.C:
 		}
 	}

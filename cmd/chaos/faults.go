@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // record notes an injected fault.
@@ -34,8 +34,17 @@ func (r *chaosRun) startFaults(ctx context.Context) (stop func()) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := restartJetStream(fctx, ctx, cfg, r.nodes, r.js, l, r.record); err != nil {
+			if err := r.restartJetStream(fctx, ctx); err != nil {
 				r.logf("JetStream restart: %v", err)
+			}
+		}()
+	}
+	if cfg.outageAt >= 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.ledgerOutage(fctx, ctx); err != nil {
+				r.logf("ledger outage: %v", err)
 			}
 		}()
 	}
@@ -63,11 +72,12 @@ func (r *chaosRun) startFaults(ctx context.Context) (stop func()) {
 }
 
 // killWorkers SIGKILLs a random worker every cfg.killEvery until ctx ends
-// (or cfg.maxKills is reached); its supervisor starts it again.
+// (or cfg.maxKills is reached); its supervisor starts it again as a new
+// holder. Each kill event names the holder it killed.
 func killWorkers(ctx context.Context, cfg config, sups []*supervisor, rng *rand.Rand, record func(event)) {
 	t := time.NewTicker(cfg.killEvery)
 	defer t.Stop()
-	for kills := 0; cfg.maxKills == 0 || kills < cfg.maxKills; kills++ {
+	for kills := 0; cfg.maxKills == 0 || kills < cfg.maxKills; {
 		select {
 		case <-ctx.Done():
 			return
@@ -75,8 +85,10 @@ func killWorkers(ctx context.Context, cfg config, sups []*supervisor, rng *rand.
 		}
 		s := sups[rng.IntN(len(sups))]
 		at := time.Now()
-		s.kill()
-		record(event{Kind: faultWorkerKill, Target: s.p.name, At: at, Until: time.Now()})
+		if holder, ok := s.kill(); ok {
+			record(event{Kind: faultWorkerKill, Target: holder, At: at, Until: time.Now()})
+			kills++
+		}
 	}
 }
 
@@ -85,43 +97,94 @@ func killWorkers(ctx context.Context, cfg config, sups []*supervisor, rng *rand.
 // intent stream), keeps it down for cfg.downFor and starts it again on the
 // same store. The restart itself runs under run, not ctx, so that a node is
 // never left down.
-func restartJetStream(ctx, run context.Context, cfg config, nodes []*natsNode, js jetstream.JetStream, l *loader, record func(event)) error {
-	threshold := int64(cfg.restartAt * float64(cfg.intents))
+func (r *chaosRun) restartJetStream(ctx, run context.Context) error {
+	if !r.waitPublished(ctx, r.cfg.restartAt) {
+		return nil
+	}
+	if len(r.nodes) == 1 {
+		return r.nodeFault(run, faultJetStream, r.nodes, r.cfg.downFor)
+	}
+	return r.nodeFault(run, faultNode, r.victims(ctx, 1), r.cfg.downFor)
+}
+
+// ledgerOutage waits until cfg.outageAt of the intents are published, then
+// takes the ledger away for cfg.outageFor, longer than a worker retries
+// recording an outcome: the JetStream process, or with --cluster two of the
+// three nodes (the intent stream's leader among them), so that no stream
+// has a quorum. Like restartJetStream, the restart runs under run.
+func (r *chaosRun) ledgerOutage(ctx, run context.Context) error {
+	if !r.waitPublished(ctx, r.cfg.outageAt) {
+		return nil
+	}
+	return r.nodeFault(run, faultLedgerOutage, r.victims(ctx, (len(r.nodes)+1)/2), r.cfg.outageFor)
+}
+
+// waitPublished waits until share of the intents are published; false when
+// ctx ended first.
+func (r *chaosRun) waitPublished(ctx context.Context, share float64) bool {
+	threshold := int64(share * float64(r.cfg.intents))
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
-	for l.published.Load() < threshold {
+	for r.loader.published.Load() < threshold {
 		select {
 		case <-ctx.Done():
-			return nil
+			return false
 		case <-t.C:
 		}
 	}
-	victim, kind := nodes[0], faultJetStream
-	if len(nodes) > 1 {
-		kind, victim = faultNode, nodes[1]
-		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if s, err := js.Stream(ictx, l.cl.Names().Stream); err == nil && s.CachedInfo().Cluster != nil {
-			for _, n := range nodes {
-				if n.name == s.CachedInfo().Cluster.Leader {
-					victim = n
-				}
+	return true
+}
+
+// victims picks n nodes to kill: the one leading the intent stream first
+// (the second node when that is unknown), then the ones after it.
+func (r *chaosRun) victims(ctx context.Context, n int) []*natsNode {
+	lead := min(1, len(r.nodes)-1)
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if s, err := r.js.Stream(ictx, r.loader.cl.Names().Stream); err == nil && s.CachedInfo().Cluster != nil {
+		for i, node := range r.nodes {
+			if node.name == s.CachedInfo().Cluster.Leader {
+				lead = i
 			}
 		}
-		cancel()
 	}
+	out := make([]*natsNode, 0, n)
+	for i := range min(n, len(r.nodes)) {
+		out = append(out, r.nodes[(lead+i)%len(r.nodes)])
+	}
+	return out
+}
+
+// nodeFault SIGKILLs victims, keeps them down for down, starts them again on
+// their stores and waits until they are ready, then records the fault (kind)
+// from the kill to the recovery. One node fault runs at a time.
+func (r *chaosRun) nodeFault(run context.Context, kind string, victims []*natsNode, down time.Duration) error {
+	r.nodeMu.Lock()
+	defer r.nodeMu.Unlock()
 	at := time.Now()
-	victim.kill()
-	down := time.NewTimer(cfg.downFor)
+	names := make([]string, len(victims))
+	for i, v := range victims {
+		v.kill()
+		names[i] = v.name
+	}
+	t := time.NewTimer(down)
 	select {
 	case <-run.Done():
-		down.Stop()
-	case <-down.C:
+		t.Stop()
+	case <-t.C:
 	}
-	if err := victim.start(); err != nil {
-		return err
+	var errs []error
+	for _, v := range victims {
+		if err := v.start(); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	err := victim.ready(run, 2*time.Minute)
-	l.recovered.Store(time.Now().UnixNano())
-	record(event{Kind: kind, Target: victim.name, At: at, Until: time.Now()})
-	return err
+	for _, v := range victims {
+		if err := v.ready(run, 2*time.Minute); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	r.loader.recovered.Store(time.Now().UnixNano())
+	r.record(event{Kind: kind, Target: strings.Join(names, ","), At: at, Until: time.Now()})
+	return errors.Join(errs...)
 }

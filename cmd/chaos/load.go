@@ -17,8 +17,11 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// toolName is the one tool of a chaos run: a webhook to the sink.
-const toolName = "chaos_op"
+// The tools of a chaos run, both webhooks to the sink.
+const (
+	toolName   = "chaos_op"     // most operations
+	cappedTool = "chaos_capped" // --capped-share of them: max_in_flight 1, so it is under back-pressure
+)
 
 // Duplicate kinds: how the copies of one operation are sent.
 const (
@@ -70,14 +73,25 @@ type op struct {
 	id     string
 	n      int
 	kind   string
+	tool   string // "" means toolName
 	key    string
 	fp     string
 	args   json.RawMessage
 	copies []copyOut
+	// recordHolder is the holder of the key's ledger record after the run
+	// ("" when unread): who recorded the outcome.
+	recordHolder string
+}
+
+func (o *op) toolName() string {
+	if o.tool == "" {
+		return toolName
+	}
+	return o.tool
 }
 
 func (o *op) envelope(session, callID string) *intent.Envelope {
-	return &intent.Envelope{Tool: toolName, Args: append(json.RawMessage(nil), o.args...), Session: session, CallID: callID}
+	return &intent.Envelope{Tool: o.toolName(), Args: append(json.RawMessage(nil), o.args...), Session: session, CallID: callID}
 }
 
 // plan draws the operations of a run: enough that their copies add up to at
@@ -86,9 +100,12 @@ func plan(cfg config, session string, rng *rand.Rand) ([]*op, error) {
 	var ops []*op
 	for total := 0; total < cfg.intents; {
 		n := len(ops)
-		o := &op{id: fmt.Sprintf("op-%07d", n), n: n, kind: kindSingle}
+		o := &op{id: fmt.Sprintf("op-%07d", n), n: n, kind: kindSingle, tool: toolName}
 		if rng.Float64() >= cfg.singleShare {
 			o.kind = dupKinds[rng.IntN(len(dupKinds))]
+		}
+		if cfg.cappedShare > 0 && rng.Float64() < cfg.cappedShare {
+			o.tool = cappedTool
 		}
 		copies := 1
 		switch o.kind {
@@ -118,7 +135,6 @@ type loader struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	cl      *client.Client
-	subject string
 
 	published atomic.Int64
 	answered  atomic.Int64
@@ -245,9 +261,9 @@ func (l *loader) waitPastWindow(ctx context.Context, acked time.Time) bool {
 	}
 }
 
-// retry runs publish until it succeeds, for up to answerWait.
+// retry runs publish until it succeeds, for up to the answer budget.
 func (l *loader) retry(ctx context.Context, publish func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.answerWait)
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.answerBudget())
 	defer cancel()
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, publishAttempt)
@@ -290,7 +306,7 @@ func (l *loader) keyedCopy(ctx context.Context, o *op, i int, callID string) {
 	if sub.Duplicate {
 		l.dups.Add(1)
 	}
-	wctx, cancel := context.WithTimeout(ctx, l.cfg.answerWait)
+	wctx, cancel := context.WithTimeout(ctx, l.cfg.answerBudget())
 	defer cancel()
 	res, err := sub.Wait(wctx)
 	if err != nil {
@@ -313,7 +329,7 @@ func (l *loader) newOwn(o *op, callID string) (*own, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &own{msg: nats.NewMsg(l.subject), ch: make(chan *nats.Msg, 4)}
+	w := &own{msg: nats.NewMsg(l.cl.Names().IntentSubject(o.toolName())), ch: make(chan *nats.Msg, 4)}
 	w.msg.Data = data
 	inbox := l.nc.NewRespInbox()
 	if w.sub, err = l.nc.ChanSubscribe(inbox, w.ch); err != nil {
@@ -410,7 +426,7 @@ func (l *loader) sent(ctx context.Context, o *op, c *copyOut, w *own, ack *jetst
 // await waits for the pushed reply (unless the publish was a duplicate,
 // which no worker sees), then watches the ledger key.
 func (l *loader) await(ctx context.Context, o *op, c *copyOut, w *own) {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.answerWait)
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.answerBudget())
 	defer cancel()
 	if !c.Duplicate {
 		t := time.NewTimer(replyGrace)
@@ -485,8 +501,8 @@ func (l *loader) settle(ctx context.Context, ops []*op) (settled, open int) {
 	return settled, open
 }
 
-// ledgerCheck reads the ledger record of every operation that was published
-// and returns how many are not final, by status.
+// ledgerCheck reads the ledger record of every operation that was published,
+// notes who recorded it, and returns how many are not final, by status.
 func (l *loader) ledgerCheck(ctx context.Context, ops []*op) map[string]int {
 	out := map[string]int{}
 	var mu sync.Mutex
@@ -502,6 +518,7 @@ func (l *loader) ledgerCheck(ctx context.Context, ops []*op) map[string]int {
 				if err != nil {
 					status = "unreadable"
 				}
+				o.recordHolder = rec.Holder
 				if err == nil && rec.Status.Final() {
 					continue
 				}
