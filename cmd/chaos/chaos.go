@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -60,13 +61,16 @@ type chaosRun struct {
 	stopWorkers context.CancelFunc
 	swg         sync.WaitGroup
 
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	loader *loader
-	ops    []*op
-	evMu   sync.Mutex
-	events []event
-	nodeMu sync.Mutex // one node fault at a time
+	nc          *nats.Conn
+	js          jetstream.JetStream
+	loader      *loader
+	ops         []*op
+	evMu        sync.Mutex
+	events      []event
+	nodeMu      sync.Mutex // one node fault at a time
+	asyncMu     sync.Mutex
+	asyncErrs   map[string]int // the driver connection's asynchronous errors, by kind
+	killsPaused atomic.Bool    // no worker kills during the ledger outage
 }
 
 func (r *chaosRun) logf(format string, a ...any) {
@@ -264,7 +268,7 @@ func (r *chaosRun) stopAllWorkers() {
 // connect connects the driver to JetStream and plans the load.
 func (r *chaosRun) connect(context.Context) error {
 	nc, err := nats.Connect(r.natsURL, nats.Name("idemgate-chaos"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(100*time.Millisecond), nats.Timeout(5*time.Second))
+		nats.ReconnectWait(100*time.Millisecond), nats.Timeout(5*time.Second), nats.ErrorHandler(r.asyncError))
 	if err != nil {
 		return fmt.Errorf("connect %s: %w", r.natsURL, err)
 	}
@@ -285,6 +289,24 @@ func (r *chaosRun) connect(context.Context) error {
 	return nil
 }
 
+// asyncError notes an asynchronous error of the driver's connection (during
+// an outage, one per ledger watch): the first of each kind is logged, the
+// rest counted.
+func (r *chaosRun) asyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
+	msg := err.Error()
+	if i := strings.Index(msg, " for subscription on "); i >= 0 {
+		msg = msg[:i]
+	}
+	r.asyncMu.Lock()
+	defer r.asyncMu.Unlock()
+	if r.asyncErrs == nil {
+		r.asyncErrs = map[string]int{}
+	}
+	if r.asyncErrs[msg]++; r.asyncErrs[msg] == 1 {
+		r.logf("connection: %s (repeats are counted)", msg)
+	}
+}
+
 // load publishes every operation's copies and waits for their answers, with
 // the faults injected meanwhile.
 func (r *chaosRun) load(ctx context.Context) error {
@@ -292,7 +314,9 @@ func (r *chaosRun) load(ctx context.Context) error {
 	r.loader.run(ctx, r.ops)
 	stopFaults()
 	l := r.loader
-	r.logf("load done: %d published, %d answered in %.0fs", l.published.Load(), l.answered.Load(), time.Since(r.began).Seconds())
+	r.asyncMu.Lock()
+	r.logf("load done: %d published, %d answered in %.0fs; connection errors %v", l.published.Load(), l.answered.Load(), time.Since(r.began).Seconds(), r.asyncErrs)
+	r.asyncMu.Unlock()
 	if ctx.Err() != nil {
 		return fmt.Errorf("run timed out during the load: %w", ctx.Err())
 	}

@@ -14,7 +14,11 @@ func (r *chaosRun) record(e event) {
 	r.evMu.Lock()
 	r.events = append(r.events, e)
 	r.evMu.Unlock()
-	r.logf("fault: %s %s", e.Kind, e.Target)
+	if e.Kind == faultWorkerKill {
+		r.logf("fault: %s %s", e.Kind, e.Target)
+		return
+	}
+	r.logf("fault: %s %s, over: ready again %.1fs after the kill", e.Kind, e.Target, e.Until.Sub(e.At).Seconds())
 }
 
 // startFaults starts the fault injectors (and the progress line); the
@@ -27,7 +31,7 @@ func (r *chaosRun) startFaults(ctx context.Context) (stop func()) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			killWorkers(fctx, cfg, r.sups, rand.New(rand.NewPCG(cfg.seed+1, 7)), r.record)
+			killWorkers(fctx, cfg, r.sups, rand.New(rand.NewPCG(cfg.seed+1, 7)), r.killsPaused.Load, r.record)
 		}()
 	}
 	if cfg.restartAt >= 0 {
@@ -72,9 +76,10 @@ func (r *chaosRun) startFaults(ctx context.Context) (stop func()) {
 }
 
 // killWorkers SIGKILLs a random worker every cfg.killEvery until ctx ends
-// (or cfg.maxKills is reached); its supervisor starts it again as a new
-// holder. Each kill event names the holder it killed.
-func killWorkers(ctx context.Context, cfg config, sups []*supervisor, rng *rand.Rand, record func(event)) {
+// (or cfg.maxKills is reached), but not while paused says so; its
+// supervisor starts it again as a new holder. Each kill event names the
+// holder it killed.
+func killWorkers(ctx context.Context, cfg config, sups []*supervisor, rng *rand.Rand, paused func() bool, record func(event)) {
 	t := time.NewTicker(cfg.killEvery)
 	defer t.Stop()
 	for kills := 0; cfg.maxKills == 0 || kills < cfg.maxKills; {
@@ -82,6 +87,9 @@ func killWorkers(ctx context.Context, cfg config, sups []*supervisor, rng *rand.
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if paused() {
+			continue
 		}
 		s := sups[rng.IntN(len(sups))]
 		at := time.Now()
@@ -111,11 +119,15 @@ func (r *chaosRun) restartJetStream(ctx, run context.Context) error {
 // takes the ledger away for cfg.outageFor, longer than a worker retries
 // recording an outcome: the JetStream process, or with --cluster two of the
 // three nodes (the intent stream's leader among them), so that no stream
-// has a quorum. Like restartJetStream, the restart runs under run.
+// has a quorum. Worker kills pause meanwhile: the holders cut off by the
+// outage live through it, so a repeat after it is theirs, not the crash
+// window's. Like restartJetStream, the restart runs under run.
 func (r *chaosRun) ledgerOutage(ctx, run context.Context) error {
 	if !r.waitPublished(ctx, r.cfg.outageAt) {
 		return nil
 	}
+	r.killsPaused.Store(true)
+	defer r.killsPaused.Store(false)
 	return r.nodeFault(run, faultLedgerOutage, r.victims(ctx, (len(r.nodes)+1)/2), r.cfg.outageFor)
 }
 
@@ -161,12 +173,14 @@ func (r *chaosRun) victims(ctx context.Context, n int) []*natsNode {
 func (r *chaosRun) nodeFault(run context.Context, kind string, victims []*natsNode, down time.Duration) error {
 	r.nodeMu.Lock()
 	defer r.nodeMu.Unlock()
+	r.loader.nodesDown.Store(true)
 	at := time.Now()
 	names := make([]string, len(victims))
 	for i, v := range victims {
 		v.kill()
 		names[i] = v.name
 	}
+	r.logf("fault: %s %s begins, down for %s", kind, strings.Join(names, ","), down)
 	t := time.NewTimer(down)
 	select {
 	case <-run.Done():
@@ -185,6 +199,7 @@ func (r *chaosRun) nodeFault(run context.Context, kind string, victims []*natsNo
 		}
 	}
 	r.loader.recovered.Store(time.Now().UnixNano())
+	r.loader.nodesDown.Store(false)
 	r.record(event{Kind: kind, Target: strings.Join(names, ","), At: at, Until: time.Now()})
 	return errors.Join(errs...)
 }
