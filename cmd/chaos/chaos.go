@@ -25,10 +25,11 @@ import (
 // could not be carried out (not that the system misbehaved).
 //
 // A run has five phases: set-up (the work directory, JetStream, the sink,
-// the workers, the driver's connection), load (every operation's copies
-// published and answered) with faults injected meanwhile, settle (every copy
-// still without an answer watches the ledger; every record must be final),
-// and judge (everything stopped, the logs reconciled into a verdict).
+// the workers, the driver's connection and the plan), load (every
+// operation's copies published and answered), faults (injected while the
+// load runs), settle (every copy still without an answer gets it from the
+// ledger; every record must be final), and judge (everything stopped, the
+// logs reconciled into a verdict).
 func runChaos(ctx context.Context, cfg config, logw io.Writer) (*Verdict, error) {
 	r := &chaosRun{cfg: cfg, began: time.Now(), logw: logw}
 	defer r.tearDown()
@@ -61,16 +62,17 @@ type chaosRun struct {
 	stopWorkers context.CancelFunc
 	swg         sync.WaitGroup
 
-	nc          *nats.Conn
-	js          jetstream.JetStream
-	loader      *loader
-	ops         []*op
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	loader    *loader
+	ops       []*op
+	asyncMu   sync.Mutex
+	asyncErrs map[string]int // the driver connection's asynchronous errors, by kind
+
 	evMu        sync.Mutex
-	events      []event
+	events      []event    // the injected faults
 	nodeMu      sync.Mutex // one node fault at a time
-	asyncMu     sync.Mutex
-	asyncErrs   map[string]int // the driver connection's asynchronous errors, by kind
-	killsPaused atomic.Bool    // no worker kills during the ledger outage
+	killsPaused atomic.Bool
 }
 
 func (r *chaosRun) logf(format string, a ...any) {
