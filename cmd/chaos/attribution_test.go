@@ -143,6 +143,33 @@ func TestJudgeCutOffHolder(t *testing.T) {
 	require.Equal(t, []string{"1 operations fired again after their holder was cut off from the ledger past its lease deadline"}, strict.Violations)
 }
 
+// A holder cut off from the ledger, then killed after the outage: it had
+// given the operation up while alive, so the repeat is the outage's, not the
+// crash window's. Killed first, it is the crash window.
+func TestJudgeCutOffBeforeTheKill(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		killAt int
+		want   string
+	}{
+		{"cut off, then killed", 80000, causeCutOff},
+		{"killed first", 2000, causeCrash},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := newAttributionBundle()
+			o := b.op(toolName, "w2.1")
+			b.fire(o, 0, 200, "w1.1", 1)
+			b.leases.cutOff[holderKey{"w1.1", o.key}] = b.at(2500)
+			b.kill("w1.1", tc.killAt)
+			b.fire(o, 85000, 200, "w2.1", 2)
+			v := b.judge(t, 64, nil, false)
+			require.Equal(t, tc.want, v.Repeats[0].Cause)
+		})
+	}
+}
+
 // A kill explains at most what its holder could have had fired and not
 // recorded: its concurrency, a capped tool's max_in_flight, and the
 // operations the sink saw it start whose final record is not its own.

@@ -367,8 +367,21 @@ func (r *chaosRun) judge(notFinal map[string]int) (*Verdict, error) {
 		r.keep = true
 	}
 	if r.keep {
-		// For a post-mortem: the faults and every repeat, next to the logs.
-		for name, x := range map[string]any{"events.json": r.events, "repeats.json": v.repeats} {
+		// For a post-mortem: the faults, every repeat and every record not
+		// final, next to the logs.
+		type notFinal struct {
+			Op     string `json:"op"`
+			Key    string `json:"key"`
+			Status string `json:"status"`
+			Holder string `json:"holder,omitempty"`
+		}
+		var nf []notFinal
+		for _, o := range r.ops {
+			if o.notFinal != "" {
+				nf = append(nf, notFinal{o.id, o.key, o.notFinal, o.recordHolder})
+			}
+		}
+		for name, x := range map[string]any{"events.json": r.events, "repeats.json": v.repeats, "not_final.json": nf} {
 			if b, err := json.MarshalIndent(x, "", "  "); err == nil {
 				_ = os.WriteFile(filepath.Join(r.dir, name), b, 0o644)
 			}

@@ -82,6 +82,9 @@ type op struct {
 	// recordHolder is the holder of the key's ledger record after the run
 	// ("" when unread): who recorded the outcome.
 	recordHolder string
+	// notFinal is the status of the key's ledger record after the run when
+	// it is not final (absent, unreadable, pending, …); "" otherwise.
+	notFinal string
 }
 
 func (o *op) toolName() string {
@@ -570,6 +573,7 @@ func (l *loader) ledgerCheck(ctx context.Context, ops []*op) map[string]int {
 				if err == nil && rec.Status.Final() {
 					continue
 				}
+				o.notFinal = status
 				mu.Lock()
 				out[status]++
 				mu.Unlock()

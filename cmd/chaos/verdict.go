@@ -380,9 +380,11 @@ type attribution struct {
 //     is a second firing of one claim: same_attempt;
 //   - else, when the earlier firing's own holder was killed after its
 //     attempt began (its first request of that claim, 503s included) and
-//     before the later claim's first request: worker_kill, the crash window;
-//   - else, when that holder logged, for this key and in that window, that
-//     the ledger was unreachable past its lease deadline: ledger_outage;
+//     before the later claim's first request: worker_kill, the crash window
+//     — unless the holder logged, for this key and in that window but
+//     before the kill, that the ledger was unreachable past its lease
+//     deadline: then, as when it logged that and was not killed,
+//     ledger_outage;
 //   - else the holder was alive and connected: unexplained (or
 //     phantom_lease_loss when it was told it lost its lease before anyone
 //     took the key over).
@@ -447,17 +449,25 @@ func (a *attribution) explain(key string, prev, next request, from, to time.Time
 	case next.Attempt <= prev.Attempt:
 		return causeSameAttempt, -1
 	}
+	hk := holderKey{prev.Holder, key}
+	cutOff, cut := a.facts.leases.cutOff[hk]
+	cut = cut && !cutOff.Before(from) && !cutOff.After(to)
 	for i, e := range a.facts.events {
 		until := e.Until
 		if until.IsZero() {
 			until = e.At
 		}
-		if e.Kind == faultWorkerKill && e.Target == prev.Holder && !until.Before(from) && !e.At.After(to) {
-			return causeCrash, i
+		if e.Kind != faultWorkerKill || e.Target != prev.Holder || until.Before(from) || e.At.After(to) {
+			continue
 		}
+		if cut && cutOff.Before(e.At) {
+			// Cut off first: the holder, alive, gave the operation up
+			// before it was killed.
+			return causeCutOff, -1
+		}
+		return causeCrash, i
 	}
-	hk := holderKey{prev.Holder, key}
-	if t, ok := a.facts.leases.cutOff[hk]; ok && !t.Before(from) && !t.After(to) {
+	if cut {
 		return causeCutOff, -1
 	}
 	if t, ok := a.facts.leases.lost[hk]; ok && !t.Before(from) && !t.After(to) {
