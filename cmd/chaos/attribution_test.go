@@ -43,7 +43,7 @@ func (b *attributionBundle) op(tool, recordHolder string) *op {
 func (b *attributionBundle) fire(o *op, ms, status int, holder string, attempt int) {
 	at := b.at(ms)
 	fmt.Fprintf(&b.log, `{"time":%q,"received":%q,"key":%q,"tool":%q,"status":%d,"holder":%q,"attempt":%d,"payload":{"op":%q}}`+"\n",
-		at.Add(5*time.Millisecond).Format(time.RFC3339Nano), at.Format(time.RFC3339Nano), o.key, o.toolName(), status, holder, attempt, o.id)
+		at.Add(5*time.Millisecond).Format(time.RFC3339Nano), at.Format(time.RFC3339Nano), o.key, o.tool, status, holder, attempt, o.id)
 }
 
 func (b *attributionBundle) kill(holder string, ms int) {

@@ -74,7 +74,7 @@ type op struct {
 	id     string
 	n      int
 	kind   string
-	tool   string // "" means toolName
+	tool   string // toolName or cappedTool
 	key    string
 	fp     string
 	args   json.RawMessage
@@ -87,15 +87,8 @@ type op struct {
 	notFinal string
 }
 
-func (o *op) toolName() string {
-	if o.tool == "" {
-		return toolName
-	}
-	return o.tool
-}
-
 func (o *op) envelope(session, callID string) *intent.Envelope {
-	return &intent.Envelope{Tool: o.toolName(), Args: append(json.RawMessage(nil), o.args...), Session: session, CallID: callID}
+	return &intent.Envelope{Tool: o.tool, Args: append(json.RawMessage(nil), o.args...), Session: session, CallID: callID}
 }
 
 // plan draws the operations of a run: enough that their copies add up to at
@@ -346,7 +339,7 @@ func (l *loader) newOwn(o *op, callID string) (*own, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &own{msg: nats.NewMsg(l.cl.Names().IntentSubject(o.toolName())), ch: make(chan *nats.Msg, 4)}
+	w := &own{msg: nats.NewMsg(l.cl.Names().IntentSubject(o.tool)), ch: make(chan *nats.Msg, 4)}
 	w.msg.Data = data
 	inbox := l.nc.NewRespInbox()
 	if w.sub, err = l.nc.ChanSubscribe(inbox, w.ch); err != nil {

@@ -276,7 +276,7 @@ func judge(v *Verdict, f runFacts) {
 		if published == 0 {
 			continue
 		}
-		tc := v.ByTool[o.toolName()]
+		tc := v.ByTool[o.tool]
 		tc.Operations++
 		tc.Unanswered += unanswered
 		v.Unanswered += unanswered
@@ -336,7 +336,7 @@ func judge(v *Verdict, f runFacts) {
 			}
 			v.repeats = append(v.repeats, r)
 		}
-		v.ByTool[o.toolName()] = tc
+		v.ByTool[o.tool] = tc
 	}
 	for op, qs := range byOp {
 		if !known[op] {
@@ -392,7 +392,7 @@ type attribution struct {
 // No fault of another holder, and no outage by its timing alone, explains a
 // repeat. The operation's cause is the least explained of its firings.
 func (a *attribution) repeat(o *op, all, fired []request) Repeat {
-	r := Repeat{Op: o.id, Key: o.key, Tool: o.toolName(), Firings: len(fired), Requests: len(all), SameKey: true}
+	r := Repeat{Op: o.id, Key: o.key, Tool: o.tool, Firings: len(fired), Requests: len(all), SameKey: true}
 	for _, q := range all {
 		if q.Key != o.key {
 			r.SameKey = false
@@ -500,7 +500,7 @@ func (a *attribution) judgeKills(v *Verdict, byOp map[string][]request) {
 	final := map[string]string{} // op → holder of its final record
 	tools := map[string]string{} // op → tool
 	for _, o := range a.facts.ops {
-		final[o.id], tools[o.id] = o.recordHolder, o.toolName()
+		final[o.id], tools[o.id] = o.recordHolder, o.tool
 	}
 	concurrency := a.facts.concurrency
 	if concurrency <= 0 {

@@ -19,7 +19,7 @@ func TestJudge(t *testing.T) {
 		return copyOut{Published: true, Via: "answer", Status: intent.StatusCompleted, Result: json.RawMessage(result)}
 	}
 	newOp := func(id string, copies ...copyOut) *op {
-		return &op{id: id, kind: kindConcurrent, key: "chaos_op." + id, fp: "fp-" + id, copies: copies, recordHolder: "w2.1"}
+		return &op{id: id, kind: kindConcurrent, tool: toolName, key: "chaos_op." + id, fp: "fp-" + id, copies: copies, recordHolder: "w2.1"}
 	}
 	// hitBy is a request of o by holder under claim attempt.
 	hitBy := func(o *op, ms, status int, holder string, attempt int) request {
