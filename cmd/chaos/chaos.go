@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,256 +23,367 @@ import (
 
 // runChaos runs one chaos run and returns its verdict. An error means the run
 // could not be carried out (not that the system misbehaved).
+//
+// A run has five phases: set-up (the work directory, JetStream, the sink,
+// the workers, the driver's connection and the plan), load (every
+// operation's copies published and answered), faults (injected while the
+// load runs), settle (every copy still without an answer gets it from the
+// ledger; every record must be final), and judge (everything stopped, the
+// logs reconciled into a verdict).
 func runChaos(ctx context.Context, cfg config, logw io.Writer) (*Verdict, error) {
-	began := time.Now()
-	logf := func(format string, a ...any) {
-		fmt.Fprintf(logw, "%s chaos: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, a...))
-	}
-	dir := cfg.workDir
-	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "idemgate-chaos-"); err != nil {
-			return nil, err
-		}
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+	r := &chaosRun{cfg: cfg, began: time.Now(), logw: logw}
+	defer r.tearDown()
+	if err := r.setUp(ctx); err != nil {
 		return nil, err
 	}
-	keep := cfg.keep
-	defer func() {
-		if keep {
-			logf("work directory kept: %s", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	}()
-	if cfg.natsServer == "" {
-		logf("building nats-server")
-		var err error
-		if cfg.natsServer, err = buildNATSServer(ctx, dir); err != nil {
-			return nil, err
-		}
+	if err := r.load(ctx); err != nil {
+		return nil, err
 	}
-	rng := newRand(cfg.seed)
-	mode := "single"
-	if cfg.cluster {
-		mode = "cluster"
-	}
+	notFinal := r.settle(ctx)
+	return r.judge(notFinal)
+}
 
-	// JetStream.
-	nodes, err := startJetStream(ctx, cfg, dir)
-	defer func() {
-		for _, n := range nodes {
-			if n != nil {
-				n.stop(10 * time.Second)
-			}
+// chaosRun is one run's processes and what its phases share.
+type chaosRun struct {
+	cfg   config
+	began time.Time
+	logw  io.Writer
+	dir   string
+	keep  bool // keep the work directory when the run ends
+	mode  string
+
+	nodes    []*natsNode
+	natsURL  string
+	sink     *proc
+	sinkAddr string
+	sinkLog  string
+
+	sups        []*supervisor
+	stopWorkers context.CancelFunc
+	swg         sync.WaitGroup
+
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	loader    *loader
+	ops       []*op
+	asyncMu   sync.Mutex
+	asyncErrs map[string]int // the driver connection's asynchronous errors, by kind
+
+	evMu        sync.Mutex
+	events      []event    // the injected faults
+	nodeMu      sync.Mutex // one node fault at a time
+	killsPaused atomic.Bool
+}
+
+func (r *chaosRun) logf(format string, a ...any) {
+	fmt.Fprintf(r.logw, "%s chaos: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, a...))
+}
+
+// setUp makes the work directory and starts JetStream, the sink and the
+// workers, then connects the driver and plans the load.
+func (r *chaosRun) setUp(ctx context.Context) error {
+	r.mode = "single"
+	if r.cfg.cluster {
+		r.mode = "cluster"
+	}
+	r.keep = r.cfg.keep
+	r.dir = r.cfg.workDir
+	if r.dir == "" {
+		dir, err := os.MkdirTemp("", "idemgate-chaos-")
+		if err != nil {
+			return err
 		}
-	}()
+		r.dir = dir
+	} else if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return err
+	}
+	if r.cfg.natsServer == "" {
+		r.logf("building nats-server")
+		var err error
+		if r.cfg.natsServer, err = buildNATSServer(ctx, r.dir); err != nil {
+			return err
+		}
+	}
+	for _, step := range []func(context.Context) error{r.startJetStream, r.startSink, r.startWorkers, r.connect} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tearDown stops whatever is still running and removes the work directory
+// unless it is kept.
+func (r *chaosRun) tearDown() {
+	if r.nc != nil {
+		r.nc.Close()
+	}
+	r.stopAllWorkers()
+	if r.sink != nil {
+		r.sink.stop(10 * time.Second)
+	}
+	for _, n := range r.nodes {
+		if n != nil {
+			n.stop(10 * time.Second)
+		}
+	}
+	if r.dir == "" {
+		return
+	}
+	if r.keep {
+		r.logf("work directory kept: %s", r.dir)
+		return
+	}
+	_ = os.RemoveAll(r.dir)
+}
+
+func (r *chaosRun) startJetStream(ctx context.Context) error {
+	nodes, err := startJetStream(ctx, r.cfg, r.dir)
+	r.nodes = nodes
 	if err != nil {
-		return nil, err
+		return err
 	}
 	urls := make([]string, len(nodes))
 	for i, n := range nodes {
 		urls[i] = n.url()
 	}
-	natsURL := strings.Join(urls, ",")
-	logf("%s JetStream up: %s (sync %s)", mode, natsURL, cfg.sync)
+	r.natsURL = strings.Join(urls, ",")
+	r.logf("%s JetStream up: %s (sync %s)", r.mode, r.natsURL, r.cfg.sync)
+	return nil
+}
 
-	// The sink.
+// startSink starts the webhook sink and waits until it answers.
+func (r *chaosRun) startSink(ctx context.Context) error {
 	ports, err := freePorts(1)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	sinkAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	sinkLog := filepath.Join(dir, "sink.jsonl")
-	sink := &proc{name: "sink", path: filepath.Join(cfg.binDir, "sink"), log: filepath.Join(dir, "sink.log"), args: []string{
-		"--listen", sinkAddr, "--log", sinkLog,
-		"--fail-rate", fmt.Sprint(cfg.failRate), "--hang-rate", fmt.Sprint(cfg.hangRate), "--hang", cfg.hang.String(),
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	r.sinkAddr = addr
+	r.sinkLog = filepath.Join(r.dir, "sink.jsonl")
+	r.sink = &proc{name: "sink", path: filepath.Join(r.cfg.binDir, "sink"), log: filepath.Join(r.dir, "sink.log"), args: []string{
+		"--listen", addr, "--log", r.sinkLog,
+		"--fail-rate", fmt.Sprint(r.cfg.failRate), "--hang-rate", fmt.Sprint(r.cfg.hangRate), "--hang", r.cfg.hang.String(),
 	}}
-	if err := sink.start(); err != nil {
-		return nil, err
+	if err := r.sink.start(); err != nil {
+		return err
 	}
-	defer sink.stop(10 * time.Second)
-	if err := waitHTTP(ctx, "http://"+sinkAddr+"/stats", sink, 20*time.Second); err != nil {
-		return nil, err
+	if err := waitHTTP(ctx, "http://"+addr+"/stats", r.sink, 20*time.Second); err != nil {
+		return err
 	}
+	return nil
+}
 
-	// The workers.
-	tools := filepath.Join(dir, "tools.yaml")
-	if err := os.WriteFile(tools, []byte(fmt.Sprintf(`tools:
-  %s:
+// toolsFile is the workers' tools file: chaos_op, and the capped tool when
+// a share of the operations goes to it. Both are webhooks to the sink.
+func (r *chaosRun) toolsFile() string {
+	var b strings.Builder
+	b.WriteString("tools:\n")
+	tool := func(name, path, extra string) {
+		fmt.Fprintf(&b, `  %s:
     effect: webhook
     lease: %s
-    webhook:
-      url: http://%s/ops
+%s    webhook:
+      url: http://%s/%s
       allow_private: [127.0.0.1/32]
       timeout: %s
       retry: {max_attempts: 3, initial_interval: 20ms, max_interval: 200ms}
-`, toolName, cfg.lease, sinkAddr, cfg.hang+10*time.Second)), 0o644); err != nil {
-		return nil, err
+`, name, r.cfg.lease, extra, r.sinkAddr, path, r.cfg.hang+10*time.Second)
+	}
+	tool(toolName, "ops", "")
+	if r.cfg.cappedShare > 0 {
+		tool(cappedTool, "capped", "    max_in_flight: 1\n")
+	}
+	return b.String()
+}
+
+// toolCaps are the tools' max_in_flight, for the capped ones.
+func (r *chaosRun) toolCaps() map[string]int {
+	if r.cfg.cappedShare > 0 {
+		return map[string]int{cappedTool: 1}
+	}
+	return nil
+}
+
+// startWorkers writes the tools file and starts the supervised workers, one
+// at a time: the first creates the stream, consumer and bucket alone. Every
+// start of a worker is a holder of its own name (see supervisor).
+func (r *chaosRun) startWorkers(ctx context.Context) error {
+	cfg := r.cfg
+	tools := filepath.Join(r.dir, "tools.yaml")
+	if err := os.WriteFile(tools, []byte(r.toolsFile()), 0o644); err != nil {
+		return err
 	}
 	replicas := "1"
 	if cfg.cluster {
 		replicas = "3"
 	}
-	wctx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWorkers()
-	sups := make([]*supervisor, cfg.workers)
-	var swg sync.WaitGroup
-	stopAll := func() {
-		stopWorkers()
-		for _, s := range sups {
-			if s != nil {
-				s.p.stop(10 * time.Second)
-			}
-		}
-		swg.Wait()
-		for _, s := range sups { // one may have been started while stopping
-			if s != nil {
-				s.p.stop(10 * time.Second)
-			}
-		}
-	}
-	defer stopAll()
-	for i := range sups {
-		name := fmt.Sprintf("w%d", i+1)
-		sups[i] = &supervisor{delay: 500 * time.Millisecond, p: &proc{
-			name: name, path: filepath.Join(cfg.binDir, "worker"), log: filepath.Join(dir, name+".log"),
+	spawn := func(holder string) *proc {
+		return &proc{name: holder, path: filepath.Join(cfg.binDir, "worker"), log: filepath.Join(r.dir, holder+".log"),
 			args: []string{
-				"--nats-url", natsURL, "--holder", name, "--tools", tools, "--replicas", replicas,
+				"--nats-url", r.natsURL, "--holder", holder, "--tools", tools, "--replicas", replicas,
 				"--ack-wait", cfg.ackWait.String(), "--dup-window", cfg.dupWindow.String(),
 				"--concurrency", fmt.Sprint(cfg.concurrency), "--ledger-batch", fmt.Sprint(cfg.ledgerBatch), "--retry-delay", "200ms", "--max-retry-delay", "2s",
 				"--drain-timeout", "5s", "--log-level", "info",
-			},
-		}}
-		swg.Add(1)
+			}}
+	}
+	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	r.stopWorkers = stop
+	r.sups = make([]*supervisor, cfg.workers)
+	for i := range r.sups {
+		s := &supervisor{name: fmt.Sprintf("w%d", i+1), delay: 500 * time.Millisecond, spawn: spawn}
+		r.sups[i] = s
+		r.swg.Add(1)
 		go func() {
-			defer swg.Done()
-			if err := sups[i].run(wctx); err != nil {
-				logf("worker %s: %v", name, err)
+			defer r.swg.Done()
+			if err := s.run(wctx); err != nil {
+				r.logf("worker %s: %v", s.name, err)
 			}
 		}()
-		// The first worker creates the stream, consumer and bucket alone.
-		if err := waitLog(ctx, sups[i].p, "worker consuming", 60*time.Second); err != nil {
-			return nil, err
+		if err := waitLog(ctx, s, "worker consuming", 60*time.Second); err != nil {
+			return err
 		}
 	}
-	logf("%d workers consuming; sink on %s", cfg.workers, sinkAddr)
+	r.logf("%d workers consuming; sink on %s", cfg.workers, r.sinkAddr)
+	return nil
+}
 
-	// The load.
-	nc, err := nats.Connect(natsURL, nats.Name("idemgate-chaos"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(100*time.Millisecond), nats.Timeout(5*time.Second))
-	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w", natsURL, err)
+// stopAllWorkers stops the supervisors and their workers.
+func (r *chaosRun) stopAllWorkers() {
+	if r.stopWorkers == nil {
+		return
 	}
-	defer nc.Close()
-	cl, err := client.New(nc, client.WithKeySpec(toolName, intent.KeySpec{}))
-	if err != nil {
-		return nil, err
+	r.stopWorkers()
+	for _, s := range r.sups {
+		if s != nil {
+			s.stop(10 * time.Second)
+		}
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
+	r.swg.Wait()
+	for _, s := range r.sups { // one may have been started while stopping
+		if s != nil {
+			s.stop(10 * time.Second)
+		}
 	}
-	session := fmt.Sprintf("chaos-%d", cfg.seed)
-	ops, err := plan(cfg, session, rng)
-	if err != nil {
-		return nil, err
-	}
-	l := &loader{cfg: cfg, session: session, nc: nc, js: js, cl: cl, subject: cl.Names().IntentSubject(toolName)}
-	logf("load: %d operations, %d intents planned", len(ops), planned(ops))
+}
 
-	var (
-		evMu   sync.Mutex
-		events []event
-	)
-	record := func(e event) {
-		evMu.Lock()
-		events = append(events, e)
-		evMu.Unlock()
-		logf("fault: %s %s", e.Kind, e.Target)
+// connect connects the driver to JetStream and plans the load.
+func (r *chaosRun) connect(context.Context) error {
+	nc, err := nats.Connect(r.natsURL, nats.Name("idemgate-chaos"), nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond), nats.Timeout(5*time.Second), nats.ErrorHandler(r.asyncError))
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", r.natsURL, err)
 	}
-	fctx, stopFaults := context.WithCancel(ctx)
-	var fwg sync.WaitGroup
-	if cfg.killEvery > 0 {
-		fwg.Add(1)
-		go func() {
-			defer fwg.Done()
-			killWorkers(fctx, cfg, sups, rand.New(rand.NewPCG(cfg.seed+1, 7)), record)
-		}()
+	r.nc = nc
+	cl, err := client.New(nc, client.WithKeySpec(toolName, intent.KeySpec{}), client.WithKeySpec(cappedTool, intent.KeySpec{}))
+	if err != nil {
+		return err
 	}
-	if cfg.restartAt >= 0 {
-		fwg.Add(1)
-		go func() {
-			defer fwg.Done()
-			if err := restartJetStream(fctx, ctx, cfg, nodes, js, l, record); err != nil {
-				logf("JetStream restart: %v", err)
-			}
-		}()
+	if r.js, err = jetstream.New(nc); err != nil {
+		return err
 	}
-	if cfg.progressEach > 0 {
-		fwg.Add(1)
-		go func() {
-			defer fwg.Done()
-			t := time.NewTicker(cfg.progressEach)
-			defer t.Stop()
-			for {
-				select {
-				case <-fctx.Done():
-					return
-				case <-t.C:
-					logf("progress: %d published, %d answered, %d publish retries, %.0fs",
-						l.published.Load(), l.answered.Load(), l.retries.Load(), time.Since(began).Seconds())
-				}
-			}
-		}()
+	session := fmt.Sprintf("chaos-%d", r.cfg.seed)
+	if r.ops, err = plan(r.cfg, session, newRand(r.cfg.seed)); err != nil {
+		return err
 	}
-	l.run(ctx, ops)
+	r.loader = &loader{cfg: r.cfg, session: session, nc: nc, js: r.js, cl: cl}
+	r.logf("load: %d operations, %d intents planned", len(r.ops), planned(r.ops))
+	return nil
+}
+
+// asyncError notes an asynchronous error of the driver's connection (during
+// an outage, one per ledger watch): the first of each kind is logged, the
+// rest counted.
+func (r *chaosRun) asyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
+	msg := err.Error()
+	if i := strings.Index(msg, " for subscription on "); i >= 0 {
+		msg = msg[:i]
+	}
+	r.asyncMu.Lock()
+	defer r.asyncMu.Unlock()
+	if r.asyncErrs == nil {
+		r.asyncErrs = map[string]int{}
+	}
+	if r.asyncErrs[msg]++; r.asyncErrs[msg] == 1 {
+		r.logf("connection: %s (repeats are counted)", msg)
+	}
+}
+
+// load publishes every operation's copies and waits for their answers, with
+// the faults injected meanwhile.
+func (r *chaosRun) load(ctx context.Context) error {
+	stopFaults := r.startFaults(ctx)
+	r.loader.run(ctx, r.ops)
 	stopFaults()
-	fwg.Wait()
-	logf("load done: %d published, %d answered in %.0fs", l.published.Load(), l.answered.Load(), time.Since(began).Seconds())
+	l := r.loader
+	r.asyncMu.Lock()
+	r.logf("load done: %d published, %d answered in %.0fs; connection errors %v", l.published.Load(), l.answered.Load(), time.Since(r.began).Seconds(), r.asyncErrs)
+	r.asyncMu.Unlock()
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("run timed out during the load: %w", ctx.Err())
+		return fmt.Errorf("run timed out during the load: %w", ctx.Err())
 	}
+	return nil
+}
 
-	// Every copy gets an answer, at worst from the ledger.
-	sctx, cancel := context.WithTimeout(ctx, cfg.settle)
-	settled, open := l.settle(sctx, ops)
+// settle gives every copy still without an answer its answer from the
+// ledger, then reads every operation's record: it returns the records not
+// final, by status.
+func (r *chaosRun) settle(ctx context.Context) map[string]int {
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.settle)
+	settled, open := r.loader.settle(sctx, r.ops)
 	cancel()
-	logf("settled %d copies from the ledger, %d still open", settled, open)
-	gctx, cancel := context.WithTimeout(ctx, cfg.settle)
-	notFinal := l.ledgerCheck(gctx, ops)
-	cancel()
+	r.logf("settled %d copies from the ledger, %d still open", settled, open)
+	gctx, cancel := context.WithTimeout(ctx, r.cfg.settle)
+	defer cancel()
+	return r.loader.ledgerCheck(gctx, r.ops)
+}
 
-	// Stop everything so the sink's log is complete.
-	stopAll()
-	sink.stop(10 * time.Second)
-	reqs, err := readSinkLog(sinkLog)
+// judge stops every process, so that the logs are complete, and reconciles
+// them with the answers into the verdict.
+func (r *chaosRun) judge(notFinal map[string]int) (*Verdict, error) {
+	r.stopAllWorkers()
+	r.sink.stop(10 * time.Second)
+	reqs, err := readSinkLog(r.sinkLog)
 	if err != nil {
 		return nil, err
 	}
-	v := &Verdict{Mode: mode, Seed: cfg.seed, LedgerBatch: cfg.ledgerBatch, PublishDuplicate: int(l.dups.Load()), PublishRetries: int(l.retries.Load()),
+	l := r.loader
+	v := &Verdict{Mode: r.mode, Seed: r.cfg.seed, LedgerBatch: r.cfg.ledgerBatch, PublishDuplicate: int(l.dups.Load()), PublishRetries: int(l.retries.Load()),
 		FaultsByKind: map[string]int{}, LedgerNotFinal: notFinal, PublishErrors: l.pubErrors}
-	var logs []string
-	for _, s := range sups {
-		_, crashes := s.counts()
-		v.WorkerCrashes += crashes
-		v.LeaseTakeovers += countLines(s.p.log, "lease taken over")
-		logs = append(logs, s.p.log)
+	var logs []workerLog
+	for _, s := range r.sups {
+		v.WorkerCrashes += s.unexpectedExits()
+		for _, wl := range s.logs() {
+			v.LeaseTakeovers += countLines(wl.path, leaseTakenOverLine)
+			logs = append(logs, wl)
+		}
 	}
-	leases := readLeaseLog(logs)
-	v.LiveLeaseLosses = len(leases.lost)
-	evMu.Lock()
-	judge(v, ops, reqs, events, leases, cfg.allowOutage)
-	evMu.Unlock()
-	v.DurationSeconds = time.Since(began).Seconds()
+	r.evMu.Lock()
+	judge(v, runFacts{ops: r.ops, reqs: reqs, events: r.events, leases: readLeaseLog(logs),
+		concurrency: r.cfg.concurrency, caps: r.toolCaps(), allowOutage: r.cfg.allowOutage})
+	r.evMu.Unlock()
+	v.DurationSeconds = time.Since(r.began).Seconds()
 	if !v.OK {
-		keep = true
+		r.keep = true
 	}
-	if keep {
-		// For a post-mortem: the faults and every repeat, next to the logs.
-		for name, x := range map[string]any{"events.json": events, "repeats.json": v.repeats} {
+	if r.keep {
+		// For a post-mortem: the faults, every repeat and every record not
+		// final, next to the logs.
+		type notFinal struct {
+			Op     string `json:"op"`
+			Key    string `json:"key"`
+			Status string `json:"status"`
+			Holder string `json:"holder,omitempty"`
+		}
+		var nf []notFinal
+		for _, o := range r.ops {
+			if o.notFinal != "" {
+				nf = append(nf, notFinal{o.id, o.key, o.notFinal, o.recordHolder})
+			}
+		}
+		for name, x := range map[string]any{"events.json": r.events, "repeats.json": v.repeats, "not_final.json": nf} {
 			if b, err := json.MarshalIndent(x, "", "  "); err == nil {
-				_ = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+				_ = os.WriteFile(filepath.Join(r.dir, name), b, 0o644)
 			}
 		}
 	}
@@ -285,70 +396,6 @@ func planned(ops []*op) int {
 		n += len(o.copies)
 	}
 	return n
-}
-
-// killWorkers SIGKILLs a random worker every cfg.killEvery until ctx ends
-// (or cfg.maxKills is reached); its supervisor starts it again.
-func killWorkers(ctx context.Context, cfg config, sups []*supervisor, rng *rand.Rand, record func(event)) {
-	t := time.NewTicker(cfg.killEvery)
-	defer t.Stop()
-	for kills := 0; cfg.maxKills == 0 || kills < cfg.maxKills; kills++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s := sups[rng.IntN(len(sups))]
-		at := time.Now()
-		s.kill()
-		record(event{Kind: faultWorkerKill, Target: s.p.name, At: at, Until: time.Now()})
-	}
-}
-
-// restartJetStream waits until cfg.restartAt of the intents are published,
-// then SIGKILLs the JetStream process (with --cluster: the node leading the
-// intent stream), keeps it down for cfg.downFor and starts it again on the
-// same store. The restart itself runs under run, not ctx, so that a node is
-// never left down.
-func restartJetStream(ctx, run context.Context, cfg config, nodes []*natsNode, js jetstream.JetStream, l *loader, record func(event)) error {
-	threshold := int64(cfg.restartAt * float64(cfg.intents))
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for l.published.Load() < threshold {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-	victim, kind := nodes[0], faultJetStream
-	if len(nodes) > 1 {
-		kind, victim = faultNode, nodes[1]
-		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if s, err := js.Stream(ictx, l.cl.Names().Stream); err == nil && s.CachedInfo().Cluster != nil {
-			for _, n := range nodes {
-				if n.name == s.CachedInfo().Cluster.Leader {
-					victim = n
-				}
-			}
-		}
-		cancel()
-	}
-	at := time.Now()
-	victim.kill()
-	down := time.NewTimer(cfg.downFor)
-	select {
-	case <-run.Done():
-		down.Stop()
-	case <-down.C:
-	}
-	if err := victim.start(); err != nil {
-		return err
-	}
-	err := victim.ready(run, 2*time.Minute)
-	l.recovered.Store(time.Now().UnixNano())
-	record(event{Kind: kind, Target: victim.name, At: at, Until: time.Now()})
-	return err
 }
 
 // waitHTTP waits until url answers 200.
@@ -375,19 +422,26 @@ func waitHTTP(ctx context.Context, url string, p *proc, d time.Duration) error {
 	}
 }
 
-// waitLog waits until p's log holds line.
-func waitLog(ctx context.Context, p *proc, line string, d time.Duration) error {
+// waitLog waits until the log of s's current start holds line.
+func waitLog(ctx context.Context, s *supervisor, line string, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if b, err := os.ReadFile(p.log); err == nil && bytes.Contains(b, []byte(line)) {
-			return nil
+		p := s.current()
+		if p != nil {
+			if b, err := os.ReadFile(p.log); err == nil && bytes.Contains(b, []byte(line)) {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s did not log %q within %s (see %s)", p.name, line, d, p.log)
+			where := s.name
+			if p != nil {
+				where = p.log
+			}
+			return fmt.Errorf("%s did not log %q within %s (see %s)", s.name, line, d, where)
 		case <-t.C:
 		}
 	}

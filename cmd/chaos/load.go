@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -17,8 +18,11 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// toolName is the one tool of a chaos run: a webhook to the sink.
-const toolName = "chaos_op"
+// The tools of a chaos run, both webhooks to the sink.
+const (
+	toolName   = "chaos_op"     // most operations
+	cappedTool = "chaos_capped" // --capped-share of them: max_in_flight 1, so it is under back-pressure
+)
 
 // Duplicate kinds: how the copies of one operation are sent.
 const (
@@ -70,14 +74,21 @@ type op struct {
 	id     string
 	n      int
 	kind   string
+	tool   string // toolName or cappedTool
 	key    string
 	fp     string
 	args   json.RawMessage
 	copies []copyOut
+	// recordHolder is the holder of the key's ledger record after the run
+	// ("" when unread): who recorded the outcome.
+	recordHolder string
+	// notFinal is the status of the key's ledger record after the run when
+	// it is not final (absent, unreadable, pending, …); "" otherwise.
+	notFinal string
 }
 
 func (o *op) envelope(session, callID string) *intent.Envelope {
-	return &intent.Envelope{Tool: toolName, Args: append(json.RawMessage(nil), o.args...), Session: session, CallID: callID}
+	return &intent.Envelope{Tool: o.tool, Args: append(json.RawMessage(nil), o.args...), Session: session, CallID: callID}
 }
 
 // plan draws the operations of a run: enough that their copies add up to at
@@ -86,9 +97,12 @@ func plan(cfg config, session string, rng *rand.Rand) ([]*op, error) {
 	var ops []*op
 	for total := 0; total < cfg.intents; {
 		n := len(ops)
-		o := &op{id: fmt.Sprintf("op-%07d", n), n: n, kind: kindSingle}
+		o := &op{id: fmt.Sprintf("op-%07d", n), n: n, kind: kindSingle, tool: toolName}
 		if rng.Float64() >= cfg.singleShare {
 			o.kind = dupKinds[rng.IntN(len(dupKinds))]
+		}
+		if cfg.cappedShare > 0 && rng.Float64() < cfg.cappedShare {
+			o.tool = cappedTool
 		}
 		copies := 1
 		switch o.kind {
@@ -118,13 +132,13 @@ type loader struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	cl      *client.Client
-	subject string
 
 	published atomic.Int64
 	answered  atomic.Int64
 	retries   atomic.Int64
 	dups      atomic.Int64 // publishes acknowledged as duplicates
 	recovered atomic.Int64 // unix nanos: when the last JetStream restart was ready
+	nodesDown atomic.Bool  // a node fault is in progress
 
 	errMu     sync.Mutex
 	pubErrors map[string]int // publish errors that were retried, by message
@@ -158,9 +172,7 @@ func (l *loader) run(ctx context.Context, ops []*op) {
 		go func() {
 			defer dwg.Done()
 			for d := range delayed {
-				if l.waitPastWindow(ctx, d.at) {
-					l.keyedCopy(ctx, d.o, 1, "")
-				}
+				l.keyedCopy(ctx, d.o, 1, "", func(ctx context.Context) bool { return l.waitPastWindow(ctx, d.at) })
 			}
 		}()
 	}
@@ -174,19 +186,19 @@ func (l *loader) run(ctx context.Context, ops []*op) {
 			for o := range work {
 				switch o.kind {
 				case kindSingle:
-					l.keyedCopy(ctx, o, 0, "")
+					l.keyedCopy(ctx, o, 0, "", nil)
 				case kindSequential:
 					for i := range o.copies {
-						l.keyedCopy(ctx, o, i, "")
+						l.keyedCopy(ctx, o, i, "", nil)
 					}
 				case kindConcurrent:
-					l.parallel(len(o.copies), func(i int) { l.keyedCopy(ctx, o, i, "") })
+					l.parallel(len(o.copies), func(i int) { l.keyedCopy(ctx, o, i, "", nil) })
 				case kindNoMsgID:
 					l.parallel(len(o.copies), func(i int) { l.rawCopy(ctx, o, i, false) })
 				case kindBatch:
 					l.batch(ctx, o)
 				case kindDelayed:
-					l.keyedCopy(ctx, o, 0, "")
+					l.keyedCopy(ctx, o, 0, "", nil)
 					// The publish-dedup window runs from when the server
 					// stored the first copy: before its acknowledgement.
 					if o.copies[0].Published {
@@ -224,15 +236,24 @@ func (l *loader) parallel(n int, f func(i int)) {
 // acknowledged at acked has surely passed, and reports false if ctx ended
 // first. A restarted server rebuilds its dedup table from the stored
 // messages and expires it one window after the restart, so a restart after
-// acked moves the wait.
+// acked moves the wait, and no wait ends while a node is down.
 func (l *loader) waitPastWindow(ctx context.Context, acked time.Time) bool {
 	for {
+		for l.nodesDown.Load() {
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return false
+			case <-t.C:
+			}
+		}
 		from := acked
 		if r := time.Unix(0, l.recovered.Load()); r.After(from) {
 			from = r
 		}
 		wait := time.Until(from.Add(l.cfg.dupWindow + time.Second))
-		if wait <= 0 {
+		if wait <= 0 && !l.nodesDown.Load() {
 			return true
 		}
 		t := time.NewTimer(wait)
@@ -245,11 +266,15 @@ func (l *loader) waitPastWindow(ctx context.Context, acked time.Time) bool {
 	}
 }
 
-// retry runs publish until it succeeds, for up to answerWait.
-func (l *loader) retry(ctx context.Context, publish func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.answerWait)
+// retry runs publish until it succeeds, for up to the answer budget. A
+// gate, when given, is passed before every attempt (false: give up).
+func (l *loader) retry(ctx context.Context, gate func(context.Context) bool, publish func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.answerBudget())
 	defer cancel()
 	for {
+		if gate != nil && !gate(ctx) {
+			return fmt.Errorf("waiting past the publish-dedup window: %w", context.Cause(ctx))
+		}
 		pctx, pcancel := context.WithTimeout(ctx, publishAttempt)
 		err := publish(pctx)
 		pcancel()
@@ -272,11 +297,12 @@ func (l *loader) retry(ctx context.Context, publish func(ctx context.Context) er
 }
 
 // keyedCopy publishes copy i with the client (Nats-Msg-Id = key) and waits
-// for its answer.
-func (l *loader) keyedCopy(ctx context.Context, o *op, i int, callID string) {
+// for its answer. A gate, when given, is passed before every publish attempt
+// (false: give the copy up).
+func (l *loader) keyedCopy(ctx context.Context, o *op, i int, callID string, gate func(context.Context) bool) {
 	c := &o.copies[i]
 	var sub *client.Submission
-	err := l.retry(ctx, func(ctx context.Context) error {
+	err := l.retry(ctx, gate, func(ctx context.Context) error {
 		var err error
 		sub, err = l.cl.Publish(ctx, o.envelope(l.session, callID))
 		return err
@@ -290,7 +316,7 @@ func (l *loader) keyedCopy(ctx context.Context, o *op, i int, callID string) {
 	if sub.Duplicate {
 		l.dups.Add(1)
 	}
-	wctx, cancel := context.WithTimeout(ctx, l.cfg.answerWait)
+	wctx, cancel := context.WithTimeout(ctx, l.cfg.answerBudget())
 	defer cancel()
 	res, err := sub.Wait(wctx)
 	if err != nil {
@@ -313,7 +339,7 @@ func (l *loader) newOwn(o *op, callID string) (*own, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &own{msg: nats.NewMsg(l.subject), ch: make(chan *nats.Msg, 4)}
+	w := &own{msg: nats.NewMsg(l.cl.Names().IntentSubject(o.tool)), ch: make(chan *nats.Msg, 4)}
 	w.msg.Data = data
 	inbox := l.nc.NewRespInbox()
 	if w.sub, err = l.nc.ChanSubscribe(inbox, w.ch); err != nil {
@@ -334,7 +360,7 @@ func (l *loader) rawCopy(ctx context.Context, o *op, i int, withID bool) {
 	}
 	defer func() { _ = w.sub.Unsubscribe() }()
 	var ack *jetstream.PubAck
-	err = l.retry(ctx, func(ctx context.Context) error {
+	err = l.retry(ctx, nil, func(ctx context.Context) error {
 		var opts []jetstream.PublishOpt
 		if withID {
 			opts = append(opts, jetstream.WithMsgID(o.key))
@@ -382,7 +408,7 @@ func (l *loader) batch(ctx context.Context, o *op) {
 			t.Stop()
 		}
 		if ack == nil { // the async publish failed: publish again, the same message id
-			err := l.retry(ctx, func(ctx context.Context) error {
+			err := l.retry(ctx, nil, func(ctx context.Context) error {
 				var err error
 				ack, err = l.js.PublishMsg(ctx, w.msg, jetstream.WithMsgID(o.key))
 				return err
@@ -410,7 +436,7 @@ func (l *loader) sent(ctx context.Context, o *op, c *copyOut, w *own, ack *jetst
 // await waits for the pushed reply (unless the publish was a duplicate,
 // which no worker sees), then watches the ledger key.
 func (l *loader) await(ctx context.Context, o *op, c *copyOut, w *own) {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.answerWait)
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.answerBudget())
 	defer cancel()
 	if !c.Duplicate {
 		t := time.NewTimer(replyGrace)
@@ -441,52 +467,83 @@ func (l *loader) await(ctx context.Context, o *op, c *copyOut, w *own) {
 }
 
 // settle answers every published copy still without an answer from the
-// ledger record of its key, watching it until the record is final or ctx
-// ends.
+// ledger record of its key: first by reading every such key (32 at a time),
+// then, for the keys whose record is not answered yet, by watching them all
+// at once until they are or ctx ends, so that no key that never gets a
+// record keeps another from being watched.
 func (l *loader) settle(ctx context.Context, ops []*op) (settled, open int) {
-	type item struct {
-		o *op
-		c *copyOut
-	}
-	var todo []item
+	var todo []*op
 	for _, o := range ops {
-		for i := range o.copies {
-			if c := &o.copies[i]; c.Published && c.Status == "" {
-				todo = append(todo, item{o, c})
-			}
+		if o.unanswered() > 0 {
+			todo = append(todo, o)
 		}
 	}
-	work := make(chan item)
-	var wg sync.WaitGroup
 	var mu sync.Mutex
+	answer := func(o *op, rec dedup.Record, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range o.copies {
+			c := &o.copies[i]
+			if !c.Published || c.Status != "" {
+				continue
+			}
+			if err != nil {
+				c.Err = "settle: " + err.Error()
+				open++
+				continue
+			}
+			c.setRecord(o, rec, "settle")
+			settled++
+		}
+	}
+	var waiting []*op
+	work := make(chan *op)
+	var wg sync.WaitGroup
 	for range min(32, max(1, len(todo))) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for it := range work {
-				rec, err := l.cl.Watch(ctx, it.o.key)
-				mu.Lock()
-				if err != nil {
-					it.c.Err = "settle: " + err.Error()
-					open++
-				} else {
-					it.c.setRecord(it.o, rec, "settle")
-					settled++
+			for o := range work {
+				if rec, err := l.cl.Get(ctx, o.key); err == nil && rec.Status.Answered() {
+					answer(o, rec, nil)
+					continue
 				}
+				mu.Lock()
+				waiting = append(waiting, o)
 				mu.Unlock()
 			}
 		}()
 	}
-	for _, it := range todo {
-		work <- it
+	for _, o := range todo {
+		work <- o
 	}
 	close(work)
+	wg.Wait()
+	for _, o := range waiting {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec, err := l.cl.Watch(ctx, o.key)
+			answer(o, rec, err)
+		}()
+	}
 	wg.Wait()
 	return settled, open
 }
 
-// ledgerCheck reads the ledger record of every operation that was published
-// and returns how many are not final, by status.
+// unanswered counts o's published copies without an answer.
+func (o *op) unanswered() int {
+	n := 0
+	for _, c := range o.copies {
+		if c.Published && c.Status == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// ledgerCheck reads the ledger record of every operation that was published,
+// notes who recorded it, and returns how many are not final, by status.
 func (l *loader) ledgerCheck(ctx context.Context, ops []*op) map[string]int {
 	out := map[string]int{}
 	var mu sync.Mutex
@@ -499,12 +556,17 @@ func (l *loader) ledgerCheck(ctx context.Context, ops []*op) map[string]int {
 			for o := range work {
 				rec, err := l.cl.Get(ctx, o.key)
 				status := string(rec.Status)
-				if err != nil {
+				switch {
+				case errors.Is(err, client.ErrNotFound):
+					status = "absent"
+				case err != nil:
 					status = "unreadable"
 				}
+				o.recordHolder = rec.Holder
 				if err == nil && rec.Status.Final() {
 					continue
 				}
+				o.notFinal = status
 				mu.Lock()
 				out[status]++
 				mu.Unlock()

@@ -2,17 +2,21 @@
 //
 // It runs a real JetStream (one nats-server process, or three clustered with
 // --cluster), a webhook sink that logs every request with its
-// Idempotency-Key (cmd/sink), and several worker processes; publishes a load
-// of tool intents with many kinds of duplicates; injects faults while the
-// load runs (workers SIGKILLed and restarted, the JetStream process or one
-// cluster node SIGKILLed and restarted on its store, effects that hang past
-// their lease, a sink that fails at random); then makes sure every copy has
-// an answer (or its key a final ledger record) and reconciles the answers
-// with the requests the sink saw. It prints a verdict (--json for JSON) and
-// exits 1 when the verdict has a violation, 2 when the run itself failed.
+// Idempotency-Key, Idem-Holder and Idem-Attempt (cmd/sink), and several
+// worker processes, each start of one a holder of its own name; publishes a
+// load of tool intents with many kinds of duplicates (a share of them to a
+// second tool capped at one in flight); injects faults while the load runs
+// (workers SIGKILLed and restarted, the JetStream process or one cluster
+// node SIGKILLed and restarted on its store, a ledger outage longer than the
+// workers' record-retry budget, effects that hang past their lease, a sink
+// that fails at random); then makes sure every copy has an answer (or its
+// key a final ledger record) and reconciles the answers with the requests
+// the sink saw and the workers' logs. It prints a verdict (--json for JSON)
+// and exits 1 when the verdict has a violation, 2 when the run itself
+// failed.
 //
 //	chaos --intents 100000                 single node, every fault
-//	chaos --intents 100000 --cluster       three nodes, R3, one node killed mid-load
+//	chaos --intents 100000 --cluster       three nodes, R3, one node killed mid-load, then two for the outage
 package main
 
 import (
@@ -51,6 +55,9 @@ type config struct {
 	maxKills     int
 	restartAt    float64
 	downFor      time.Duration
+	outageAt     float64
+	outageFor    time.Duration
+	cappedShare  float64
 	failRate     float64
 	hangRate     float64
 	hang         time.Duration
@@ -101,6 +108,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// answerBudget is how long one copy may take to be published and answered
+// during the load: --answer-wait, plus the ledger outage when there is one
+// (a copy caught by it waits it out).
+func (c config) answerBudget() time.Duration {
+	if c.outageAt >= 0 {
+		return c.answerWait + c.outageFor
+	}
+	return c.answerWait
+}
+
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
@@ -119,11 +136,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.sync, "sync", "always", "JetStream sync_interval: always, or an interval like 2m (the server's default)")
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed (0: from the clock)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print the verdict as JSON")
-	fs.BoolVar(&c.allowOutage, "allow-outage-repeats", false, "accept repeats (same key) whose holder lost its lease while JetStream was unreachable; they are still counted and reported")
+	fs.BoolVar(&c.allowOutage, "allow-outage-repeats", false, "accept repeats (same key, higher attempt) whose holder logged it was cut off from the ledger past its lease deadline; they are still counted and reported")
 	fs.DurationVar(&c.killEvery, "kill-every", 4*time.Second, "SIGKILL a random worker this often (0: never)")
 	fs.IntVar(&c.maxKills, "max-kills", 0, "stop killing workers after this many (0: no limit)")
 	fs.Float64Var(&c.restartAt, "restart-at", 0.5, "SIGKILL and restart JetStream (one node with --cluster) when this share of the intents is published (negative: never)")
 	fs.DurationVar(&c.downFor, "down-for", 2*time.Second, "how long the killed JetStream process stays down")
+	fs.Float64Var(&c.outageAt, "outage-at", 0.25, "take the ledger down for --outage-for when this share of the intents is published: the JetStream process, or with --cluster two of the three nodes (no quorum) (negative: never)")
+	fs.DurationVar(&c.outageFor, "outage-for", 75*time.Second, "how long the ledger outage lasts: longer than the workers' one-minute record-retry budget")
+	fs.Float64Var(&c.cappedShare, "capped-share", 0.1, "share of the operations sent to a second tool, "+cappedTool+", with max_in_flight: 1 (0: none)")
 	fs.Float64Var(&c.failRate, "fail-rate", 0.05, "share of sink requests answered 503")
 	fs.Float64Var(&c.hangRate, "hang-rate", 0.003, "share of sink requests that hang for --hang")
 	fs.DurationVar(&c.hang, "hang", 5*time.Second, "how long a hanging request hangs (more than --lease)")
@@ -159,6 +179,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	check(c.ackWait >= time.Second, "--ack-wait %s: use at least 1s", c.ackWait)
 	check(c.dupWindow >= time.Second, "--dup-window %s: use at least 1s", c.dupWindow)
 	check(c.restartAt < 1, "--restart-at %v: use a share below 1, or negative for never", c.restartAt)
+	check(c.outageAt < 1, "--outage-at %v: use a share below 1, or negative for never", c.outageAt)
+	check(c.outageAt < 0 || c.outageFor >= time.Second, "--outage-for %s: use at least 1s", c.outageFor)
+	check(c.cappedShare >= 0 && c.cappedShare <= 0.5, "--capped-share %v: use [0, 0.5]", c.cappedShare)
 	check(c.answerWait > 0 && c.settle > 0 && c.timeout > 0, "--answer-wait, --settle and --timeout must be positive")
 	if err := errors.Join(errs...); err != nil {
 		return c, err

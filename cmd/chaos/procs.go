@@ -63,6 +63,21 @@ func (p *proc) start() error {
 	return nil
 }
 
+// running reports whether the process was started and has not exited.
+func (p *proc) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
 // exited returns a channel closed when the current run of the process ends.
 func (p *proc) exited() <-chan struct{} {
 	p.mu.Lock()
@@ -197,31 +212,39 @@ func buildNATSServer(ctx context.Context, dir string) (string, error) {
 	return out, nil
 }
 
-// supervise keeps p running until ctx ends: whenever it exits it is started
-// again after delay. A run that ends without kill having been called for it
-// is counted in unexpected.
+// supervisor keeps one worker running until ctx ends: whenever it exits it
+// is started again after delay, as a new holder. Each start is its own
+// process with its own holder name and log: w2.3 is the third start of
+// worker w2, logging to w2.3.log. A run that ends without kill having been
+// called for it is counted in crashes.
 type supervisor struct {
-	p       *proc
-	delay   time.Duration
+	name  string                    // the worker, e.g. w2
+	delay time.Duration             // before a restart
+	spawn func(holder string) *proc // the process of one start, named holder
+
 	mu      sync.Mutex
+	runs    []*proc // every start, the current one last
 	killing bool
-	starts  int
 	crashes int
 }
+
+// holderName is the holder name of start n (1-based) of worker name.
+func holderName(name string, n int) string { return fmt.Sprintf("%s.%d", name, n) }
 
 func (s *supervisor) run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		s.mu.Lock()
+		p := s.spawn(holderName(s.name, len(s.runs)+1))
+		s.runs = append(s.runs, p)
 		s.killing = false
-		s.starts++
 		s.mu.Unlock()
-		if err := s.p.start(); err != nil {
+		if err := p.start(); err != nil {
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.p.exited():
+		case <-p.exited():
 		}
 		s.mu.Lock()
 		if !s.killing {
@@ -239,18 +262,56 @@ func (s *supervisor) run(ctx context.Context) error {
 	return nil
 }
 
-// kill SIGKILLs the supervised process; the supervisor starts it again.
-func (s *supervisor) kill() {
-	s.mu.Lock()
-	s.killing = true
-	s.mu.Unlock()
-	s.p.kill()
-}
-
-// counts returns how often the process was started and how often it exited
-// without being killed.
-func (s *supervisor) counts() (starts, crashes int) {
+// current is the latest start, or nil before the first.
+func (s *supervisor) current() *proc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.starts, s.crashes
+	if len(s.runs) == 0 {
+		return nil
+	}
+	return s.runs[len(s.runs)-1]
+}
+
+// kill SIGKILLs the running worker (the supervisor starts it again as a new
+// holder) and returns the holder it killed; ok is false when none was
+// running.
+func (s *supervisor) kill() (holder string, ok bool) {
+	s.mu.Lock()
+	var p *proc
+	if len(s.runs) > 0 {
+		p = s.runs[len(s.runs)-1]
+	}
+	if p == nil || !p.running() {
+		s.mu.Unlock()
+		return "", false
+	}
+	s.killing = true
+	s.mu.Unlock()
+	p.kill()
+	return p.name, true
+}
+
+// stop stops the running worker, if any, with SIGTERM.
+func (s *supervisor) stop(d time.Duration) {
+	if p := s.current(); p != nil {
+		p.stop(d)
+	}
+}
+
+// logs returns the log of every start, with its holder name.
+func (s *supervisor) logs() []workerLog {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]workerLog, len(s.runs))
+	for i, p := range s.runs {
+		out[i] = workerLog{holder: p.name, path: p.log}
+	}
+	return out
+}
+
+// unexpectedExits is how often the worker exited without being killed.
+func (s *supervisor) unexpectedExits() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.crashes
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"os"
 	"slices"
 	"sort"
@@ -16,17 +18,33 @@ import (
 
 // Fault kinds.
 const (
-	faultWorkerKill   = "worker_kill"       // a worker SIGKILLed (and restarted)
-	faultJetStream    = "jetstream_restart" // the JetStream process SIGKILLed and restarted on its store
-	faultNode         = "node_restart"      // one cluster node SIGKILLed and restarted on its store
-	faultHang         = "effect_hang"       // a sink request that hung past the lease
-	faultSink5xx      = "sink_5xx"          // a sink request answered 503
-	faultSinkAbandon  = "sink_abandoned"    // a hanging request whose caller went away (killed worker)
-	crashWindowSlack  = 100 * time.Millisecond
-	exampleRepeatsMax = 20
+	faultWorkerKill    = "worker_kill"       // a worker SIGKILLed (and restarted as a new holder)
+	faultJetStream     = "jetstream_restart" // the JetStream process SIGKILLed and restarted on its store
+	faultNode          = "node_restart"      // one cluster node SIGKILLed and restarted on its store
+	faultLedgerOutage  = "ledger_outage"     // JetStream (single) or a quorum of nodes (cluster) down past the record-retry budget
+	faultHang          = "effect_hang"       // a sink request that hung past the lease
+	faultSink5xx       = "sink_5xx"          // a sink request answered 503
+	faultSinkAbandon   = "sink_abandoned"    // a hanging request whose caller went away (killed worker)
+	crashWindowSlack   = 100 * time.Millisecond
+	exampleRepeatsMax  = 20
+	cutOffLine         = "ledger unreachable past the lease deadline"
+	leaseLostLine      = "lease lost"
+	leaseTakenOverLine = "lease taken over"
 )
 
-// event is one injected process fault; an outage lasts from At to Until.
+// Causes of a repeat, from the facts of its two firings.
+const (
+	causeCrash        = "worker_kill"        // the earlier firing's holder was killed between the two
+	causeCutOff       = "ledger_outage"      // the earlier firing's holder logged it was cut off from the ledger between the two
+	causePhantom      = "phantom_lease_loss" // the earlier holder, alive, was told its lease was lost before anyone took it over
+	causeSameAttempt  = "same_attempt"       // the later firing's claim number is not higher
+	causeUnattributed = "unattributed"       // a firing without holder or attempt
+	causeUnexplained  = "unexplained"        // the earlier holder was alive and connected throughout
+)
+
+// event is one injected process fault; an outage lasts from At to Until. A
+// worker kill's Target is the holder it killed (e.g. w2.3, the third start
+// of worker 2).
 type event struct {
 	Kind   string    `json:"kind"`
 	Target string    `json:"target"`
@@ -39,6 +57,9 @@ type request struct {
 	Time    time.Time       `json:"time"`     // answered
 	Arrived time.Time       `json:"received"` // arrived
 	Key     string          `json:"key"`
+	Tool    string          `json:"tool"`
+	Holder  string          `json:"holder"`  // Idem-Holder: the worker that fired
+	Attempt int             `json:"attempt"` // Idem-Attempt: its claim number
 	Status  int             `json:"status"`
 	Hung    bool            `json:"hung"`
 	Payload json.RawMessage `json:"payload"`
@@ -80,16 +101,47 @@ func parseSinkLog(r io.Reader) ([]request, error) {
 type Repeat struct {
 	Op       string      `json:"op"`
 	Key      string      `json:"key"`
+	Tool     string      `json:"tool"`
 	Firings  int         `json:"firings"`
 	SameKey  bool        `json:"same_key"`
-	Cause    string      `json:"cause"` // worker_kill, ledger_outage or unexplained
-	Times    []time.Time `json:"times"` // when each firing's request arrived
+	Cause    string      `json:"cause"`          // the least explained of its firings: worker_kill, ledger_outage, phantom_lease_loss, same_attempt, unattributed, unexplained
+	Kill     string      `json:"kill,omitempty"` // the holder whose kill explains it (worker_kill)
+	Times    []time.Time `json:"times"`          // when each firing's request arrived
+	Holders  []string    `json:"holders"`        // each firing's holder
+	Attempts []int       `json:"attempts"`       // each firing's claim number
 	Requests int         `json:"requests"`
+}
+
+// KillRepeats is what one worker kill explains: its crash-window repeats,
+// and how many it could explain at most.
+type KillRepeats struct {
+	Holder  string    `json:"holder"`
+	At      time.Time `json:"at"`
+	Repeats int       `json:"repeats"`
+	// Bound is what the holder could have had fired and not recorded when
+	// it died: per tool, the fewer of its in-flight cap (the worker's
+	// --concurrency, or the tool's max_in_flight) and the operations the
+	// sink saw it start whose final record is not its own; at most the
+	// worker's concurrency in all.
+	Bound int `json:"bound"`
+	// Unrecorded is the operations the sink saw it start whose final record
+	// is not its own.
+	Unrecorded int `json:"started_not_recorded"`
+}
+
+// ToolCounts is the part of the verdict about one tool.
+type ToolCounts struct {
+	Operations int `json:"operations"`
+	Fired      int `json:"fired"`
+	Lost       int `json:"lost"`
+	Unanswered int `json:"unanswered_copies"`
+	Repeats    int `json:"fired_more_than_once"`
 }
 
 // Verdict is what a run showed. Every count is over the whole run.
 type Verdict struct {
 	Mode             string         `json:"mode"`
+	Concurrency      int            `json:"worker_concurrency"` // intents one worker handles at once
 	Seed             uint64         `json:"seed"`
 	LedgerBatch      int            `json:"ledger_batch"` // the workers' --ledger-batch; 0: off
 	DurationSeconds  float64        `json:"duration_seconds"`
@@ -114,21 +166,29 @@ type Verdict struct {
 	Unanswered      int            `json:"unanswered_copies"`
 	LedgerNotFinal  map[string]int `json:"ledger_not_final"`
 
-	SinkRequests      int `json:"sink_requests"`
-	EffectsObserved   int `json:"effects_observed"` // 2xx requests
-	OperationsFired   int `json:"operations_fired"`
-	LostOperations    int `json:"lost_operations"`               // no firing and no answer at all
-	NeverFired        int `json:"operations_answered_not_fired"` // no firing, answered failed, conflict, …
-	CompletedNotFired int `json:"completed_without_firing"`
-	FiredMoreThanOnce int `json:"operations_fired_more_than_once"`
-	ExtraFirings      int `json:"extra_firings"`
-	RepeatsCrash      int `json:"repeats_in_crash_window"`
-	RepeatsOutage     int `json:"repeats_after_ledger_outage"`
-	RepeatsOtherKey   int `json:"repeats_with_other_keys"`
-	RepeatsUnexplain  int `json:"repeats_unexplained"`
-	RepeatsPhantom    int `json:"repeats_after_phantom_lease_loss"` // the holder was told its lease was lost before anyone took it over
-	KeyMismatches     int `json:"requests_with_wrong_key"`
-	ForeignRequests   int `json:"requests_of_no_operation"`
+	SinkRequests      int                   `json:"sink_requests"`
+	EffectsObserved   int                   `json:"effects_observed"` // 2xx requests
+	OperationsFired   int                   `json:"operations_fired"`
+	ByTool            map[string]ToolCounts `json:"by_tool"`
+	LostOperations    int                   `json:"lost_operations"`               // no firing and no answer at all
+	NeverFired        int                   `json:"operations_answered_not_fired"` // no firing, answered failed, conflict, …
+	CompletedNotFired int                   `json:"completed_without_firing"`
+	FiredMoreThanOnce int                   `json:"operations_fired_more_than_once"`
+	ExtraFirings      int                   `json:"extra_firings"`
+	RepeatsCrash      int                   `json:"repeats_in_crash_window"`
+	RepeatsOutage     int                   `json:"repeats_after_ledger_outage"`
+	RepeatsOtherKey   int                   `json:"repeats_with_other_keys"`
+	RepeatsSameAtt    int                   `json:"repeats_with_same_attempt"`
+	RepeatsUnexplain  int                   `json:"repeats_unexplained"`
+	RepeatsPhantom    int                   `json:"repeats_after_phantom_lease_loss"` // the holder was told its lease was lost before anyone took it over
+	KeyMismatches     int                   `json:"requests_with_wrong_key"`
+	ForeignRequests   int                   `json:"requests_of_no_operation"`
+	Unattributed      int                   `json:"requests_without_holder_or_attempt"`
+
+	CrashPerKill    []KillRepeats `json:"crash_repeats_per_kill"` // the kills that explain a repeat
+	CrashMaxPerKill int           `json:"crash_repeats_max_per_kill"`
+	CrashMaxBound   int           `json:"crash_repeats_bound_of_that_kill"`
+	crashMax        KillRepeats   // the kill with the most
 
 	DisagreeingAnswers int            `json:"disagreeing_answers"`
 	UnexpectedAnswers  map[string]int `json:"unexpected_answers"` // status/code → copies
@@ -139,24 +199,35 @@ type Verdict struct {
 	OK         bool     `json:"ok"`
 }
 
-// judge reconciles the copies' answers with the sink's requests and the
-// injected faults.
-//
-// leases is what the worker logs say: a repeat whose holder logged that it
-// lost its lease while alive is not the crash window, and one whose holder
-// was told so before anyone took over is a lease lost to its own write.
-func judge(v *Verdict, ops []*op, reqs []request, events []event, leases leaseLog, allowOutage bool) {
+// runFacts is what a run is judged from.
+type runFacts struct {
+	ops    []*op
+	reqs   []request
+	events []event
+	leases leaseLog
+	// concurrency is the intents one worker handles at once (--concurrency).
+	concurrency int
+	// caps are the tools' max_in_flight, for the capped ones.
+	caps map[string]int
+	// allowOutage accepts repeats explained by a holder's cut-off line.
+	allowOutage bool
+}
+
+// judge reconciles the copies' answers with the sink's requests, the worker
+// logs and the injected faults.
+func judge(v *Verdict, f runFacts) {
 	v.DuplicatesByKind = map[string]int{}
 	v.AnswersByRoute = map[string]int{}
 	v.UnexpectedAnswers = map[string]int{}
+	v.ByTool = map[string]ToolCounts{}
 	if v.FaultsByKind == nil {
 		v.FaultsByKind = map[string]int{}
 	}
-	for _, e := range events {
+	for _, e := range f.events {
 		v.FaultsByKind[e.Kind]++
 	}
 	byOp := map[string][]request{}
-	for _, q := range reqs {
+	for _, q := range f.reqs {
 		v.SinkRequests++
 		switch {
 		case q.ok():
@@ -169,12 +240,18 @@ func judge(v *Verdict, ops []*op, reqs []request, events []event, leases leaseLo
 		if q.Hung {
 			v.FaultsByKind[faultHang]++
 		}
+		if q.Holder == "" || q.Attempt < 1 {
+			v.Unattributed++
+		}
 		byOp[q.op] = append(byOp[q.op], q)
 	}
+	v.LiveLeaseLosses = f.leases.lostKeys()
+	v.Concurrency = f.concurrency
+	a := attribution{facts: f, perKill: map[int]int{}}
 	known := map[string]bool{}
-	for _, o := range ops {
+	for _, o := range f.ops {
 		known[o.id] = true
-		var published, answered int
+		var published, answered, unanswered int
 		completed := map[string]bool{}
 		for _, c := range o.copies {
 			if !c.Published {
@@ -184,7 +261,7 @@ func judge(v *Verdict, ops []*op, reqs []request, events []event, leases leaseLo
 			published++
 			switch {
 			case c.Status == "":
-				v.Unanswered++
+				unanswered++
 			case c.Status == intent.StatusCompleted:
 				answered++
 				completed[string(c.Result)] = true
@@ -199,6 +276,10 @@ func judge(v *Verdict, ops []*op, reqs []request, events []event, leases leaseLo
 		if published == 0 {
 			continue
 		}
+		tc := v.ByTool[o.tool]
+		tc.Operations++
+		tc.Unanswered += unanswered
+		v.Unanswered += unanswered
 		if o.kind == kindDelayed && len(o.copies) > 1 && o.copies[1].Duplicate {
 			v.DelayedDeduped++
 		}
@@ -225,59 +306,54 @@ func judge(v *Verdict, ops []*op, reqs []request, events []event, leases leaseLo
 		switch {
 		case len(fired) == 0 && answered == 0:
 			v.LostOperations++
+			tc.Lost++
 		case len(fired) == 0 && len(completed) == 0:
 			v.NeverFired++ // answered otherwise (failed, conflict…): in unexpected_answers
 		case len(fired) == 0:
 			v.CompletedNotFired++
 		default:
 			v.OperationsFired++
+			tc.Fired++
 		}
 		if len(fired) > 1 {
+			tc.Repeats++
 			v.FiredMoreThanOnce++
 			v.ExtraFirings += len(fired) - 1
-			r := Repeat{Op: o.id, Key: o.key, Firings: len(fired), Requests: len(qs), SameKey: true}
-			for _, q := range qs {
-				if q.Key != o.key {
-					r.SameKey = false
-				}
-			}
-			for _, q := range fired {
-				r.Times = append(r.Times, q.Arrived)
-			}
-			r.Cause = cause(qs, fired, events, leases.live(o.key))
-			if leases.phantom(o.key) {
-				r.Cause = "phantom_lease_loss"
-			}
+			r := a.repeat(o, qs, fired)
 			switch {
 			case !r.SameKey:
 				v.RepeatsOtherKey++
-			case r.Cause == "phantom_lease_loss":
+			case r.Cause == causePhantom:
 				v.RepeatsPhantom++
-			case r.Cause == faultWorkerKill:
+			case r.Cause == causeSameAttempt:
+				v.RepeatsSameAtt++
+			case r.Cause == causeCrash:
 				v.RepeatsCrash++
-			case r.Cause == "ledger_outage":
+			case r.Cause == causeCutOff:
 				v.RepeatsOutage++
 			default:
 				v.RepeatsUnexplain++
 			}
 			v.repeats = append(v.repeats, r)
 		}
+		v.ByTool[o.tool] = tc
 	}
 	for op, qs := range byOp {
 		if !known[op] {
 			v.ForeignRequests += len(qs)
 		}
 	}
+	a.judgeKills(v, byOp)
 	rank := func(r Repeat) int {
 		switch {
 		case !r.SameKey:
 			return 0
-		case r.Cause == "unexplained", r.Cause == "phantom_lease_loss":
-			return 1
-		case r.Cause == "ledger_outage":
+		case r.Cause == causeCrash:
+			return 3
+		case r.Cause == causeCutOff:
 			return 2
 		}
-		return 3
+		return 1
 	}
 	slices.SortStableFunc(v.repeats, func(a, b Repeat) int { return rank(a) - rank(b) })
 	v.Repeats = v.repeats[:min(len(v.repeats), exampleRepeatsMax)]
@@ -286,48 +362,179 @@ func judge(v *Verdict, ops []*op, reqs []request, events []event, leases leaseLo
 	if v.IntentsPublished > 0 {
 		v.DuplicateShare = float64(v.Duplicates) / float64(v.IntentsPublished)
 	}
-	v.Violations = violations(v, allowOutage)
+	v.Violations = violations(v, f.allowOutage)
 	v.OK = len(v.Violations) == 0
 }
 
-// cause explains why an operation fired again: a worker was killed, or the
-// ledger was unreachable, between the arrival of the operation's first
-// request (a holder was acting: a failed attempt is retried by the same
-// holder) and the arrival of its second firing (another holder acted, or the
-// first went on after losing its lease). Only a fault inside that window lets
-// a second firing happen before the first outcome was recorded. A worker kill
-// explains it only when the holder did not survive to report its lease lost
-// (liveHolder).
-func cause(all, fired []request, events []event, liveHolder bool) string {
-	byArrival := slices.Clone(fired)
-	slices.SortFunc(byArrival, func(a, b request) int { return a.Arrived.Compare(b.Arrived) })
-	from, to := byArrival[0].Arrived, byArrival[1].Arrived
+// attribution explains repeats from the facts: who fired each firing, with
+// which claim number, who was killed, and what each holder logged.
+type attribution struct {
+	facts   runFacts
+	perKill map[int]int // index in facts.events → crash-window repeats it explains
+}
+
+// repeat explains the firings of o (more than one). Each firing after the
+// first is explained against the one before it:
+//
+//   - a later firing whose claim number is not higher than the earlier one's
+//     is a second firing of one claim: same_attempt;
+//   - else, when the earlier firing's own holder was killed after its
+//     attempt began (its first request of that claim, 503s included) and
+//     before the later claim's first request: worker_kill, the crash window
+//     — unless the holder logged, for this key and in that window but
+//     before the kill, that the ledger was unreachable past its lease
+//     deadline: then, as when it logged that and was not killed,
+//     ledger_outage;
+//   - else the holder was alive and connected: unexplained (or
+//     phantom_lease_loss when it was told it lost its lease before anyone
+//     took the key over).
+//
+// No fault of another holder, and no outage by its timing alone, explains a
+// repeat. The operation's cause is the least explained of its firings.
+func (a *attribution) repeat(o *op, all, fired []request) Repeat {
+	r := Repeat{Op: o.id, Key: o.key, Tool: o.tool, Firings: len(fired), Requests: len(all), SameKey: true}
 	for _, q := range all {
-		if q.Arrived.Before(from) {
-			from = q.Arrived
+		if q.Key != o.key {
+			r.SameKey = false
 		}
 	}
-	from = from.Add(-crashWindowSlack)
-	outage := false
-	for _, e := range events {
+	byArrival := slices.Clone(fired)
+	slices.SortStableFunc(byArrival, func(a, b request) int { return a.Arrived.Compare(b.Arrived) })
+	for _, q := range byArrival {
+		r.Times = append(r.Times, q.Arrived)
+		r.Holders = append(r.Holders, q.Holder)
+		r.Attempts = append(r.Attempts, q.Attempt)
+	}
+	// When each claim (holder, attempt) sent its first request.
+	type claim struct {
+		holder  string
+		attempt int
+	}
+	began := map[claim]time.Time{}
+	for _, q := range all {
+		c := claim{q.Holder, q.Attempt}
+		if t, ok := began[c]; !ok || q.Arrived.Before(t) {
+			began[c] = q.Arrived
+		}
+	}
+	worst, kill := causeCrash, -1
+	for i := 1; i < len(byArrival); i++ {
+		prev, next := byArrival[i-1], byArrival[i]
+		from := began[claim{prev.Holder, prev.Attempt}].Add(-crashWindowSlack)
+		to := began[claim{next.Holder, next.Attempt}]
+		c, k := a.explain(o.key, prev, next, from, to)
+		if causeRank(c) < causeRank(worst) {
+			worst = c
+		}
+		if c == causeCrash {
+			a.perKill[k]++
+			if kill < 0 {
+				kill = k
+			}
+		}
+	}
+	r.Cause = worst
+	if worst == causeCrash {
+		r.Kill = a.facts.events[kill].Target
+	}
+	return r
+}
+
+// explain is the cause of next firing after prev, the holder's window being
+// [from, to]; k is the explaining kill's index in the events.
+func (a *attribution) explain(key string, prev, next request, from, to time.Time) (cause string, k int) {
+	switch {
+	case prev.Holder == "" || next.Holder == "" || prev.Attempt < 1 || next.Attempt < 1:
+		return causeUnattributed, -1
+	case next.Attempt <= prev.Attempt:
+		return causeSameAttempt, -1
+	}
+	hk := holderKey{prev.Holder, key}
+	cutOff, cut := a.facts.leases.cutOff[hk]
+	cut = cut && !cutOff.Before(from) && !cutOff.After(to)
+	for i, e := range a.facts.events {
 		until := e.Until
 		if until.IsZero() {
 			until = e.At
 		}
-		if e.At.After(to) || until.Before(from) {
+		if e.Kind != faultWorkerKill || e.Target != prev.Holder || until.Before(from) || e.At.After(to) {
 			continue
 		}
-		switch {
-		case e.Kind != faultWorkerKill:
-			outage = true
-		case !liveHolder:
-			return faultWorkerKill
+		if cut && cutOff.Before(e.At) {
+			// Cut off first: the holder, alive, gave the operation up
+			// before it was killed.
+			return causeCutOff, -1
+		}
+		return causeCrash, i
+	}
+	if cut {
+		return causeCutOff, -1
+	}
+	if t, ok := a.facts.leases.lost[hk]; ok && !t.Before(from) && !t.After(to) {
+		if took, ok := a.facts.leases.takeover[key]; !ok || t.Before(took) {
+			return causePhantom, -1
 		}
 	}
-	if outage {
-		return "ledger_outage"
+	return causeUnexplained, -1
+}
+
+// causeRank orders causes from the least explained (0) to the crash window.
+func causeRank(c string) int {
+	switch c {
+	case causeCrash:
+		return 3
+	case causeCutOff:
+		return 2
+	case causePhantom:
+		return 1
 	}
-	return "unexplained"
+	return 0
+}
+
+// judgeKills bounds the crash-window repeats each kill explains by what its
+// holder could have had in flight (see KillRepeats.Bound).
+func (a *attribution) judgeKills(v *Verdict, byOp map[string][]request) {
+	if len(a.perKill) == 0 {
+		return
+	}
+	final := map[string]string{} // op → holder of its final record
+	tools := map[string]string{} // op → tool
+	for _, o := range a.facts.ops {
+		final[o.id], tools[o.id] = o.recordHolder, o.tool
+	}
+	concurrency := a.facts.concurrency
+	if concurrency <= 0 {
+		concurrency = math.MaxInt
+	}
+	for _, k := range slices.Sorted(maps.Keys(a.perKill)) {
+		e := a.facts.events[k]
+		open := map[string]int{} // tool → operations it started and did not record
+		for op, qs := range byOp {
+			if final[op] == e.Target {
+				continue
+			}
+			for _, q := range qs {
+				if q.Holder == e.Target {
+					open[tools[op]]++
+					break
+				}
+			}
+		}
+		kr := KillRepeats{Holder: e.Target, At: e.At, Repeats: a.perKill[k]}
+		for tool, n := range open {
+			kr.Unrecorded += n
+			limit := concurrency
+			if c, ok := a.facts.caps[tool]; ok && c < limit {
+				limit = c
+			}
+			kr.Bound += min(n, limit)
+		}
+		kr.Bound = min(kr.Bound, concurrency)
+		v.CrashPerKill = append(v.CrashPerKill, kr)
+		if kr.Repeats > v.CrashMaxPerKill {
+			v.CrashMaxPerKill, v.CrashMaxBound, v.crashMax = kr.Repeats, kr.Bound, kr
+		}
+	}
 }
 
 // violations lists what the verdict must not show.
@@ -355,11 +562,20 @@ func violations(v *Verdict, allowOutage bool) []string {
 	add(len(v.UnexpectedAnswers) == 0, "unexpected answers: %v", v.UnexpectedAnswers)
 	add(v.KeyMismatches == 0, "%d sink requests did not carry their operation's key", v.KeyMismatches)
 	add(v.ForeignRequests == 0, "%d sink requests belong to no operation", v.ForeignRequests)
+	add(v.Unattributed == 0, "%d sink requests carried no Idem-Holder or Idem-Attempt", v.Unattributed)
 	add(v.RepeatsOtherKey == 0, "%d repeated operations carried another Idempotency-Key", v.RepeatsOtherKey)
-	add(v.RepeatsUnexplain == 0, "%d operations fired more than once with no crash or ledger outage in between", v.RepeatsUnexplain)
+	add(v.RepeatsSameAtt == 0, "%d operations fired twice under one claim (the later firing's attempt is not higher)", v.RepeatsSameAtt)
+	add(v.RepeatsUnexplain == 0, "%d operations fired again while the earlier firing's holder was alive and connected (neither killed nor cut off from the ledger by its own log)", v.RepeatsUnexplain)
 	add(v.RepeatsPhantom == 0, "%d operations fired again after their live holder was told its lease was lost before anyone took it over", v.RepeatsPhantom)
-	add(allowOutage || v.RepeatsOutage == 0, "%d operations fired again because their live holder's lease ran out while JetStream was unreachable", v.RepeatsOutage)
-	add(v.FiredMoreThanOnce == 0 || v.FaultsByKind[faultWorkerKill]+v.FaultsByKind[faultJetStream]+v.FaultsByKind[faultNode] > 0,
+	add(allowOutage || v.RepeatsOutage == 0, "%d operations fired again after their holder was cut off from the ledger past its lease deadline", v.RepeatsOutage)
+	var over []string
+	for _, k := range v.CrashPerKill {
+		if k.Repeats > k.Bound {
+			over = append(over, fmt.Sprintf("%s %d > %d", k.Holder, k.Repeats, k.Bound))
+		}
+	}
+	add(len(over) == 0, "%d worker kills explain more repeats than their holder could have had in flight: %s", len(over), strings.Join(over, ", "))
+	add(v.FiredMoreThanOnce == 0 || v.FaultsByKind[faultWorkerKill]+v.FaultsByKind[faultJetStream]+v.FaultsByKind[faultNode]+v.FaultsByKind[faultLedgerOutage] > 0,
 		"%d operations fired more than once in a run without process faults", v.FiredMoreThanOnce)
 	return out
 }
@@ -379,19 +595,31 @@ func (v *Verdict) print(w io.Writer) {
 	p("  results received             %d %s", v.ResultsReceived, sortedMap(v.AnswersByRoute))
 	p("  settled from the ledger      %d", v.SettledByLedger)
 	p("  unanswered copies            %d", v.Unanswered)
-	p("  sink requests                %d", v.SinkRequests)
+	p("  sink requests                %d (without holder or attempt: %d)", v.SinkRequests, v.Unattributed)
 	p("  effects observed (2xx)       %d", v.EffectsObserved)
 	p("  operations fired             %d", v.OperationsFired)
 	p("  lost operations              %d (never fired, answered otherwise: %d)", v.LostOperations, v.NeverFired)
-	p("  fired more than once         %d (extra firings %d: crash window %d, ledger outage %d, phantom lease loss %d, other key %d, unexplained %d)",
-		v.FiredMoreThanOnce, v.ExtraFirings, v.RepeatsCrash, v.RepeatsOutage, v.RepeatsPhantom, v.RepeatsOtherKey, v.RepeatsUnexplain)
+	if len(v.ByTool) > 1 {
+		for _, tool := range slices.Sorted(maps.Keys(v.ByTool)) {
+			t := v.ByTool[tool]
+			p("  tool %-23s %d operations, %d fired, %d lost, %d unanswered copies, %d fired more than once", tool, t.Operations, t.Fired, t.Lost, t.Unanswered, t.Repeats)
+		}
+	}
+	p("  fired more than once         %d (extra firings %d: crash window %d, ledger outage %d, phantom lease loss %d, same attempt %d, other key %d, unexplained %d)",
+		v.FiredMoreThanOnce, v.ExtraFirings, v.RepeatsCrash, v.RepeatsOutage, v.RepeatsPhantom, v.RepeatsSameAtt, v.RepeatsOtherKey, v.RepeatsUnexplain)
+	if m := v.crashMax; m.Repeats > 0 {
+		p("  crash window per kill        largest %d (kill of %s), bound %d (its in-flight cap, concurrency %d or a tool's max_in_flight, and the %d operations it started and did not record); %d kills explain a repeat",
+			m.Repeats, m.Holder, m.Bound, v.Concurrency, m.Unrecorded, len(v.CrashPerKill))
+	} else {
+		p("  crash window per kill        none")
+	}
 	p("  disagreeing answers          %d", v.DisagreeingAnswers)
 	p("  unexpected answers           %s", sortedMap(v.UnexpectedAnswers))
 	for _, r := range v.Repeats {
-		p("  repeat: %s fired %d times, same key %t, cause %s", r.Op, r.Firings, r.SameKey, r.Cause)
+		p("  repeat: %s fired %d times by %s, attempts %v, same key %t, cause %s", r.Op, r.Firings, strings.Join(r.Holders, " then "), r.Attempts, r.SameKey, r.Cause)
 	}
 	if v.OK {
-		p("OK: nothing lost, nothing fired twice outside the crash window")
+		p("OK: nothing lost, nothing fired twice outside the crash window of a killed holder")
 		return
 	}
 	p("VIOLATIONS:")
@@ -413,67 +641,82 @@ func sortedMap(m map[string]int) string {
 	return "{" + strings.Join(parts, " ") + "}"
 }
 
+// holderKey is one holder's view of one key.
+type holderKey struct{ holder, key string }
+
 // leaseLog is what the worker logs say about the leases of each key.
 type leaseLog struct {
-	lost     map[string]time.Time // first "lease lost" of a live holder
-	cutOff   map[string]time.Time // first "ledger unreachable past the lease deadline" of a live holder
-	takeover map[string]time.Time // first "lease taken over"
+	lost     map[holderKey]time.Time // a holder's first "lease lost" line for a key: it was alive
+	cutOff   map[holderKey]time.Time // a holder's first "ledger unreachable past the lease deadline" line for a key
+	takeover map[string]time.Time    // the key's first "lease taken over", by any holder
 }
 
-// live reports whether key's holder logged, alive, that it gave the lease
-// up: told it was lost, or cut off from the ledger past its deadline.
-func (l leaseLog) live(key string) bool {
-	_, lost := l.lost[key]
-	_, cut := l.cutOff[key]
-	return lost || cut
+func newLeaseLog() leaseLog {
+	return leaseLog{lost: map[holderKey]time.Time{}, cutOff: map[holderKey]time.Time{}, takeover: map[string]time.Time{}}
 }
 
-// phantom reports whether key's live holder was told it lost its lease
-// before anyone took the lease over: its own write moved the revision.
-func (l leaseLog) phantom(key string) bool {
-	lost, ok := l.lost[key]
-	if !ok {
-		return false
+// lostKeys counts the keys whose holder logged, alive, that it lost its
+// lease.
+func (l leaseLog) lostKeys() int {
+	keys := map[string]bool{}
+	for hk := range l.lost {
+		keys[hk.key] = true
 	}
-	took, ok := l.takeover[key]
-	return !ok || lost.Before(took)
+	return len(keys)
+}
+
+// workerLog is the log file of one holder: one start of a worker.
+type workerLog struct {
+	holder string
+	path   string
 }
 
 // readLeaseLog reads worker logs (JSON lines).
-func readLeaseLog(paths []string) leaseLog {
-	out := leaseLog{lost: map[string]time.Time{}, cutOff: map[string]time.Time{}, takeover: map[string]time.Time{}}
-	for _, p := range paths {
-		f, err := os.Open(p)
+func readLeaseLog(logs []workerLog) leaseLog {
+	out := newLeaseLog()
+	for _, wl := range logs {
+		f, err := os.Open(wl.path)
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 1<<20), 1<<22)
-		for sc.Scan() {
-			var m map[string]time.Time
-			switch text := sc.Text(); {
-			case strings.Contains(text, "lease lost"):
-				m = out.lost
-			case strings.Contains(text, "ledger unreachable past the lease deadline"):
-				m = out.cutOff
-			case strings.Contains(text, "lease taken over"):
-				m = out.takeover
-			default:
-				continue
-			}
-			var line struct {
-				TS  float64 `json:"ts"`
-				Key string  `json:"key"`
-			}
-			if json.Unmarshal(sc.Bytes(), &line) != nil || line.Key == "" {
-				continue
-			}
-			t := time.Unix(0, int64(line.TS*1e9))
-			if old, ok := m[line.Key]; !ok || t.Before(old) {
-				m[line.Key] = t
-			}
-		}
+		readLeaseLines(f, wl.holder, out)
 		f.Close()
 	}
 	return out
+}
+
+// readLeaseLines adds holder's lines from r to out.
+func readLeaseLines(r io.Reader, holder string, out leaseLog) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<22)
+	earliest := func(m map[holderKey]time.Time, k holderKey, t time.Time) {
+		if old, ok := m[k]; !ok || t.Before(old) {
+			m[k] = t
+		}
+	}
+	for sc.Scan() {
+		text := sc.Text()
+		if !strings.Contains(text, leaseLostLine) && !strings.Contains(text, cutOffLine) && !strings.Contains(text, leaseTakenOverLine) {
+			continue
+		}
+		var line struct {
+			TS  float64 `json:"ts"`
+			Key string  `json:"key"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Key == "" {
+			continue
+		}
+		t := time.Unix(0, int64(line.TS*1e9))
+		hk := holderKey{holder, line.Key}
+		switch {
+		case strings.Contains(text, leaseLostLine):
+			earliest(out.lost, hk, t)
+		case strings.Contains(text, cutOffLine):
+			earliest(out.cutOff, hk, t)
+		default:
+			if old, ok := out.takeover[line.Key]; !ok || t.Before(old) {
+				out.takeover[line.Key] = t
+			}
+		}
+	}
 }

@@ -19,10 +19,16 @@ func TestJudge(t *testing.T) {
 		return copyOut{Published: true, Via: "answer", Status: intent.StatusCompleted, Result: json.RawMessage(result)}
 	}
 	newOp := func(id string, copies ...copyOut) *op {
-		return &op{id: id, kind: kindConcurrent, key: "chaos_op." + id, fp: "fp-" + id, copies: copies}
+		return &op{id: id, kind: kindConcurrent, tool: toolName, key: "chaos_op." + id, fp: "fp-" + id, copies: copies, recordHolder: "w2.1"}
 	}
-	hit := func(o *op, ms, status int) request {
-		return request{Time: at(ms + 10), Arrived: at(ms), Key: o.key, Status: status, op: o.id}
+	// hitBy is a request of o by holder under claim attempt.
+	hitBy := func(o *op, ms, status int, holder string, attempt int) request {
+		return request{Time: at(ms + 10), Arrived: at(ms), Key: o.key, Status: status, Holder: holder, Attempt: attempt, op: o.id}
+	}
+	// hit is a request of the first claim, by w1.1.
+	hit := func(o *op, ms, status int) request { return hitBy(o, ms, status, "w1.1", 1) }
+	kill := func(holder string, ms int) event {
+		return event{Kind: faultWorkerKill, Target: holder, At: at(ms), Until: at(ms + 10)}
 	}
 	type bundle struct {
 		ops    []*op
@@ -45,6 +51,7 @@ func TestJudge(t *testing.T) {
 			require.Equal(t, 1, v.DuplicatesByKind[kindConcurrent])
 			require.Equal(t, 2, v.EffectsObserved)
 			require.Equal(t, 1, v.FaultsByKind[faultSink5xx])
+			require.Equal(t, ToolCounts{Operations: 2, Fired: 2}, v.ByTool[toolName])
 		}},
 		{"lost operation", func() bundle {
 			a := newOp("a", copyOut{Published: true})
@@ -53,6 +60,7 @@ func TestJudge(t *testing.T) {
 			require.False(t, v.OK)
 			require.Equal(t, 1, v.LostOperations)
 			require.Equal(t, 1, v.Unanswered)
+			require.Equal(t, ToolCounts{Operations: 1, Lost: 1, Unanswered: 1}, v.ByTool[toolName])
 		}},
 		{"completed but never fired", func() bundle {
 			return bundle{ops: []*op{newOp("a", done(`1`))}}
@@ -62,75 +70,112 @@ func TestJudge(t *testing.T) {
 		}},
 		{"fired twice with no fault", func() bundle {
 			a := newOp("a", done(`1`))
-			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hit(a, 3000, 200)}}
+			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hitBy(a, 3000, 200, "w2.1", 2)}}
 		}, func(t *testing.T, v *Verdict) {
 			require.False(t, v.OK)
 			require.Equal(t, 1, v.RepeatsUnexplain)
 		}},
-		{"fired twice across a worker kill", func() bundle {
+		{"fired twice across a kill of its holder", func() bundle {
 			a := newOp("a", done(`1`))
-			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hit(a, 3000, 200)},
-				events: []event{{Kind: faultWorkerKill, At: at(50), Until: at(60)}}}
+			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hitBy(a, 3000, 200, "w2.1", 2)},
+				events: []event{kill("w1.1", 50)}}
 		}, func(t *testing.T, v *Verdict) {
 			require.True(t, v.OK, v.Violations)
 			require.Equal(t, 1, v.RepeatsCrash)
 			require.Equal(t, 1, v.ExtraFirings)
+			require.Equal(t, []KillRepeats{{Holder: "w1.1", At: at(50), Repeats: 1, Bound: 1, Unrecorded: 1}}, v.CrashPerKill)
+			require.Equal(t, "w1.1", v.Repeats[0].Kill)
 		}},
-		{"a kill does not explain a repeat whose holder lived", func() bundle {
+		{"a kill of another holder explains nothing", func() bundle {
 			a := newOp("a", done(`1`))
-			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hit(a, 3000, 200)},
-				events: []event{{Kind: faultWorkerKill, At: at(50), Until: at(60)}}, leases: lostAfterTakeover(a.key, at(3000))}
+			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hitBy(a, 3000, 200, "w2.1", 2)},
+				events: []event{kill("w3.1", 50)}}
+		}, func(t *testing.T, v *Verdict) {
+			require.False(t, v.OK)
+			require.Equal(t, 1, v.RepeatsUnexplain)
+			require.Zero(t, v.RepeatsCrash)
+		}},
+		{"a kill of the holder after the later firing explains nothing", func() bundle {
+			a := newOp("a", done(`1`))
+			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hitBy(a, 3000, 200, "w2.1", 2)},
+				events: []event{kill("w1.1", 3500)}}
 		}, func(t *testing.T, v *Verdict) {
 			require.False(t, v.OK)
 			require.Equal(t, 1, v.RepeatsUnexplain)
 		}},
-		{"fired twice across a JetStream outage", func() bundle {
+		{"a JetStream outage alone explains nothing", func() bundle {
 			a := newOp("a", done(`1`))
-			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hit(a, 3000, 200)},
-				events: []event{{Kind: faultJetStream, At: at(100), Until: at(2500)}}, leases: lostAfterTakeover(a.key, at(3000))}
+			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hitBy(a, 3000, 200, "w2.1", 2)},
+				events: []event{{Kind: faultJetStream, Target: "n1", At: at(100), Until: at(2500)}}}
 		}, func(t *testing.T, v *Verdict) {
-			require.False(t, v.OK, "not allowed unless asked")
-			require.Equal(t, 1, v.RepeatsOutage)
+			require.False(t, v.OK)
+			require.Equal(t, 1, v.RepeatsUnexplain)
+			require.Zero(t, v.RepeatsOutage)
 		}},
-		{"a holder that failed before an outage and retried after losing its lease", func() bundle {
+		{"the holder's window starts at its claim's first request", func() bundle {
 			a := newOp("a", done(`1`))
-			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 503), hit(a, 3000, 200), hit(a, 3100, 200)},
-				events: []event{{Kind: faultJetStream, At: at(100), Until: at(2500)}}, leases: lostAfterTakeover(a.key, at(3000))}
+			l := newLeaseLog()
+			l.cutOff[holderKey{"w1.1", a.key}] = at(2600)
+			l.takeover[a.key] = at(3050)
+			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 503), hit(a, 3000, 200), hitBy(a, 3100, 200, "w2.1", 2)},
+				events: []event{{Kind: faultJetStream, At: at(100), Until: at(2500)}}, leases: l}
 		}, func(t *testing.T, v *Verdict) {
-			require.Equal(t, 1, v.RepeatsOutage)
+			require.Equal(t, 1, v.RepeatsOutage, "cut off after its first (failed) request, before the takeover's firing")
 			require.Zero(t, v.RepeatsUnexplain)
 		}},
 		{"a holder told its lease was lost before anyone took over", func() bundle {
 			a := newOp("a", done(`1`))
-			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hit(a, 7000, 200)},
-				events: []event{{Kind: faultJetStream, At: at(100), Until: at(2500)}},
-				leases: leaseLog{lost: map[string]time.Time{a.key: at(4000)}, takeover: map[string]time.Time{a.key: at(7000)}}}
+			l := newLeaseLog()
+			l.lost[holderKey{"w1.1", a.key}] = at(4000)
+			l.takeover[a.key] = at(7000)
+			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hitBy(a, 7000, 200, "w2.1", 2)},
+				events: []event{{Kind: faultJetStream, At: at(100), Until: at(2500)}}, leases: l}
 		}, func(t *testing.T, v *Verdict) {
 			require.False(t, v.OK)
 			require.Equal(t, 1, v.RepeatsPhantom)
+			require.Equal(t, 1, v.LiveLeaseLosses)
 			require.Zero(t, v.RepeatsOutage)
 		}},
 		{"a holder cut off from the ledger past its deadline, then taken over", func() bundle {
 			a := newOp("a", done(`1`))
-			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hit(a, 7000, 200)},
-				events: []event{{Kind: faultJetStream, At: at(100), Until: at(2500)}, {Kind: faultWorkerKill, At: at(3000)}},
-				leases: leaseLog{lost: map[string]time.Time{}, cutOff: map[string]time.Time{a.key: at(4000)}, takeover: map[string]time.Time{a.key: at(7000)}}}
+			l := newLeaseLog()
+			l.cutOff[holderKey{"w1.1", a.key}] = at(4000)
+			l.takeover[a.key] = at(7000)
+			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hitBy(a, 7000, 200, "w2.1", 2)},
+				events: []event{{Kind: faultJetStream, At: at(100), Until: at(2500)}, kill("w3.1", 3000)}, leases: l}
 		}, func(t *testing.T, v *Verdict) {
 			require.False(t, v.OK, "an outage repeat, not allowed unless asked")
 			require.Equal(t, 1, v.RepeatsOutage, "the holder was alive: not the crash window, and not a lease lost to its own write")
 			require.Zero(t, v.RepeatsPhantom)
 			require.Zero(t, v.RepeatsCrash)
 		}},
+		{"another holder's cut-off line explains nothing", func() bundle {
+			a := newOp("a", done(`1`))
+			l := newLeaseLog()
+			l.cutOff[holderKey{"w3.1", a.key}] = at(2000)
+			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), hitBy(a, 7000, 200, "w2.1", 2)},
+				events: []event{{Kind: faultJetStream, At: at(100), Until: at(2500)}}, leases: l}
+		}, func(t *testing.T, v *Verdict) {
+			require.Equal(t, 1, v.RepeatsUnexplain)
+			require.Zero(t, v.RepeatsOutage)
+		}},
 		{"fired twice with another key", func() bundle {
 			a := newOp("a", done(`1`))
-			other := hit(a, 3000, 200)
+			other := hitBy(a, 3000, 200, "w2.1", 2)
 			other.Key = "chaos_op.other"
 			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), other},
-				events: []event{{Kind: faultWorkerKill, At: at(50)}}}
+				events: []event{kill("w1.1", 50)}}
 		}, func(t *testing.T, v *Verdict) {
 			require.False(t, v.OK)
 			require.Equal(t, 1, v.RepeatsOtherKey)
 			require.Equal(t, 1, v.KeyMismatches)
+		}},
+		{"a request without holder or attempt", func() bundle {
+			a := newOp("a", done(`1`))
+			return bundle{ops: []*op{a}, reqs: []request{hitBy(a, 0, 200, "", 0)}}
+		}, func(t *testing.T, v *Verdict) {
+			require.False(t, v.OK)
+			require.Equal(t, 1, v.Unattributed)
 		}},
 		{"disagreeing answers", func() bundle {
 			a := newOp("a", done(`{"n":1}`), done(`{"n":2}`))
@@ -157,7 +202,7 @@ func TestJudge(t *testing.T) {
 		}},
 		{"request of no operation", func() bundle {
 			a := newOp("a", done(`1`))
-			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), {Key: "x", Status: 200, op: "zzz"}}}
+			return bundle{ops: []*op{a}, reqs: []request{hit(a, 0, 200), {Key: "x", Status: 200, Holder: "w1.1", Attempt: 1, op: "zzz"}}}
 		}, func(t *testing.T, v *Verdict) {
 			require.False(t, v.OK)
 			require.Equal(t, 1, v.ForeignRequests)
@@ -167,11 +212,11 @@ func TestJudge(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := c.build()
-			v := &Verdict{}
 			if b.leases.lost == nil {
-				b.leases = leaseLog{lost: map[string]time.Time{}, cutOff: map[string]time.Time{}, takeover: map[string]time.Time{}}
+				b.leases = newLeaseLog()
 			}
-			judge(v, b.ops, b.reqs, b.events, b.leases, false)
+			v := &Verdict{}
+			judge(v, runFacts{ops: b.ops, reqs: b.reqs, events: b.events, leases: b.leases, concurrency: 64})
 			c.check(t, v)
 		})
 	}
@@ -180,13 +225,16 @@ func TestJudge(t *testing.T) {
 func TestParseSinkLog(t *testing.T) {
 	t.Parallel()
 	reqs, err := parseSinkLog(strings.NewReader(
-		`{"time":"2026-01-02T03:04:05Z","received":"2026-01-02T03:04:04Z","key":"k","status":200,"hung":true,"payload":{"op":"op-1","n":1}}` + "\n" +
+		`{"time":"2026-01-02T03:04:05Z","received":"2026-01-02T03:04:04Z","key":"k","tool":"chaos_op","holder":"w2.3","attempt":2,"status":200,"hung":true,"payload":{"op":"op-1","n":1}}` + "\n" +
 			`{"time":"2026-01-02T03:04:06Z","key":"k","status":503}` + "\n"))
 	require.NoError(t, err)
 	require.Len(t, reqs, 2)
 	require.Equal(t, "op-1", reqs[0].op)
 	require.True(t, reqs[0].ok())
 	require.True(t, reqs[0].Hung)
+	require.Equal(t, "w2.3", reqs[0].Holder)
+	require.Equal(t, 2, reqs[0].Attempt)
+	require.Equal(t, "chaos_op", reqs[0].Tool)
 	require.False(t, reqs[1].ok())
 
 	_, err = parseSinkLog(strings.NewReader("not json\n"))
@@ -212,10 +260,4 @@ func TestPlanHasEveryKindAndEnoughDuplicates(t *testing.T) {
 		require.Positive(t, kinds[k], k)
 	}
 	require.GreaterOrEqual(t, float64(copies-len(ops))/float64(copies), 0.30)
-}
-
-// lostAfterTakeover is a lease log where key was taken over at took and its
-// first holder learnt it 50 ms later.
-func lostAfterTakeover(key string, took time.Time) leaseLog {
-	return leaseLog{lost: map[string]time.Time{key: took.Add(50 * time.Millisecond)}, takeover: map[string]time.Time{key: took}}
 }

@@ -1,6 +1,7 @@
 // Command sink is a webhook receiver for demos and fault runs: it answers every
-// POST, logs each request with its Idempotency-Key as a JSON line, and can
-// fail or stall on purpose. GET /stats reports what it saw.
+// POST, logs each request as a JSON line with its Idempotency-Key and the
+// firing's Idem-Holder and Idem-Attempt, and can fail or stall on purpose.
+// GET /stats reports what it saw.
 //
 // Faults: --fail-rate answers a fraction of requests 503; --hold stalls every
 // request; --hang-rate stalls a fraction of requests for --hang (long enough
@@ -20,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -38,6 +40,8 @@ type entry struct {
 	Path    string          `json:"path"`
 	Key     string          `json:"key"`
 	Tool    string          `json:"tool,omitempty"`
+	Holder  string          `json:"holder,omitempty"`  // Idem-Holder: the worker that fired
+	Attempt int             `json:"attempt,omitempty"` // Idem-Attempt: the ledger's claim number
 	Status  int             `json:"status"`
 	Repeat  bool            `json:"repeat"`
 	Hung    bool            `json:"hung,omitempty"`
@@ -117,8 +121,9 @@ func (s *sink) receive(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			t.Stop()
 			// The caller gave up: the request was not performed.
-			s.record(entry{Time: time.Now().UTC(), Arrived: arrived, Path: r.URL.Path, Key: key, Tool: r.Header.Get("Idem-Tool"),
-				Status: statusClientClosed, Hung: hung}, body)
+			e := requestEntry(r, arrived, key)
+			e.Time, e.Status, e.Hung = time.Now().UTC(), statusClientClosed, hung
+			s.record(e, body)
 			return
 		}
 	}
@@ -133,7 +138,8 @@ func (s *sink) receive(w http.ResponseWriter, r *http.Request) {
 		s.seen[key]++
 	}
 	n := s.seen[key]
-	e := entry{Time: time.Now().UTC(), Arrived: arrived, Path: r.URL.Path, Key: key, Tool: r.Header.Get("Idem-Tool"), Status: status, Repeat: repeat, Hung: hung}
+	e := requestEntry(r, arrived, key)
+	e.Time, e.Status, e.Repeat, e.Hung = time.Now().UTC(), status, repeat, hung
 	if json.Valid(body) {
 		e.Payload = body
 	}
@@ -144,6 +150,13 @@ func (s *sink) receive(w http.ResponseWriter, r *http.Request) {
 	if status == http.StatusOK {
 		_ = json.NewEncoder(w).Encode(map[string]any{"accepted": true, "path": r.URL.Path, "key": key, "deliveries": n})
 	}
+}
+
+// requestEntry is the log entry of r, without its outcome.
+func requestEntry(r *http.Request, arrived time.Time, key string) entry {
+	attempt, _ := strconv.Atoi(r.Header.Get("Idem-Attempt")) // 0 when absent or not a number
+	return entry{Arrived: arrived, Path: r.URL.Path, Key: key, Tool: r.Header.Get("Idem-Tool"),
+		Holder: r.Header.Get("Idem-Holder"), Attempt: attempt}
 }
 
 // statusClientClosed is logged for a stalled request whose caller went away.

@@ -20,7 +20,7 @@ func (w *Worker) direct(work context.Context, j *job) verdict {
 	defer halt() // on a panic too; halting twice is harmless
 	fire := func() (effects.Outcome, error) {
 		return j.tool.Effect.Fire(work, effects.Call{
-			Key: j.id.Key, Tool: j.env.Tool, Session: j.env.Session, CallID: j.env.CallID, Args: j.env.Args, Attempt: 1,
+			Key: j.id.Key, Tool: j.env.Tool, Session: j.env.Session, CallID: j.env.CallID, Args: j.env.Args, Attempt: 1, Holder: w.cfg.Holder,
 			Trace: traceHeaders(work),
 		})
 	}

@@ -96,6 +96,7 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		CallID:  j.env.CallID,
 		Args:    j.env.Args,
 		Attempt: lease.Record().Attempt,
+		Holder:  w.cfg.Holder,
 		Trace:   traceHeaders(ectx),
 	})
 	w.m.effectTime.WithLabelValues(j.env.Tool).Observe(time.Since(claimed).Seconds())

@@ -3,6 +3,8 @@ package effects
 import (
 	"context"
 	"encoding/json"
+	"strconv"
+	"strings"
 )
 
 // Call is one firing of an effect: everything an effect may use to act on the
@@ -22,10 +24,41 @@ type Call struct {
 	Args json.RawMessage
 	// Attempt is the ledger's claim number for the key, 1-based: 2 and above
 	// mean an earlier holder claimed the key and did not record a result.
+	// Effects send it downstream (HeaderAttempt) when it is set.
 	Attempt int
+	// Holder names the worker that fires: the holder of the key's lease in
+	// the ledger ("" when unknown). With Attempt it tells a downstream which
+	// claim a request belongs to; effects send it downstream (HeaderHolder).
+	Holder string
 	// Trace holds the W3C trace-context headers (traceparent, tracestate) of
 	// the intent's trace; effects forward them downstream as headers.
 	Trace map[string]string
+}
+
+// Headers that identify the firing, sent by every built-in effect next to
+// Idempotency-Key (webhook and NATS request headers, email headers). The key
+// names the operation; these name one claim of it: a repeat with a higher
+// attempt follows a claim that recorded no result, a repeat with the same
+// holder and attempt is a retry inside one firing.
+const (
+	HeaderHolder  = "Idem-Holder"  // Call.Holder, when set
+	HeaderAttempt = "Idem-Attempt" // Call.Attempt in decimal, when at least 1
+)
+
+// firingHeaders returns the values of HeaderHolder and HeaderAttempt for
+// call ("" for one to leave out). A control character in the holder (a line
+// break would end the header) becomes '?'.
+func firingHeaders(call Call) (holder, attempt string) {
+	holder = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, call.Holder)
+	if call.Attempt >= 1 {
+		attempt = strconv.Itoa(call.Attempt)
+	}
+	return holder, attempt
 }
 
 // Outcome is what an effect did.

@@ -24,6 +24,13 @@ const KindMCP = "mcp"
 // understands it can absorb a repeat too.
 const MetaKey = "io.idemgate/key"
 
+// MetaHolder and MetaAttempt are the _meta fields that carry the firing's
+// holder and attempt (HeaderHolder, HeaderAttempt of the other effects).
+const (
+	MetaHolder  = "io.idemgate/holder"
+	MetaAttempt = "io.idemgate/attempt"
+)
+
 // Defaults of the mcp effect.
 const (
 	// DefaultMCPTimeout bounds one call to an upstream tool (connecting
@@ -207,6 +214,13 @@ func (m *MCP) Fire(ctx context.Context, call Call) (Outcome, error) {
 			return nil, err
 		}
 		meta := mcp.Meta{MetaKey: call.Key}
+		holder, attempt := firingHeaders(call)
+		if holder != "" {
+			meta[MetaHolder] = holder
+		}
+		if attempt != "" {
+			meta[MetaAttempt] = attempt
+		}
 		res, err := cs.CallTool(actx, &mcp.CallToolParams{Name: m.tool, Arguments: json.RawMessage(call.Args), Meta: meta})
 		switch {
 		case err != nil && isRPCError(err):

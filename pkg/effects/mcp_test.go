@@ -3,6 +3,7 @@ package effects
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -21,6 +22,7 @@ type testUpstream struct {
 	http   *httptest.Server
 	mu     sync.Mutex
 	keys   []string // the io.idemgate/key of each charge
+	firing []string // its io.idemgate/holder and attempt, "holder/attempt"
 	charge int
 }
 
@@ -34,6 +36,7 @@ func newTestUpstream(t *testing.T) *testUpstream {
 		u.charge++
 		key, _ := req.Params.Meta[MetaKey].(string)
 		u.keys = append(u.keys, key)
+		u.firing = append(u.firing, fmt.Sprint(req.Params.Meta[MetaHolder], "/", req.Params.Meta[MetaAttempt]))
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "charged"}}, StructuredContent: map[string]any{"charge": u.charge}}, nil
 	})
 	u.srv.AddTool(&mcp.Tool{Name: "lookup", InputSchema: obj, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -92,12 +95,15 @@ tools:
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	out, err := charge.Effect.Fire(ctx, Call{Key: "charge.k1", Tool: "charge", Args: json.RawMessage(`{"order":"7"}`)})
+	out, err := charge.Effect.Fire(ctx, Call{Key: "charge.k1", Tool: "charge", Args: json.RawMessage(`{"order":"7"}`), Holder: "w1.2", Attempt: 3})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"content":[{"type":"text","text":"charged"}],"structuredContent":{"charge":1}}`, string(out.Result))
 	n, keys := u.charges()
 	require.Equal(t, 1, n)
 	require.Equal(t, []string{"charge.k1"}, keys, "the key goes upstream in _meta")
+	u.mu.Lock()
+	require.Equal(t, []string{"w1.2/3"}, u.firing, "so do the holder and the attempt")
+	u.mu.Unlock()
 
 	_, err = decline.Effect.Fire(ctx, Call{Key: "decline.k", Tool: "decline", Args: json.RawMessage(`{}`)})
 	pe, ok := IsPermanent(err)

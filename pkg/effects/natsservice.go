@@ -59,8 +59,8 @@ type NATSServiceConfig struct {
 //
 // Each Fire sends one request per attempt: the data is the call's args (a
 // JSON object), the headers are Idempotency-Key (the operation's key, the
-// same on every attempt), Idem-Tool, Idem-Session and Idem-Call-Id (each
-// when set) and the static headers. The reply decides the outcome:
+// same on every attempt), Idem-Tool, Idem-Session, Idem-Call-Id, Idem-Holder
+// and Idem-Attempt (each when set) and the static headers. The reply decides the outcome:
 //
 //   - no Nats-Service-Error header (and no Nats-Service-Error-Code): success.
 //     The result is the reply's data when it is JSON, the data as a JSON
@@ -211,6 +211,13 @@ func (s *NATSService) request(ctx context.Context, call Call, data []byte) (json
 	}
 	if call.CallID != "" {
 		msg.Header.Set(HeaderCallID, call.CallID)
+	}
+	holder, attempt := firingHeaders(call)
+	if holder != "" {
+		msg.Header.Set(HeaderHolder, holder)
+	}
+	if attempt != "" {
+		msg.Header.Set(HeaderAttempt, attempt)
 	}
 
 	reqCtx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -128,7 +128,8 @@ func (c SMTPConfig) GoString() string { return "effects.SMTPConfig" + c.String()
 // the key alone (see MessageID), so every retry and every re-firing of the
 // operation sends the same Message-ID and a mail system that keeps them can
 // drop the repeat; Idempotency-Key, the key; and X-Idem-Tool, the tool.
-// Everything but Date is the same on every attempt.
+// Idem-Holder and Idem-Attempt (each when set) name the claim that fires.
+// Everything but Date is the same on every attempt of one Fire.
 //
 // Each attempt is one SMTP transaction on a new connection: EHLO, STARTTLS
 // per the policy, AUTH PLAIN when a username is set, MAIL FROM, one RCPT TO
@@ -568,6 +569,13 @@ func (s *SMTP) compose(call Call) (*message, error) {
 	header(HeaderIdempotencyKey, fold(HeaderIdempotencyKey, encodeWords(call.Key)))
 	if call.Tool != "" {
 		header(HeaderMailTool, fold(HeaderMailTool, encodeWords(call.Tool)))
+	}
+	holder, attempt := firingHeaders(call)
+	if holder != "" {
+		header(HeaderHolder, fold(HeaderHolder, encodeWords(holder)))
+	}
+	if attempt != "" {
+		header(HeaderAttempt, attempt)
 	}
 	header("MIME-Version", "1.0")
 

@@ -94,8 +94,8 @@ type WebhookConfig struct {
 //
 // Each Fire sends call.Args as a JSON body with the headers Content-Type:
 // application/json, Idempotency-Key: <call.Key> (the same on every retry),
-// Idem-Tool, Idem-Session and Idem-Call-Id (each when set) and the static
-// headers, and classifies the response:
+// Idem-Tool, Idem-Session, Idem-Call-Id, Idem-Holder and Idem-Attempt (each
+// when set) and the static headers, and classifies the response:
 //
 //   - 2xx: success. The result is the body when it is JSON, else the body
 //     as a JSON string; an empty body is null. Bodies are read up to
@@ -347,6 +347,13 @@ func (w *Webhook) send(ctx context.Context, call Call, body []byte) (json.RawMes
 	}
 	if call.CallID != "" {
 		req.Header.Set(HeaderCallID, call.CallID)
+	}
+	holder, attempt := firingHeaders(call)
+	if holder != "" {
+		req.Header.Set(HeaderHolder, holder)
+	}
+	if attempt != "" {
+		req.Header.Set(HeaderAttempt, attempt)
 	}
 	for k, v := range call.Trace {
 		req.Header.Set(k, v)
