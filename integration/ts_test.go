@@ -60,7 +60,7 @@ func tsClient(t *testing.T) string {
 		ctx, cancel := context.WithTimeout(context.Background(), tsSetupTimeout)
 		defer cancel()
 		for _, step := range [][]string{
-			{"npm", "ci", "--no-audit", "--no-fund"},
+			{"npm", "ci", "--no-audit", "--no-fund", "--engine-strict"},
 			{"npm", "run", "build"},
 		} {
 			start := time.Now()
