@@ -61,7 +61,7 @@ func (w *Worker) process(stop, work context.Context, msg jetstream.Msg) verdict 
 	}
 	tool, ok := w.tools.Lookup(env.Tool)
 	if !ok {
-		return w.reject(j, env.Tool, intent.CodeUnknownTool, fmt.Errorf("no tool %q is configured", env.Tool))
+		return w.reject(j, env.Tool, intent.CodeUnknownTool, w.tools.UnknownTool(env.Tool))
 	}
 	j.tool = tool
 	if !w.limits.allow(env.Session) {

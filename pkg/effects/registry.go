@@ -119,8 +119,9 @@ func WithFilename(name string) Option {
 // Registry is the set of configured tools. It is read-only once built and
 // safe for concurrent use.
 type Registry struct {
-	tools map[string]*Tool
-	names []string
+	tools    map[string]*Tool
+	names    []string
+	warnings []Warning // from Parse; see Warnings
 }
 
 // NewRegistry builds a registry from tools built in code (tests, embedding).
@@ -239,7 +240,12 @@ func Parse(data []byte, opts ...Option) (*Registry, error) {
 		closeAll(tools)
 		return nil, err
 	}
-	return NewRegistry(tools...)
+	r, err := NewRegistry(tools...)
+	if err != nil {
+		return nil, err
+	}
+	r.warnings = c.warnings()
+	return r, nil
 }
 
 // decodeDocument parses data as a single YAML document whose top is a mapping.
@@ -336,14 +342,15 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
 		s.Invalid("effect", fmt.Sprintf("unknown effect %q", t.Kind), hint)
 	}
 
-	keyArgs := argList(s, "key_args")
-	volatile := argList(s, "volatile_args")
+	keyArgs, keyArgLines := argList(s, "key_args")
+	volatile, _ := argList(s, "volatile_args")
 	for _, a := range keyArgs {
 		if slices.Contains(volatile, a) {
 			s.Invalid("volatile_args", fmt.Sprintf("%q is also a key arg", a), "a key arg always tells operations apart; remove it from one of the lists")
 		}
 	}
 	t.KeySpec = intent.KeySpec{KeyArgs: keyArgs, VolatileArgs: volatile}
+	keyWarnings(s, t, keyArgLines)
 
 	if s.Has("window") {
 		mark := s.Problems()
@@ -408,8 +415,9 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
 	return t
 }
 
-// argList reads a list of top-level argument names: non-empty and unique.
-func argList(s *Section, name string) []string {
+// argList reads a list of top-level argument names, non-empty and unique,
+// and the line of each.
+func argList(s *Section, name string) ([]string, []int) {
 	items, lines := s.strings(name)
 	seen := map[string]bool{}
 	for i, it := range items {
@@ -422,7 +430,7 @@ func argList(s *Section, name string) []string {
 		}
 		seen[it] = true
 	}
-	return items
+	return items, lines
 }
 
 func kinds(o *options) []string {

@@ -48,8 +48,9 @@ func (e *ConfigError) Unwrap() error { return ErrConfig }
 
 // collector gathers the problems of one file.
 type collector struct {
-	file string
-	errs []*ConfigError
+	file  string
+	errs  []*ConfigError
+	warns []Warning
 }
 
 func (c *collector) add(line int, path, problem, hint string) {
