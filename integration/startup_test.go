@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
 )
 
 // makeRun is one `make run` in the repository, in its own process group.
