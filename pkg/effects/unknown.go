@@ -16,18 +16,22 @@ const maxListedTools = 10
 // Closest returns the configured tool whose name is nearest to name — a
 // typo, a case or separator slip (send-email, SendEmail) — or "" when none is
 // close. It never returns name itself when that is configured.
-func (r *Registry) Closest(name string) string {
+func (r *Registry) Closest(name string) string { return Closest(name, r.names) }
+
+// Closest returns the name in known nearest to name (at most two edits,
+// ignoring case and the separators '-', '_', '.', and fewer edits than a
+// third of its length), or "" when none is close or name is among them.
+func Closest(name string, known []string) string {
 	norm := func(s string) string {
 		return strings.NewReplacer("-", "", "_", "", " ", "", ".", "").Replace(strings.ToLower(s))
 	}
 	want := norm(name)
 	best, bestDist := "", 0
-	for _, n := range r.names {
+	for _, n := range known {
 		if n == name {
-			continue
+			return ""
 		}
 		d := editDistance(want, norm(n))
-		// Close: at most 2 edits, and fewer than a third of the name.
 		if d > 2 || d*3 > max(len(want), 3) {
 			continue
 		}
