@@ -268,4 +268,3 @@ func onTerminal(t *testing.T, input string, name string, args ...string) (string
 	<-copied
 	return strings.ReplaceAll(out.String(), "\r\n", "\n"), code
 }
-
