@@ -15,6 +15,12 @@ const (
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderReplyTo names the subject a caller wants its answer pushed to.
 	HeaderReplyTo = "Idem-Reply-To"
+	// HeaderKey carries the key the client derived; a worker that derives
+	// another rejects the intent with CodeKeyMismatch.
+	HeaderKey = "Idem-Key"
+	// HeaderFingerprint carries the fingerprint the client derived, checked
+	// as HeaderKey is.
+	HeaderFingerprint = "Idem-Fingerprint"
 
 	// A dead letter carries these besides the original message's headers.
 	HeaderDLQReason    = "Idem-Dlq-Reason"     // why the intent was dead-lettered

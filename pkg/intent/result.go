@@ -51,6 +51,7 @@ const (
 	CodeWrongState    = "wrong_state"    // an operator decision does not apply to the operation's state
 	CodeNotFound      = "not_found"      // no operation has that key
 	CodeRateLimited   = "rate_limited"   // the session sent more intents than its rate allows; nothing was done
+	CodeKeyMismatch   = "key_mismatch"   // the worker derives another key or fingerprint than the client's Idem-Key / Idem-Fingerprint
 )
 
 // Error is the error half of an answer.
@@ -62,14 +63,19 @@ type Error struct {
 // Result is the answer every caller of an operation receives, whether its
 // intent fired the effect or was answered from the ledger.
 type Result struct {
-	Key         string          `json:"key"`
-	Tool        string          `json:"tool"`
-	Status      Status          `json:"status"`
-	Replayed    bool            `json:"replayed"`
-	Fingerprint string          `json:"fingerprint,omitempty"`
-	Attempts    int             `json:"attempts"`
-	Result      json.RawMessage `json:"result,omitempty"`
-	Error       *Error          `json:"error,omitempty"`
-	CallID      string          `json:"call_id,omitempty"`
-	CompletedAt time.Time       `json:"completed_at"`
+	Key         string `json:"key"`
+	Tool        string `json:"tool"`
+	Status      Status `json:"status"`
+	Replayed    bool   `json:"replayed"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	// RecordFingerprint is, in a conflict, the fingerprint of the recorded
+	// operation the key belongs to (Fingerprint is the caller's).
+	RecordFingerprint string          `json:"record_fingerprint,omitempty"`
+	Attempts          int             `json:"attempts"`
+	Result            json.RawMessage `json:"result,omitempty"`
+	Error             *Error          `json:"error,omitempty"`
+	CallID            string          `json:"call_id,omitempty"`
+	// CompletedAt is when the outcome was recorded; zero (and left out of
+	// the JSON) in the non-final answers, awaiting_approval and uncertain.
+	CompletedAt time.Time `json:"completed_at,omitzero"`
 }
