@@ -356,7 +356,7 @@ func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) (int, 
 }
 
 func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := newFlagSet("submit key", "submit key --tool T --args JSON [--session S] [--spec JSON | --tools FILE | --default-spec] [-q]", args, stdout, stderr)
+	fs := newFlagSet("submit key", "submit key --tool T --args JSON [--session S] [--spec JSON | --tools FILE | --default-spec] [-q | -f]", args, stdout, stderr)
 	var c common
 	var e envelopeFlags
 	c.register(fs)
@@ -367,6 +367,7 @@ func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) (int, 
 	toolsFile := fs.String("tools", "", "read the tool's key spec from this tools file (as the workers' --tools)")
 	defaultSpec := fs.Bool("default-spec", false, "use the default derivation (all args, no window) without asking the workers")
 	quiet := fs.Bool("q", false, "print only the key")
+	onlyFP := fs.Bool("f", false, "print only the fingerprint")
 	if err := c.parse(fs, args); err != nil {
 		return exitError, err
 	}
@@ -383,8 +384,14 @@ func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) (int, 
 	if err != nil {
 		return exitError, err
 	}
-	if *quiet {
+	switch {
+	case *quiet && *onlyFP:
+		return exitError, errors.New("give -q (the key) or -f (the fingerprint), not both")
+	case *quiet:
 		_, err := fmt.Fprintln(stdout, id.Key)
+		return exitFired, err
+	case *onlyFP:
+		_, err := fmt.Fprintln(stdout, id.Fingerprint)
 		return exitFired, err
 	}
 	material, err := intent.Material(env, spec, now)
