@@ -1,6 +1,6 @@
 # idemgate — make run: a worker on an embedded JetStream; make test: every test.
 GO      ?= go
-BIN     := bin
+BIN     ?= bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: all build run test test-short lint fuzz clean bench bench-short chaos
@@ -10,20 +10,35 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-# A worker on an embedded JetStream (listening on 127.0.0.1:4222), with the
-# demo tools file, a demo webhook sink on 127.0.0.1:8787, the HTTP front
-# door on 127.0.0.1:8080 (its tokens: data/agent.token, data/operator.token)
-# and the MCP server on http://127.0.0.1:8081/mcp. Submit from a second
-# terminal (see README).
+# make run: a worker on an embedded JetStream (127.0.0.1:$(NATS_PORT)) with
+# the demo tools file, a demo webhook sink on 127.0.0.1:$(SINK_PORT), the HTTP
+# front door on 127.0.0.1:$(GATEWAY_PORT) (its tokens: data/agent.token,
+# data/operator.token) and the MCP server on
+# http://127.0.0.1:$(MCP_PORT)/mcp. Submit from a second terminal (see
+# README). A second installation beside the first: NATS_PORT=4223
+# SINK_PORT=8788 GATEWAY_PORT=8090 MCP_PORT=8091 make run (its store and logs
+# are then data/*-4223, data/*-8788). A taken port fails at once, naming it.
+NATS_PORT    ?= 4222
+SINK_PORT    ?= 8787
+GATEWAY_PORT ?= 8080
+MCP_PORT     ?= 8081
+DATA      ?= data
+STORE_DIR ?= $(DATA)/jetstream$(if $(filter 4222,$(NATS_PORT)),,-$(NATS_PORT))
+SINK_LOG  ?= $(DATA)/sink$(if $(filter 8787,$(SINK_PORT)),,-$(SINK_PORT)).jsonl
+RUN_TOOLS := $(DATA)/demo-tools-$(SINK_PORT).yaml
+SINK_READY := $(DATA)/sink-$(SINK_PORT).ready
 run: build
-	@mkdir -p data
-	@test -s data/agent.token || $(BIN)/gateway token --role agent --namespace demo --name demo-agent --tokens data/gateway.tokens > data/agent.token
-	@test -s data/operator.token || $(BIN)/gateway token --role operator --namespace '*' --name demo-operator --tokens data/gateway.tokens > data/operator.token
-	@$(BIN)/sink --listen 127.0.0.1:8787 --log data/sink.jsonl & sink=$$!; \
-	$(BIN)/gateway --tokens data/gateway.tokens --listen 127.0.0.1:8080 --log-format console & gateway=$$!; \
-	$(BIN)/mcp --http 127.0.0.1:8081 --nats-url nats://127.0.0.1:4222 & mcp=$$!; \
-	trap 'kill $$sink $$gateway $$mcp 2>/dev/null' EXIT INT TERM; \
-	$(BIN)/worker --tools deployments/demo/tools.yaml --store-dir data/jetstream --log-format console
+	@mkdir -p $(DATA)
+	@test -s $(DATA)/agent.token || $(BIN)/gateway token --role agent --namespace demo --name demo-agent --tokens $(DATA)/gateway.tokens > $(DATA)/agent.token
+	@test -s $(DATA)/operator.token || $(BIN)/gateway token --role operator --namespace '*' --name demo-operator --tokens $(DATA)/gateway.tokens > $(DATA)/operator.token
+	@sed 's|127\.0\.0\.1:8787|127.0.0.1:$(SINK_PORT)|g' deployments/demo/tools.yaml > $(RUN_TOOLS)
+	@rm -f $(SINK_READY); \
+	$(BIN)/sink --listen 127.0.0.1:$(SINK_PORT) --log $(SINK_LOG) --ready-file $(SINK_READY) & sink=$$!; \
+	trap 'kill $$sink $$gateway $$mcp 2>/dev/null; rm -f $(SINK_READY)' EXIT INT TERM; \
+	while [ ! -s $(SINK_READY) ]; do kill -0 $$sink 2>/dev/null || exit 1; sleep 0.05; done; \
+	$(BIN)/gateway --tokens $(DATA)/gateway.tokens --listen 127.0.0.1:$(GATEWAY_PORT) --nats-url nats://127.0.0.1:$(NATS_PORT) --log-format console & gateway=$$!; \
+	$(BIN)/mcp --http 127.0.0.1:$(MCP_PORT) --nats-url nats://127.0.0.1:$(NATS_PORT) & mcp=$$!; \
+	$(BIN)/worker --tools $(RUN_TOOLS) --store-dir $(STORE_DIR) --listen 127.0.0.1:$(NATS_PORT) --log-format console
 
 # Every test, race detector on: unit, conformance (R1 and R3), fuzz seed
 # corpora, and black-box tests of the built binaries.

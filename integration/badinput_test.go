@@ -63,6 +63,7 @@ func badInputs() []badInput {
 		{name: "tool name with bad characters", subject: "idem.intents.Send-Email!", data: `{"tool":"Send-Email!","args":{}}`, code: intent.CodeInvalidIntent, message: "[a-z0-9_-]{1,64}"},
 		{name: "tool name too long", subject: "idem.intents." + strings.Repeat("t", 65), data: `{"tool":"` + strings.Repeat("t", 65) + `","args":{}}`, code: intent.CodeInvalidIntent, message: "[a-z0-9_-]{1,64}"},
 		{name: "unknown tool", subject: "idem.intents.launch_rocket", data: `{"tool":"launch_rocket","args":{}}`, code: intent.CodeUnknownTool, message: `"launch_rocket"`},
+		{name: "unknown tool close to a known one", subject: "idem.intents.send_emial", data: `{"tool":"send_emial","args":{}}`, code: intent.CodeUnknownTool, message: `did you mean "send_email"?`},
 		{name: "empty payload", data: ``, code: intent.CodeInvalidIntent, message: "unexpected end of input"},
 		{name: "whitespace only", data: " \n\t ", code: intent.CodeInvalidIntent, message: "unexpected end of input"},
 		{name: "trailing garbage", data: `{"tool":"send_email","args":{}} x`, code: intent.CodeInvalidIntent, message: "after the JSON value"},

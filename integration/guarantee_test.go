@@ -317,7 +317,7 @@ func TestReplayedMeansAnotherCallCausedIt(t *testing.T) {
 	require.Equal(t, intent.StatusAwaitingApproval, parked.res.Status)
 	require.True(t, parked.res.Replayed, "a second call awaiting the same approval is a replay")
 	require.NotContains(t, parked.stdout, "completed_at", "not final: no completion time")
-	require.Equal(t, 0, submit(t, url, "approve", key, "--by", "ops").code)
+	require.Equal(t, 0, submit(t, url, "approve", key, "--by", "ops", "--yes").code)
 	f := <-final
 	require.Equal(t, 0, f.code, "the call whose operation fired is not a replay: %s", f.stdout)
 	require.False(t, f.res.Replayed)

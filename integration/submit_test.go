@@ -82,21 +82,29 @@ func TestWindowKeysFromTheCatalogue(t *testing.T) {
 	require.Equal(t, 2, hook.count())
 }
 
-// submit key prints the key without publishing; bad input is refused locally
-// with a clear message and exit 1.
+// submit key prints the key without publishing, with the key spec given or
+// from the workers' catalogue; without either it fails rather than guess.
+// Bad input is refused locally with a clear message and exit 1.
 func TestSubmitKeyAndLocalValidation(t *testing.T) {
 	t.Parallel()
-	k1 := submit(t, "nats://127.0.0.1:1", "key", "--tool", "send_email", "--args", `{"b":1,"a":[1.0,"x"]}`)
+	noServer := "nats://127.0.0.1:1"
+	k1 := submit(t, noServer, "key", "--tool", "send_email", "--args", `{"b":1,"a":[1.0,"x"]}`, "--default-spec")
 	require.Equal(t, 0, k1.code, k1.stderr)
-	k2 := submit(t, "nats://127.0.0.1:1", "key", "--tool", "send_email", "--args", `{ "a" : [1, "x"], "b" : 1 }`)
+	k2 := submit(t, noServer, "key", "--tool", "send_email", "--args", `{ "a" : [1, "x"], "b" : 1 }`, "--default-spec")
 	require.Equal(t, k1.stdout, k2.stdout, "key order, whitespace and number form do not matter")
-	require.Contains(t, k1.stdout, `"spec": "default (no server)"`)
+	require.Contains(t, k1.stdout, `"spec": "default"`)
 	require.Contains(t, k1.stdout, `"key": "send_email.`)
 
-	bad := submit(t, "nats://127.0.0.1:1", "--tool", "send_email", "--args", `[1]`)
+	guess := submit(t, noServer, "key", "--tool", "send_email", "--args", `{"to":"a@example.com"}`)
+	require.Equal(t, 1, guess.code, "no server and no spec: no key is guessed: %s", guess.stdout)
+	require.Empty(t, guess.stdout)
+	require.Contains(t, guess.stderr, "--spec")
+	require.Contains(t, guess.stderr, "--default-spec")
+
+	bad := submit(t, noServer, "--tool", "send_email", "--args", `[1]`)
 	require.Equal(t, 1, bad.code)
 	require.Contains(t, bad.stderr, "args")
-	noTool := submit(t, "nats://127.0.0.1:1", "--args", `{}`)
+	noTool := submit(t, noServer, "--args", `{}`)
 	require.Equal(t, 1, noTool.code)
 	require.Contains(t, noTool.stderr, "--tool")
 }

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -66,6 +67,7 @@ func run() error {
 	hold := flag.Duration("hold", 0, "stall every request this long before answering")
 	hangRate := flag.Float64("hang-rate", 0, "fraction of requests stalled for --hang before answering (0-1)")
 	hang := flag.Duration("hang", 5*time.Second, "how long a request picked by --hang-rate stalls")
+	readyFile := flag.String("ready-file", "", "once listening, write the address to this file (for scripts that wait for the sink)")
 	flag.Parse()
 	if *failRate < 0 || *failRate > 1 {
 		return errors.New("--fail-rate must be between 0 and 1")
@@ -89,7 +91,16 @@ func run() error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", s.stats)
 	mux.HandleFunc("/", s.receive)
-	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Bind first: "listening" is printed only once it is true, and a taken
+	// port is reported at once.
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("%w (is another sink running? stop it, or listen elsewhere with --listen, e.g. --listen 127.0.0.1:8788; make run takes SINK_PORT=8788)", err)
+		}
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -98,9 +109,28 @@ func run() error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	fmt.Fprintf(os.Stderr, "sink listening on http://%s\n", *listen)
-	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+	if *readyFile != "" {
+		if err := writeReady(*readyFile, ln.Addr().String()); err != nil {
+			_ = ln.Close()
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "sink listening on http://%s\n", ln.Addr())
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	return nil
+}
+
+// writeReady writes addr to path atomically: a reader sees all of it or no
+// file.
+func writeReady(path, addr string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(addr+"\n"), 0o644); err != nil {
+		return fmt.Errorf("--ready-file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("--ready-file: %w", err)
 	}
 	return nil
 }

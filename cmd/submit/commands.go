@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,33 +35,65 @@ func (e *envelopeFlags) register(fs *flag.FlagSet) {
 }
 
 // envelope builds the JSON text of the intent and decodes it with the same
-// strict rules the workers apply.
+// strict rules the workers apply. A problem inside --args is reported as
+// such, with its byte position in --args.
 func (e *envelopeFlags) envelope() (*intent.Envelope, error) {
 	if e.tool == "" {
 		return nil, errors.New("no intent: give --tool (and --args), --file or --jsonl")
 	}
-	doc := map[string]any{"tool": e.tool, "args": json.RawMessage(e.args)}
-	for k, v := range map[string]string{"session": e.session, "key": e.key, "call_id": e.callID, "created_at": e.createdAt} {
-		if v != "" {
-			doc[k] = v
+	// --args goes in first and unparsed, so that a problem in it has a
+	// position counted from the start of --args.
+	const head = `{"args":`
+	var b strings.Builder
+	b.WriteString(head)
+	b.WriteString(e.args)
+	rest, _ := json.Marshal(map[string]string{"tool": e.tool})
+	b.WriteString(",")
+	b.Write(rest[1 : len(rest)-1])
+	for _, f := range [][2]string{{"session", e.session}, {"key", e.key}, {"call_id", e.callID}, {"created_at", e.createdAt}} {
+		if f[1] != "" {
+			kv, _ := json.Marshal(map[string]string{f[0]: f[1]})
+			b.WriteString(",")
+			b.Write(kv[1 : len(kv)-1])
 		}
 	}
-	data, err := json.Marshal(doc)
-	if err != nil {
-		return nil, fmt.Errorf("--args is not valid JSON: %w", err)
+	b.WriteString("}")
+	env, err := intent.Decode([]byte(b.String()), intent.Limits{})
+	var se *intent.SyntaxError
+	if errors.As(err, &se) && se.Offset >= len(head) && se.Offset <= len(head)+len(e.args) {
+		return nil, argsError(e.args, se.Offset-len(head), se.Msg)
 	}
-	return intent.Decode(data, intent.Limits{})
+	if err != nil && !json.Valid([]byte(e.args)) {
+		// A value cut short (e.g. '{"a":1') runs into the text after it.
+		return nil, argsError(e.args, len(e.args), "the JSON text is incomplete")
+	}
+	return env, err
+}
+
+// argsError reports a problem at byte pos of --args, showing where: "not
+// valid JSON" when it is not, "refused" when it is JSON that breaks a rule
+// of the protocol (a repeated name, a number beyond 2^53).
+func argsError(args string, pos int, msg string) error {
+	const context = 30
+	from := max(0, pos-context)
+	to := min(len(args), pos+context)
+	what, hint := "is not valid JSON", " (write a JSON object, e.g. --args '{\"to\":\"ada@example.com\"}')"
+	if json.Valid([]byte(args)) {
+		what, hint = "is refused", ""
+	}
+	return fmt.Errorf("--args %s: at byte %d: %s\n  %s\n  %s^%s", what, pos, msg, args[from:to], strings.Repeat(" ", pos-from), hint)
 }
 
 func cmdSubmit(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("submit", "submit --tool T --args JSON | --file FILE | --jsonl FILE [flags]", args, stdout, stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage+"\nFlags:\n"); fs.PrintDefaults() }
 	var c common
 	var e envelopeFlags
 	c.register(fs)
 	e.register(fs)
 	file := fs.String("file", "", `a JSON intent envelope to publish ("-" for stdin)`)
 	jsonl := fs.String("jsonl", "", `a file of intent envelopes, one JSON object per line ("-" for stdin)`)
+	strict := fs.Bool("strict", false, "with --jsonl: send nothing when any line is invalid (default: report invalid lines, send the valid ones)")
 	wait := fs.Duration("wait", defaultWait, "how long to wait for an answer (0: publish only and print the key)")
 	inflight := fs.Int("concurrency", 64, "with --jsonl: intents awaiting answers at once")
 	waitFinal := fs.Bool("wait-final", false, "wait past awaiting_approval and uncertain answers for the final one")
@@ -66,10 +101,10 @@ func cmdSubmit(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return exitError, err
 	}
 	if fs.NArg() > 0 {
-		return exitError, fmt.Errorf("unexpected argument %q (subcommands: get, key, tools, list, forget, approve, deny, resolve, dlq)", fs.Arg(0))
+		return exitError, fmt.Errorf("unexpected argument %q (subcommands: %s; submit help explains them)", fs.Arg(0), strings.Join(subcommands, ", "))
 	}
 	if *jsonl != "" {
-		return submitMany(ctx, c, *jsonl, stdin, stdout, stderr, *wait, *inflight)
+		return submitMany(ctx, c, *jsonl, stdin, stdout, stderr, *wait, *inflight, *strict)
 	}
 	var env *intent.Envelope
 	var err error
@@ -115,10 +150,18 @@ func cmdSubmit(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 }
 
 // submitMany publishes every envelope of a JSON-lines file, keeps up to
-// inflight awaiting answers, prints each answer as a JSON line and a progress
-// line on stderr. It exits 0 when every intent was answered, 2 when some were
-// not in time, 1 on other errors.
-func submitMany(ctx context.Context, c common, path string, stdin io.Reader, stdout, stderr io.Writer, wait time.Duration, inflight int) (int, error) {
+// inflight awaiting answers, prints one result per line and a progress line
+// on stderr. Every line is checked first: an invalid one is reported (its
+// line number and error) and not sent, the valid ones are sent — or, with
+// strict, nothing is sent when any line is invalid. Each output line is the
+// answer with the input's "line" number added, or {"line", "key"?, "error"}.
+//
+// It exits with the worst outcome among the lines: 1 on an error that
+// stopped the batch, 2 when some got no answer in time, 5 when some line was
+// invalid or answered failed, rejected or denied, 4 when some was a
+// conflict, 6 when some awaits approval or is uncertain, else 0 (every line
+// completed, fired or replayed).
+func submitMany(ctx context.Context, c common, path string, stdin io.Reader, stdout, stderr io.Writer, wait time.Duration, inflight int, strict bool) (int, error) {
 	if inflight < 1 {
 		return exitError, errors.New("--concurrency must be at least 1")
 	}
@@ -126,21 +169,44 @@ func submitMany(ctx context.Context, c common, path string, stdin io.Reader, std
 	if err != nil {
 		return exitError, err
 	}
-	var envs []*intent.Envelope
+	type line struct {
+		n   int
+		env *intent.Envelope
+	}
+	var (
+		envs    []line
+		invalid []map[string]any
+	)
 	sc := bufio.NewScanner(bytesReader(data))
 	sc.Buffer(make([]byte, 0, 64<<10), intent.DefaultMaxBytes+1)
-	for line := 1; sc.Scan(); line++ {
-		if len(sc.Bytes()) == 0 {
+	for n := 1; sc.Scan(); n++ {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
 		env, err := intent.Decode(sc.Bytes(), intent.Limits{})
 		if err != nil {
-			return exitError, fmt.Errorf("%s:%d: %w", path, line, err)
+			invalid = append(invalid, map[string]any{"line": n, "status": intent.StatusRejected, "error": map[string]string{"code": intent.Code(err), "message": err.Error()}})
+			fmt.Fprintf(stderr, "%s:%d: %v\n", path, n, err)
+			continue
 		}
-		envs = append(envs, env)
+		envs = append(envs, line{n: n, env: env})
 	}
 	if err := sc.Err(); err != nil {
 		return exitError, fmt.Errorf("%s: %w", path, err)
+	}
+	enc := json.NewEncoder(stdout)
+	for _, r := range invalid {
+		_ = enc.Encode(r)
+	}
+	if strict && len(invalid) > 0 {
+		return exitFailed, fmt.Errorf("%d of %d lines are invalid; nothing was sent (--strict)", len(invalid), len(invalid)+len(envs))
+	}
+	worst := outcomes{}
+	if len(invalid) > 0 {
+		worst.add(exitFailed)
+	}
+	if len(envs) == 0 {
+		return worst.code(), worst.err(len(invalid), 0, wait)
 	}
 	nc, cl, err := c.connect()
 	if err != nil {
@@ -160,8 +226,8 @@ func submitMany(ctx context.Context, c common, path string, stdin io.Reader, std
 		if final {
 			end = "\n"
 		}
-		fmt.Fprintf(stderr, "sent %d/%d answered %d (fired %d, replayed %d, not completed %d) unanswered %d %.1fs%s",
-			sent.Load(), len(envs), answered.Load(), fired.Load(), replayed.Load(), failures.Load(), missing.Load(), time.Since(start).Seconds(), end)
+		fmt.Fprintf(stderr, "sent %d/%d answered %d (fired %d, replayed %d, not completed %d) unanswered %d invalid %d %.1fs%s",
+			sent.Load(), len(envs), answered.Load(), fired.Load(), replayed.Load(), failures.Load(), missing.Load(), len(invalid), time.Since(start).Seconds(), end)
 	}
 	tick := time.NewTicker(500 * time.Millisecond)
 	done := make(chan struct{})
@@ -175,16 +241,15 @@ func submitMany(ctx context.Context, c common, path string, stdin io.Reader, std
 			}
 		}
 	}()
-	enc := json.NewEncoder(stdout)
 	sem := make(chan struct{}, inflight)
 	var wg sync.WaitGroup
-	for _, env := range envs {
+	for _, l := range envs {
 		sem <- struct{}{}
-		s, err := cl.Publish(ctx, env)
+		s, err := cl.Publish(ctx, l.env)
 		if err != nil {
 			<-sem
 			mu.Lock()
-			firstErr = errors.Join(firstErr, err)
+			firstErr = errors.Join(firstErr, fmt.Errorf("%s:%d: %w", path, l.n, err))
 			mu.Unlock()
 			break
 		}
@@ -200,7 +265,8 @@ func submitMany(ctx context.Context, c common, path string, stdin io.Reader, std
 			defer mu.Unlock()
 			if err != nil {
 				missing.Add(1)
-				_ = enc.Encode(map[string]any{"key": s.Key, "error": err.Error()})
+				worst.add(exitTimeout)
+				_ = enc.Encode(map[string]any{"line": l.n, "key": s.Key, "error": err.Error()})
 				return
 			}
 			answered.Add(1)
@@ -212,25 +278,63 @@ func submitMany(ctx context.Context, c common, path string, stdin io.Reader, std
 			default:
 				fired.Add(1)
 			}
-			_ = enc.Encode(res)
+			worst.add(exitCode(res))
+			_ = enc.Encode(withLine(res, l.n))
 		}()
 	}
 	wg.Wait()
 	tick.Stop()
 	close(done)
 	progress(true)
-	switch {
-	case firstErr != nil:
+	if firstErr != nil {
 		return exitError, firstErr
-	case missing.Load() > 0:
-		return exitTimeout, fmt.Errorf("%d intents got no answer within %s", missing.Load(), wait)
 	}
-	return exitFired, nil
+	return worst.code(), worst.err(len(invalid), int(missing.Load()), wait)
+}
+
+// withLine is res as a JSON object with the input's line number added.
+func withLine(res *intent.Result, n int) json.RawMessage {
+	data, _ := json.Marshal(res)
+	return append([]byte(`{"line":`+strconv.Itoa(n)+`,`), data[1:]...)
+}
+
+// outcomes keeps the worst exit status of a batch.
+type outcomes struct{ seen map[int]bool }
+
+func (o *outcomes) add(code int) {
+	if o.seen == nil {
+		o.seen = map[int]bool{}
+	}
+	o.seen[code] = true
+}
+
+// code ranks the statuses seen: error, no answer, failed/rejected/invalid,
+// conflict, open; replayed and fired are both success for a batch.
+func (o *outcomes) code() int {
+	for _, c := range []int{exitError, exitTimeout, exitFailed, exitConflict, exitOpen} {
+		if o.seen[c] {
+			return c
+		}
+	}
+	return exitFired
+}
+
+func (o *outcomes) err(invalid, missing int, wait time.Duration) error {
+	var errs []error
+	if invalid > 0 {
+		errs = append(errs, fmt.Errorf("%d invalid lines were not sent", invalid))
+	}
+	if missing > 0 {
+		errs = append(errs, fmt.Errorf("%d intents got no answer within %s", missing, wait))
+	}
+	if len(errs) == 0 && o.code() != exitFired {
+		errs = append(errs, errors.New("some intents were not completed (see their lines)"))
+	}
+	return errors.Join(errs...)
 }
 
 func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("submit get", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("submit get", "submit get KEY [flags]", args, stdout, stderr)
 	var c common
 	c.register(fs)
 	if err := c.parse(fs, args); err != nil {
@@ -252,14 +356,18 @@ func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) (int, 
 }
 
 func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("submit key", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("submit key", "submit key --tool T --args JSON [--session S] [--spec JSON | --tools FILE | --default-spec] [-q | -f]", args, stdout, stderr)
 	var c common
 	var e envelopeFlags
 	c.register(fs)
 	e.register(fs)
-	keyArgs := fs.String("key-args", "", "comma-separated distinguishing args (default: as the workers' catalogue says, else all args)")
-	window := fs.Duration("window", 0, "time window of the key, e.g. 168h (default: as the workers' catalogue says, else none)")
+	keyArgs := fs.String("key-args", "", "comma-separated distinguishing args (instead of the workers' catalogue)")
+	window := fs.Duration("window", 0, "time window of the key, e.g. 168h (instead of the workers' catalogue)")
+	specJSON := fs.String("spec", "", `the tool's key spec as the catalogue gives it, e.g. '{"key_args":["to"],"volatile_args":["body"]}'`)
+	toolsFile := fs.String("tools", "", "read the tool's key spec from this tools file (as the workers' --tools)")
+	defaultSpec := fs.Bool("default-spec", false, "use the default derivation (all args, no window) without asking the workers")
+	quiet := fs.Bool("q", false, "print only the key")
+	onlyFP := fs.Bool("f", false, "print only the fingerprint")
 	if err := c.parse(fs, args); err != nil {
 		return exitError, err
 	}
@@ -267,14 +375,24 @@ func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) (int, 
 	if err != nil {
 		return exitError, err
 	}
-	spec, source := intent.KeySpec{Window: *window, KeyArgs: splitList(*keyArgs)}, "flags"
-	if *keyArgs == "" && *window == 0 {
-		spec, source = catalogSpec(ctx, c, env.Tool)
+	spec, source, err := keySpecFor(ctx, c, env.Tool, keySpecFlags{keyArgs: *keyArgs, window: *window, spec: *specJSON, tools: *toolsFile, def: *defaultSpec})
+	if err != nil {
+		return exitError, err
 	}
 	now := time.Now()
 	id, err := intent.Derive(env, spec, now)
 	if err != nil {
 		return exitError, err
+	}
+	switch {
+	case *quiet && *onlyFP:
+		return exitError, errors.New("give -q (the key) or -f (the fingerprint), not both")
+	case *quiet:
+		_, err := fmt.Fprintln(stdout, id.Key)
+		return exitFired, err
+	case *onlyFP:
+		_, err := fmt.Fprintln(stdout, id.Fingerprint)
+		return exitFired, err
 	}
 	material, err := intent.Material(env, spec, now)
 	if err != nil {
@@ -283,29 +401,69 @@ func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) (int, 
 	return exitFired, printJSON(stdout, map[string]any{"key": id.Key, "fingerprint": id.Fingerprint, "material": string(material), "spec": source})
 }
 
-// catalogSpec asks the workers' catalogue how tool derives keys; without an
-// answer it is the default derivation.
-func catalogSpec(ctx context.Context, c common, tool string) (intent.KeySpec, string) {
+// keySpecFlags are the ways submit key is told a tool's key spec.
+type keySpecFlags struct {
+	keyArgs     string
+	window      time.Duration
+	spec, tools string
+	def         bool
+}
+
+// keySpecFor returns the key spec tool derives keys with, and where it came
+// from: the flags, a spec or tools file given, the default derivation when
+// asked for, else the workers' catalogue. Without any of them it fails: a
+// key derived with a guessed spec is one the workers may not use.
+func keySpecFor(ctx context.Context, c common, tool string, f keySpecFlags) (intent.KeySpec, string, error) {
+	given := 0
+	for _, b := range []bool{f.keyArgs != "" || f.window != 0, f.spec != "", f.tools != "", f.def} {
+		if b {
+			given++
+		}
+	}
+	switch {
+	case given > 1:
+		return intent.KeySpec{}, "", errors.New("give one of --key-args/--window, --spec, --tools and --default-spec")
+	case f.keyArgs != "" || f.window != 0:
+		return intent.KeySpec{Window: f.window, KeyArgs: splitList(f.keyArgs)}, "flags", nil
+	case f.def:
+		return intent.KeySpec{}, "default", nil
+	case f.spec != "":
+		var info intent.ToolInfo
+		dec := json.NewDecoder(strings.NewReader(f.spec))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&info); err != nil {
+			return intent.KeySpec{}, "", fmt.Errorf(`--spec: %w (write e.g. {"key_args":["to"],"window_seconds":0,"volatile_args":["body"]})`, err)
+		}
+		spec := info.KeySpec()
+		if err := spec.Validate(); err != nil {
+			return intent.KeySpec{}, "", fmt.Errorf("--spec: %w", err)
+		}
+		return spec, "--spec", nil
+	case f.tools != "":
+		spec, err := toolsFileSpec(f.tools, tool)
+		return spec, "tools file " + f.tools, err
+	}
 	nc, cl, err := c.connect()
 	if err != nil {
-		return intent.KeySpec{}, "default (no server)"
+		return intent.KeySpec{}, "", fmt.Errorf("%w: the key depends on the tool's key spec, which the workers' catalogue gives; give it with --spec or --tools FILE, or ask for the default derivation with --default-spec", err)
 	}
 	defer nc.Close()
 	cat, err := cl.Tools(ctx)
 	if err != nil {
-		return intent.KeySpec{}, "default (no catalogue)"
+		return intent.KeySpec{}, "", fmt.Errorf("tool catalogue: %w (give the key spec with --spec or --tools FILE, or --default-spec)", err)
 	}
+	var names []string
 	for _, t := range cat.Tools {
 		if t.Name == tool {
-			return t.KeySpec(), "catalogue"
+			return t.KeySpec(), "catalogue", nil
 		}
+		names = append(names, t.Name)
 	}
-	return intent.KeySpec{}, "default (tool not in catalogue)"
+	return intent.KeySpec{}, "", fmt.Errorf("the workers serve no tool %q%s (an intent for it is answered unknown_tool)", tool, closestHint(tool, names))
 }
 
 func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("submit tools", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("submit tools", "submit tools [flags]", args, stdout, stderr)
 	var c common
 	c.register(fs)
 	if err := c.parse(fs, args); err != nil {

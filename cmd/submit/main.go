@@ -1,23 +1,6 @@
-// Command submit publishes tool intents to idemgate and prints their answers.
-//
-//	submit --tool send_email --args '{"to":"ada@example.com"}'   one intent, from flags
-//	submit --file intent.json        one intent envelope from a file ("-": stdin)
-//	submit --jsonl intents.jsonl     many envelopes, one per line; answers as JSON lines
-//	submit get KEY                   the ledger record of KEY
-//	submit key --tool T --args JSON  the key and fingerprint an intent derives, without publishing
-//	submit tools                     the tools the workers serve
-//	submit approve KEY [--fingerprint FP] [--by NAME] [--reason R]
-//	submit deny KEY [--reason R]     operator decisions on an operation awaiting approval
-//	submit resolve KEY --outcome succeeded|failed [--result JSON]
-//	                                 settle an uncertain operation
-//	submit dlq list | dlq replay SEQ the dead-letter stream
-//	submit list [--status open] [--tool T] [--session S] [--older-than D] [--past-lease] [--limit N] [--after SEQ] [--all]
-//	                                 ledger records, one JSON object per line
-//	submit forget KEY                delete a settled operation's record so that it may run again
-//
-// Exit status of a single intent (and of a decision): 0 fired (completed by this call), 3 replayed
-// (completed earlier), 4 conflict, 5 failed, rejected or denied, 6 awaiting
-// approval or uncertain, 2 no answer in time, 1 any other error.
+// Command submit publishes tool intents to idemgate and prints their answers,
+// and gives operators the ledger: records, decisions, dead letters. Run
+// submit help for the subcommands, the exit statuses and examples.
 package main
 
 import (
@@ -121,11 +104,60 @@ func (c *common) connect() (*nats.Conn, *client.Client, error) {
 	return nc, cl, nil
 }
 
+// usage is the text of submit help.
+const usage = `usage: submit [flags]                 publish one intent and print its answer
+       submit SUBCOMMAND [flags] [ARGS]  (submit SUBCOMMAND --help for its flags)
+
+Publishing:
+  submit --tool T --args JSON [--session S]  one intent, from flags
+  submit --file FILE                         one intent envelope from a file ("-": stdin)
+  submit --jsonl FILE [--strict]             many envelopes, one per line; one answer per line
+Subcommands:
+  key --tool T --args JSON [-q|-f] the key and fingerprint an intent derives, without publishing
+  watch KEY                        wait for an operation's final answer (after exit 2, or from another shell)
+  get KEY                          the ledger record of KEY
+  tools                            the tools the workers serve, and how each derives its keys
+  approve KEY [--fingerprint FP]   let an operation awaiting approval fire (shows its args and asks)
+  deny KEY [--reason R]            refuse an operation awaiting approval
+  resolve KEY --outcome succeeded|failed [--result JSON]
+                                   settle an uncertain operation
+  dlq list | dlq replay SEQ        the dead-letter stream: list, or publish one again
+  list [--status open] [--tool T] [--session S] [--older-than D] [--past-lease] [--limit N] [--after SEQ] [--all]
+                                   ledger records, one JSON object per line (--status open: every unresolved one)
+  forget KEY                       delete a settled operation's record so that it may run again
+  help                             this text
+
+Exit status:
+  0  fired by this call (a decision: it took effect); a list, key or record printed
+  3  replayed: the answer reports an outcome an earlier call caused
+  4  conflict: the key was used with other arguments
+  5  failed, rejected or denied (--jsonl: some line was invalid or not completed)
+  6  awaiting approval or uncertain (watch KEY, or --wait-final, to wait on)
+  2  no answer in time (the operation may still complete: submit watch KEY)
+  1  any other error (bad flags or input, no server, ...)
+
+Examples:
+  submit --tool send_email --args '{"to":"ada@example.com","subject":"Hi"}' --session run-7
+  K=$(submit key -q --tool send_email --args '{"to":"ada@example.com","subject":"Hi"}' --session run-7)
+  submit watch "$K"
+
+Every flag can also be set as IDEMGATE_<FLAG> in the environment; NATS_URL and
+NATS_CREDS work as for the nats CLI.
+`
+
+// subcommands are the words submit takes before its flags.
+var subcommands = []string{"key", "watch", "get", "tools", intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, "dlq", "list", "forget", "help"}
+
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var err error
 	code := exitError
 	if len(args) > 0 {
 		switch args[0] {
+		case "help", "-h", "-help", "--help":
+			fmt.Fprint(stdout, usage)
+			return exitFired
+		case "watch":
+			code, err = cmdWatch(ctx, args[1:], stdout, stderr)
 		case "get":
 			code, err = cmdGet(ctx, args[1:], stdout, stderr)
 		case "key":
@@ -133,7 +165,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		case "tools":
 			code, err = cmdTools(ctx, args[1:], stdout, stderr)
 		case intent.ControlApprove, intent.ControlDeny, intent.ControlResolve:
-			code, err = cmdDecide(ctx, args[0], args[1:], stdout, stderr)
+			code, err = cmdDecide(ctx, args[0], args[1:], stdin, stdout, stderr)
 		case "dlq":
 			code, err = cmdDLQ(ctx, args[1:], stdout, stderr)
 		case "list":
@@ -147,7 +179,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		code, err = cmdSubmit(ctx, args, stdin, stdout, stderr)
 	}
 	if errors.Is(err, flag.ErrHelp) {
-		return 0
+		return exitFired
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "submit:", err)

@@ -30,14 +30,44 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	err := run(os.Args[1:])
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		// --help: the usage is printed, and asking for it is no error.
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
 }
 
+const usageHead = `usage: worker [flags]
+
+Consumes tool intents and fires each operation at most once per key. With no
+--nats-url it runs its own embedded JetStream server (--listen, --store-dir).
+
+Examples:
+  worker --tools deployments/demo/tools.yaml                    embedded JetStream on 127.0.0.1:4222
+  NATS_URL=nats://a:4222,nats://b:4222 worker --tools tools.yaml --replicas 3
+  worker --check-config --tools tools.yaml                      validate a tools file (warnings too)
+
+Exit status: 0 after a clean stop (SIGTERM/SIGINT drains first) or a valid
+--check-config, 1 on any error (the message says which and how to fix it).
+
+Every flag can also be set as IDEMGATE_<FLAG> in the environment (dashes as
+underscores) or in a --config file.
+
+Flags:
+`
+
 func run(args []string) error {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageHead)
+		fs.PrintDefaults()
+	}
+	if asksHelp(args) {
+		fs.SetOutput(os.Stdout) // asked for: the usage is the output, not an error
+	}
 	var cfg worker.Config
 	var (
 		toolsFile   = fs.String("tools", "tools.yaml", "tools file (YAML)")
@@ -122,7 +152,14 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%s: %d tools, ok\n", *toolsFile, len(tools.Names()))
+		for _, w := range tools.Warnings() {
+			fmt.Printf("warning: %s\n", w)
+		}
+		fmt.Printf("%s: %d tools, ok", *toolsFile, len(tools.Names()))
+		if n := len(tools.Warnings()); n > 0 {
+			fmt.Printf(" (%d warnings)", n)
+		}
+		fmt.Println()
 		return tools.Close()
 	}
 	log, err := newLogger(*logFormat, *logLevel)
@@ -142,7 +179,12 @@ func run(args []string) error {
 		nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectJitter(100*time.Millisecond, 250*time.Millisecond)}
 	if url == "" {
 		srv, err := natsrv.Start(natsrv.Config{StoreDir: *storeDir, Listen: *listen, Sync: *syncPolicy, ConfigFile: *serverConf})
-		if err != nil {
+		switch {
+		case errors.Is(err, natsrv.ErrAddrInUse):
+			return fmt.Errorf("%w (is another worker or nats-server running? stop it, or listen elsewhere with --listen, e.g. --listen 127.0.0.1:4223; make run takes NATS_PORT=4223)", err)
+		case errors.Is(err, natsrv.ErrStoreLocked):
+			return fmt.Errorf("%w: two servers on one store would corrupt it (stop the other worker, or give this one its own --store-dir)", err)
+		case err != nil:
 			return err
 		}
 		defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
@@ -169,6 +211,9 @@ func run(args []string) error {
 		return err
 	}
 	defer func() { _ = tools.Close() }()
+	for _, w := range tools.Warnings() {
+		log.Warn("tools file", zap.String("warning", w.String()))
+	}
 
 	shutdownTracing, err := tracing.Setup(ctx, "idemgate-worker", *otlp)
 	if err != nil {
@@ -200,6 +245,20 @@ func run(args []string) error {
 	// Send the last acks and answers before the connection closes.
 	_ = nc.FlushTimeout(5 * time.Second)
 	return nil
+}
+
+// asksHelp reports whether args ask for the usage (-h, -help, --help before
+// any "--").
+func asksHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help", "--h":
+			return true
+		}
+	}
+	return false
 }
 
 // serveAdmin serves h on addr until the returned function is called.

@@ -7,10 +7,24 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
+
+// Errors of Start, matched with errors.Is.
+var (
+	// ErrAddrInUse: the client address is taken (another worker or
+	// nats-server listens on it).
+	ErrAddrInUse = errors.New("natsrv: address in use")
+	// ErrStoreLocked: another server (usually another worker's) runs on the
+	// store directory.
+	ErrStoreLocked = errors.New("natsrv: store dir in use")
+)
+
+// readyTimeout bounds the wait for a started server to accept connections.
+const readyTimeout = 30 * time.Second
 
 // Sync policies of the embedded server's store.
 const (
@@ -47,6 +61,13 @@ type Config struct {
 }
 
 // Start starts the server and waits until it accepts connections.
+//
+// It fails at once, before the store is opened, when the client address is
+// taken (ErrAddrInUse, naming the address) or another server holds the store
+// directory (ErrStoreLocked, naming its process). The store directory stays
+// locked (LockFile in it) until the server has shut down, or the process
+// ends. An error the server reports while starting (a store it cannot open)
+// is returned as soon as it happens.
 func Start(cfg Config) (*server.Server, error) {
 	if cfg.StoreDir == "" {
 		return nil, errors.New("natsrv: no store dir: set one (e.g. ./data/jetstream)")
@@ -92,14 +113,77 @@ func Start(cfg Config) (*server.Server, error) {
 	if opts.ServerName == "" {
 		opts.ServerName = "idemgate"
 	}
+	if port != server.RANDOM_PORT {
+		if err := probeListen(net.JoinHostPort(host, strconv.Itoa(port))); err != nil {
+			return nil, err
+		}
+	}
+	lock, err := lockStore(cfg.StoreDir)
+	if err != nil {
+		return nil, err
+	}
+	unlock := func() {
+		if lock != nil {
+			_ = lock.Close()
+		}
+	}
 	s, err := server.NewServer(opts)
 	if err != nil {
+		unlock()
 		return nil, fmt.Errorf("natsrv: %w", err)
 	}
+	fatal := &fatalLogger{errs: make(chan string, 1)}
+	s.SetLogger(fatal, false, false)
 	s.Start()
-	if !s.ReadyForConnections(30 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("natsrv: server not ready on %s within 30s", cfg.Listen)
+	deadline := time.Now().Add(readyTimeout)
+	for !s.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-fatal.errs:
+			s.Shutdown()
+			s.WaitForShutdown()
+			unlock()
+			return nil, fmt.Errorf("natsrv: server on %s: %s", cfg.Listen, msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Shutdown()
+			s.WaitForShutdown()
+			unlock()
+			return nil, fmt.Errorf("natsrv: server not ready on %s within %s", cfg.Listen, readyTimeout)
+		}
 	}
+	// The lock is held for the server's life: released once it has shut
+	// down (the goroutine ends then).
+	go func() { s.WaitForShutdown(); unlock() }()
 	return s, nil
 }
+
+// probeListen fails with ErrAddrInUse when addr cannot be listened on, so
+// that a taken port is reported at once with its address.
+func probeListen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("%w: %s: another process listens on it", ErrAddrInUse, addr)
+		}
+		return fmt.Errorf("natsrv: listen %s: %w", addr, err)
+	}
+	return ln.Close()
+}
+
+// fatalLogger is the server's logger: it keeps quiet, as an embedded server
+// without one does, but hands on its fatal errors (a port it cannot listen
+// on, a store it cannot open), which would otherwise go unseen.
+type fatalLogger struct{ errs chan string }
+
+func (l *fatalLogger) Fatalf(format string, v ...any) {
+	select {
+	case l.errs <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+func (*fatalLogger) Noticef(string, ...any) {}
+func (*fatalLogger) Warnf(string, ...any)   {}
+func (*fatalLogger) Errorf(string, ...any)  {}
+func (*fatalLogger) Debugf(string, ...any)  {}
+func (*fatalLogger) Tracef(string, ...any)  {}

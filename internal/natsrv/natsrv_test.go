@@ -1,10 +1,14 @@
 package natsrv_test
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
@@ -42,4 +46,41 @@ authorization { users: [{user: w, password: pw}] }
 
 	_, err = natsrv.Start(natsrv.Config{StoreDir: store, Listen: "127.0.0.1:0", ConfigFile: filepath.Join(t.TempDir(), "missing.conf")})
 	require.ErrorContains(t, err, "natsrv: server config")
+}
+
+// A taken client address fails at once, naming the address; nothing is
+// left running.
+func TestStartAddressInUse(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	start := time.Now()
+	_, err = natsrv.Start(natsrv.Config{StoreDir: t.TempDir(), Listen: ln.Addr().String()})
+	require.ErrorIs(t, err, natsrv.ErrAddrInUse)
+	require.ErrorContains(t, err, ln.Addr().String())
+	require.Less(t, time.Since(start), 5*time.Second, "at once, not after the 30s readiness wait")
+}
+
+// Two servers on one store directory: the second is refused, naming the
+// first's process; once the first has shut down the store is free again.
+func TestStartStoreLocked(t *testing.T) {
+	t.Parallel()
+	store := t.TempDir()
+	first, err := natsrv.Start(natsrv.Config{StoreDir: store, Listen: "127.0.0.1:0"})
+	require.NoError(t, err)
+	_, err = natsrv.Start(natsrv.Config{StoreDir: store, Listen: "127.0.0.1:0"})
+	require.ErrorIs(t, err, natsrv.ErrStoreLocked)
+	require.ErrorContains(t, err, fmt.Sprintf("process %d", os.Getpid()))
+	require.ErrorContains(t, err, store)
+
+	first.Shutdown()
+	first.WaitForShutdown()
+	var again *server.Server
+	require.Eventually(t, func() bool {
+		again, err = natsrv.Start(natsrv.Config{StoreDir: store, Listen: "127.0.0.1:0"})
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "the store is released at shutdown: %v", err)
+	again.Shutdown()
+	again.WaitForShutdown()
 }

@@ -60,7 +60,7 @@ func (w *Worker) admit(stop, work context.Context, j *job) verdict {
 	}
 	tool, ok := w.tools.Lookup(env.Tool)
 	if !ok {
-		return w.reject(j, env.Tool, intent.CodeUnknownTool, fmt.Errorf("no tool %q is configured", env.Tool))
+		return w.reject(j, env.Tool, intent.CodeUnknownTool, w.tools.UnknownTool(env.Tool))
 	}
 	j.tool = tool
 	if tool.Policy.Class == effects.ClassUnsafe {

@@ -12,29 +12,29 @@ import (
 // Metrics are the worker's Prometheus metrics. Counters and histograms are
 // labelled by tool; intents whose tool is not configured count under "_unknown".
 type Metrics struct {
-	received     *prometheus.CounterVec
-	fired        *prometheus.CounterVec
-	replays      *prometheus.CounterVec
-	cacheHits    *prometheus.CounterVec
-	coalesced    *prometheus.CounterVec
-	conflicts    *prometheus.CounterVec
-	failures     *prometheus.CounterVec
-	takeovers    *prometheus.CounterVec
-	badInputs    *prometheus.CounterVec
-	deadLetters  *prometheus.CounterVec
-	decisions    *prometheus.CounterVec
-	limited      *prometheus.CounterVec
-	effectTime   *prometheus.HistogramVec
-	claimToDone  *prometheus.HistogramVec
-	endToEnd     *prometheus.HistogramVec
-	inFlight     prometheus.Gauge
-	badReplies   prometheus.Counter
+	received    *prometheus.CounterVec
+	fired       *prometheus.CounterVec
+	replays     *prometheus.CounterVec
+	cacheHits   *prometheus.CounterVec
+	coalesced   *prometheus.CounterVec
+	conflicts   *prometheus.CounterVec
+	failures    *prometheus.CounterVec
+	takeovers   *prometheus.CounterVec
+	badInputs   *prometheus.CounterVec
+	deadLetters *prometheus.CounterVec
+	decisions   *prometheus.CounterVec
+	limited     *prometheus.CounterVec
+	effectTime  *prometheus.HistogramVec
+	claimToDone *prometheus.HistogramVec
+	endToEnd    *prometheus.HistogramVec
+	inFlight    prometheus.Gauge
+	badReplies  prometheus.Counter
 	// The ledger scan's (janitor.go).
 	unresolved       *prometheus.GaugeVec
 	unresolvedOldest *prometheus.GaugeVec
 	scans, retained  prometheus.Counter
-	knownTools   map[string]bool
-	unknownLabel string
+	knownTools       map[string]bool
+	unknownLabel     string
 	// batchStats reads the worker's group-commit counts at scrape time; nil
 	// until the worker is built.
 	batchStats atomic.Pointer[func() dedup.BatchStats]

@@ -46,7 +46,11 @@
 // and that kind's settings. Parse and LoadFile build a Registry from it and
 // report every problem at once, each as a *ConfigError with the file, line,
 // field and a hint; unknown fields are problems, so a typo never passes
-// silently. NewRegistry builds one from tools written in code.
+// silently. Settings that load but likely misbehave — a key arg that looks
+// like a timestamp, a webhook to an address it will refuse — are kept as
+// warnings (Registry.Warnings), with their lines. An intent for a tool that
+// is not configured gets Registry.UnknownTool's error, which names the
+// closest configured tool. NewRegistry builds one from tools written in code.
 //
 // Effects are built by a Factory per kind. The built-in kinds are webhook
 // (Webhook), smtp (SMTP), mcp (MCP: a tool of another MCP server; a file's

@@ -134,6 +134,7 @@ type Registry struct {
 	names     []string
 	upstreams []*upstream // mcp_upstreams: tools that follow the upstream's list
 	owned     []*MCPConn
+	warnings  []Warning // from Parse; see Warnings
 }
 
 // NewRegistry builds a registry from tools built in code (tests, embedding).
@@ -293,6 +294,7 @@ func Parse(data []byte, opts ...Option) (*Registry, error) {
 		return nil, err
 	}
 	r.upstreams, r.owned = ups, c.owned
+	r.warnings = c.warnings()
 	return r, nil
 }
 
@@ -393,14 +395,15 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
 		s.Invalid("effect", fmt.Sprintf("unknown effect %q", t.Kind), hint)
 	}
 
-	keyArgs := argList(s, "key_args")
-	volatile := argList(s, "volatile_args")
+	keyArgs, keyArgLines := argList(s, "key_args")
+	volatile, _ := argList(s, "volatile_args")
 	for _, a := range keyArgs {
 		if slices.Contains(volatile, a) {
 			s.Invalid("volatile_args", fmt.Sprintf("%q is also a key arg", a), "a key arg always tells operations apart; remove it from one of the lists")
 		}
 	}
 	t.KeySpec = intent.KeySpec{KeyArgs: keyArgs, VolatileArgs: volatile}
+	keyWarnings(s, t, keyArgLines)
 
 	if s.Has("window") {
 		mark := s.Problems()
@@ -466,8 +469,9 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
 	return t
 }
 
-// argList reads a list of top-level argument names: non-empty and unique.
-func argList(s *Section, name string) []string {
+// argList reads a list of top-level argument names, non-empty and unique,
+// and the line of each.
+func argList(s *Section, name string) ([]string, []int) {
 	items, lines := s.strings(name)
 	seen := map[string]bool{}
 	for i, it := range items {
@@ -480,7 +484,7 @@ func argList(s *Section, name string) []string {
 		}
 		seen[it] = true
 	}
-	return items
+	return items, lines
 }
 
 func kinds(o *options) []string {

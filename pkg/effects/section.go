@@ -48,8 +48,9 @@ func (e *ConfigError) Unwrap() error { return ErrConfig }
 
 // collector gathers the problems of one file.
 type collector struct {
-	file string
-	errs []*ConfigError
+	file  string
+	errs  []*ConfigError
+	warns []Warning
 	// The mcp effect's connections: the mcp_upstreams entries by name, and
 	// those of tools naming an upstream of their own.
 	upstreams map[string]*MCPConn

@@ -564,8 +564,12 @@ func webhookFactory(s *Section, global []netip.Prefix) (Effect, error) {
 		s.Invalid("", "is missing", "add webhook: with at least url: http://...")
 		return nil, nil
 	}
-	for _, p := range cfg.withDefaults().problems() {
+	problems := cfg.withDefaults().problems()
+	for _, p := range problems {
 		s.Invalid(p.field, p.problem, p.hint)
+	}
+	if len(problems) == 0 {
+		warnPrivateURL(s, cfg.URL, cfg.AllowPrivate)
 	}
 	w, err := NewWebhook(cfg)
 	if err != nil {

@@ -26,7 +26,8 @@ func (s KeySpec) Validate() error {
 
 // Derive computes the key and fingerprint of env under the tool's spec.
 //
-// The key is env.Tool + "." + hex(sha256(Material(env, spec, msgTime))). The
+// The key is env.Tool + "." + hex(sha256(Material(env, spec, msgTime))); the
+// volatile args enter neither the key nor the fingerprint. The
 // fingerprint is hex(sha256(JCS({"tool":T,"session":S,"args":A}))) where A is
 // the whole args object minus spec.VolatileArgs; it does not depend on
 // KeyArgs, the window or a key override.
@@ -61,7 +62,8 @@ func Derive(env *Envelope, spec KeySpec, msgTime time.Time) (Identity, error) {
 //
 //   - default: {"args":A,"session":S,"tool":T,"v":1}, A being the whole args
 //     object, or only its members named in spec.KeyArgs when that is not
-//     empty (a name the args lack is left out);
+//     empty (a name the args lack is left out), minus the members named in
+//     spec.VolatileArgs;
 //   - window tool (spec.Window > 0): a "window" member is added, the integer
 //     floor(unix_seconds(t) / window_seconds), t being env.CreatedAt when
 //     set, else msgTime; with neither, Material fails;
@@ -125,6 +127,9 @@ func buildMaterial(env *Envelope, args *value, spec KeySpec, msgTime time.Time) 
 	if len(spec.KeyArgs) > 0 {
 		a = only(args, spec.KeyArgs)
 	}
+	// A volatile arg is not part of the operation's identity: it leaves the
+	// key material as it leaves the fingerprint.
+	a = without(&a, spec.VolatileArgs)
 	m := append(base, member{"args", a})
 	if spec.Window > 0 {
 		t := env.CreatedAt

@@ -11,8 +11,10 @@ type KeySpec struct {
 	// Window, when positive, scopes the key to floor(t / Window), where t is the
 	// intent's creation time. Default: 0, no window.
 	Window time.Duration
-	// VolatileArgs are top-level args left out of the fingerprint (timestamps,
-	// trace ids): a repeat that differs only in them is not a conflict.
+	// VolatileArgs are top-level args that are not part of the operation's
+	// identity (timestamps, trace ids, a reworded body): they are left out of
+	// the key material and of the fingerprint, so a repeat that differs only
+	// in them is the same operation, not a second one and not a conflict.
 	// Default: none.
 	VolatileArgs []string
 }

@@ -60,6 +60,7 @@ var (
 	weekSpec = vectorSpec{KeyArgs: []string{}, WindowSeconds: 604800, VolatileArgs: []string{}}
 	cardSpec = vectorSpec{KeyArgs: []string{"customer", "amount_cents", "currency", "order"}, VolatileArgs: []string{}}
 	shipSpec = vectorSpec{KeyArgs: []string{"order_id"}, VolatileArgs: []string{"requested_at"}}
+	tickSpec = vectorSpec{KeyArgs: []string{}, VolatileArgs: []string{"requested_at"}}
 )
 
 // vectorCases are the inputs of testdata/vectors.json.
@@ -79,6 +80,9 @@ var vectorCases = []vector{
 	{Name: "key_args, other note (same key, other fingerprint: a conflict)", Envelope: `{"tool":"charge_card","args":{"customer":"cus_42","amount_cents":1999,"currency":"eur","note":"thank you"},"session":"shop"}`, Spec: cardSpec},
 	{Name: "key_args with volatile args", Envelope: `{"tool":"ship_order","args":{"order_id":"o-1001","requested_at":"2025-01-06T10:00:00Z"}}`, Spec: shipSpec},
 	{Name: "key_args with volatile args, other volatile value (same key and fingerprint)", Envelope: `{"tool":"ship_order","args":{"order_id":"o-1001","requested_at":"2025-01-06T10:05:00Z"}}`, Spec: shipSpec},
+	{Name: "volatile args without key_args", Envelope: `{"tool":"create_ticket","args":{"title":"Disk full","requested_at":"2025-01-06T09:00:00Z"}}`, Spec: tickSpec},
+	{Name: "volatile args without key_args, other volatile value (same key and fingerprint)", Envelope: `{"tool":"create_ticket","args":{"title":"Disk full","requested_at":"2025-01-06T09:05:00Z"}}`, Spec: tickSpec},
+	{Name: "volatile args without key_args, other title (other key)", Envelope: `{"tool":"create_ticket","args":{"title":"Disk almost full","requested_at":"2025-01-06T09:00:00Z"}}`, Spec: tickSpec},
 	{Name: "key override", Envelope: `{"tool":"send_email","args":{"to":"ada@example.com","subject":"Welcome"},"session":"run-7","key":"welcome-user-42"}`, Spec: noSpec},
 	{Name: "key override, other args (same key, other fingerprint: a conflict)", Envelope: `{"tool":"send_email","args":{"to":"bob@example.com","subject":"Welcome"},"session":"run-7","key":"welcome-user-42"}`, Spec: noSpec},
 	{Name: "key override on a window tool (no window in the material)", Envelope: `{"tool":"welcome_email","args":{"user":42},"key":"welcome-user-42","created_at":"2025-01-06T10:00:00Z"}`, Spec: weekSpec},
@@ -226,6 +230,9 @@ func TestVectors(t *testing.T) {
 	differ("fingerprint", "key_args", "key_args, other note (same key, other fingerprint: a conflict)")
 	same("key", "key_args with volatile args", "key_args with volatile args, other volatile value (same key and fingerprint)")
 	same("fingerprint", "key_args with volatile args", "key_args with volatile args, other volatile value (same key and fingerprint)")
+	same("key", "volatile args without key_args", "volatile args without key_args, other volatile value (same key and fingerprint)")
+	same("fingerprint", "volatile args without key_args", "volatile args without key_args, other volatile value (same key and fingerprint)")
+	differ("key", "volatile args without key_args", "volatile args without key_args, other title (other key)")
 	differ("key", "basic", "key override")
 	same("fingerprint", "basic", "key override")
 	same("key", "key override", "key override, other args (same key, other fingerprint: a conflict)")

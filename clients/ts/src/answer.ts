@@ -48,7 +48,7 @@ export function isAnswered(status: string): boolean {
 
 /** The error half of an answer. */
 export interface ErrorInfo {
-  /** One of the protocol's error codes: invalid_intent, unknown_tool, tool_mismatch, too_large, conflict, effect_failed, denied. */
+  /** One of the protocol's error codes (docs/protocol.md section 5): invalid_intent, unknown_tool, tool_mismatch, too_large, conflict, key_mismatch, effect_failed, denied, uncertain, wrong_state, not_found, rate_limited. */
   code: string;
   /** A human-readable explanation. */
   message: string;
@@ -62,10 +62,12 @@ export interface Result {
   tool: string;
   /** The outcome. */
   status: Status;
-  /** True for every answer that did not fire the effect itself. */
+  /** True exactly when the answer reports an outcome a different call caused (a rejection or conflict is about this call: false). */
   replayed: boolean;
-  /** The fingerprint of the recorded operation (this intent's own, for a conflict). */
+  /** This intent's fingerprint (for a conflict too; the record's is then `record_fingerprint`). */
   fingerprint?: string;
+  /** For a conflict: the fingerprint of the recorded operation the key belongs to. */
+  record_fingerprint?: string;
   /** How many times the effect was invoked for this key, retries included. */
   attempts: number;
   /** The effect's result, for `completed`. */
@@ -74,8 +76,8 @@ export interface Result {
   error?: ErrorInfo;
   /** The intent's call_id, echoed when it had one. */
   call_id?: string;
-  /** RFC 3339 time the answer was recorded. */
-  completed_at: string;
+  /** RFC 3339 time the outcome was recorded; absent from the non-final answers (awaiting_approval, uncertain). */
+  completed_at?: string;
 }
 
 /** One ledger record, the JSON value of a key in the `IDEM_LEDGER` bucket. */

@@ -1,22 +1,9 @@
 #!/usr/bin/env node
 /**
- * A small command line over the client, with the exit statuses of the Go
- * `submit` command:
- *
- * ```
- * node dist/cli.js submit --servers nats://127.0.0.1:4222 --tool T --args JSON [--session S] [--key K] [--call-id C] [--created-at T] [--wait ms] [--wait-final] [--prefix P]
- * node dist/cli.js key    --tool T --args JSON [--session S] [--key K] [--created-at T] [--spec JSON]
- * node dist/cli.js get    --servers URL KEY
- * node dist/cli.js approve --servers URL KEY [--fingerprint F] [--by B] [--reason R]
- * node dist/cli.js deny    --servers URL KEY [--by B] [--reason R]
- * node dist/cli.js resolve --servers URL KEY --outcome succeeded|failed [--result JSON] [--by B] [--reason R]
- * ```
- *
- * Exit status of `submit`: 0 fired (completed by this call), 3 replayed
- * (completed earlier), 4 conflict, 5 failed, rejected or denied, 6 awaiting
- * approval or uncertain, 2 no answer in time, 1 any other error. With
- * `--wait-final`, `submit` waits past awaiting approval and uncertain for
- * the operator's decision and the operation's final answer.
+ * A small command line over the client, mirroring the Go `submit` command:
+ * the same subcommands (but watch; and key reads a spec from --spec, the
+ * catalogue or --default-spec, not a tools file) and the same exit statuses.
+ * `node dist/cli.js help` prints the usage.
  *
  * @module
  */
@@ -57,16 +44,56 @@ export function exitCode(res: Result): number {
   return res.replayed ? EXIT.replayed : EXIT.fired;
 }
 
-const USAGE = `usage:
-  cli.js submit --servers URL --tool T --args JSON [--session S] [--key K] [--call-id C] [--created-at T] [--wait ms] [--wait-final] [--prefix P]
-  cli.js key    --tool T --args JSON [--session S] [--key K] [--created-at T] [--spec JSON]
-  cli.js get    --servers URL [--prefix P] KEY
-  cli.js approve --servers URL KEY [--fingerprint F] [--by B] [--reason R] [--wait ms]
-  cli.js deny    --servers URL KEY [--by B] [--reason R] [--wait ms]
-  cli.js resolve --servers URL KEY --outcome succeeded|failed [--result JSON] [--by B] [--reason R] [--wait ms]
-exit status of submit and the decisions: 0 fired, 3 replayed, 4 conflict, 5 failed/rejected/denied,
-6 awaiting_approval/uncertain, 2 no answer in time, 1 error
---wait-final: wait past awaiting_approval/uncertain for the final answer`;
+/**
+ * The exit status of a decision's answer: 0 when the decision took effect
+ * (an approval whose operation completed, a denial, a resolution), 5 when it
+ * was rejected, else as {@link exitCode}.
+ *
+ * @param op - approve, deny or resolve
+ * @param res - the worker's answer
+ * @returns the status per {@link EXIT}
+ */
+export function decisionExitCode(op: DecisionOp, res: Result): number {
+  if (res.status === "rejected") return EXIT.failed;
+  if (
+    (op === "deny" && res.status === "denied") ||
+    (op === "resolve" && (res.status === "completed" || res.status === "failed")) ||
+    (op === "approve" && res.status === "completed")
+  ) {
+    return EXIT.fired;
+  }
+  return exitCode(res);
+}
+
+const USAGE = `usage: cli.js COMMAND [flags] [ARGS]
+
+Commands:
+  submit --tool T --args JSON [--session S] [--key K] [--call-id C] [--created-at T] [--wait D] [--wait-final]
+                                  publish one intent and print its answer
+  key --tool T --args JSON [--spec JSON | --default-spec] [-q]
+                                  the key and fingerprint an intent derives (spec from --spec, else the workers' catalogue)
+  get KEY                         the ledger record of KEY
+  tools                           the tools the workers serve, and how each derives its keys
+  approve KEY [--fingerprint F] [--by B] [--reason R]
+                                  let an operation awaiting approval fire
+  deny KEY [--by B] [--reason R]  refuse an operation awaiting approval
+  resolve KEY --outcome succeeded|failed [--result JSON] [--by B] [--reason R]
+                                  settle an uncertain operation
+  dlq list [--limit N] | dlq replay SEQ
+                                  the dead-letter stream
+  help                            this text
+Every command that talks to NATS takes --servers URL (default $NATS_URL, else nats://127.0.0.1:4222) and --prefix P.
+--wait takes milliseconds or a number with ms, s or m. --wait-final waits past awaiting_approval/uncertain.
+
+Exit status:
+  0  fired by this call (a decision: it took effect); a list, key or record printed
+  3  replayed: the answer reports an outcome an earlier call caused
+  4  conflict   5  failed, rejected or denied   6  awaiting approval or uncertain
+  2  no answer in time   1  any other error
+
+Examples:
+  cli.js submit --tool send_email --args '{"to":"ada@example.com","subject":"Hi"}' --session run-7
+  K=$(cli.js key -q --tool send_email --args '{"to":"ada@example.com","subject":"Hi"}' --session run-7)`;
 
 const OPTIONS = {
   servers: { type: "string" },
@@ -85,6 +112,9 @@ const OPTIONS = {
   reason: { type: "string" },
   outcome: { type: "string" },
   result: { type: "string" },
+  limit: { type: "string" },
+  "default-spec": { type: "boolean" },
+  q: { type: "boolean", short: "q" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -106,8 +136,8 @@ export async function main(argv: string[]): Promise<number> {
     process.stderr.write(`cli: ${errorMessage(err)}\n${USAGE}\n`);
     return EXIT.error;
   }
-  if (values.help === true || command === undefined || command === "help" || command === "--help") {
-    process.stdout.write(USAGE + "\n");
+  if (values.help === true || command === undefined || command === "help" || command === "--help" || command === "-h") {
+    (command === undefined ? process.stderr : process.stdout).write(USAGE + "\n");
     return command === undefined ? EXIT.error : EXIT.fired;
   }
   try {
@@ -115,7 +145,11 @@ export async function main(argv: string[]): Promise<number> {
       case "submit":
         return await cmdSubmit(values, positionals);
       case "key":
-        return cmdKey(values, positionals);
+        return await cmdKey(values, positionals);
+      case "tools":
+        return await cmdTools(values, positionals);
+      case "dlq":
+        return await cmdDLQ(values, positionals);
       case "get":
         return await cmdGet(values, positionals);
       case "approve":
@@ -179,15 +213,94 @@ async function cmdSubmit(v: Values, positionals: string[]): Promise<number> {
   }
 }
 
-function cmdKey(v: Values, positionals: string[]): number {
+async function cmdKey(v: Values, positionals: string[]): Promise<number> {
   noPositionals(positionals);
   const env = envelopeFrom(v);
-  let spec: KeySpec = {};
-  if (v.spec !== undefined) {
-    spec = JSON.parse(v.spec) as KeySpec;
+  let spec: KeySpec;
+  if (v.spec !== undefined && v["default-spec"] === true) {
+    throw new IdemError("usage", "give --spec or --default-spec, not both");
+  } else if (v.spec !== undefined) {
+    try {
+      spec = JSON.parse(v.spec) as KeySpec;
+    } catch (err) {
+      throw new IdemError("usage", `--spec is not valid JSON: ${errorMessage(err)} (write e.g. {"key_args":["to"],"volatile_args":["body"]})`);
+    }
+  } else if (v["default-spec"] === true) {
+    spec = {};
+  } else {
+    spec = await catalogSpec(v, env.tool);
   }
-  print(deriveKey(env, spec, new Date()));
+  const id = deriveKey(env, spec, new Date());
+  if (v.q === true) {
+    process.stdout.write(id.key + "\n");
+  } else {
+    print(id);
+  }
   return EXIT.fired;
+}
+
+/** The tool's key spec from the workers' catalogue; without one, an error saying how to give it. */
+async function catalogSpec(v: Values, tool: string): Promise<KeySpec> {
+  let client: IdemClient;
+  try {
+    client = await IdemClient.connect(servers(v), v.prefix !== undefined ? { prefix: v.prefix } : {});
+  } catch (err) {
+    throw new IdemError(
+      "no_spec",
+      `${errorMessage(err)}: the key depends on the tool's key spec, which the workers' catalogue gives; give it with --spec JSON, or ask for the default derivation with --default-spec`,
+    );
+  }
+  try {
+    const cat = await client.tools().catch((err: unknown) => {
+      throw new IdemError("no_spec", `tool catalogue: ${errorMessage(err)} (give the key spec with --spec JSON, or --default-spec)`);
+    });
+    const t = cat.tools.find((x) => x.name === tool);
+    if (t === undefined) {
+      throw new IdemError("no_spec", `the workers serve no tool ${JSON.stringify(tool)} (an intent for it is answered unknown_tool)`);
+    }
+    return { key_args: t.key_args ?? [], window_seconds: t.window_seconds ?? 0, volatile_args: t.volatile_args ?? [] };
+  } finally {
+    await client.close();
+  }
+}
+
+async function cmdTools(v: Values, positionals: string[]): Promise<number> {
+  noPositionals(positionals);
+  const client = await IdemClient.connect(servers(v), v.prefix !== undefined ? { prefix: v.prefix } : {});
+  try {
+    print(await client.tools());
+    return EXIT.fired;
+  } finally {
+    await client.close();
+  }
+}
+
+async function cmdDLQ(v: Values, positionals: string[]): Promise<number> {
+  const [sub, ...rest] = positionals;
+  const usage = "usage: cli.js dlq list [--limit N] | cli.js dlq replay SEQ";
+  if (sub !== "list" && sub !== "replay") {
+    throw new IdemError("usage", usage);
+  }
+  const client = await IdemClient.connect(servers(v), v.prefix !== undefined ? { prefix: v.prefix } : {});
+  try {
+    if (sub === "list") {
+      if (rest.length > 0) throw new IdemError("usage", usage);
+      const limit = v.limit === undefined ? 0 : Number(v.limit);
+      if (!Number.isSafeInteger(limit) || limit < 0) throw new IdemError("usage", `--limit ${v.limit}: give a whole number`);
+      const letters = await client.deadLetters(limit);
+      for (const d of letters) process.stdout.write(JSON.stringify(d) + "\n");
+      process.stderr.write(`${letters.length} dead letters\n`);
+      return EXIT.fired;
+    }
+    const seq = Number(rest[0]);
+    if (rest.length !== 1 || !Number.isSafeInteger(seq) || seq <= 0) {
+      throw new IdemError("usage", `SEQ ${JSON.stringify(rest[0] ?? "")}: give the dead letter's seq (dlq list shows it)`);
+    }
+    print({ replayed: seq, stream_seq: await client.replayDeadLetter(seq) });
+    return EXIT.fired;
+  } finally {
+    await client.close();
+  }
 }
 
 async function cmdGet(v: Values, positionals: string[]): Promise<number> {
@@ -221,7 +334,7 @@ async function cmdDecide(op: DecisionOp, v: Values, positionals: string[]): Prom
   try {
     const res = await client.decide(op, d, wait);
     print(res);
-    return exitCode(res);
+    return decisionExitCode(op, res);
   } finally {
     await client.close();
   }

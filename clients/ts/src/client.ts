@@ -7,7 +7,7 @@
  */
 
 import { Kvm, type KV, type KvWatchEntry } from "@nats-io/kv";
-import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, type JetStreamClient, type PubAck, type StoredMsg } from "@nats-io/jetstream";
 import {
   connect,
   createInbox,
@@ -18,11 +18,14 @@ import {
   type Subscription,
 } from "@nats-io/transport-node";
 
+import { randomBytes } from "node:crypto";
+
 import { decodeRecord, isAnswered, isFinal, type LedgerRecord, type Result } from "./answer.js";
 import { encodeDecision, type Decision, type DecisionOp } from "./decide.js";
 import { deriveKey, type KeySpec } from "./derive.js";
 import { checkEnvelope, encodeEnvelope, type Envelope } from "./envelope.js";
 import { IdemError, NoAnswerError, NotFoundError } from "./errors.js";
+import type { JsonValue } from "./json.js";
 
 /** The default installation prefix: subjects `idem.…`, bucket `IDEM_LEDGER`. */
 export const DEFAULT_PREFIX = "IDEM";
@@ -43,6 +46,12 @@ export const DEFAULT_WAIT_MS = 180_000;
 
 /** The header naming the subject an answer is pushed to. */
 export const HEADER_REPLY_TO = "Idem-Reply-To";
+
+/** The header carrying the key the client derived; a worker that derives another rejects the intent (`key_mismatch`). */
+export const HEADER_KEY = "Idem-Key";
+
+/** The header carrying the fingerprint the client derived; checked as {@link HEADER_KEY} is. */
+export const HEADER_FINGERPRINT = "Idem-Fingerprint";
 
 /** One tool as the workers' catalogue reports it. */
 export interface ToolInfo {
@@ -88,6 +97,8 @@ export interface Names {
   controlPrefix: string;
   /** The ledger bucket: `IDEM_LEDGER`. */
   bucket: string;
+  /** The dead-letter stream: `IDEM_DLQ`. */
+  dlqStream: string;
 }
 
 const PREFIX_PATTERN = /^[A-Za-z0-9_-]{1,32}$/;
@@ -110,6 +121,7 @@ export function names(prefix: string = DEFAULT_PREFIX): Names {
     toolsSubject: `${low}.tools`,
     controlPrefix: `${low}.control.`,
     bucket: `${prefix.toUpperCase()}_LEDGER`,
+    dlqStream: `${prefix.toUpperCase()}_DLQ`,
   };
 }
 
@@ -288,20 +300,26 @@ export class IdemClient {
     // ledger fires every intent, so its repeats must reach a worker.
     const noLedger = this.#noLedger.has(env.tool);
     const inbox = createInbox();
-    const sub = this.nc.subscribe(inbox, { max: 1 });
-    const h = headers();
-    h.set(HEADER_REPLY_TO, inbox);
-    try {
-      const ack = await publishRetryingInProcess(() =>
-        this.#js.publish(this.names.intentPrefix + env.tool, encodeEnvelope(env), {
-          ...(noLedger ? {} : { msgID: id.key }),
-          headers: h,
-        }),
+    // Not max: 1 — an answer for another operation is dropped, not taken.
+    const sub = this.nc.subscribe(inbox);
+    const subject = this.names.intentPrefix + env.tool;
+    const payload = encodeEnvelope(env);
+    const send = (msgID: string | undefined): Promise<PubAck> => {
+      const h = headers();
+      h.set(HEADER_REPLY_TO, inbox);
+      h.set(HEADER_KEY, id.key);
+      h.set(HEADER_FINGERPRINT, id.fingerprint);
+      return publishRetryingInProcess(() =>
+        this.#js.publish(subject, payload, { ...(msgID !== undefined ? { msgID } : {}), headers: h }),
       );
-      return new Submission(this, sub, env, id.key, id.fingerprint, ack.duplicate, ack.seq, this.#grace, noLedger);
+    };
+    try {
+      const ack = await send(noLedger ? undefined : id.key);
+      const republish = async (): Promise<PubAck> => send(`${id.key}:${randomBytes(8).toString("hex")}`);
+      return new Submission(this, sub, env, id, ack, { grace: this.#grace, noLedger, republish });
     } catch (err) {
       sub.unsubscribe();
-      throw new IdemError("publish_failed", `publish ${this.names.intentPrefix}${env.tool}: ${String(err)}`, { cause: err });
+      throw new IdemError("publish_failed", `publish ${subject}: ${String(err)}`, { cause: err });
     }
   }
 
@@ -335,9 +353,10 @@ export class IdemClient {
   async decide(op: DecisionOp, decision: Decision, timeoutMs: number = DEFAULT_WAIT_MS): Promise<Result> {
     const payload = encodeDecision(op, decision);
     const inbox = createInbox();
-    const sub = this.nc.subscribe(inbox, { max: 1, timeout: timeoutMs });
+    const sub = this.nc.subscribe(inbox, { timeout: timeoutMs });
     const h = headers();
     h.set(HEADER_REPLY_TO, inbox);
+    h.set(HEADER_KEY, decision.key);
     try {
       await this.#js.publish(this.names.controlPrefix + op, payload, { headers: h });
     } catch (err) {
@@ -346,10 +365,15 @@ export class IdemClient {
     }
     try {
       for await (const m of sub) {
+        let res: Result;
         try {
-          return JSON.parse(m.string()) as Result;
-        } catch (err) {
-          throw new IdemError("bad_answer", `undecodable answer to ${op} of ${decision.key}: ${String(err)}`);
+          res = JSON.parse(m.string()) as Result;
+        } catch {
+          continue; // not an answer: dropped
+        }
+        // An answer about another key is not this decision's: dropped.
+        if (typeof res === "object" && res !== null && res.key === decision.key) {
+          return res;
         }
       }
     } catch (err) {
@@ -357,6 +381,8 @@ export class IdemClient {
         throw err;
       }
       // the subscription's timeout: no answer, as when it ends without one
+    } finally {
+      sub.unsubscribe();
     }
     throw new NoAnswerError(decision.key, `no answer to ${op} of ${decision.key} within ${timeoutMs} ms`);
   }
@@ -408,6 +434,76 @@ export class IdemClient {
   }
 
   /**
+   * Lists the dead-letter stream, oldest first: intents the workers could
+   * not handle, with why.
+   *
+   * @param limit - at most this many (0: all). Default: 0
+   * @returns the dead letters
+   * @throws {@link IdemError} (`no_dlq`) when the stream does not exist
+   */
+  async deadLetters(limit = 0): Promise<DeadLetter[]> {
+    const jsm = await jetstreamManager(this.nc);
+    let first: number, last: number;
+    try {
+      const info = await jsm.streams.info(this.names.dlqStream);
+      ({ first_seq: first, last_seq: last } = info.state);
+    } catch (err) {
+      throw new IdemError("no_dlq", `dead-letter stream ${this.names.dlqStream}: ${String(err)}`, { cause: err });
+    }
+    const out: DeadLetter[] = [];
+    for (let seq = first; seq > 0 && seq <= last && (limit <= 0 || out.length < limit); seq++) {
+      let m: StoredMsg | null;
+      try {
+        m = await jsm.streams.getMessage(this.names.dlqStream, { seq });
+      } catch {
+        continue; // replayed and removed
+      }
+      if (m !== null) {
+        out.push(deadLetterOf(m));
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Publishes dead letter `seq` again on its original subject with its
+   * original headers (its `Nats-Msg-Id` is not restored: the ledger decides
+   * whether it fires), then removes it from the dead-letter stream.
+   *
+   * @param seq - the dead letter's sequence ({@link IdemClient.deadLetters} shows it)
+   * @returns the new sequence in the work stream
+   * @throws {@link IdemError} (`no_dead_letter`, `publish_failed`)
+   */
+  async replayDeadLetter(seq: number): Promise<number> {
+    const jsm = await jetstreamManager(this.nc);
+    let m: StoredMsg | null;
+    try {
+      m = await jsm.streams.getMessage(this.names.dlqStream, { seq });
+    } catch (err) {
+      throw new IdemError("no_dead_letter", `dead letter ${seq}: ${String(err)}`, { cause: err });
+    }
+    if (m === null) {
+      throw new IdemError("no_dead_letter", `dead letter ${seq}: not found`);
+    }
+    const d = deadLetterOf(m);
+    if (d.subject === "") {
+      throw new IdemError("no_dead_letter", `dead letter ${seq} has no original subject`);
+    }
+    const h = headers();
+    for (const [k, vs] of Object.entries(d.headers)) {
+      for (const v of vs) h.append(k, v);
+    }
+    let ack: PubAck;
+    try {
+      ack = await this.#js.publish(d.subject, m.data, { headers: h });
+    } catch (err) {
+      throw new IdemError("publish_failed", `replay dead letter ${seq} to ${d.subject}: ${String(err)}`, { cause: err });
+    }
+    await jsm.streams.deleteMessage(this.names.dlqStream, seq);
+    return ack.seq;
+  }
+
+  /**
    * The ledger bucket, opened once. It reads from the stream leader
    * (`allow_direct: false`).
    *
@@ -420,6 +516,52 @@ export class IdemClient {
     });
     return this.#kv;
   }
+}
+
+/** An intent in the dead-letter stream, as `submit dlq list` prints it. */
+export interface DeadLetter {
+  /** Its sequence in the dead-letter stream. */
+  seq: number;
+  /** The subject it was published on. */
+  subject: string;
+  /** Why it was dead-lettered. */
+  reason: string;
+  /** Its sequence in the work stream. */
+  stream_seq: number;
+  /** How many times it was delivered. */
+  delivered: number;
+  /** RFC 3339 time it was dead-lettered. */
+  time: string;
+  /** Its original headers. */
+  headers: Record<string, string[]>;
+  /** The payload, when it is JSON. */
+  data?: JsonValue;
+  /** The payload, when it is not. */
+  raw?: string;
+}
+
+function deadLetterOf(m: StoredMsg): DeadLetter {
+  const get = (k: string): string => m.header?.get(k) ?? "";
+  const hs: Record<string, string[]> = {};
+  for (const [k, vs] of m.header ?? []) {
+    if (!k.startsWith("Idem-Dlq-")) hs[k] = vs;
+  }
+  const d: DeadLetter = {
+    seq: m.seq,
+    subject: get("Idem-Dlq-Subject"),
+    reason: get("Idem-Dlq-Reason"),
+    stream_seq: Number(get("Idem-Dlq-Stream-Seq")) || 0,
+    delivered: Number(get("Idem-Dlq-Delivered")) || 0,
+    time: get("Idem-Dlq-Time"),
+    headers: hs,
+  };
+  const text = new TextDecoder().decode(m.data);
+  try {
+    d.data = JSON.parse(text) as JsonValue;
+  } catch {
+    d.raw = text;
+  }
+  return d;
 }
 
 /** Reads w until a record that `accept`s arrives and returns it; undefined when w ends first. */
@@ -461,6 +603,31 @@ async function publishRetryingInProcess<T>(publish: () => Promise<T>): Promise<T
   }
 }
 
+/** How a {@link Submission} waits: built by {@link IdemClient.publish}. */
+interface SubmissionOptions {
+  /** The reply grace, in ms. */
+  grace: number;
+  /** The tool has no ledger: only its reply answers it. */
+  noLedger: boolean;
+  /** Publishes the intent again with a fresh `Nats-Msg-Id` (`<key>:<random>`). */
+  republish: () => Promise<PubAck>;
+}
+
+/**
+ * Reports whether an answer belongs to the submission of `key` and
+ * `fingerprint`: its `key` equals the submission's and its `fingerprint`,
+ * when present, too. The reply subject is no proof of identity (anyone who
+ * learns an inbox can publish to it), so every other answer is dropped.
+ *
+ * @param res - a decoded answer
+ * @param key - the submission's key
+ * @param fingerprint - the submission's fingerprint
+ * @returns true when the answer is this submission's
+ */
+export function answerMatches(res: Partial<Result>, key: string, fingerprint: string): boolean {
+  return res.key === key && (res.fingerprint === undefined || res.fingerprint === "" || res.fingerprint === fingerprint);
+}
+
 /** One published intent awaiting its answer. */
 export class Submission {
   /** The key, as the client derived it. */
@@ -471,44 +638,44 @@ export class Submission {
   readonly duplicate: boolean;
   /** The intent's stream sequence (the original's, when `duplicate`). */
   readonly sequence: number;
+  /** How many times the intent was published again with a fresh `Nats-Msg-Id` (protocol section 7: a duplicate with no record). */
+  republished = 0;
+  /** Answers dropped because their key or fingerprint was not this submission's. */
+  dropped = 0;
   readonly #client: IdemClient;
   readonly #sub: Subscription;
   readonly #tool: string;
   readonly #callID: string | undefined;
-  readonly #grace: number;
-  readonly #noLedger: boolean;
+  readonly #opts: SubmissionOptions;
+  /** Stream sequences of this submission's own stored publishes: a record claimed by one of them is this call's outcome. */
+  readonly #own = new Set<number>();
   #waited = false;
 
   /** @internal Built by {@link IdemClient.publish}. */
-  constructor(
-    client: IdemClient,
-    sub: Subscription,
-    env: Envelope,
-    key: string,
-    fingerprint: string,
-    duplicate: boolean,
-    sequence: number,
-    grace: number,
-    noLedger = false,
-  ) {
+  constructor(client: IdemClient, sub: Subscription, env: Envelope, id: { key: string; fingerprint: string }, ack: PubAck, opts: SubmissionOptions) {
     this.#client = client;
     this.#sub = sub;
     this.#tool = env.tool;
     this.#callID = env.call_id;
-    this.key = key;
-    this.fingerprint = fingerprint;
-    this.duplicate = duplicate;
-    this.sequence = sequence;
-    this.#grace = grace;
-    this.#noLedger = noLedger;
+    this.key = id.key;
+    this.fingerprint = id.fingerprint;
+    this.duplicate = ack.duplicate;
+    this.sequence = ack.seq;
+    this.#opts = opts;
+    if (!ack.duplicate) {
+      this.#own.add(ack.seq);
+    }
   }
 
   /**
    * Returns the answer: the pushed reply, or — when the publish was a
    * duplicate, or no reply came within the grace period — the record watched
    * on the ledger key. A record with another fingerprint is answered as a
-   * `conflict` (publish dedup hides a conflict from the workers). Call it
-   * once.
+   * `conflict` (publish dedup hides a conflict from the workers). An answer
+   * whose key or fingerprint is not this submission's is dropped. A
+   * duplicate whose key shows no record after the grace is published again
+   * with a fresh `Nats-Msg-Id`, then after twice the grace, and so on. Call
+   * it once.
    *
    * @param timeoutMs - how long to wait. Default: {@link DEFAULT_WAIT_MS}
    * @returns the answer
@@ -538,9 +705,14 @@ export class Submission {
       return Promise.reject(new IdemError("already_waited", `the submission of ${this.key} was already waited on`));
     }
     this.#waited = true;
+    const grace = this.#opts.grace;
     return new Promise<Result>((resolve, reject) => {
       let settled = false;
       let watching = false;
+      /** The ledger key has shown a record (of any status) since watching. */
+      let sawRecord = false;
+      /** A reply of this submission arrived. */
+      let replied = false;
       let watcher: QueuedIterator<KvWatchEntry> | undefined;
       const timers: NodeJS.Timeout[] = [];
       const finish = (outcome: { res: Result } | { err: unknown }): void => {
@@ -558,7 +730,7 @@ export class Submission {
         }
       };
       const startWatch = async (): Promise<void> => {
-        if (watching || settled || this.#noLedger) {
+        if (watching || settled || this.#opts.noLedger) {
           return; // a tool without the ledger is answered by its reply only
         }
         watching = true;
@@ -570,10 +742,18 @@ export class Submission {
             return;
           }
           watcher = w;
-          // A record of another fingerprint is a conflict: final.
-          const rec = await firstAnswer(w, (r) => isAnswered(r.status) && (enough(r.status) || r.fingerprint !== this.fingerprint));
-          if (rec !== undefined) {
-            finish({ res: this.fromRecord(rec) });
+          for await (const e of w) {
+            if (e.operation !== "PUT") {
+              sawRecord = false; // deleted or purged: the key is free again
+              continue;
+            }
+            sawRecord = true;
+            const rec = decodeRecord(e.value);
+            // A record of another fingerprint is a conflict: final.
+            if (rec !== undefined && isAnswered(rec.status) && (enough(rec.status) || rec.fingerprint !== this.fingerprint)) {
+              finish({ res: this.fromRecord(rec) });
+              return;
+            }
           }
         } catch (err) {
           finish({ err });
@@ -585,10 +765,15 @@ export class Submission {
             let res: Result;
             try {
               res = JSON.parse(m.string()) as Result;
-            } catch (err) {
-              finish({ err: new IdemError("bad_answer", `undecodable answer for ${this.key}: ${String(err)}`) });
-              return;
+            } catch {
+              this.dropped++; // not an answer at all: not this submission's
+              continue;
             }
+            if (typeof res !== "object" || res === null || !answerMatches(res, this.key, this.fingerprint)) {
+              this.dropped++;
+              continue;
+            }
+            replied = true;
             if (enough(res.status)) {
               finish({ res });
               return;
@@ -599,22 +784,49 @@ export class Submission {
           finish({ err });
         }
       };
+      // Protocol section 7, the retry rule: a duplicate whose key shows no
+      // record after the grace is published again with a fresh Nats-Msg-Id,
+      // then after twice the grace, and so on, until a reply or a record.
+      const republishLater = (delay: number): void => {
+        timers.push(
+          setTimeout(() => {
+            if (settled || replied || sawRecord) {
+              return;
+            }
+            this.#opts.republish().then(
+              (ack) => {
+                this.republished++;
+                if (!ack.duplicate) {
+                  this.#own.add(ack.seq);
+                }
+                republishLater(delay * 2);
+              },
+              (err: unknown) => finish({ err: new IdemError("publish_failed", `republish ${this.key}: ${String(err)}`, { cause: err }) }),
+            );
+          }, delay),
+        );
+      };
       timers.push(
         setTimeout(() => finish({ err: new NoAnswerError(this.key, `no answer for ${this.key} within ${timeoutMs} ms`) }), timeoutMs),
       );
       void readReply();
       if (this.duplicate) {
         void startWatch();
+        if (!this.#opts.noLedger) {
+          republishLater(grace);
+        }
       } else {
-        timers.push(setTimeout(() => void startWatch(), this.#grace));
+        timers.push(setTimeout(() => void startWatch(), grace));
       }
     });
   }
 
   /**
    * The answer a ledger record gives this submission: a conflict when the
-   * fingerprints differ, else the record's outcome, `replayed` unless the
-   * record was claimed by this very publish.
+   * fingerprints differ (its `fingerprint` this submission's, its
+   * `record_fingerprint` the record's; not a replay: it is about this call),
+   * else the record's outcome, `replayed` unless one of this submission's own
+   * publishes claimed the record. Only final answers carry `completed_at`.
    *
    * @param rec - an answered record of this key
    * @returns the answer
@@ -626,8 +838,9 @@ export class Submission {
         key: this.key,
         tool: this.#tool,
         status: "conflict",
-        replayed: true,
+        replayed: false,
         fingerprint: this.fingerprint,
+        record_fingerprint: rec.fingerprint,
         attempts: 0,
         error: {
           code: "conflict",
@@ -637,17 +850,19 @@ export class Submission {
         completed_at: new Date().toISOString(),
       };
     }
+    const final = isFinal(rec.status);
+    const at = rec.completed_at ?? rec.updated_at;
     return {
       key: this.key,
       tool: this.#tool,
       status: rec.status,
-      replayed: this.duplicate || rec.intent_seq !== this.sequence,
+      replayed: rec.intent_seq === undefined || !this.#own.has(rec.intent_seq),
       fingerprint: rec.fingerprint,
       attempts: rec.attempts ?? 0,
       ...(rec.result !== undefined ? { result: rec.result } : {}),
       ...(rec.error !== undefined ? { error: rec.error } : {}),
       ...callID,
-      completed_at: rec.completed_at ?? rec.updated_at,
+      ...(final && at !== undefined ? { completed_at: at } : {}),
     };
   }
 }

@@ -21,7 +21,7 @@ export interface KeySpec {
   key_args?: readonly string[];
   /** When positive, a whole number of seconds: the key is scoped to floor(t / window_seconds). Default: 0, no window. */
   window_seconds?: number;
-  /** Top-level args left out of the fingerprint (timestamps, trace ids). Default: none. */
+  /** Top-level args that are not part of the operation's identity (timestamps, trace ids): left out of the key material and the fingerprint. Default: none. */
   volatile_args?: readonly string[];
 }
 
@@ -45,7 +45,8 @@ const MAX_WINDOW = 2 ** 53;
  * Derives the key and fingerprint of an intent exactly as the workers do.
  *
  * The material is `{"v":1,"tool":T,"session":S,"args":A}` (`S` is `""` when
- * absent; `A` the whole args, or only the `key_args` members present), plus
+ * absent; `A` the whole args, or only the `key_args` members present, minus
+ * `volatile_args`), plus
  * `"window": floor(t / window_seconds)` for a window tool, where `t` is
  * `created_at` in Unix seconds, else `msgTime`; with a key override it is
  * `{"v":1,"tool":T,"session":S,"key":K}` instead. The key is
@@ -102,7 +103,14 @@ function buildMaterial(env: Envelope, spec: KeySpec, msgTime: Date | string | un
     return m;
   }
   const keyArgs = spec.key_args ?? [];
-  setMember(m, "args", keyArgs.length > 0 ? pick(env.args, (name) => keyArgs.includes(name)) : env.args);
+  const volatile = spec.volatile_args ?? [];
+  // A volatile arg is not part of the operation's identity: it leaves the
+  // key material as it leaves the fingerprint.
+  setMember(
+    m,
+    "args",
+    pick(env.args, (name) => (keyArgs.length === 0 || keyArgs.includes(name)) && !volatile.includes(name)),
+  );
   if (window > 0) {
     const t = creationTime(env, msgTime);
     const w = Math.floor(t / window);

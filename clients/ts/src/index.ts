@@ -13,12 +13,15 @@ export {
   DEFAULT_PREFIX,
   DEFAULT_REPLY_GRACE_MS,
   DEFAULT_WAIT_MS,
+  HEADER_FINGERPRINT,
+  HEADER_KEY,
   HEADER_REPLY_TO,
   IdemClient,
+  answerMatches,
   names,
   Submission,
 } from "./client.js";
-export type { Catalog, ClientOptions, ConnectOptions, Names, ToolInfo } from "./client.js";
+export type { Catalog, ClientOptions, ConnectOptions, DeadLetter, Names, ToolInfo } from "./client.js";
 export { encodeDecision } from "./decide.js";
 export type { Decision, DecisionOp } from "./decide.js";
 export { canonical, deriveKey } from "./derive.js";

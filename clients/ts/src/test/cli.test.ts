@@ -14,10 +14,10 @@ test("exit statuses", () => {
   const cases: [Status, boolean, number][] = [
     ["completed", false, 0],
     ["completed", true, 3],
-    ["conflict", true, 4],
+    ["conflict", false, 4],
     ["failed", false, 5],
     ["failed", true, 5],
-    ["rejected", true, 5],
+    ["rejected", false, 5],
     ["denied", true, 5],
     ["awaiting_approval", false, 6],
     ["uncertain", true, 6],

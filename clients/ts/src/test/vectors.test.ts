@@ -1,16 +1,21 @@
 /**
- * The protocol's test vectors (pkg/intent/testdata of the repository),
- * reproduced byte for byte: every vector's material, key and fingerprint, and
- * the rejection of every invalid envelope.
+ * The protocol's test vectors, reproduced byte for byte: every vector's
+ * material, key and fingerprint, and the rejection of every invalid envelope.
+ * The build copies them into the package (dist/testdata), so these tests read
+ * only the package's own files; one test checks the copy is still the
+ * repository's (pkg/intent/testdata) when the package sits in it.
  */
 
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { test } from "node:test";
 
 import { deriveKey, IdemError, parseEnvelope, type KeySpec } from "../index.js";
 
-const TESTDATA = new URL("../../../../pkg/intent/testdata/", import.meta.url);
+/** The package's copy, made by scripts/copy-vectors.mjs at build. */
+const TESTDATA = new URL("../testdata/", import.meta.url);
+/** The repository's originals, from dist/test/. */
+const ORIGINALS = new URL("../../../../pkg/intent/testdata/", import.meta.url);
 
 interface Vector {
   name: string;
@@ -33,6 +38,21 @@ function load<T>(file: string): T[] {
   assert.ok(Array.isArray(v) && v.length > 0, `${file} holds a non-empty list`);
   return v as T[];
 }
+
+test("the package's vectors are the repository's, byte for byte", (t) => {
+  if (!existsSync(ORIGINALS)) {
+    if (process.env["CI"] !== undefined && process.env["CI"] !== "") {
+      assert.fail(`${ORIGINALS.pathname} is missing, and CI is set: the copy must be checked in CI`);
+    }
+    t.skip("not inside the idemgate repository: nothing to compare the copy with");
+    return;
+  }
+  for (const f of ["vectors.json", "invalid.json"]) {
+    const copy = readFileSync(new URL(f, TESTDATA), "utf8");
+    const original = readFileSync(new URL(f, ORIGINALS), "utf8");
+    assert.equal(copy, original, `dist/testdata/${f} differs from pkg/intent/testdata/${f}: run npm run build`);
+  }
+});
 
 const vectors = load<Vector>("vectors.json");
 const invalid = load<Invalid>("invalid.json");

@@ -1,0 +1,119 @@
+package effects_test
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/pkg/effects"
+)
+
+func TestVolatileLooking(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{
+		"requested_at", "createdAt", "sent_at", "time", "start_time", "timestamp", "eventTimestamp", "date",
+		"send_date", "ts", "now", "attempt", "attempts", "retry_count", "retries", "try", "nonce", "uuid",
+		"client_uuid", "guid", "request_id", "x-request-id", "requestId", "req_id", "trace_id", "traceparent",
+		"span_id", "idempotency_key", "IdempotencyKey",
+	} {
+		_, ok := effects.VolatileLooking(name)
+		require.True(t, ok, name)
+	}
+	for _, name := range []string{
+		"to", "subject", "order_id", "timeout", "runtime", "update", "format", "status", "at", "data", "customer",
+		"amount_cents", "user", "title", "attachment", "strategy", "entry_id", "country",
+	} {
+		what, ok := effects.VolatileLooking(name)
+		require.False(t, ok, "%s looks like %s", name, what)
+	}
+}
+
+// Warnings, with their lines: key args that look volatile, and webhooks to
+// addresses that will be refused; none for the same file done right.
+func TestRegistryWarnings(t *testing.T) {
+	t.Parallel()
+	r := parse(t, `tools:
+  create_ticket:
+    effect: noop
+    key_args:
+      - title
+      - requested_at
+  charge:
+    effect: noop
+    key_args: [customer, attempt, trace_id]
+  book_table:
+    effect: noop
+    key_args: [date, party]
+  local_hook:
+    effect: webhook
+    webhook: {url: "http://127.0.0.1:8787/x"}
+  private_hook:
+    effect: webhook
+    webhook: {url: "https://10.1.2.3/x"}
+  localhost_hook:
+    effect: webhook
+    webhook: {url: "http://localhost:9000/x"}
+  allowed_hook:
+    effect: webhook
+    webhook: {url: "http://127.0.0.1:8787/x", allow_private: [127.0.0.1/32]}
+  public_hook:
+    effect: webhook
+    webhook: {url: "https://hooks.example.com/x"}
+`)
+	var got []string
+	for _, w := range r.Warnings() {
+		got = append(got, w.String())
+	}
+	require.Len(t, got, 7, strings.Join(got, "\n"))
+	require.Contains(t, got[0], `tools.yaml:6: create_ticket.key_args[1]: "requested_at" looks like a timestamp`)
+	require.Contains(t, got[1], `tools.yaml:9: charge.key_args[1]: "attempt" looks like an attempt counter`)
+	require.Contains(t, got[2], `tools.yaml:9: charge.key_args[2]: "trace_id" looks like a trace id`)
+	require.Contains(t, got[3], `tools.yaml:12: book_table.key_args[0]: "date" looks like a timestamp`)
+	require.Contains(t, got[3], "ignore this warning")
+	require.Contains(t, got[4], `tools.yaml:15: local_hook.webhook.url: http://127.0.0.1:8787/x names 127.0.0.1, a loopback address`)
+	require.Contains(t, got[4], "allow_private: [127.0.0.1/32]")
+	require.Contains(t, got[5], `tools.yaml:18: private_hook.webhook.url:`)
+	require.Contains(t, got[5], "a private address")
+	require.Contains(t, got[6], `tools.yaml:21: localhost_hook.webhook.url:`)
+
+	// The worker's --webhook-allow covers them: no webhook warning.
+	r = parse(t, `tools:
+  local_hook:
+    effect: webhook
+    webhook: {url: "http://127.0.0.1:8787/x"}
+`, effects.WithFactory(effects.KindWebhook, effects.WebhookFactory(netip.MustParsePrefix("127.0.0.0/8"))))
+	require.Empty(t, r.Warnings())
+
+	// Declared volatile, or not in the key: no warning.
+	r = parse(t, `tools:
+  create_ticket:
+    effect: noop
+    volatile_args: [requested_at]
+  send_email:
+    effect: noop
+    key_args: [to, subject]
+    volatile_args: [sent_at]
+`)
+	require.Empty(t, r.Warnings())
+}
+
+func TestUnknownTool(t *testing.T) {
+	t.Parallel()
+	r := parse(t, `tools:
+  send_email: {effect: noop}
+  create_ticket: {effect: noop}
+  refund: {effect: noop}
+`)
+	for name, want := range map[string]string{
+		"send_emial": "send_email", "send-email": "send_email", "SendEmail": "send_email", "create_tickets": "create_ticket",
+		"refnud": "refund", "refund": "", "charge_card": "", "x": "",
+	} {
+		require.Equal(t, want, r.Closest(name), name)
+	}
+	err := r.UnknownTool("send_emial")
+	require.ErrorIs(t, err, effects.ErrUnknownTool)
+	require.EqualError(t, err, `no tool "send_emial" is configured; did you mean "send_email"?`)
+	require.EqualError(t, r.UnknownTool("charge_card"), `no tool "charge_card" is configured (configured: create_ticket, refund, send_email)`)
+}
