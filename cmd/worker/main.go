@@ -27,6 +27,7 @@ import (
 	"github.com/idemgate/idemgate/internal/tracing"
 	"github.com/idemgate/idemgate/internal/worker"
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 func main() {
@@ -81,34 +82,35 @@ func run(args []string) error {
 		tlsKey      = fs.String("tls-key", "", "key of --tls-cert")
 		inboxPrefix = fs.String("inbox-prefix", "", "subject prefix of this worker's reply inboxes, as its NATS permissions allow (e.g. _INBOX.worker; default _INBOX)")
 		serverConf  = fs.String("server-config", "", "nats-server config file for the embedded server: accounts, users, TLS (see deployments/nats/secure); --listen, --store-dir and --sync override it")
-		replyPrefix = fs.String("reply-prefixes", "_INBOX.", "comma-separated subject prefixes an intent's Idem-Reply-To may name; answers are never published elsewhere")
+		replyPrefix = fs.String("reply-prefixes", worker.DefaultReplyPrefix, "comma-separated subject prefixes an intent's Idem-Reply-To may name; answers are never published elsewhere")
 		hookAllow   = fs.String("webhook-allow", "", "comma-separated CIDRs every webhook may reach besides public addresses, e.g. 127.0.0.0/8 (per tool: webhook allow_private)")
 		storeDir    = fs.String("store-dir", "data/jetstream", "embedded JetStream store directory")
 		listen      = fs.String("listen", "127.0.0.1:4222", "embedded JetStream client address for other processes")
 		syncPolicy  = fs.String("sync", natsrv.SyncAlways, "embedded store fsync: always (durable: sync before ack), lazy (server default, flush every 2m), or an interval like 100ms")
-		drain       = fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long effects in flight may run before they are cancelled")
+		drain       = fs.Duration("drain-timeout", worker.DefaultDrainTimeout, "on SIGTERM, how long effects in flight may run before they are cancelled")
 		logFormat   = fs.String("log-format", "json", "log format: json or console")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 		configFile  = fs.String("config", "", "a YAML file of settings (flag names to values); the command line and the environment win over it (env IDEMGATE_CONFIG)")
 		adminAddr   = fs.String("admin-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (empty: off)")
 		otlp        = fs.String("otlp-endpoint", "", "export spans to this OTLP/HTTP endpoint, e.g. http://collector:4318 (env OTEL_EXPORTER_OTLP_ENDPOINT; empty: trace context is propagated, no spans exported)")
 	)
-	fs.StringVar(&cfg.Prefix, "prefix", "IDEM", "names prefix: stream <P>_INTENTS on <p>.intents.>, consumer <P>_WORKERS, bucket <P>_LEDGER")
+	fs.StringVar(&cfg.Prefix, "prefix", intent.DefaultPrefix, "names prefix: stream <P>_INTENTS on <p>.intents.>, consumer <P>_WORKERS, bucket <P>_LEDGER")
 	fs.StringVar(&cfg.Holder, "holder", "", "this worker's name in ledger records (default <hostname>-<pid>)")
-	fs.IntVar(&cfg.Concurrency, "concurrency", 256, "intents handled at once")
-	fs.IntVar(&cfg.Limits.MaxBytes, "max-intent-bytes", 256<<10, "largest intent accepted; larger ones are answered too_large")
-	fs.DurationVar(&cfg.AckWait, "ack-wait", 30*time.Second, "consumer ack wait: redelivery after a worker dies")
-	fs.IntVar(&cfg.MaxDeliver, "max-deliver", 10, "deliveries before an intent whose effect keeps failing is recorded failed")
-	fs.IntVar(&cfg.MaxAckPending, "max-ack-pending", 4096, "intents in flight across all workers")
-	fs.DurationVar(&cfg.DuplicateWindow, "dup-window", 2*time.Minute, "publish-dedup window of the intent stream")
-	fs.IntVar(&cfg.Replicas, "replicas", 1, "replicas of the stream and ledger (1, 3 or 5; 3 on a cluster)")
-	fs.DurationVar(&cfg.LedgerTTL, "ledger-ttl", 24*time.Hour, "how long completed and failed records are kept")
-	fs.DurationVar(&cfg.RetryDelay, "retry-delay", time.Second, "first redelivery delay after a transient failure (doubles per delivery)")
-	fs.DurationVar(&cfg.MaxRetryDelay, "max-retry-delay", time.Minute, "cap of the redelivery delay")
+	fs.IntVar(&cfg.Concurrency, "concurrency", worker.DefaultConcurrency, "intents handled at once")
+	fs.IntVar(&cfg.Limits.MaxBytes, "max-intent-bytes", intent.DefaultMaxBytes, "largest intent accepted; larger ones are answered too_large")
+	fs.DurationVar(&cfg.AckWait, "ack-wait", worker.DefaultAckWait, "consumer ack wait: redelivery after a worker dies")
+	fs.IntVar(&cfg.MaxDeliver, "max-deliver", worker.DefaultMaxDeliver, "deliveries before an intent whose effect keeps failing is recorded failed (back-pressure and ledger outages spend none)")
+	fs.IntVar(&cfg.MaxAckPending, "max-ack-pending", worker.DefaultMaxAckPending, "intents in flight across all workers (queued intents of a capped tool among them)")
+	fs.DurationVar(&cfg.DuplicateWindow, "dup-window", worker.DefaultDuplicateWindow, "publish-dedup window of the intent stream")
+	fs.IntVar(&cfg.Replicas, "replicas", worker.DefaultReplicas, "replicas of the stream and ledger (1, 3 or 5; 3 on a cluster)")
+	fs.DurationVar(&cfg.LedgerTTL, "ledger-ttl", worker.DefaultLedgerTTL, "how long a final record (completed, failed, denied) is kept; unresolved records never expire")
+	fs.DurationVar(&cfg.RetryDelay, "retry-delay", worker.DefaultRetryDelay, "first redelivery delay after a transient failure (doubles per delivery)")
+	fs.DurationVar(&cfg.MaxRetryDelay, "max-retry-delay", worker.DefaultMaxRetryDelay, "cap of the redelivery delay")
 	fs.IntVar(&cfg.LedgerBatch, "ledger-batch", worker.DefaultLedgerBatch, "group-commit ledger writes in atomic batches of up to N (1-1000; 0: off, every write on its own). One disk sync per batch instead of per write: what makes a server with sync_interval always (the durable setting) fast; on a server that syncs lazily it is slower than off, so set 0 there (an embedded store with --sync other than always turns it off unless this flag is given). Needs nats-server 2.12+")
-	fs.DurationVar(&cfg.AnswerCache, "answer-cache", 10*time.Second, "how long a duplicate is answered from this worker's memory of a final record it wrote or read, without a ledger read (0: off); a record deleted from the ledger meanwhile is answered until then")
+	fs.DurationVar(&cfg.AnswerCache, "answer-cache", worker.DefaultAnswerCache, "how long a duplicate is answered from this worker's memory of a final record it wrote or read, without a ledger read (0: off); a record deleted from the ledger meanwhile is answered until then")
 	fs.Float64Var(&cfg.SessionRate, "session-rate", 0, "intents per second one session may send to this worker; over it they are answered rate_limited (0: no limit)")
 	fs.IntVar(&cfg.SessionBurst, "session-burst", 0, "intents a session may send at once above --session-rate (default: the rate, at least 1)")
+	fs.DurationVar(&cfg.LedgerScan, "ledger-scan", worker.DefaultLedgerScan, "how often one worker reads the whole ledger to count its unresolved records (idemgate_ledger_unresolved_*) and give records written without a TTL theirs (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -121,6 +123,9 @@ func run(args []string) error {
 		}
 	}
 
+	if cfg.LedgerScan == 0 {
+		cfg.LedgerScan = worker.NoLedgerScan // 0 on the command line: off
+	}
 	if cfg.AnswerCache == 0 {
 		cfg.AnswerCache = worker.NoAnswerCache // 0 on the command line: off
 	}

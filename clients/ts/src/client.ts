@@ -44,6 +44,9 @@ export const DEFAULT_CATALOG_TIMEOUT_MS = 2_000;
  */
 export const DEFAULT_WAIT_MS = 180_000;
 
+/** A tool's lease when the catalogue does not say (the workers' default, 30 s). */
+const DEFAULT_LEASE_MS = 30_000;
+
 /** The header naming the subject an answer is pushed to. */
 export const HEADER_REPLY_TO = "Idem-Reply-To";
 
@@ -173,6 +176,8 @@ export class IdemClient {
   #catalog: Promise<void> | undefined;
   /** Tools the catalogue reports without a ledger. */
   readonly #noLedger = new Set<string>();
+  /** Each tool's lease from the catalogue, in ms. */
+  readonly #leases = new Map<string, number>();
   #kv: Promise<KV> | undefined;
 
   /**
@@ -261,6 +266,9 @@ export class IdemClient {
           if (t.ledger === false) {
             this.#noLedger.add(t.name);
           }
+          if (t.lease_seconds > 0) {
+            this.#leases.set(t.name, t.lease_seconds * 1000);
+          }
           if (!this.#specs.has(t.name)) {
             this.#specs.set(t.name, {
               key_args: t.key_args ?? [],
@@ -316,7 +324,8 @@ export class IdemClient {
     try {
       const ack = await send(noLedger ? undefined : id.key);
       const republish = async (): Promise<PubAck> => send(`${id.key}:${randomBytes(8).toString("hex")}`);
-      return new Submission(this, sub, env, id, ack, { grace: this.#grace, noLedger, republish });
+      const leaseMs = this.#leases.get(env.tool) ?? DEFAULT_LEASE_MS;
+      return new Submission(this, sub, env, id, ack, { grace: this.#grace, noLedger, leaseMs, republish });
     } catch (err) {
       sub.unsubscribe();
       throw new IdemError("publish_failed", `publish ${subject}: ${String(err)}`, { cause: err });
@@ -609,6 +618,8 @@ interface SubmissionOptions {
   grace: number;
   /** The tool has no ledger: only its reply answers it. */
   noLedger: boolean;
+  /** The tool's lease, in ms: a pending record whose lease ran out a lease ago is abandoned (its intent is gone). */
+  leaseMs: number;
   /** Publishes the intent again with a fresh `Nats-Msg-Id` (`<key>:<random>`). */
   republish: () => Promise<PubAck>;
 }
@@ -710,7 +721,13 @@ export class Submission {
       let settled = false;
       let watching = false;
       /** The ledger key has shown a record (of any status) since watching. */
-      let sawRecord = false;
+      // The latest record of the key the watch saw; undefined: none (or
+      // deleted). A pending one whose lease ran out a lease ago answers
+      // nothing: its intent is gone (dead-lettered), so it counts as none.
+      let latest: LedgerRecord | undefined;
+      const unrecorded = (): boolean =>
+        latest === undefined ||
+        (latest.status === "pending" && Date.parse(latest.lease_until ?? "") + this.#opts.leaseMs < Date.now());
       /** A reply of this submission arrived. */
       let replied = false;
       let watcher: QueuedIterator<KvWatchEntry> | undefined;
@@ -744,11 +761,11 @@ export class Submission {
           watcher = w;
           for await (const e of w) {
             if (e.operation !== "PUT") {
-              sawRecord = false; // deleted or purged: the key is free again
+              latest = undefined; // deleted or purged: the key is free again
               continue;
             }
-            sawRecord = true;
             const rec = decodeRecord(e.value);
+            latest = rec;
             // A record of another fingerprint is a conflict: final.
             if (rec !== undefined && isAnswered(rec.status) && (enough(rec.status) || rec.fingerprint !== this.fingerprint)) {
               finish({ res: this.fromRecord(rec) });
@@ -784,13 +801,18 @@ export class Submission {
           finish({ err });
         }
       };
-      // Protocol section 7, the retry rule: a duplicate whose key shows no
-      // record after the grace is published again with a fresh Nats-Msg-Id,
-      // then after twice the grace, and so on, until a reply or a record.
+      // Protocol section 7.2, the retry rule: a duplicate whose key shows no
+      // record (or an abandoned pending one) after the grace is published
+      // again with a fresh Nats-Msg-Id, then after twice the grace, and so
+      // on, until a reply or an answering record.
       const republishLater = (delay: number): void => {
         timers.push(
           setTimeout(() => {
-            if (settled || replied || sawRecord) {
+            if (settled || replied) {
+              return;
+            }
+            if (!unrecorded()) {
+              republishLater(delay * 2); // the record will answer; look again later
               return;
             }
             this.#opts.republish().then(

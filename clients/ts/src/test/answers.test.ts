@@ -33,7 +33,7 @@ function submission(ack: Partial<PubAck>): Submission {
     { tool: "refund", args: {}, call_id: "c1" },
     { key: KEY, fingerprint: FP },
     { seq: 7, duplicate: false, stream: "IDEM_INTENTS", ...ack } as PubAck,
-    { grace: 3000, noLedger: false, republish: () => Promise.reject(new Error("unused")) },
+    { grace: 3000, noLedger: false, leaseMs: 30_000, republish: () => Promise.reject(new Error("unused")) },
   );
 }
 
