@@ -19,11 +19,6 @@ type statusArgs struct {
 	WaitSeconds float64 `json:"wait_seconds,omitempty" jsonschema:"wait up to this many seconds (at most 60) for the operation to move on; default 0: answer at once"`
 }
 
-// statusPoll is how often idemgate_status reads again a record that waits
-// for a person (awaiting_approval, uncertain), which a watch would report
-// at once unchanged.
-const statusPoll = 500 * time.Millisecond
-
 func (g *Gate) addStatusTool() {
 	mcp.AddTool(g.server, &mcp.Tool{
 		Name:  StatusTool,
@@ -60,29 +55,23 @@ func (g *Gate) status(ctx context.Context, _ *mcp.CallToolRequest, in statusArgs
 	return statusResult(in.Operation, rec), nil, nil
 }
 
-// next waits until key's record leaves from's state (or ctx ends) and
-// returns the latest record it read.
+// next waits (watching, never polling) until key's record leaves from's
+// state, or ctx ends, and returns the latest record seen.
 func (g *Gate) next(ctx context.Context, cl *client.Client, key string, from dedup.Record) dedup.Record {
-	if !from.Status.Answered() {
+	var rec dedup.Record
+	var err error
+	if from.Status.Answered() {
+		// Waiting for a person (awaiting_approval, uncertain): the next
+		// state worth reporting is the final one.
+		rec, err = cl.WatchFinal(ctx, key)
+	} else {
 		// Pending or approved: the watch reports the next answered record.
-		if rec, err := cl.Watch(ctx, key); err == nil {
-			return rec
-		}
+		rec, err = cl.Watch(ctx, key)
+	}
+	if err != nil && rec.Status == "" {
 		return from
 	}
-	tick := time.NewTicker(statusPoll)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return from
-		case <-tick.C:
-		}
-		rec, err := cl.Get(ctx, key)
-		if err == nil && (rec.Status != from.Status || rec.UpdatedAt != from.UpdatedAt) {
-			return rec
-		}
-	}
+	return rec
 }
 
 func statusError(key string, err error) *mcp.CallToolResult {
@@ -94,15 +83,10 @@ func statusError(key string, err error) *mcp.CallToolResult {
 
 // statusResult renders a record as idemgate_status's answer.
 func statusResult(key string, rec dedup.Record) *mcp.CallToolResult {
-	at := rec.CompletedAt
-	if at.IsZero() {
-		at = rec.UpdatedAt
-	}
-	res := &intent.Result{Key: key, Tool: rec.Tool, Status: rec.Status, Fingerprint: rec.Fingerprint,
-		Attempts: rec.Attempts, Result: rec.Result, Error: rec.Error, CompletedAt: at}
-	out := render(res)
+	res := rec.Answer(dedup.Caller{Key: key}, false)
+	out := render(&res)
 	if rec.Status == intent.StatusCompleted {
-		out.Content = []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("Completed: operation %s ran at %s. Its result:\n%s", key, when(at), resultJSON(rec.Result))}}
+		out.Content = []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("Completed: operation %s ran at %s. Its result:\n%s", key, when(res.CompletedAt), resultJSON(rec.Result))}}
 	}
 	return out
 }
