@@ -63,6 +63,9 @@ func (w *Worker) admit(stop, work context.Context, j *job) verdict {
 		return w.reject(j, env.Tool, intent.CodeUnknownTool, w.tools.UnknownTool(env.Tool))
 	}
 	j.tool = tool
+	if err := w.schemas.check(tool, env.Args); err != nil {
+		return w.reject(j, env.Tool, intent.CodeInvalidIntent, err)
+	}
 	if tool.Policy.Class == effects.ClassUnsafe {
 		if err := derivable(env, tool.KeySpec); err != nil {
 			return w.reject(j, env.Tool, intent.CodeInvalidIntent, err)

@@ -35,6 +35,8 @@ type Worker struct {
 	ledger *dedup.Ledger
 	m      *Metrics
 	reads  coalescer
+	// schemas validates the args of tools that declare a schema.
+	schemas schemas
 	// answers is nil when the answer cache is off.
 	answers *answerCache
 	beats   *heartbeats
