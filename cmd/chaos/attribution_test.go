@@ -140,21 +140,24 @@ func TestJudgeCutOffHolder(t *testing.T) {
 	require.Empty(t, v.CrashPerKill)
 
 	strict := b.judge(t, 64, nil, false)
-	require.Equal(t, []string{"1 operations fired again after their holder was cut off from the ledger past its lease deadline"}, strict.Violations)
+	require.Equal(t, []string{"1 operations fired again while their holder, cut off from the ledger, was alive or had given its outcome up"}, strict.Violations)
 }
 
-// A holder cut off from the ledger, then killed after the outage: it had
-// given the operation up while alive, so the repeat is the outage's, not the
-// crash window's. Killed first, it is the crash window.
+// A holder cut off from the ledger keeps its outcome and goes on trying to
+// record it, so a kill after the outage is what ended it: the crash window.
+// A holder that logged it gave its outcome up (the worker stopped before the
+// ledger took it) and was killed later: not the crash window.
 func TestJudgeCutOffBeforeTheKill(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
+		gaveUp bool
 		killAt int
 		want   string
 	}{
-		{"cut off, then killed", 80000, causeCutOff},
-		{"killed first", 2000, causeCrash},
+		{"cut off, then killed", false, 80000, causeCrash},
+		{"killed first", false, 2000, causeCrash},
+		{"gave its outcome up, then killed", true, 80000, causeCutOff},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -162,6 +165,9 @@ func TestJudgeCutOffBeforeTheKill(t *testing.T) {
 			o := b.op(toolName, "w2.1")
 			b.fire(o, 0, 200, "w1.1", 1)
 			b.leases.cutOff[holderKey{"w1.1", o.key}] = b.at(2500)
+			if tc.gaveUp {
+				b.leases.gaveUp[holderKey{"w1.1", o.key}] = b.at(70000)
+			}
 			b.kill("w1.1", tc.killAt)
 			b.fire(o, 85000, 200, "w2.1", 2)
 			v := b.judge(t, 64, nil, false)
@@ -223,9 +229,11 @@ func TestReadLeaseLines(t *testing.T) {
 			`{"level":"warn","ts":1767323046.25,"msg":"ledger unreachable past the lease deadline; cancelling the effect","key":"k2"}`+"\n"+
 			`{"level":"warn","ts":1767323046.0,"msg":"ledger unreachable past the lease deadline; cancelling the effect","key":"k2"}`+"\n"+
 			`{"level":"warn","ts":1767323047,"msg":"lease lost before recording; answering with the holder's outcome","key":"k3"}`+"\n"+
+			`{"level":"error","ts":1767323049,"msg":"outcome not recorded: the worker stopped before the ledger took it","key":"k4"}`+"\n"+
 			`{"level":"info","ts":1767323048,"msg":"worker consuming","holder":"w2.3"}`+"\n"+
 			`not json, lease lost`+"\n"), "w2.3", out)
 	require.Equal(t, time.Unix(1767323045, 5e8), out.takeover["k1"])
 	require.Equal(t, map[holderKey]time.Time{{"w2.3", "k2"}: time.Unix(1767323046, 0)}, out.cutOff, "the first line for the key")
 	require.Equal(t, map[holderKey]time.Time{{"w2.3", "k3"}: time.Unix(1767323047, 0)}, out.lost)
+	require.Equal(t, map[holderKey]time.Time{{"w2.3", "k4"}: time.Unix(1767323049, 0)}, out.gaveUp)
 }

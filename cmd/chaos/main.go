@@ -7,8 +7,8 @@
 // load of tool intents with many kinds of duplicates (a share of them to a
 // second tool capped at one in flight); injects faults while the load runs
 // (workers SIGKILLed and restarted, the JetStream process or one cluster
-// node SIGKILLed and restarted on its store, a ledger outage longer than the
-// workers' record-retry budget, effects that hang past their lease, a sink
+// node SIGKILLed and restarted on its store, a ledger outage of over a
+// minute, effects that hang past their lease, a sink
 // that fails at random); then makes sure every copy has an answer (or its
 // key a final ledger record) and reconciles the answers with the requests
 // the sink saw and the workers' logs. It prints a verdict (--json for JSON)
@@ -141,8 +141,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.maxKills, "max-kills", 0, "stop killing workers after this many (0: no limit)")
 	fs.Float64Var(&c.restartAt, "restart-at", 0.5, "SIGKILL and restart JetStream (one node with --cluster) when this share of the intents is published (negative: never)")
 	fs.DurationVar(&c.downFor, "down-for", 2*time.Second, "how long the killed JetStream process stays down")
-	fs.Float64Var(&c.outageAt, "outage-at", 0.25, "take the ledger down for --outage-for when this share of the intents is published: the JetStream process, or with --cluster two of the three nodes (no quorum) (negative: never)")
-	fs.DurationVar(&c.outageFor, "outage-for", 75*time.Second, "how long the ledger outage lasts: longer than the workers' one-minute record-retry budget")
+	fs.Float64Var(&c.outageAt, "outage-at", 0.25, "take the ledger down for --outage-for when this share of the intents is published: the JetStream process, or with --cluster two of the three nodes (no quorum): holders cut off by it must keep their outcomes through it (negative: never)")
+	fs.DurationVar(&c.outageFor, "outage-for", 75*time.Second, "how long the ledger outage lasts: many leases, and over a minute")
 	fs.Float64Var(&c.cappedShare, "capped-share", 0.1, "share of the operations sent to a second tool, "+cappedTool+", with max_in_flight: 1 (0: none)")
 	fs.Float64Var(&c.failRate, "fail-rate", 0.05, "share of sink requests answered 503")
 	fs.Float64Var(&c.hangRate, "hang-rate", 0.003, "share of sink requests that hang for --hang")

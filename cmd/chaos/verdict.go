@@ -21,13 +21,14 @@ const (
 	faultWorkerKill    = "worker_kill"       // a worker SIGKILLed (and restarted as a new holder)
 	faultJetStream     = "jetstream_restart" // the JetStream process SIGKILLed and restarted on its store
 	faultNode          = "node_restart"      // one cluster node SIGKILLed and restarted on its store
-	faultLedgerOutage  = "ledger_outage"     // JetStream (single) or a quorum of nodes (cluster) down past the record-retry budget
+	faultLedgerOutage  = "ledger_outage"     // JetStream (single) or a quorum of nodes (cluster) down for over a minute
 	faultHang          = "effect_hang"       // a sink request that hung past the lease
 	faultSink5xx       = "sink_5xx"          // a sink request answered 503
 	faultSinkAbandon   = "sink_abandoned"    // a hanging request whose caller went away (killed worker)
 	crashWindowSlack   = 100 * time.Millisecond
 	exampleRepeatsMax  = 20
 	cutOffLine         = "ledger unreachable past the lease deadline"
+	gaveUpLine         = "outcome not recorded: the worker stopped"
 	leaseLostLine      = "lease lost"
 	leaseTakenOverLine = "lease taken over"
 )
@@ -35,7 +36,7 @@ const (
 // Causes of a repeat, from the facts of its two firings.
 const (
 	causeCrash        = "worker_kill"        // the earlier firing's holder was killed between the two
-	causeCutOff       = "ledger_outage"      // the earlier firing's holder logged it was cut off from the ledger between the two
+	causeCutOff       = "ledger_outage"      // the earlier firing's holder, cut off from the ledger, lived on (or gave its outcome up) and another fired again
 	causePhantom      = "phantom_lease_loss" // the earlier holder, alive, was told its lease was lost before anyone took it over
 	causeSameAttempt  = "same_attempt"       // the later firing's claim number is not higher
 	causeUnattributed = "unattributed"       // a firing without holder or attempt
@@ -450,8 +451,12 @@ func (a *attribution) explain(key string, prev, next request, from, to time.Time
 		return causeSameAttempt, -1
 	}
 	hk := holderKey{prev.Holder, key}
-	cutOff, cut := a.facts.leases.cutOff[hk]
-	cut = cut && !cutOff.Before(from) && !cutOff.After(to)
+	within := func(m map[holderKey]time.Time) (time.Time, bool) {
+		t, ok := m[hk]
+		return t, ok && !t.Before(from) && !t.After(to)
+	}
+	_, cut := within(a.facts.leases.cutOff)
+	gaveUp, gave := within(a.facts.leases.gaveUp)
 	for i, e := range a.facts.events {
 		until := e.Until
 		if until.IsZero() {
@@ -460,12 +465,18 @@ func (a *attribution) explain(key string, prev, next request, from, to time.Time
 		if e.Kind != faultWorkerKill || e.Target != prev.Holder || until.Before(from) || e.At.After(to) {
 			continue
 		}
-		if cut && cutOff.Before(e.At) {
-			// Cut off first: the holder, alive, gave the operation up
-			// before it was killed.
+		if gave && gaveUp.Before(e.At) {
+			// The holder, alive, gave its outcome up before it was
+			// killed: not the crash window.
 			return causeCutOff, -1
 		}
+		// Killed before it could record — cut off from the ledger
+		// meanwhile or not: a cut-off holder keeps its outcome and goes on
+		// trying, so only the kill ended it.
 		return causeCrash, i
+	}
+	if gave {
+		return causeCutOff, -1
 	}
 	if cut {
 		return causeCutOff, -1
@@ -567,7 +578,7 @@ func violations(v *Verdict, allowOutage bool) []string {
 	add(v.RepeatsSameAtt == 0, "%d operations fired twice under one claim (the later firing's attempt is not higher)", v.RepeatsSameAtt)
 	add(v.RepeatsUnexplain == 0, "%d operations fired again while the earlier firing's holder was alive and connected (neither killed nor cut off from the ledger by its own log)", v.RepeatsUnexplain)
 	add(v.RepeatsPhantom == 0, "%d operations fired again after their live holder was told its lease was lost before anyone took it over", v.RepeatsPhantom)
-	add(allowOutage || v.RepeatsOutage == 0, "%d operations fired again after their holder was cut off from the ledger past its lease deadline", v.RepeatsOutage)
+	add(allowOutage || v.RepeatsOutage == 0, "%d operations fired again while their holder, cut off from the ledger, was alive or had given its outcome up", v.RepeatsOutage)
 	var over []string
 	for _, k := range v.CrashPerKill {
 		if k.Repeats > k.Bound {
@@ -648,11 +659,12 @@ type holderKey struct{ holder, key string }
 type leaseLog struct {
 	lost     map[holderKey]time.Time // a holder's first "lease lost" line for a key: it was alive
 	cutOff   map[holderKey]time.Time // a holder's first "ledger unreachable past the lease deadline" line for a key
+	gaveUp   map[holderKey]time.Time // a holder's first "outcome not recorded" line for a key: it let its outcome go
 	takeover map[string]time.Time    // the key's first "lease taken over", by any holder
 }
 
 func newLeaseLog() leaseLog {
-	return leaseLog{lost: map[holderKey]time.Time{}, cutOff: map[holderKey]time.Time{}, takeover: map[string]time.Time{}}
+	return leaseLog{lost: map[holderKey]time.Time{}, cutOff: map[holderKey]time.Time{}, gaveUp: map[holderKey]time.Time{}, takeover: map[string]time.Time{}}
 }
 
 // lostKeys counts the keys whose holder logged, alive, that it lost its
@@ -696,7 +708,7 @@ func readLeaseLines(r io.Reader, holder string, out leaseLog) {
 	}
 	for sc.Scan() {
 		text := sc.Text()
-		if !strings.Contains(text, leaseLostLine) && !strings.Contains(text, cutOffLine) && !strings.Contains(text, leaseTakenOverLine) {
+		if !strings.Contains(text, leaseLostLine) && !strings.Contains(text, cutOffLine) && !strings.Contains(text, gaveUpLine) && !strings.Contains(text, leaseTakenOverLine) {
 			continue
 		}
 		var line struct {
@@ -713,6 +725,8 @@ func readLeaseLines(r io.Reader, holder string, out leaseLog) {
 			earliest(out.lost, hk, t)
 		case strings.Contains(text, cutOffLine):
 			earliest(out.cutOff, hk, t)
+		case strings.Contains(text, gaveUpLine):
+			earliest(out.gaveUp, hk, t)
 		default:
 			if old, ok := out.takeover[line.Key]; !ok || t.Before(old) {
 				out.takeover[line.Key] = t

@@ -143,7 +143,7 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		// recorded: the lease will expire and the key be taken over (the
 		// crash window; the forwarded key lets a keyed downstream absorb the
 		// repeat).
-		w.log.Error("record outcome", zap.String("key", j.id.Key), zap.Error(err))
+		w.log.Error("outcome not recorded: the worker stopped before the ledger took it", zap.String("key", j.id.Key), zap.Error(err))
 		return nak(w.retryDelay(j.meta.NumDelivered), "outcome not recorded")
 	}
 }
