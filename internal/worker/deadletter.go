@@ -125,5 +125,5 @@ func (w *Worker) answerDeadLetter(raw *jetstream.RawStreamMsg, delivered uint64,
 			id, _ = intent.Derive(env, t.KeySpec, intentTime(raw.Header, raw.Time))
 		}
 	}
-	w.reply(nil, raw.Subject, replyTo, deadLettered(id, raw.Header, env, delivered, reason))
+	w.reply(context.Background(), raw.Subject, replyTo, deadLettered(id, raw.Header, env, delivered, reason))
 }
