@@ -26,12 +26,6 @@ const (
 	DefaultWebhookMethod = http.MethodPost
 	// DefaultWebhookTimeout bounds one HTTP request, response body included.
 	DefaultWebhookTimeout = 10 * time.Second
-	// DefaultMaxAttempts is how many requests one Fire sends at most.
-	DefaultMaxAttempts = 4
-	// DefaultInitialInterval is the wait before the first retry.
-	DefaultInitialInterval = 200 * time.Millisecond
-	// DefaultMaxInterval caps every wait between retries, Retry-After included.
-	DefaultMaxInterval = 5 * time.Second
 	// MaxWebhookResponse is how much of a response body a webhook reads. The
 	// result is recorded in the ledger and sent to every caller, both NATS
 	// messages (1 MiB by default, all fields together), so a longer body is
@@ -50,20 +44,6 @@ const (
 
 // errorBodyLimit is how much of a failed response's body a message quotes.
 const errorBodyLimit = 512
-
-// RetryPolicy is how a webhook retries one Fire. The zero value means the
-// defaults.
-type RetryPolicy struct {
-	// MaxAttempts is how many requests one Fire sends at most, the first
-	// included; 1 disables retries. Default DefaultMaxAttempts.
-	MaxAttempts int
-	// InitialInterval is the wait before the first retry; later waits grow
-	// exponentially (x1.5, ±50% jitter). Default DefaultInitialInterval.
-	InitialInterval time.Duration
-	// MaxInterval caps every wait, including one a Retry-After header asks
-	// for. Default DefaultMaxInterval.
-	MaxInterval time.Duration
-}
 
 // WebhookConfig configures a webhook effect. Zero fields mean the defaults.
 type WebhookConfig struct {
@@ -508,21 +488,6 @@ func retryAfter(v string) time.Duration {
 		return max(time.Until(t), 0)
 	}
 	return -1
-}
-
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // KindWebhook is the effect kind of webhooks in a tools file.
