@@ -186,15 +186,7 @@ func (c WebhookConfig) withDefaults() WebhookConfig {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultWebhookTimeout
 	}
-	if c.Retry.MaxAttempts == 0 {
-		c.Retry.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.Retry.InitialInterval == 0 {
-		c.Retry.InitialInterval = DefaultInitialInterval
-	}
-	if c.Retry.MaxInterval == 0 {
-		c.Retry.MaxInterval = max(DefaultMaxInterval, c.Retry.InitialInterval)
-	}
+	c.Retry = retryDefaults(c.Retry)
 	return c
 }
 
@@ -239,17 +231,7 @@ func (c WebhookConfig) problems() []problem {
 	if c.Timeout < 0 {
 		add("timeout", "is negative", "write e.g. 10s")
 	}
-	r := c.Retry
-	if r.MaxAttempts < 1 || r.MaxAttempts > 100 {
-		add("retry.max_attempts", fmt.Sprintf("%d is not between 1 and 100", r.MaxAttempts), "write e.g. 4; 1 disables retries")
-	}
-	if r.InitialInterval < 0 {
-		add("retry.initial_interval", "is negative", "write e.g. 200ms")
-	}
-	if r.MaxInterval < r.InitialInterval {
-		add("retry.max_interval", fmt.Sprintf("%s is under initial_interval %s", formatDuration(r.MaxInterval), formatDuration(r.InitialInterval)), "make max_interval at least initial_interval")
-	}
-	return ps
+	return append(ps, retryProblems(c.Retry)...)
 }
 
 func isReservedHeader(name string) bool {
