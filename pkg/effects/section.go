@@ -78,6 +78,13 @@ type field struct {
 	key, val *yaml.Node
 }
 
+// problem is one invalid field of a config, named as in the tools file: an
+// effect's config validation returns them, and its factory records each on
+// the section it read (Section.Invalid).
+type problem struct {
+	field, problem, hint string
+}
+
 // Section is a mapping in the tools file — a tool, or an effect's settings
 // block such as a tool's "webhook:" — as a Factory sees it.
 //

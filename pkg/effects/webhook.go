@@ -190,11 +190,6 @@ func (c WebhookConfig) withDefaults() WebhookConfig {
 	return c
 }
 
-// problem is one invalid field of a config, named as in the tools file.
-type problem struct {
-	field, problem, hint string
-}
-
 // reservedHeaders are set by the webhook itself.
 var reservedHeaders = []string{"Content-Type", "Content-Length", "Transfer-Encoding", "Host", HeaderIdempotencyKey}
 
