@@ -34,14 +34,6 @@ const (
 	MaxWebhookResponse = 256 << 10
 )
 
-// Request headers a webhook sends.
-const (
-	HeaderIdempotencyKey = "Idempotency-Key" // the operation's key, the same on every retry
-	HeaderTool           = "Idem-Tool"       // the tool's name
-	HeaderSession        = "Idem-Session"    // the session, when the intent has one
-	HeaderCallID         = "Idem-Call-Id"    // the model's tool_call_id, when the intent has one
-)
-
 // errorBodyLimit is how much of a failed response's body a message quotes.
 const errorBodyLimit = 512
 
