@@ -784,7 +784,11 @@ func jsonKind(raw json.RawMessage) string {
 	return "a number"
 }
 
-func init() { registerBuiltin("smtp", smtpFactory) }
+// KindSMTP is the effect kind of emails sent through an SMTP relay in a
+// tools file.
+const KindSMTP = "smtp"
+
+func init() { registerBuiltin(KindSMTP, smtpFactory) }
 
 // smtpFactory builds an smtp effect from a tool's "smtp:" settings.
 func smtpFactory(s *Section) (Effect, error) {
