@@ -148,12 +148,12 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--webhook-allow: %w", err)
 	}
-	webhooks := effects.WithFactory(effects.KindWebhook, effects.WebhookFactory(allow...))
+	allowPrivate := effects.WithAllowPrivate(allow...)
 
 	if *checkConfig {
 		// Validation only: the nats effect is built on a connection that is
 		// never opened.
-		tools, err := effects.LoadFile(*toolsFile, effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(new(nats.Conn))), webhooks)
+		tools, err := effects.LoadFile(*toolsFile, effects.WithNATSConn(new(nats.Conn)), allowPrivate)
 		if err != nil {
 			return err
 		}
@@ -211,7 +211,7 @@ func run(args []string) error {
 	}
 	defer nc.Close()
 
-	tools, err := effects.LoadFile(*toolsFile, effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(nc)), webhooks)
+	tools, err := effects.LoadFile(*toolsFile, effects.WithNATSConn(nc), allowPrivate)
 	if err != nil {
 		return err
 	}

@@ -293,7 +293,7 @@ func init() { registerBuiltin(KindMCP, mcpFactory) }
 // mcpFactory builds an mcp effect from a tool's "mcp:" settings: the
 // upstream (by its name under mcp_upstreams, or a command or url of its
 // own), the upstream's tool name, a timeout and a retry policy.
-func mcpFactory(s *Section) (Effect, error) {
+func mcpFactory(s *section) (Effect, error) {
 	m := &MCP{tool: s.String("tool", ""), timeout: positiveDuration(s, "timeout", DefaultMCPTimeout), retry: retryDefaults(readRetry(s))}
 	for _, p := range retryProblems(m.retry) {
 		s.Invalid(p.field, p.problem, p.hint)

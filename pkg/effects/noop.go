@@ -73,7 +73,7 @@ const KindNoop = "noop"
 func init() { registerBuiltin(KindNoop, noopFactory) }
 
 // noopFactory builds a noop from a tool's "noop:" settings.
-func noopFactory(s *Section) (Effect, error) {
+func noopFactory(s *section) (Effect, error) {
 	cfg := NoopConfig{Delay: s.Duration("delay", 0)}
 	if node, ok := s.Value("result"); ok {
 		var v any

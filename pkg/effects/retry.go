@@ -68,7 +68,7 @@ func retryProblems(r RetryPolicy) []problem {
 
 // readRetry reads a "retry:" block the way the webhook's is read, reporting
 // an explicit zero (which would mean "default" in code) as a mistake.
-func readRetry(s *Section) RetryPolicy {
+func readRetry(s *section) RetryPolicy {
 	r := s.Section("retry")
 	p := RetryPolicy{
 		MaxAttempts:     r.Int("max_attempts", DefaultMaxAttempts),
@@ -93,7 +93,7 @@ func readRetry(s *Section) RetryPolicy {
 
 // positiveDuration reads a duration field that must not be written as zero
 // (zero means "default" in code).
-func positiveDuration(s *Section, name string, def time.Duration) time.Duration {
+func positiveDuration(s *section, name string, def time.Duration) time.Duration {
 	d := s.Duration(name, def)
 	if d == 0 && s.Has(name) {
 		s.Invalid(name, "must be positive", "write e.g. "+formatDuration(def))

@@ -220,7 +220,7 @@ func isASCII(s string) bool {
 }
 
 // smtpFactory builds an smtp effect from a tool's "smtp:" settings.
-func smtpFactory(s *Section) (Effect, error) {
+func smtpFactory(s *section) (Effect, error) {
 	cfg := SMTPConfig{
 		Addr:     s.String("addr", ""),
 		From:     s.String("from", ""),

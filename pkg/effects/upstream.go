@@ -38,7 +38,7 @@ type upstream struct {
 
 // parseUpstreams reads the mcp_upstreams mapping and connects to each
 // upstream (without listing yet).
-func parseUpstreams(c *collector, o *options, root *Section) []*upstream {
+func parseUpstreams(c *collector, o *options, root *section) []*upstream {
 	if !root.Has("mcp_upstreams") {
 		return nil
 	}

@@ -49,9 +49,9 @@ func (r *Registry) Warnings() []Warning {
 }
 
 // Warn records a warning about field name of the section (dotted for nested
-// fields; "" for the section itself). A Factory uses it for settings that
+// fields; "" for the section itself). A factory uses it for settings that
 // load but will likely misbehave.
-func (s *Section) Warn(name, problem, hint string) {
+func (s *section) Warn(name, problem, hint string) {
 	s.c.warn(s.Line(name), s.join(name), problem, hint)
 }
 
@@ -151,7 +151,7 @@ func splitWords(name string) []string {
 // keyWarnings warns about the fields of tool t that can enter its key and
 // look volatile (see VolatileLooking) without being declared volatile: its
 // key_args when it has them, else the top-level properties of its schema.
-func keyWarnings(s *Section, t *Tool, keyArgLines []int) {
+func keyWarnings(s *section, t *Tool, keyArgLines []int) {
 	declared := func(name string) bool {
 		for _, v := range t.KeySpec.VolatileArgs {
 			if v == name {
@@ -192,7 +192,7 @@ func keyWarnings(s *Section, t *Tool, keyArgLines []int) {
 // field (or one whose properties are not a mapping) it returns nothing: a
 // tool keyed by all its args whose argument names the tools file does not
 // list cannot be checked.
-func schemaArgNames(s *Section) ([]string, []int) {
+func schemaArgNames(s *section) ([]string, []int) {
 	f, ok := s.fields["schema"]
 	if !ok {
 		return nil, nil
@@ -225,7 +225,7 @@ func schemaArgNames(s *Section) ([]string, []int) {
 // guard refuses: an IP literal in a restricted range, or localhost, not
 // covered by allow. Host names other than localhost are not resolved here
 // (they are checked when a request is dialled).
-func warnPrivateURL(s *Section, raw string, allow []netip.Prefix) {
+func warnPrivateURL(s *section, raw string, allow []netip.Prefix) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Hostname() == "" {
 		return // reported as a problem already

@@ -462,20 +462,12 @@ func retryAfter(v string) time.Duration {
 // KindWebhook is the effect kind of webhooks in a tools file.
 const KindWebhook = "webhook"
 
-func init() { registerBuiltin(KindWebhook, WebhookFactory()) }
+func init() { registerBuiltin(KindWebhook, webhookFactory) }
 
-// WebhookFactory builds webhooks from a tool's "webhook:" settings, each
-// allowed to reach the addresses in allow besides those its own
-// allow_private lists. Parse and LoadFile use WebhookFactory() unless
-// WithFactory(KindWebhook, ...) replaces it; a worker passes its
-// --webhook-allow list here.
-func WebhookFactory(allow ...netip.Prefix) Factory {
-	global := append([]netip.Prefix(nil), allow...)
-	return func(s *Section) (Effect, error) { return webhookFactory(s, global) }
-}
-
-// webhookFactory builds a webhook from a tool's "webhook:" settings.
-func webhookFactory(s *Section, global []netip.Prefix) (Effect, error) {
+// webhookFactory builds a webhook from a tool's "webhook:" settings, allowed
+// to reach the addresses its allow_private lists and those of
+// WithAllowPrivate.
+func webhookFactory(s *section) (Effect, error) {
 	cfg := WebhookConfig{
 		URL:     s.String("url", ""),
 		Method:  s.String("method", DefaultWebhookMethod),
@@ -484,7 +476,7 @@ func webhookFactory(s *Section, global []netip.Prefix) (Effect, error) {
 		Retry:   readRetry(s),
 	}
 	allowItems, allowLines := s.strings("allow_private")
-	cfg.AllowPrivate = append(cfg.AllowPrivate, global...)
+	cfg.AllowPrivate = append(cfg.AllowPrivate, s.c.allow...)
 	for i, it := range allowItems {
 		p, err := parsePrefix(it)
 		if err != nil {
