@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -128,31 +127,7 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 		h.Set(k, v)
 	}
 	h.Set("Content-Type", "application/json")
-	guard := NewNetGuard(cfg.AllowPrivate...)
-	dialer := &net.Dialer{Timeout: min(cfg.Timeout, 30*time.Second), KeepAlive: 30 * time.Second, Control: guard.Control}
-	transport := &http.Transport{
-		// Through a proxy the dialled address is the proxy's: the guard
-		// checks it (a private proxy must be allowed) and an IP-literal
-		// destination; a destination name is resolved by the proxy, whose
-		// egress policy then applies.
-		Proxy: func(r *http.Request) (*url.URL, error) {
-			p, err := http.ProxyFromEnvironment(r)
-			if p == nil || err != nil {
-				return p, err
-			}
-			if err := guard.checkLiteralHost(r.URL.Host); err != nil {
-				return nil, err
-			}
-			return p, nil
-		},
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          64,
-		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   min(cfg.Timeout, 10*time.Second),
-		ExpectContinueTimeout: time.Second,
-	}
+	transport := NewNetGuard(cfg.AllowPrivate...).transport(cfg.Timeout)
 	return &Webhook{
 		url:     cfg.URL,
 		target:  target,
@@ -475,17 +450,7 @@ func webhookFactory(s *section) (Effect, error) {
 		Timeout: positiveDuration(s, "timeout", DefaultWebhookTimeout),
 		Retry:   readRetry(s),
 	}
-	allowItems, allowLines := s.strings("allow_private")
-	cfg.AllowPrivate = append(cfg.AllowPrivate, s.c.allow...)
-	for i, it := range allowItems {
-		p, err := parsePrefix(it)
-		if err != nil {
-			s.c.add(allowLines[i], fmt.Sprintf("%s.allow_private[%d]", s.path, i),
-				fmt.Sprintf("%q is not an IP address or CIDR prefix", it), "write e.g. 127.0.0.1/32 or 10.0.0.0/8")
-			continue
-		}
-		cfg.AllowPrivate = append(cfg.AllowPrivate, p)
-	}
+	cfg.AllowPrivate = append(append([]netip.Prefix(nil), s.c.allow...), readAllowPrivate(s)...)
 	if !s.Present() {
 		s.Invalid("", "is missing", "add webhook: with at least url: http://...")
 		return nil, nil
