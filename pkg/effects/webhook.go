@@ -460,7 +460,7 @@ func webhookFactory(s *section) (Effect, error) {
 		s.Invalid(p.field, p.problem, p.hint)
 	}
 	if len(problems) == 0 {
-		warnPrivateURL(s, cfg.URL, cfg.AllowPrivate)
+		warnPrivateURL(s, cfg.URL, cfg.AllowPrivate, "webhook")
 	}
 	w, err := NewWebhook(cfg)
 	if err != nil {
