@@ -63,7 +63,7 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 // toolsFileSpec reads tool's key spec from a tools file, as the workers
 // would (the file is only parsed: no effect is built to fire).
 func toolsFileSpec(path, tool string) (intent.KeySpec, error) {
-	reg, err := effects.LoadFile(path, effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(new(nats.Conn))))
+	reg, err := effects.LoadFile(path, effects.WithNATSConn(new(nats.Conn)))
 	if err != nil {
 		return intent.KeySpec{}, err
 	}

@@ -83,7 +83,7 @@ func run(args []string) error {
 		inboxPrefix = fs.String("inbox-prefix", "", "subject prefix of this worker's reply inboxes, as its NATS permissions allow (e.g. _INBOX.worker; default _INBOX)")
 		serverConf  = fs.String("server-config", "", "nats-server config file for the embedded server: accounts, users, TLS (see deployments/nats/secure); --listen, --store-dir and --sync override it")
 		replyPrefix = fs.String("reply-prefixes", worker.DefaultReplyPrefix, "comma-separated subject prefixes an intent's Idem-Reply-To may name; answers are never published elsewhere")
-		hookAllow   = fs.String("webhook-allow", "", "comma-separated CIDRs every webhook may reach besides public addresses, e.g. 127.0.0.0/8 (per tool: webhook allow_private)")
+		hookAllow   = fs.String("webhook-allow", "", "comma-separated CIDRs every webhook and mcp url upstream may reach besides public addresses, e.g. 127.0.0.0/8 (per tool or upstream: allow_private)")
 		storeDir    = fs.String("store-dir", "data/jetstream", "embedded JetStream store directory")
 		listen      = fs.String("listen", "127.0.0.1:4222", "embedded JetStream client address for other processes")
 		syncPolicy  = fs.String("sync", natsrv.SyncAlways, "embedded store fsync: always (durable: sync before ack), lazy (server default, flush every 2m), or an interval like 100ms")
@@ -148,12 +148,12 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--webhook-allow: %w", err)
 	}
-	webhooks := effects.WithFactory(effects.KindWebhook, effects.WebhookFactory(allow...))
+	allowPrivate := effects.WithAllowPrivate(allow...)
 
 	if *checkConfig {
 		// Validation only: the nats effect is built on a connection that is
 		// never opened.
-		tools, err := effects.LoadFile(*toolsFile, effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(new(nats.Conn))), webhooks)
+		tools, err := effects.LoadFile(*toolsFile, effects.WithNATSConn(new(nats.Conn)), allowPrivate)
 		if err != nil {
 			return err
 		}
@@ -211,7 +211,7 @@ func run(args []string) error {
 	}
 	defer nc.Close()
 
-	tools, err := effects.LoadFile(*toolsFile, effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(nc)), webhooks)
+	tools, err := effects.LoadFile(*toolsFile, effects.WithNATSConn(nc), allowPrivate)
 	if err != nil {
 		return err
 	}

@@ -22,11 +22,12 @@ import (
 	"github.com/idemgate/idemgate/pkg/effects"
 )
 
-// testTools are the tools the tests' workers serve. Each fires the counted
-// effect, which counts its firings per tool and answers {"n": count}.
+// testTools are the tools the tests' workers serve. Each is counted: its
+// noop effect (slow's takes 3s) is wrapped to count the firings per tool
+// and answer {"n": count, "args": ...} (see setup).
 const testTools = `tools:
   send_email:
-    effect: counted
+    effect: noop
     key_args: [to, subject]
     volatile_args: [body]
     description: Send an email.
@@ -39,28 +40,28 @@ const testTools = `tools:
       required: [to, subject]
       additionalProperties: false
   create_ticket:
-    effect: counted
+    effect: noop
     description: Open a support ticket.
   get_order:
-    effect: counted
+    effect: noop
     class: read
   set_status:
-    effect: counted
+    effect: noop
     class: idempotent
     key_args: [order_id]
     destructive: false
   refund:
-    effect: counted
+    effect: noop
     key_args: [order_id]
     approval: required
   user_refund:
-    effect: counted
+    effect: noop
     key_args: [order_id]
     approval: required
     approver: user
   slow:
-    effect: counted
-    counted: {delay: 3s}
+    effect: noop
+    noop: {delay: 3s}
 `
 
 type testBundle struct {
@@ -79,23 +80,7 @@ func setup(t *testing.T, cfg Config) *testBundle {
 	t.Helper()
 	b := &testBundle{fired: map[string]int{}}
 	srv := natstest.RunServer(t)
-	counted := effects.WithFactory("counted", func(s *effects.Section) (effects.Effect, error) {
-		delay := s.Duration("delay", 0)
-		return effects.EffectFunc(func(ctx context.Context, call effects.Call) (effects.Outcome, error) {
-			select {
-			case <-time.After(delay):
-			case <-ctx.Done():
-				return effects.Outcome{}, ctx.Err()
-			}
-			b.mu.Lock()
-			b.fired[call.Tool]++
-			n := b.fired[call.Tool]
-			b.mu.Unlock()
-			return effects.Outcome{Result: json.RawMessage(`{"n":` + strconv.Itoa(n) + `,"args":` + string(call.Args) + `}`), Invocations: 1}, nil
-		}), nil
-	})
-	reg, err := effects.Parse([]byte(testTools), counted)
-	require.NoError(t, err)
+	reg := b.counted(t, testTools)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	w, err := worker.New(ctx, natstest.Connect(t, srv.ClientURL()), reg, zaptest.NewLogger(t), worker.Config{})
@@ -122,6 +107,38 @@ func setup(t *testing.T, cfg Config) *testBundle {
 	t.Cleanup(hs.Close)
 	b.http = hs.URL
 	return b
+}
+
+// counted builds the registry of a tools file whose tools are all noops,
+// each wrapped to count its firings: the tools as the file declares them
+// (key spec, policy, schema), built again with NewRegistry around the
+// counting effect.
+func (b *testBundle) counted(t *testing.T, file string) *effects.Registry {
+	t.Helper()
+	parsed, err := effects.Parse([]byte(file))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = parsed.Close() })
+	var tools []*effects.Tool
+	for _, name := range parsed.Names() {
+		declared, _ := parsed.Lookup(name)
+		tool := *declared
+		inner := declared.Effect // the noop: its delay, ended early by ctx
+		tool.Kind = "counted"
+		tool.Effect = effects.EffectFunc(func(ctx context.Context, call effects.Call) (effects.Outcome, error) {
+			if _, err := inner.Fire(ctx, call); err != nil {
+				return effects.Outcome{}, err
+			}
+			b.mu.Lock()
+			b.fired[call.Tool]++
+			n := b.fired[call.Tool]
+			b.mu.Unlock()
+			return effects.Outcome{Result: json.RawMessage(`{"n":` + strconv.Itoa(n) + `,"args":` + string(call.Args) + `}`), Invocations: 1}, nil
+		})
+		tools = append(tools, &tool)
+	}
+	reg, err := effects.NewRegistry(tools...)
+	require.NoError(t, err)
+	return reg
 }
 
 func (b *testBundle) count(tool string) int {

@@ -95,7 +95,7 @@ func annotations(info intent.ToolInfo) *mcp.ToolAnnotations {
 // openWorld reports whether an effect kind reaches beyond the installation.
 func openWorld(kind string) bool {
 	switch kind {
-	case effects.KindWebhook, "smtp", kindMCP:
+	case effects.KindWebhook, effects.KindSMTP, kindMCP:
 		return true
 	}
 	return false

@@ -13,7 +13,7 @@ import (
 // description, input schema and annotations.
 
 // parseDescription reads description, schema, destructive and approver.
-func parseDescription(s *Section, t *Tool) {
+func parseDescription(s *section, t *Tool) {
 	t.Description = s.String("description", "")
 	if node, ok := s.Value("schema"); ok {
 		t.Schema = parseSchema(s, node.Line, func() (any, error) {
@@ -48,7 +48,7 @@ func parseDescription(s *Section, t *Tool) {
 // JSON Schema (draft 2020-12 or draft-07) of an object that resolves: no
 // reference it cannot follow, no pattern Go cannot compile. It returns nil
 // after reporting a problem.
-func parseSchema(s *Section, line int, decode func() (any, error)) json.RawMessage {
+func parseSchema(s *section, line int, decode func() (any, error)) json.RawMessage {
 	v, err := decode()
 	if err != nil {
 		s.Invalid("schema", "is not a plain value: "+err.Error(), "write the JSON Schema as YAML, e.g. schema: {type: object, properties: {to: {type: string}}}")
@@ -87,7 +87,7 @@ func ResolveSchema(data json.RawMessage) (*jsonschema.Resolved, error) {
 // checkSchemaKeyArgs reports key args and volatile args a closed schema
 // (additionalProperties: false) does not declare: no valid call could give
 // them.
-func checkSchemaKeyArgs(s *Section, t *Tool) {
+func checkSchemaKeyArgs(s *section, t *Tool) {
 	var sch struct {
 		Properties           map[string]json.RawMessage `json:"properties"`
 		AdditionalProperties json.RawMessage            `json:"additionalProperties"`

@@ -52,13 +52,13 @@
 // is not configured gets Registry.UnknownTool's error, which names the
 // closest configured tool. NewRegistry builds one from tools written in code.
 //
-// Effects are built by a Factory per kind. The built-in kinds are webhook
-// (Webhook), smtp (SMTP), mcp (MCP: a tool of another MCP server; a file's
-// mcp_upstreams entries serve an upstream's whole tool list, kept current
-// with it) and noop (Noop); WithFactory adds a kind, for one
-// that needs something only the caller has, such as a connection: the nats
-// kind (NATSService) is added with WithFactory(KindNATS,
-// NATSServiceFactory(nc)). A Factory reads its
-// settings through a Section, which gives it the same line-numbered errors
-// and unknown-field checks as the built-in kinds.
+// The built-in kinds are webhook (Webhook), smtp (SMTP), mcp (MCP: a tool
+// of another MCP server; a file's mcp_upstreams entries serve an upstream's
+// whole tool list, kept current with it) and noop (Noop). The nats kind
+// (NATSService) needs the caller's connection and is added with
+// WithNATSConn; WithAllowPrivate names the private addresses every
+// URL-taking effect may reach. The kinds a tools file may name are fixed: a
+// tool written in another language is served as a NATS service (the nats
+// effect) or as an MCP server (the mcp effect), which are the extension
+// points, so the loader's plug-in seam is internal to this package.
 package effects

@@ -35,6 +35,17 @@ type Call struct {
 	Trace map[string]string
 }
 
+// Headers that identify the operation, sent downstream by the built-in
+// effects: the webhook and nats effects send all four as request headers;
+// an email carries HeaderIdempotencyKey (and names the tool in
+// HeaderMailTool).
+const (
+	HeaderIdempotencyKey = "Idempotency-Key" // the operation's key, the same on every retry
+	HeaderTool           = "Idem-Tool"       // the tool's name
+	HeaderSession        = "Idem-Session"    // the session, when the intent has one
+	HeaderCallID         = "Idem-Call-Id"    // the model's tool_call_id, when the intent has one
+)
+
 // Headers that identify the firing, sent by every built-in effect next to
 // Idempotency-Key (webhook and NATS request headers, email headers). The key
 // names the operation; these name one claim of it: a repeat with a higher

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
+	"net/netip"
 
 	"github.com/idemgate/idemgate/pkg/effects"
 )
@@ -60,38 +60,6 @@ tools:
 	// tools.yaml:8: send_email.webhook.timout: unknown field (did you mean timeout?)
 }
 
-// A kind of effect that needs something at run time (a connection, a
-// client) is added with WithFactory; the loader needs no change.
-func ExampleWithFactory() {
-	queue := func(s *effects.Section) (effects.Effect, error) {
-		subject := s.String("subject", "")
-		if subject == "" {
-			s.Invalid("subject", "is missing", "write e.g. subject: billing.charge")
-		}
-		timeout := s.Duration("timeout", 5*time.Second)
-		return effects.EffectFunc(func(ctx context.Context, call effects.Call) (effects.Outcome, error) {
-			ctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			_ = ctx // send call.Args to subject, forwarding call.Key ...
-			return effects.Outcome{Result: json.RawMessage(`{"queued":true}`), Invocations: 1}, nil
-		}), nil
-	}
-	registry, err := effects.Parse([]byte(`
-tools:
-  charge:
-    effect: queue
-    queue: {subject: billing.charge, timeout: 2s}
-`), effects.WithFactory("queue", queue))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer registry.Close()
-	tool, _ := registry.Lookup("charge")
-	fmt.Println(tool.Name, tool.Kind)
-	// Output: charge queue
-}
-
 // Effects written in code are registered without a tools file.
 func ExampleNewRegistry() {
 	registry, err := effects.NewRegistry(&effects.Tool{
@@ -110,4 +78,34 @@ func ExampleNewRegistry() {
 	tool, _ := registry.Lookup("add_note")
 	fmt.Println(tool.Name, tool.Lease)
 	// Output: add_note 30s
+}
+
+// A webhook to a loopback address is refused when it fires, and the loader
+// warns about it; WithAllowPrivate (the worker's --webhook-allow) lets every
+// URL-taking effect of the file reach the addresses it names.
+func ExampleWithAllowPrivate() {
+	file := []byte(`
+tools:
+  create_ticket:
+    effect: webhook
+    webhook: {url: "http://127.0.0.1:8787/tickets"}
+`)
+	strict, err := effects.Parse(file)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer strict.Close()
+	fmt.Println(len(strict.Warnings()), "warning:", strict.Warnings()[0].Problem)
+
+	allowed, err := effects.Parse(file, effects.WithAllowPrivate(netip.MustParsePrefix("127.0.0.0/8")))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer allowed.Close()
+	fmt.Println(len(allowed.Warnings()), "warnings")
+	// Output:
+	// 1 warning: http://127.0.0.1:8787/tickets names 127.0.0.1, a loopback address: every request would be refused when the tool fires
+	// 0 warnings
 }

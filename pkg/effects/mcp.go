@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/netip"
 	"net/url"
 	"os/exec"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/idemgate/idemgate/pkg/intent"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -44,8 +47,15 @@ const (
 type MCPUpstream struct {
 	// Command is the program and its arguments.
 	Command []string
-	// URL is an http or https URL.
+	// URL is an http or https URL. Its connections go only to public
+	// addresses and those in AllowPrivate (see NetGuard), checked when each
+	// is dialled, as a webhook's are.
 	URL string
+	// AllowPrivate lists the addresses outside the public internet a URL
+	// upstream may be reached at: loopback, private, link-local and the
+	// other ranges a NetGuard refuses by default. Default none. Only with
+	// URL.
+	AllowPrivate []netip.Prefix
 }
 
 // String is the URL, or the command's words joined by spaces: the upstream's
@@ -69,6 +79,8 @@ func (u MCPUpstream) Validate() error {
 		}
 	case len(u.Command) == 0 || u.Command[0] == "":
 		return errors.New("give the server's command (a list: program, then arguments) or its url")
+	case len(u.AllowPrivate) > 0:
+		return errors.New("allow_private applies only to a url upstream: a command runs on the worker's host")
 	}
 	return nil
 }
@@ -90,7 +102,8 @@ func ParseMCPUpstream(s string) (MCPUpstream, error) {
 // server is started again).
 type MCPConn struct {
 	up       MCPUpstream
-	onChange func() // the upstream's tools changed
+	onChange func()       // the upstream's tools changed
+	http     *http.Client // a URL upstream's, dialling through its NetGuard
 
 	mu     sync.Mutex
 	cs     *mcp.ClientSession
@@ -101,7 +114,11 @@ type MCPConn struct {
 // (on its own goroutine) when the upstream sends
 // notifications/tools/list_changed.
 func NewMCPConn(up MCPUpstream, onChange func()) *MCPConn {
-	return &MCPConn{up: up, onChange: onChange}
+	c := &MCPConn{up: up, onChange: onChange}
+	if up.URL != "" {
+		c.http = &http.Client{Transport: NewNetGuard(up.AllowPrivate...).transport(DefaultMCPTimeout)}
+	}
+	return c
 }
 
 // Upstream is the server the connection reaches.
@@ -120,7 +137,7 @@ func (c *MCPConn) Session(ctx context.Context) (*mcp.ClientSession, error) {
 	}
 	var t mcp.Transport
 	if c.up.URL != "" {
-		t = &mcp.StreamableClientTransport{Endpoint: c.up.URL, MaxRetries: -1}
+		t = &mcp.StreamableClientTransport{Endpoint: c.up.URL, HTTPClient: c.http, MaxRetries: -1}
 	} else {
 		// The process outlives ctx (a call's): it is stopped by Close or
 		// when its session breaks.
@@ -175,6 +192,9 @@ func (c *MCPConn) Close() error {
 	cs := c.cs
 	c.cs, c.closed = nil, true
 	c.mu.Unlock()
+	if c.http != nil {
+		defer c.http.CloseIdleConnections()
+	}
 	if cs != nil {
 		return cs.Close()
 	}
@@ -189,7 +209,9 @@ func (c *MCPConn) Close() error {
 // operation again later. A result with isError, or a JSON-RPC error (an
 // unknown tool, invalid params), is a permanent outcome, recorded and
 // replayed. The recorded result is the upstream's result: {"content": [...],
-// "structuredContent": ...}.
+// "structuredContent": ...}. A connection to an address a URL upstream may
+// not reach (see MCPUpstream.AllowPrivate) is a *PermanentError wrapping a
+// *DestinationError: nothing was sent.
 type MCP struct {
 	conn    *MCPConn
 	tool    string
@@ -211,7 +233,7 @@ func (m *MCP) Fire(ctx context.Context, call Call) (Outcome, error) {
 		defer cancel()
 		cs, err := m.conn.Session(actx)
 		if err != nil {
-			return nil, err
+			return nil, refused(what, err)
 		}
 		meta := mcp.Meta{MetaKey: call.Key}
 		holder, attempt := firingHeaders(call)
@@ -227,7 +249,7 @@ func (m *MCP) Fire(ctx context.Context, call Call) (Outcome, error) {
 			return nil, Permanentf("", "%s: %v", what, err)
 		case err != nil:
 			m.conn.drop(cs)
-			return nil, fmt.Errorf("%s: %w", what, err)
+			return nil, refused(what, fmt.Errorf("%s: %w", what, err))
 		case res.IsError:
 			return nil, Permanentf("", "%s answered an error: %s", what, contentText(res.Content))
 		}
@@ -244,6 +266,18 @@ func (m *MCP) Fire(ctx context.Context, call Call) (Outcome, error) {
 		}
 		return data, nil
 	})
+}
+
+// refused makes a connection the upstream's NetGuard refused a permanent
+// failure (nothing was sent, and a retry would be refused again); it returns
+// any other error as it is.
+func refused(what string, err error) error {
+	var de *DestinationError
+	if !errors.As(err, &de) {
+		return err
+	}
+	return &PermanentError{Code: intent.CodeEffectFailed, Err: de, Message: fmt.Sprintf(
+		"%s: %v (nothing was sent; list it in the upstream's allow_private or the worker's --webhook-allow to allow it)", what, de)}
 }
 
 // MaxDuration bounds one Fire: every attempt's timeout and the waits.
@@ -293,7 +327,7 @@ func init() { registerBuiltin(KindMCP, mcpFactory) }
 // mcpFactory builds an mcp effect from a tool's "mcp:" settings: the
 // upstream (by its name under mcp_upstreams, or a command or url of its
 // own), the upstream's tool name, a timeout and a retry policy.
-func mcpFactory(s *Section) (Effect, error) {
+func mcpFactory(s *section) (Effect, error) {
 	m := &MCP{tool: s.String("tool", ""), timeout: positiveDuration(s, "timeout", DefaultMCPTimeout), retry: retryDefaults(readRetry(s))}
 	for _, p := range retryProblems(m.retry) {
 		s.Invalid(p.field, p.problem, p.hint)
@@ -302,10 +336,12 @@ func mcpFactory(s *Section) (Effect, error) {
 		s.Invalid("tool", "is missing", "name the upstream's tool, e.g. tool: create_issue")
 	}
 	name := s.String("upstream", "")
-	up := MCPUpstream{Command: s.Strings("command"), URL: s.String("url", "")}
+	up := readUpstream(s)
 	switch {
 	case name != "" && (len(up.Command) > 0 || up.URL != ""):
 		s.Invalid("upstream", "is given with command or url", "name an mcp_upstreams entry, or give command or url, not both")
+	case name != "" && s.Has("allow_private"):
+		s.Invalid("allow_private", "is given with upstream", "write allow_private in the mcp_upstreams entry")
 	case name != "":
 		if m.conn = s.c.upstreams[name]; m.conn == nil {
 			s.Invalid("upstream", fmt.Sprintf("no mcp_upstreams entry is named %q", name), "add it under mcp_upstreams, or give command or url")
@@ -314,9 +350,24 @@ func mcpFactory(s *Section) (Effect, error) {
 		if err := up.Validate(); err != nil {
 			s.Invalid("", err.Error(), "write e.g. mcp: {url: https://mcp.example.com/mcp, tool: create_issue}")
 		} else {
+			warnPrivateURL(s, up.URL, up.AllowPrivate, "mcp upstream")
 			m.conn = NewMCPConn(up, nil)
 			s.c.owned = append(s.c.owned, m.conn)
 		}
 	}
 	return m, nil
+}
+
+// readUpstream reads an upstream's command, url and allow_private (to which
+// the worker's WithAllowPrivate list is added for a url).
+func readUpstream(s *section) MCPUpstream {
+	up := MCPUpstream{Command: s.Strings("command"), URL: s.String("url", "")}
+	own := readAllowPrivate(s)
+	switch {
+	case up.URL != "":
+		up.AllowPrivate = append(append([]netip.Prefix(nil), s.c.allow...), own...)
+	case len(own) > 0:
+		s.Invalid("allow_private", "applies only to a url upstream", "remove it: a command runs on the worker's host")
+	}
+	return up
 }

@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,12 +22,13 @@ import (
 // side-effect tool (charge), a read (lookup), a tool that fails (decline)
 // and one whose name idemgate cannot serve.
 type testUpstream struct {
-	srv    *mcp.Server
-	http   *httptest.Server
-	mu     sync.Mutex
-	keys   []string // the io.idemgate/key of each charge
-	firing []string // its io.idemgate/holder and attempt, "holder/attempt"
-	charge int
+	srv      *mcp.Server
+	http     *httptest.Server
+	requests atomic.Int64 // HTTP requests that reached the server
+	mu       sync.Mutex
+	keys     []string // the io.idemgate/key of each charge
+	firing   []string // its io.idemgate/holder and attempt, "holder/attempt"
+	charge   int
 }
 
 func newTestUpstream(t *testing.T) *testUpstream {
@@ -48,7 +53,11 @@ func newTestUpstream(t *testing.T) *testUpstream {
 	u.srv.AddTool(&mcp.Tool{Name: "Bad.Name", InputSchema: obj}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{}, nil
 	})
-	u.http = httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.srv }, nil))
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.srv }, nil)
+	u.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.requests.Add(1)
+		h.ServeHTTP(w, r)
+	}))
 	t.Cleanup(func() {
 		for ss := range u.srv.Sessions() {
 			_ = ss.Close()
@@ -57,6 +66,9 @@ func newTestUpstream(t *testing.T) *testUpstream {
 	})
 	return u
 }
+
+// loopback lets the tests' upstreams, on 127.0.0.1, be reached.
+var loopback = WithAllowPrivate(netip.MustParsePrefix("127.0.0.0/8"))
 
 func (u *testUpstream) charges() (int, []string) {
 	u.mu.Lock()
@@ -69,12 +81,12 @@ func TestMCPUpstreamTools(t *testing.T) {
 	u := newTestUpstream(t)
 	reg, err := Parse([]byte(`mcp_upstreams:
   pay:
-    url: ` + u.http.URL + `
+    url: `+u.http.URL+`
     tools:
       charge: {key_args: [order], approval: required}
 tools:
   lookup: {effect: noop}
-`))
+`), loopback)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, reg.Close()) })
 	require.Equal(t, []string{"charge", "decline", "lookup"}, reg.Names(), "the file's lookup wins; Bad.Name is not a tool name")
@@ -145,7 +157,7 @@ func TestMCPConfigErrors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := Parse([]byte(c.file))
+			_, err := Parse([]byte(c.file), loopback)
 			require.ErrorContains(t, err, c.want)
 		})
 	}
@@ -154,7 +166,7 @@ func TestMCPConfigErrors(t *testing.T) {
 func TestMCPToolOfItsOwn(t *testing.T) {
 	t.Parallel()
 	u := newTestUpstream(t)
-	reg, err := Parse([]byte("tools:\n  pay: {effect: mcp, key_args: [order], mcp: {url: " + u.http.URL + ", tool: charge}}\n"))
+	reg, err := Parse([]byte("tools:\n  pay: {effect: mcp, key_args: [order], mcp: {url: "+u.http.URL+", tool: charge}}\n"), loopback)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, reg.Close()) })
 	pay, _ := reg.Lookup("pay")
@@ -164,4 +176,113 @@ func TestMCPToolOfItsOwn(t *testing.T) {
 	require.NoError(t, err)
 	n, _ := u.charges()
 	require.Equal(t, 1, n)
+}
+
+// A url upstream dials through a NetGuard, as a webhook does: the test
+// upstream, on loopback, is refused — nothing reaches it — unless the
+// upstream's allow_private or the worker's list names it, and IPv6 forms
+// that embed an IPv4 address do not get around it.
+func TestMCPURLUpstreamGuard(t *testing.T) {
+	t.Parallel()
+	u := newTestUpstream(t)
+	port := u.http.URL[strings.LastIndexByte(u.http.URL, ':')+1:]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	charge := func(t *testing.T, reg *Registry, tool string) error {
+		t.Helper()
+		tl, ok := reg.Lookup(tool)
+		require.True(t, ok)
+		_, err := tl.Effect.Fire(ctx, Call{Key: tool + ".k", Tool: tool, Args: json.RawMessage(`{"order":"1"}`)})
+		return err
+	}
+
+	// An mcp_upstreams entry is listed when the file loads: refused, the
+	// file does not load, and the error says how to allow it.
+	entry := "mcp_upstreams:\n  pay:\n    url: " + u.http.URL + "\n"
+	_, err := Parse([]byte(entry))
+	require.ErrorIs(t, err, ErrConfig)
+	require.EqualError(t, err, "tools.yaml:2: mcp_upstreams.pay: could not list its tools: "+u.http.URL+
+		": address 127.0.0.1 is loopback and not allowed (add allow_private: [127.0.0.1/32] to this upstream, or start the worker with --webhook-allow 127.0.0.1/32)")
+	require.Zero(t, u.requests.Load(), "the refused upstream got no request")
+
+	for name, reg := range map[string]func() (*Registry, error){
+		"allow_private": func() (*Registry, error) { return Parse([]byte(entry + "    allow_private: [127.0.0.1/32]\n")) },
+		"worker-wide":   func() (*Registry, error) { return Parse([]byte(entry), loopback) },
+	} {
+		r, err := reg()
+		require.NoError(t, err, name)
+		require.NoError(t, charge(t, r, "charge"), name)
+		require.NoError(t, r.Close())
+	}
+	n, _ := u.charges()
+	require.Equal(t, 2, n)
+
+	// A tool's own url connects when it fires: refused there, permanently
+	// (nothing was sent; a retry would be refused again), with a warning at
+	// load for an IP literal.
+	own := func(url, extra string) string {
+		return "tools:\n  pay:\n    effect: mcp\n    key_args: [order]\n    mcp: {url: '" + url + "', tool: charge" + extra + "}\n"
+	}
+	reg, err := Parse([]byte(own(u.http.URL, "")))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = reg.Close() })
+	require.Len(t, reg.Warnings(), 1)
+	require.Contains(t, reg.Warnings()[0].String(), "tools.yaml:5: pay.mcp.url: "+u.http.URL+" names 127.0.0.1, a loopback address")
+	require.Contains(t, reg.Warnings()[0].String(), "add allow_private: [127.0.0.1/32] to this mcp upstream")
+	before := u.requests.Load()
+	err = charge(t, reg, "pay")
+	require.ErrorIs(t, err, ErrForbiddenDestination)
+	pe, ok := IsPermanent(err)
+	require.True(t, ok, "a refused destination is permanent: %v", err)
+	require.Contains(t, pe.Message, "address 127.0.0.1 is loopback and not allowed (nothing was sent")
+	require.Equal(t, before, u.requests.Load(), "nothing reached the upstream")
+
+	reg, err = Parse([]byte(own(u.http.URL, ", allow_private: [127.0.0.1/32]")))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = reg.Close() })
+	require.Empty(t, reg.Warnings())
+	require.NoError(t, charge(t, reg, "pay"))
+
+	// A name is judged by the address it resolves to, and IPv6 forms that
+	// carry an IPv4 address are refused, even where 127.0.0.0/8 is allowed
+	// (an IPv4-mapped address is the IPv4 address it carries).
+	before = u.requests.Load()
+	ipv6 := false // the guard runs once the socket exists: one of AF_INET6 must be possible
+	if l, err := net.Listen("tcp6", "[::1]:0"); err == nil {
+		ipv6 = true
+		_ = l.Close()
+	}
+	for _, c := range []struct {
+		url, what string
+		allow     Option
+	}{
+		{"http://localhost:" + port, "loopback", WithFilename("tools.yaml")},
+		{"http://[::ffff:127.0.0.1]:" + port, "loopback", WithFilename("tools.yaml")},
+		{"http://[64:ff9b::7f00:1]:" + port, "NAT64", loopback},
+		{"http://[::127.0.0.1]:" + port, "IPv4-compatible", loopback},
+		{"http://[2002:7f00:1::1]:" + port, "6to4", loopback},
+	} {
+		if strings.Contains(c.url, "[") && !strings.Contains(c.url, "ffff") && !ipv6 {
+			t.Logf("%s: no IPv6 sockets here, not dialled", c.url)
+			continue
+		}
+		reg, err := Parse([]byte(own(c.url, "")), c.allow)
+		require.NoError(t, err, c.url)
+		t.Cleanup(func() { _ = reg.Close() })
+		err = charge(t, reg, "pay")
+		var de *DestinationError
+		require.ErrorAs(t, err, &de, c.url)
+		require.Contains(t, de.What, c.what, c.url)
+		_, perm := IsPermanent(err)
+		require.True(t, perm, c.url)
+	}
+	require.Equal(t, before, u.requests.Load(), "nothing reached the upstream")
+
+	// allow_private belongs to a url.
+	_, err = Parse([]byte("mcp_upstreams:\n  pay:\n    command: [srv]\n    allow_private: [127.0.0.1/32]\n"))
+	require.ErrorContains(t, err, "tools.yaml:4: mcp_upstreams.pay.allow_private: applies only to a url upstream")
+	_, err = Parse([]byte(entry + "    allow_private: [intranet]\n"))
+	require.ErrorContains(t, err, `tools.yaml:4: mcp_upstreams.pay.allow_private[0]: "intranet" is not an IP address or CIDR prefix`)
+	_, err = Parse([]byte("tools:\n  t: {effect: mcp, mcp: {upstream: pay, tool: x, allow_private: [10.0.0.0/8]}}\n"))
+	require.ErrorContains(t, err, "t.mcp.allow_private: is given with upstream")
 }

@@ -17,7 +17,7 @@ import (
 // KindNATS is the effect kind of a NATS service tool. It is not built in,
 // because it needs the worker's connection:
 //
-//	effects.LoadFile(path, effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(nc)))
+//	effects.LoadFile(path, effects.WithNATSConn(nc))
 const KindNATS = "nats"
 
 // DefaultNATSTimeout bounds one request to a NATS service.
@@ -256,14 +256,12 @@ func (s *NATSService) request(ctx context.Context, call Call, data []byte) (json
 	return nil, errors.New(text)
 }
 
-// NATSServiceFactory returns the Factory of kind KindNATS, building NATS
-// service effects that send on nc. The worker passes it to Parse or
-// LoadFile with WithFactory(KindNATS, NATSServiceFactory(nc)).
-//
-// A tool's "nats:" settings are subject (required), timeout, retry (as a
-// webhook's) and headers; docs/tools.md describes them.
-func NATSServiceFactory(nc *nats.Conn) Factory {
-	return func(s *Section) (Effect, error) {
+// natsServiceFactory builds NATS service effects that send on nc from a
+// tool's "nats:" settings: subject (required), timeout, retry (as a
+// webhook's) and headers; docs/tools.md describes them. WithNATSConn
+// registers it.
+func natsServiceFactory(nc *nats.Conn) factory {
+	return func(s *section) (Effect, error) {
 		cfg := NATSServiceConfig{
 			Subject: s.String("subject", ""),
 			Timeout: positiveDuration(s, "timeout", DefaultNATSTimeout),
@@ -278,7 +276,7 @@ func NATSServiceFactory(nc *nats.Conn) Factory {
 			s.Invalid(p.field, p.problem, p.hint)
 		}
 		if nc == nil {
-			return nil, errors.New("no NATS connection: the worker must pass one to NATSServiceFactory")
+			return nil, errors.New("no NATS connection: the worker must pass one with WithNATSConn")
 		}
 		eff, err := NewNATSService(nc, cfg)
 		if err != nil {

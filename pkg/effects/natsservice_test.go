@@ -368,7 +368,7 @@ func TestParseNATSService(t *testing.T) {
       timeout: 2s
       headers: {X-Team: billing}
       retry: {max_attempts: 2, initial_interval: 1ms, max_interval: 1s}
-`, effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(b.nc)))
+`, effects.WithNATSConn(b.nc))
 	tool, ok := r.Lookup("charge")
 	require.True(t, ok)
 	require.Equal(t, effects.KindNATS, tool.Kind)
@@ -402,7 +402,7 @@ func TestParseNATSServiceErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r, err := effects.Parse([]byte(tc.file), effects.WithFactory(effects.KindNATS, effects.NATSServiceFactory(tc.nc)))
+			r, err := effects.Parse([]byte(tc.file), effects.WithNATSConn(tc.nc))
 			require.Nil(t, r)
 			require.ErrorIs(t, err, effects.ErrConfig)
 			lines := strings.Split(err.Error(), "\n")
@@ -413,7 +413,7 @@ func TestParseNATSServiceErrors(t *testing.T) {
 		})
 	}
 
-	// Without the factory, the kind is unknown.
+	// Without the connection, the kind is unknown.
 	_, err := effects.Parse([]byte(head + "    nats: {subject: s}\n"))
 	require.ErrorContains(t, err, `tools.yaml:3: t.effect: unknown effect "nats"`)
 }

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // ErrForbiddenDestination is matched by errors.Is when an effect refused to
@@ -199,4 +202,50 @@ func (g *NetGuard) checkLiteralHost(host string) error {
 		return nil // a name: the proxy resolves it
 	}
 	return g.Check(ip)
+}
+
+// transport returns an HTTP transport every connection of which the guard
+// admits; timeout bounds a dial (at most 30s) and a TLS handshake (at most
+// 10s). Through a proxy the dialled address is the proxy's: the guard checks
+// it (a private proxy must be allowed) and an IP-literal destination; a
+// destination name is resolved by the proxy, whose egress policy then
+// applies.
+func (g *NetGuard) transport(timeout time.Duration) *http.Transport {
+	dialer := &net.Dialer{Timeout: min(timeout, 30*time.Second), KeepAlive: 30 * time.Second, Control: g.Control}
+	return &http.Transport{
+		Proxy: func(r *http.Request) (*url.URL, error) {
+			p, err := http.ProxyFromEnvironment(r)
+			if p == nil || err != nil {
+				return p, err
+			}
+			if err := g.checkLiteralHost(r.URL.Host); err != nil {
+				return nil, err
+			}
+			return p, nil
+		},
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          64,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   min(timeout, 10*time.Second),
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// readAllowPrivate reads a section's allow_private list (CIDR prefixes or
+// single addresses), reporting every entry that is neither.
+func readAllowPrivate(s *section) []netip.Prefix {
+	items, lines := s.strings("allow_private")
+	var out []netip.Prefix
+	for i, it := range items {
+		p, err := parsePrefix(it)
+		if err != nil {
+			s.c.add(lines[i], fmt.Sprintf("%s.allow_private[%d]", s.path, i),
+				fmt.Sprintf("%q is not an IP address or CIDR prefix", it), "write e.g. 127.0.0.1/32 or 10.0.0.0/8")
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }

@@ -184,7 +184,7 @@ func TestToolsFileAllowPrivate(t *testing.T) {
 	require.NoError(t, fire(t, reg))
 
 	// The worker-wide list (--webhook-allow) reaches every webhook.
-	reg, err = effects.Parse(file(""), effects.WithFactory(effects.KindWebhook, effects.WebhookFactory(netip.MustParsePrefix("127.0.0.0/8"))))
+	reg, err = effects.Parse(file(""), effects.WithAllowPrivate(netip.MustParsePrefix("127.0.0.0/8")))
 	require.NoError(t, err)
 	require.NoError(t, fire(t, reg))
 

@@ -67,10 +67,13 @@ func (n *Noop) Fire(ctx context.Context, call Call) (Outcome, error) {
 // MaxDuration is the delay.
 func (n *Noop) MaxDuration() time.Duration { return n.delay }
 
-func init() { registerBuiltin("noop", noopFactory) }
+// KindNoop is the effect kind of noops in a tools file.
+const KindNoop = "noop"
+
+func init() { registerBuiltin(KindNoop, noopFactory) }
 
 // noopFactory builds a noop from a tool's "noop:" settings.
-func noopFactory(s *Section) (Effect, error) {
+func noopFactory(s *section) (Effect, error) {
 	cfg := NoopConfig{Delay: s.Duration("delay", 0)}
 	if node, ok := s.Value("result"); ok {
 		var v any

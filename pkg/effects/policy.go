@@ -80,7 +80,7 @@ func DefaultPolicy() Policy {
 }
 
 // parsePolicy reads the policy fields of a tool.
-func parsePolicy(s *Section) Policy {
+func parsePolicy(s *section) Policy {
 	p := DefaultPolicy()
 	switch c := Class(s.String("class", string(ClassUnsafe))); c {
 	case ClassRead, ClassIdempotent, ClassUnsafe:

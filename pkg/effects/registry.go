@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"regexp"
 	"slices"
@@ -12,8 +13,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemgate/idemgate/pkg/intent"
+	"github.com/nats-io/nats.go"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // Lease bounds.
@@ -74,19 +77,24 @@ type Bounded interface {
 	MaxDuration() time.Duration
 }
 
-// Factory builds an effect of one kind from its settings: the mapping named
+// factory builds an effect of one kind from its settings: the mapping named
 // after the kind under a tool (a tool's "webhook:"), empty when the tool has
-// none. A Factory reads its fields with the Section's getters and reports bad
-// values with Section.Invalid; fields it does not read are reported as
+// none. A factory reads its fields with the section's getters and reports
+// bad values with section.Invalid; fields it does not read are reported as
 // unknown. It returns an error only for a problem it did not report on the
-// Section (the error is then recorded at the section's line); once it has
+// section (the error is then recorded at the section's line); once it has
 // reported problems, its returned error and effect are ignored.
-type Factory func(s *Section) (Effect, error)
+//
+// The seam is internal on purpose: a tool in another language is served
+// through the nats effect (a NATS service) or the mcp effect (an MCP
+// server), not a Go plug-in (docs/tools.md, "Adding a tool in another
+// language").
+type factory func(s *section) (Effect, error)
 
 // builtin are the kinds every Parse knows; each effect's file adds itself.
-var builtin = map[string]Factory{}
+var builtin = map[string]factory{}
 
-func registerBuiltin(kind string, f Factory) {
+func registerBuiltin(kind string, f factory) {
 	if _, dup := builtin[kind]; dup || !kindPattern.MatchString(kind) {
 		panic("effects: bad or duplicate builtin kind " + kind)
 	}
@@ -98,15 +106,16 @@ type Option func(*options)
 
 type options struct {
 	file      string
-	factories map[string]Factory
+	factories map[string]factory
+	allow     []netip.Prefix // WithAllowPrivate
 	errs      []error
 }
 
-// WithFactory makes kind available as a tool's effect, built by f. It adds a
-// kind (one needing runtime dependencies, such as a NATS connection) or
+// withFactory makes kind available as a tool's effect, built by f. It adds
+// a kind (one needing runtime dependencies, such as a NATS connection) or
 // replaces a built-in one. A kind is [a-z][a-z0-9_]{0,31} and may not be
 // one of a tool's own field names.
-func WithFactory(kind string, f Factory) Option {
+func withFactory(kind string, f factory) Option {
 	return func(o *options) {
 		switch {
 		case !kindPattern.MatchString(kind):
@@ -117,6 +126,33 @@ func WithFactory(kind string, f Factory) Option {
 			o.errs = append(o.errs, fmt.Errorf("effects: effect kind %q: nil factory", kind))
 		default:
 			o.factories[kind] = f
+		}
+	}
+}
+
+// WithNATSConn makes the nats effect (KindNATS) available: its requests go
+// out on nc, which the caller owns (the registry never closes it). Without
+// it a tools file naming effect nats reports unknown effect "nats". A
+// connection that is never opened (new(nats.Conn)) is enough to validate a
+// file; such a registry's nats effects must not fire. A nil nc makes
+// every nats tool of the file a problem.
+func WithNATSConn(nc *nats.Conn) Option {
+	return withFactory(KindNATS, natsServiceFactory(nc))
+}
+
+// WithAllowPrivate lets every effect that takes a URL — each webhook, and
+// each mcp upstream given by url — reach the addresses in prefixes besides
+// public ones, on top of what its own allow_private lists (see NetGuard for
+// what is refused by default). A worker passes its --webhook-allow list
+// here. Given more than once, the lists add up.
+func WithAllowPrivate(prefixes ...netip.Prefix) Option {
+	return func(o *options) {
+		for _, p := range prefixes {
+			if !p.IsValid() {
+				o.errs = append(o.errs, fmt.Errorf("effects: WithAllowPrivate: invalid prefix %v", p))
+				continue
+			}
+			o.allow = append(o.allow, p.Masked())
 		}
 	}
 }
@@ -245,7 +281,7 @@ const MaxTools = 1000
 // *ConfigError per problem (each matches ErrConfig), in line order, each with
 // the line, the field and a hint.
 func Parse(data []byte, opts ...Option) (*Registry, error) {
-	o := &options{file: "tools.yaml", factories: make(map[string]Factory, len(builtin))}
+	o := &options{file: "tools.yaml", factories: make(map[string]factory, len(builtin))}
 	for k, f := range builtin {
 		o.factories[k] = f
 	}
@@ -255,7 +291,7 @@ func Parse(data []byte, opts ...Option) (*Registry, error) {
 	if err := errors.Join(o.errs...); err != nil {
 		return nil, err
 	}
-	c := &collector{file: o.file}
+	c := &collector{file: o.file, allow: o.allow}
 	root, ok := decodeDocument(c, data)
 	if !ok {
 		return nil, c.err()
@@ -299,7 +335,7 @@ func Parse(data []byte, opts ...Option) (*Registry, error) {
 }
 
 // decodeDocument parses data as a single YAML document whose top is a mapping.
-func decodeDocument(c *collector, data []byte) (*Section, bool) {
+func decodeDocument(c *collector, data []byte) (*section, bool) {
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -338,7 +374,7 @@ func yamlErrorLine(err error) (int, string) {
 }
 
 // toolsEntries returns the entries of the top-level "tools" mapping.
-func toolsEntries(c *collector, root *Section, upstreams bool) []field {
+func toolsEntries(c *collector, root *section, upstreams bool) []field {
 	raw, ok := root.take("tools")
 	if !ok && upstreams {
 		return nil
@@ -383,7 +419,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
 	t := &Tool{Name: name}
 
 	t.Kind = s.String("effect", "")
-	factory, known := o.factories[t.Kind]
+	build, known := o.factories[t.Kind]
 	switch {
 	case !s.Has("effect"):
 		s.Invalid("effect", "is missing", "add effect: one of "+strings.Join(kinds(o), ", "))
@@ -430,7 +466,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
 	if known {
 		settings := s.Section(t.Kind)
 		mark := s.Problems()
-		eff, err := factory(settings)
+		eff, err := build(settings)
 		switch {
 		case s.Problems() > mark:
 			closeEffect(eff)
@@ -449,7 +485,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
 		}
 	}
 
-	s.unknown(func(s *Section, field string) (string, string, bool) {
+	s.unknown(func(s *section, field string) (string, string, bool) {
 		if _, isKind := o.factories[field]; !isKind {
 			return "", "", false
 		}
@@ -471,7 +507,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
 
 // argList reads a list of top-level argument names, non-empty and unique,
 // and the line of each.
-func argList(s *Section, name string) ([]string, []int) {
+func argList(s *section, name string) ([]string, []int) {
 	items, lines := s.strings(name)
 	seen := map[string]bool{}
 	for i, it := range items {

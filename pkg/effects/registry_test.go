@@ -283,40 +283,6 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
-func TestParseWithFactory(t *testing.T) {
-	t.Parallel()
-	var built []string
-	factory := func(s *effects.Section) (effects.Effect, error) {
-		subject := s.String("subject", "")
-		if subject == "" {
-			s.Invalid("subject", "is missing", "write e.g. subject: svc.send")
-		}
-		built = append(built, subject)
-		return effects.EffectFunc(func(context.Context, effects.Call) (effects.Outcome, error) {
-			return effects.Outcome{Result: json.RawMessage(`"sent"`), Invocations: 1}, nil
-		}), nil
-	}
-	r := parse(t, "tools:\n  t:\n    effect: queue\n    queue: {subject: svc.send}\n", effects.WithFactory("queue", factory))
-	tool, ok := r.Lookup("t")
-	require.True(t, ok)
-	require.Equal(t, "queue", tool.Kind)
-	require.Equal(t, []string{"svc.send"}, built)
-
-	_, err := effects.Parse([]byte("tools:\n  t:\n    effect: queue\n    queue: {subjct: x}\n"),
-		effects.WithFactory("queue", factory), effects.WithFilename("conf/tools.yaml"))
-	require.ErrorContains(t, err, "conf/tools.yaml:4: t.queue.subject: is missing (write e.g. subject: svc.send)")
-	require.ErrorContains(t, err, "conf/tools.yaml:4: t.queue.subjct: unknown field (did you mean subject?)")
-
-	_, err = effects.Parse([]byte("tools:\n  t:\n    effect: queue\n"),
-		effects.WithFactory("queue", func(*effects.Section) (effects.Effect, error) { return nil, errors.New("no connection") }))
-	require.ErrorContains(t, err, "tools.yaml:2: t.queue: no connection")
-
-	_, err = effects.Parse([]byte(goodTools), effects.WithFactory("lease", factory))
-	require.ErrorContains(t, err, "tool field name")
-	_, err = effects.Parse([]byte(goodTools), effects.WithFactory("Bad Kind", factory))
-	require.ErrorContains(t, err, "effect kind")
-}
-
 func TestLoadFile(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

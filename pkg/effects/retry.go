@@ -10,6 +10,32 @@ import (
 	"github.com/cenkalti/backoff/v4"
 )
 
+// Retry defaults, shared by every effect that retries (webhook, smtp, nats,
+// mcp).
+const (
+	// DefaultMaxAttempts is how many attempts (requests, transactions,
+	// calls) one Fire makes at most.
+	DefaultMaxAttempts = 4
+	// DefaultInitialInterval is the wait before the first retry.
+	DefaultInitialInterval = 200 * time.Millisecond
+	// DefaultMaxInterval caps every wait between retries, Retry-After included.
+	DefaultMaxInterval = 5 * time.Second
+)
+
+// RetryPolicy is how an effect retries within one Fire. The zero value means
+// the defaults.
+type RetryPolicy struct {
+	// MaxAttempts is how many attempts one Fire makes at most, the first
+	// included; 1 disables retries. Default DefaultMaxAttempts.
+	MaxAttempts int
+	// InitialInterval is the wait before the first retry; later waits grow
+	// exponentially (x1.5, ±50% jitter). Default DefaultInitialInterval.
+	InitialInterval time.Duration
+	// MaxInterval caps every wait, including one a Retry-After header asks
+	// for. Default DefaultMaxInterval.
+	MaxInterval time.Duration
+}
+
 // retryDefaults fills the zero fields of a retry policy with the defaults.
 func retryDefaults(r RetryPolicy) RetryPolicy {
 	if r.MaxAttempts == 0 {
@@ -42,7 +68,7 @@ func retryProblems(r RetryPolicy) []problem {
 
 // readRetry reads a "retry:" block the way the webhook's is read, reporting
 // an explicit zero (which would mean "default" in code) as a mistake.
-func readRetry(s *Section) RetryPolicy {
+func readRetry(s *section) RetryPolicy {
 	r := s.Section("retry")
 	p := RetryPolicy{
 		MaxAttempts:     r.Int("max_attempts", DefaultMaxAttempts),
@@ -67,7 +93,7 @@ func readRetry(s *Section) RetryPolicy {
 
 // positiveDuration reads a duration field that must not be written as zero
 // (zero means "default" in code).
-func positiveDuration(s *Section, name string, def time.Duration) time.Duration {
+func positiveDuration(s *section, name string, def time.Duration) time.Duration {
 	d := s.Duration(name, def)
 	if d == 0 && s.Has(name) {
 		s.Invalid(name, "must be positive", "write e.g. "+formatDuration(def))
@@ -142,5 +168,20 @@ func retryLoop(ctx context.Context, policy RetryPolicy, what, unit string, attem
 		if err := sleep(ctx, min(wait, policy.MaxInterval)); err != nil {
 			return out, fmt.Errorf("%s: %w", what, err)
 		}
+	}
+}
+
+// sleep waits d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

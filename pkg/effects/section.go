@@ -3,6 +3,7 @@ package effects
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,6 +56,9 @@ type collector struct {
 	// those of tools naming an upstream of their own.
 	upstreams map[string]*MCPConn
 	owned     []*MCPConn
+	// allow is what every URL-taking effect may reach besides public
+	// addresses (WithAllowPrivate).
+	allow []netip.Prefix
 }
 
 func (c *collector) add(line int, path, problem, hint string) {
@@ -78,16 +82,23 @@ type field struct {
 	key, val *yaml.Node
 }
 
-// Section is a mapping in the tools file — a tool, or an effect's settings
-// block such as a tool's "webhook:" — as a Factory sees it.
+// problem is one invalid field of a config, named as in the tools file: an
+// effect's config validation returns them, and its factory records each on
+// the section it read (section.Invalid).
+type problem struct {
+	field, problem, hint string
+}
+
+// section is a mapping in the tools file — a tool, or an effect's settings
+// block such as a tool's "webhook:" — as a factory sees it.
 //
 // Its getters read one field each, returning the given default when the field
 // is absent. A value of the wrong type is recorded as a problem (with the
-// file, line and a hint) and the default is returned, so a Factory reads all
+// file, line and a hint) and the default is returned, so a factory reads all
 // its fields in a row and every problem of the file is reported at once. A
-// field no getter read is reported as unknown when the Factory returns: a typo
+// field no getter read is reported as unknown when the factory returns: a typo
 // never passes silently.
-type Section struct {
+type section struct {
 	c        *collector
 	path     string
 	line     int
@@ -96,12 +107,12 @@ type Section struct {
 	order    []string
 	used     map[string]bool
 	asked    []string
-	children []*Section
+	children []*section
 }
 
 // newSection wraps node (nil when absent) found at line under path.
-func newSection(c *collector, path string, line int, node *yaml.Node) *Section {
-	s := &Section{c: c, path: path, line: line, fields: map[string]field{}, used: map[string]bool{}}
+func newSection(c *collector, path string, line int, node *yaml.Node) *section {
+	s := &section{c: c, path: path, line: line, fields: map[string]field{}, used: map[string]bool{}}
 	node = resolve(node)
 	if node == nil || isNull(node) {
 		s.present = node != nil
@@ -129,21 +140,21 @@ func newSection(c *collector, path string, line int, node *yaml.Node) *Section {
 }
 
 // Path is the section's dotted path, e.g. "send_email.webhook".
-func (s *Section) Path() string { return s.path }
+func (s *section) Path() string { return s.path }
 
 // Present reports whether the section was written in the file.
-func (s *Section) Present() bool { return s.present }
+func (s *section) Present() bool { return s.present }
 
 // Has reports whether field name was written in the section. It does not
 // count as reading the field.
-func (s *Section) Has(name string) bool {
+func (s *section) Has(name string) bool {
 	_, ok := s.fields[name]
 	return ok
 }
 
 // Line is the line of field name (a dotted name reaches into nested
 // mappings), or of the section itself when the field is absent.
-func (s *Section) Line(name string) int {
+func (s *section) Line(name string) int {
 	line := s.line
 	cur := s
 	for part := range strings.SplitSeq(name, ".") {
@@ -156,7 +167,7 @@ func (s *Section) Line(name string) int {
 		if child.Kind != yaml.MappingNode {
 			return line
 		}
-		cur = &Section{fields: map[string]field{}}
+		cur = &section{fields: map[string]field{}}
 		for i := 0; i+1 < len(child.Content); i += 2 {
 			cur.fields[child.Content[i].Value] = field{key: child.Content[i], val: child.Content[i+1]}
 		}
@@ -166,15 +177,15 @@ func (s *Section) Line(name string) int {
 
 // Invalid records a problem with field name (dotted for nested fields; "" for
 // the section itself): problem says what is wrong, hint how to fix it.
-func (s *Section) Invalid(name, problem, hint string) {
+func (s *section) Invalid(name, problem, hint string) {
 	s.c.add(s.Line(name), s.join(name), problem, hint)
 }
 
 // Problems reports how many problems the whole file has so far.
-func (s *Section) Problems() int { return len(s.c.errs) }
+func (s *section) Problems() int { return len(s.c.errs) }
 
 // Value returns field name's raw node, for values no getter covers.
-func (s *Section) Value(name string) (*yaml.Node, bool) {
+func (s *section) Value(name string) (*yaml.Node, bool) {
 	v, ok := s.take(name)
 	if !ok {
 		return nil, false
@@ -183,7 +194,7 @@ func (s *Section) Value(name string) (*yaml.Node, bool) {
 }
 
 // String reads a scalar field as text.
-func (s *Section) String(name, def string) string {
+func (s *section) String(name, def string) string {
 	v, ok := s.scalar(name, "a string", "write e.g. "+name+": value")
 	if !ok {
 		return def
@@ -192,7 +203,7 @@ func (s *Section) String(name, def string) string {
 }
 
 // Int reads a whole-number field.
-func (s *Section) Int(name string, def int) int {
+func (s *section) Int(name string, def int) int {
 	v, ok := s.scalar(name, "a whole number", "write e.g. "+name+": "+strconv.Itoa(def))
 	if !ok {
 		return def
@@ -206,7 +217,7 @@ func (s *Section) Int(name string, def int) int {
 }
 
 // Bool reads a true/false field.
-func (s *Section) Bool(name string, def bool) bool {
+func (s *section) Bool(name string, def bool) bool {
 	v, ok := s.scalar(name, "true or false", "write "+name+": true or "+name+": false")
 	if !ok {
 		return def
@@ -221,7 +232,7 @@ func (s *Section) Bool(name string, def bool) bool {
 
 // Duration reads a duration written as Go writes one ("10s", "1m30s",
 // "168h"). A negative duration is a problem.
-func (s *Section) Duration(name string, def time.Duration) time.Duration {
+func (s *section) Duration(name string, def time.Duration) time.Duration {
 	example := formatDuration(def)
 	if def <= 0 {
 		example = "30s"
@@ -247,12 +258,12 @@ func (s *Section) Duration(name string, def time.Duration) time.Duration {
 }
 
 // Strings reads a list of scalars ("[a, b]" or one "- a" line each).
-func (s *Section) Strings(name string) []string {
+func (s *section) Strings(name string) []string {
 	items, _ := s.strings(name)
 	return items
 }
 
-func (s *Section) strings(name string) ([]string, []int) {
+func (s *section) strings(name string) ([]string, []int) {
 	raw, ok := s.take(name)
 	if !ok {
 		return nil, nil
@@ -277,7 +288,7 @@ func (s *Section) strings(name string) ([]string, []int) {
 }
 
 // StringMap reads a mapping of scalars to scalars, e.g. HTTP headers.
-func (s *Section) StringMap(name string) map[string]string {
+func (s *section) StringMap(name string) map[string]string {
 	raw, ok := s.take(name)
 	if !ok {
 		return nil
@@ -307,8 +318,8 @@ func (s *Section) StringMap(name string) map[string]string {
 }
 
 // Section reads a nested mapping. An absent one is returned empty (its
-// getters return their defaults), so a Factory needs no special case.
-func (s *Section) Section(name string) *Section {
+// getters return their defaults), so a factory needs no special case.
+func (s *section) Section(name string) *section {
 	raw, ok := s.take(name)
 	line := s.Line(name)
 	if !ok {
@@ -320,7 +331,7 @@ func (s *Section) Section(name string) *Section {
 }
 
 // take marks field name as read and returns its value node.
-func (s *Section) take(name string) (*yaml.Node, bool) {
+func (s *section) take(name string) (*yaml.Node, bool) {
 	s.asked = append(s.asked, name)
 	f, ok := s.fields[name]
 	if !ok {
@@ -331,7 +342,7 @@ func (s *Section) take(name string) (*yaml.Node, bool) {
 }
 
 // scalar returns field name's scalar node; false when absent or wrong.
-func (s *Section) scalar(name, want, hint string) (*yaml.Node, bool) {
+func (s *section) scalar(name, want, hint string) (*yaml.Node, bool) {
 	raw, ok := s.take(name)
 	if !ok {
 		return nil, false
@@ -346,7 +357,7 @@ func (s *Section) scalar(name, want, hint string) (*yaml.Node, bool) {
 
 // unknown reports every field of s and its children that nothing read.
 // explain, when it returns a problem, replaces the generic message for a name.
-func (s *Section) unknown(explain func(s *Section, name string) (problem, hint string, ok bool)) {
+func (s *section) unknown(explain func(s *section, name string) (problem, hint string, ok bool)) {
 	for _, name := range s.order {
 		if s.used[name] {
 			continue
@@ -367,7 +378,7 @@ func (s *Section) unknown(explain func(s *Section, name string) (problem, hint s
 	}
 }
 
-func (s *Section) join(name string) string {
+func (s *section) join(name string) string {
 	switch {
 	case name == "":
 		return s.path

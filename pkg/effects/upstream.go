@@ -3,6 +3,7 @@ package effects
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -38,7 +39,7 @@ type upstream struct {
 
 // parseUpstreams reads the mcp_upstreams mapping and connects to each
 // upstream (without listing yet).
-func parseUpstreams(c *collector, o *options, root *Section) []*upstream {
+func parseUpstreams(c *collector, o *options, root *section) []*upstream {
 	if !root.Has("mcp_upstreams") {
 		return nil
 	}
@@ -49,7 +50,7 @@ func parseUpstreams(c *collector, o *options, root *Section) []*upstream {
 		mark := s.Problems()
 		u := &upstream{name: name, prefix: s.String("prefix", ""), timeout: positiveDuration(s, "list_timeout", DefaultUpstreamListTimeout),
 			overrides: map[string]field{}, o: o, stop: make(chan struct{}), line: s.line}
-		up := MCPUpstream{Command: s.Strings("command"), URL: s.String("url", "")}
+		up := readUpstream(s)
 		if err := up.Validate(); err != nil {
 			s.Invalid("", err.Error(), "write e.g. files: {command: [npx, some-mcp-server]} or files: {url: https://mcp.example.com/mcp}")
 		}
@@ -273,7 +274,13 @@ func expandUpstreams(c *collector, ups []*upstream, tools []*Tool) {
 			return false
 		}
 		if err := u.list(c); err != nil {
-			c.add(u.line, "mcp_upstreams."+u.name, "could not list its tools: "+err.Error(), "check the command or url, and that the server starts")
+			problem, hint := "could not list its tools: "+err.Error(), "check the command or url, and that the server starts"
+			var de *DestinationError
+			if errors.As(err, &de) {
+				problem = fmt.Sprintf("could not list its tools: %s: %v", u.conn.up.URL, de)
+				hint = fmt.Sprintf("add allow_private: [%s] to this upstream, or start the worker with --webhook-allow %s", singlePrefix(de.Addr), singlePrefix(de.Addr))
+			}
+			c.add(u.line, "mcp_upstreams."+u.name, problem, hint)
 		}
 	}
 }

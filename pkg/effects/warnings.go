@@ -40,18 +40,19 @@ func (w Warning) String() string {
 //     two calls of one operation, so the second call would get another key
 //     and fire again. The fields checked are the tool's key_args, or, for a
 //     tool keyed by all its args, the property names of its schema;
-//   - a webhook whose URL names a loopback, private or otherwise restricted
-//     address (an IP literal, or localhost) that neither its allow_private
-//     nor the worker's --webhook-allow allows: every request to it would be
-//     refused when it fires.
+//   - a webhook, or an mcp tool with a url of its own, whose URL names a
+//     loopback, private or otherwise restricted address (an IP literal, or
+//     localhost) that neither its allow_private nor the worker's
+//     WithAllowPrivate list allows: every request to it would be refused
+//     when it fires.
 func (r *Registry) Warnings() []Warning {
 	return append([]Warning(nil), r.warnings...)
 }
 
 // Warn records a warning about field name of the section (dotted for nested
-// fields; "" for the section itself). A Factory uses it for settings that
+// fields; "" for the section itself). A factory uses it for settings that
 // load but will likely misbehave.
-func (s *Section) Warn(name, problem, hint string) {
+func (s *section) Warn(name, problem, hint string) {
 	s.c.warn(s.Line(name), s.join(name), problem, hint)
 }
 
@@ -151,7 +152,7 @@ func splitWords(name string) []string {
 // keyWarnings warns about the fields of tool t that can enter its key and
 // look volatile (see VolatileLooking) without being declared volatile: its
 // key_args when it has them, else the top-level properties of its schema.
-func keyWarnings(s *Section, t *Tool, keyArgLines []int) {
+func keyWarnings(s *section, t *Tool, keyArgLines []int) {
 	declared := func(name string) bool {
 		for _, v := range t.KeySpec.VolatileArgs {
 			if v == name {
@@ -192,7 +193,7 @@ func keyWarnings(s *Section, t *Tool, keyArgLines []int) {
 // field (or one whose properties are not a mapping) it returns nothing: a
 // tool keyed by all its args whose argument names the tools file does not
 // list cannot be checked.
-func schemaArgNames(s *Section) ([]string, []int) {
+func schemaArgNames(s *section) ([]string, []int) {
 	f, ok := s.fields["schema"]
 	if !ok {
 		return nil, nil
@@ -221,11 +222,11 @@ func schemaArgNames(s *Section) ([]string, []int) {
 	return nil, nil
 }
 
-// warnPrivateURL warns when a webhook's URL names an address the webhook's
-// guard refuses: an IP literal in a restricted range, or localhost, not
-// covered by allow. Host names other than localhost are not resolved here
-// (they are checked when a request is dialled).
-func warnPrivateURL(s *Section, raw string, allow []netip.Prefix) {
+// warnPrivateURL warns when the URL of a webhook or an mcp upstream (what)
+// names an address its guard refuses: an IP literal in a restricted range,
+// or localhost, not covered by allow. Host names other than localhost are
+// not resolved here (they are checked when a connection is dialled).
+func warnPrivateURL(s *section, raw string, allow []netip.Prefix, what string) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Hostname() == "" {
 		return // reported as a problem already
@@ -245,7 +246,7 @@ func warnPrivateURL(s *Section, raw string, allow []netip.Prefix) {
 	var de *DestinationError
 	if err := NewNetGuard(allow...).Check(addr); errors.As(err, &de) {
 		s.Warn("url", fmt.Sprintf("%s names %s, a %s address: every request would be refused when the tool fires", raw, addr, de.What),
-			fmt.Sprintf("add allow_private: [%s] to this webhook, or start the worker with --webhook-allow %s", singlePrefix(addr), singlePrefix(addr)))
+			fmt.Sprintf("add allow_private: [%s] to this %s, or start the worker with --webhook-allow %s", singlePrefix(addr), what, singlePrefix(addr)))
 	}
 }
 

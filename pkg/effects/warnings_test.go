@@ -83,7 +83,7 @@ func TestRegistryWarnings(t *testing.T) {
   local_hook:
     effect: webhook
     webhook: {url: "http://127.0.0.1:8787/x"}
-`, effects.WithFactory(effects.KindWebhook, effects.WebhookFactory(netip.MustParsePrefix("127.0.0.0/8"))))
+`, effects.WithAllowPrivate(netip.MustParsePrefix("127.0.0.0/8")))
 	require.Empty(t, r.Warnings())
 
 	// Declared volatile, or not in the key: no warning.

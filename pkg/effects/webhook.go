@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -26,12 +25,6 @@ const (
 	DefaultWebhookMethod = http.MethodPost
 	// DefaultWebhookTimeout bounds one HTTP request, response body included.
 	DefaultWebhookTimeout = 10 * time.Second
-	// DefaultMaxAttempts is how many requests one Fire sends at most.
-	DefaultMaxAttempts = 4
-	// DefaultInitialInterval is the wait before the first retry.
-	DefaultInitialInterval = 200 * time.Millisecond
-	// DefaultMaxInterval caps every wait between retries, Retry-After included.
-	DefaultMaxInterval = 5 * time.Second
 	// MaxWebhookResponse is how much of a response body a webhook reads. The
 	// result is recorded in the ledger and sent to every caller, both NATS
 	// messages (1 MiB by default, all fields together), so a longer body is
@@ -40,30 +33,8 @@ const (
 	MaxWebhookResponse = 256 << 10
 )
 
-// Request headers a webhook sends.
-const (
-	HeaderIdempotencyKey = "Idempotency-Key" // the operation's key, the same on every retry
-	HeaderTool           = "Idem-Tool"       // the tool's name
-	HeaderSession        = "Idem-Session"    // the session, when the intent has one
-	HeaderCallID         = "Idem-Call-Id"    // the model's tool_call_id, when the intent has one
-)
-
 // errorBodyLimit is how much of a failed response's body a message quotes.
 const errorBodyLimit = 512
-
-// RetryPolicy is how a webhook retries one Fire. The zero value means the
-// defaults.
-type RetryPolicy struct {
-	// MaxAttempts is how many requests one Fire sends at most, the first
-	// included; 1 disables retries. Default DefaultMaxAttempts.
-	MaxAttempts int
-	// InitialInterval is the wait before the first retry; later waits grow
-	// exponentially (x1.5, ±50% jitter). Default DefaultInitialInterval.
-	InitialInterval time.Duration
-	// MaxInterval caps every wait, including one a Retry-After header asks
-	// for. Default DefaultMaxInterval.
-	MaxInterval time.Duration
-}
 
 // WebhookConfig configures a webhook effect. Zero fields mean the defaults.
 type WebhookConfig struct {
@@ -156,31 +127,7 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 		h.Set(k, v)
 	}
 	h.Set("Content-Type", "application/json")
-	guard := NewNetGuard(cfg.AllowPrivate...)
-	dialer := &net.Dialer{Timeout: min(cfg.Timeout, 30*time.Second), KeepAlive: 30 * time.Second, Control: guard.Control}
-	transport := &http.Transport{
-		// Through a proxy the dialled address is the proxy's: the guard
-		// checks it (a private proxy must be allowed) and an IP-literal
-		// destination; a destination name is resolved by the proxy, whose
-		// egress policy then applies.
-		Proxy: func(r *http.Request) (*url.URL, error) {
-			p, err := http.ProxyFromEnvironment(r)
-			if p == nil || err != nil {
-				return p, err
-			}
-			if err := guard.checkLiteralHost(r.URL.Host); err != nil {
-				return nil, err
-			}
-			return p, nil
-		},
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          64,
-		MaxIdleConnsPerHost:   16,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   min(cfg.Timeout, 10*time.Second),
-		ExpectContinueTimeout: time.Second,
-	}
+	transport := NewNetGuard(cfg.AllowPrivate...).transport(cfg.Timeout)
 	return &Webhook{
 		url:     cfg.URL,
 		target:  target,
@@ -206,21 +153,8 @@ func (c WebhookConfig) withDefaults() WebhookConfig {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultWebhookTimeout
 	}
-	if c.Retry.MaxAttempts == 0 {
-		c.Retry.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.Retry.InitialInterval == 0 {
-		c.Retry.InitialInterval = DefaultInitialInterval
-	}
-	if c.Retry.MaxInterval == 0 {
-		c.Retry.MaxInterval = max(DefaultMaxInterval, c.Retry.InitialInterval)
-	}
+	c.Retry = retryDefaults(c.Retry)
 	return c
-}
-
-// problem is one invalid field of a config, named as in the tools file.
-type problem struct {
-	field, problem, hint string
 }
 
 // reservedHeaders are set by the webhook itself.
@@ -259,17 +193,7 @@ func (c WebhookConfig) problems() []problem {
 	if c.Timeout < 0 {
 		add("timeout", "is negative", "write e.g. 10s")
 	}
-	r := c.Retry
-	if r.MaxAttempts < 1 || r.MaxAttempts > 100 {
-		add("retry.max_attempts", fmt.Sprintf("%d is not between 1 and 100", r.MaxAttempts), "write e.g. 4; 1 disables retries")
-	}
-	if r.InitialInterval < 0 {
-		add("retry.initial_interval", "is negative", "write e.g. 200ms")
-	}
-	if r.MaxInterval < r.InitialInterval {
-		add("retry.max_interval", fmt.Sprintf("%s is under initial_interval %s", formatDuration(r.MaxInterval), formatDuration(r.InitialInterval)), "make max_interval at least initial_interval")
-	}
-	return ps
+	return append(ps, retryProblems(c.Retry)...)
 }
 
 func isReservedHeader(name string) bool {
@@ -510,38 +434,15 @@ func retryAfter(v string) time.Duration {
 	return -1
 }
 
-// sleep waits d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // KindWebhook is the effect kind of webhooks in a tools file.
 const KindWebhook = "webhook"
 
-func init() { registerBuiltin(KindWebhook, WebhookFactory()) }
+func init() { registerBuiltin(KindWebhook, webhookFactory) }
 
-// WebhookFactory builds webhooks from a tool's "webhook:" settings, each
-// allowed to reach the addresses in allow besides those its own
-// allow_private lists. Parse and LoadFile use WebhookFactory() unless
-// WithFactory(KindWebhook, ...) replaces it; a worker passes its
-// --webhook-allow list here.
-func WebhookFactory(allow ...netip.Prefix) Factory {
-	global := append([]netip.Prefix(nil), allow...)
-	return func(s *Section) (Effect, error) { return webhookFactory(s, global) }
-}
-
-// webhookFactory builds a webhook from a tool's "webhook:" settings.
-func webhookFactory(s *Section, global []netip.Prefix) (Effect, error) {
+// webhookFactory builds a webhook from a tool's "webhook:" settings, allowed
+// to reach the addresses its allow_private lists and those of
+// WithAllowPrivate.
+func webhookFactory(s *section) (Effect, error) {
 	cfg := WebhookConfig{
 		URL:     s.String("url", ""),
 		Method:  s.String("method", DefaultWebhookMethod),
@@ -549,17 +450,7 @@ func webhookFactory(s *Section, global []netip.Prefix) (Effect, error) {
 		Timeout: positiveDuration(s, "timeout", DefaultWebhookTimeout),
 		Retry:   readRetry(s),
 	}
-	allowItems, allowLines := s.strings("allow_private")
-	cfg.AllowPrivate = append(cfg.AllowPrivate, global...)
-	for i, it := range allowItems {
-		p, err := parsePrefix(it)
-		if err != nil {
-			s.c.add(allowLines[i], fmt.Sprintf("%s.allow_private[%d]", s.path, i),
-				fmt.Sprintf("%q is not an IP address or CIDR prefix", it), "write e.g. 127.0.0.1/32 or 10.0.0.0/8")
-			continue
-		}
-		cfg.AllowPrivate = append(cfg.AllowPrivate, p)
-	}
+	cfg.AllowPrivate = append(append([]netip.Prefix(nil), s.c.allow...), readAllowPrivate(s)...)
 	if !s.Present() {
 		s.Invalid("", "is missing", "add webhook: with at least url: http://...")
 		return nil, nil
@@ -569,7 +460,7 @@ func webhookFactory(s *Section, global []netip.Prefix) (Effect, error) {
 		s.Invalid(p.field, p.problem, p.hint)
 	}
 	if len(problems) == 0 {
-		warnPrivateURL(s, cfg.URL, cfg.AllowPrivate)
+		warnPrivateURL(s, cfg.URL, cfg.AllowPrivate, "webhook")
 	}
 	w, err := NewWebhook(cfg)
 	if err != nil {

@@ -1,0 +1,47 @@
+package effects
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The loader's seam for a kind (what the nats kind is added through).
+func TestParseWithFactory(t *testing.T) {
+	t.Parallel()
+	var built []string
+	factory := func(s *section) (Effect, error) {
+		subject := s.String("subject", "")
+		if subject == "" {
+			s.Invalid("subject", "is missing", "write e.g. subject: svc.send")
+		}
+		built = append(built, subject)
+		return EffectFunc(func(context.Context, Call) (Outcome, error) {
+			return Outcome{Result: json.RawMessage(`"sent"`), Invocations: 1}, nil
+		}), nil
+	}
+	r, err := Parse([]byte("tools:\n  t:\n    effect: queue\n    queue: {subject: svc.send}\n"), withFactory("queue", factory))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	tool, ok := r.Lookup("t")
+	require.True(t, ok)
+	require.Equal(t, "queue", tool.Kind)
+	require.Equal(t, []string{"svc.send"}, built)
+
+	_, err = Parse([]byte("tools:\n  t:\n    effect: queue\n    queue: {subjct: x}\n"),
+		withFactory("queue", factory), WithFilename("conf/tools.yaml"))
+	require.ErrorContains(t, err, "conf/tools.yaml:4: t.queue.subject: is missing (write e.g. subject: svc.send)")
+	require.ErrorContains(t, err, "conf/tools.yaml:4: t.queue.subjct: unknown field (did you mean subject?)")
+
+	_, err = Parse([]byte("tools:\n  t:\n    effect: queue\n"),
+		withFactory("queue", func(*section) (Effect, error) { return nil, errors.New("no connection") }))
+	require.ErrorContains(t, err, "tools.yaml:2: t.queue: no connection")
+
+	_, err = Parse([]byte("tools:\n  t: {effect: noop}\n"), withFactory("lease", factory))
+	require.ErrorContains(t, err, "tool field name")
+	_, err = Parse([]byte("tools:\n  t: {effect: noop}\n"), withFactory("Bad Kind", factory))
+	require.ErrorContains(t, err, "effect kind")
+}

@@ -1,0 +1,270 @@
+package effects
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/mail"
+	"net/smtp"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// StartTLSPolicy says whether an smtp effect encrypts its connection to the
+// relay with STARTTLS.
+type StartTLSPolicy string
+
+// STARTTLS policies.
+const (
+	// StartTLSOpportunistic upgrades the connection when the relay offers
+	// STARTTLS and sends in the clear when it does not. When it is offered,
+	// the relay's certificate must verify: a failed handshake is an error,
+	// never a fallback to plain text.
+	StartTLSOpportunistic StartTLSPolicy = "opportunistic"
+	// StartTLSRequired refuses to send unless the connection is upgraded and
+	// the relay's certificate verifies.
+	StartTLSRequired StartTLSPolicy = "required"
+	// StartTLSOff never upgrades the connection.
+	StartTLSOff StartTLSPolicy = "off"
+)
+
+// SMTPConfig configures an smtp effect. Zero fields mean the defaults.
+type SMTPConfig struct {
+	// Addr is the relay's host:port, e.g. "smtp.internal:587". Required.
+	Addr string
+	// From is the sender, an address with an optional display name
+	// ("Billing <billing@example.com>"): the From header and the envelope
+	// sender. Required.
+	From string
+	// StartTLS is the STARTTLS policy. Default StartTLSOpportunistic.
+	StartTLS StartTLSPolicy
+	// CAFile is a PEM file of the certificate authorities that sign the
+	// relay's certificate, for a relay with a private CA. Default: the
+	// system's roots. The certificate must name the host of Addr.
+	CAFile string
+	// Username, when set, authenticates with AUTH PLAIN. The credentials
+	// are sent only over TLS, or to a relay on localhost.
+	Username string
+	// Password is Username's password. It appears in no error and no
+	// result. (A tools file names an environment variable holding it.)
+	Password string
+	// Timeout bounds one SMTP transaction: connecting, the dialogue and the
+	// relay's reply to the message. Default DefaultSMTPTimeout.
+	Timeout time.Duration
+	// Retry is the retry policy, as for a webhook.
+	Retry RetryPolicy
+	// Helo is the name given in EHLO. Default DefaultSMTPHelo.
+	Helo string
+}
+
+// String describes the config with the password redacted, so that printing
+// it never shows the secret.
+func (c SMTPConfig) String() string {
+	pw := ""
+	if c.Password != "" {
+		pw = "[redacted]"
+	}
+	return fmt.Sprintf("{Addr:%s From:%s StartTLS:%s CAFile:%s Username:%s Password:%s Timeout:%s Retry:%+v Helo:%s}",
+		c.Addr, c.From, c.StartTLS, c.CAFile, c.Username, pw, c.Timeout, c.Retry, c.Helo)
+}
+
+// GoString is String for %#v.
+func (c SMTPConfig) GoString() string { return "effects.SMTPConfig" + c.String() }
+
+// NewSMTP returns an smtp effect for cfg, or an error naming every invalid
+// field. It reads CAFile.
+func NewSMTP(cfg SMTPConfig) (*SMTP, error) {
+	s, problems := cfg.withDefaults().build()
+	if len(problems) > 0 {
+		errs := make([]error, len(problems))
+		for i, p := range problems {
+			errs[i] = fmt.Errorf("effects: smtp %s: %s (%s)", p.field, p.problem, p.hint)
+		}
+		return nil, errors.Join(errs...)
+	}
+	return s, nil
+}
+
+func (c SMTPConfig) withDefaults() SMTPConfig {
+	if c.StartTLS == "" {
+		c.StartTLS = StartTLSOpportunistic
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultSMTPTimeout
+	}
+	if c.Helo == "" {
+		c.Helo = DefaultSMTPHelo
+	}
+	c.Retry = retryDefaults(c.Retry)
+	return c
+}
+
+var (
+	heloPattern   = regexp.MustCompile(`^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])$`)
+	domainPattern = regexp.MustCompile(`^[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*$`)
+)
+
+// build validates a config with its defaults applied and builds the effect;
+// the problems name fields as in the tools file.
+func (c SMTPConfig) build() (*SMTP, []problem) {
+	var ps []problem
+	add := func(field, msg, hint string) { ps = append(ps, problem{field, msg, hint}) }
+	s := &SMTP{addr: c.Addr, starttls: c.StartTLS, timeout: c.Timeout, retry: c.Retry, helo: c.Helo}
+
+	const addrHint = "write e.g. smtp.internal:587"
+	if c.Addr == "" {
+		add("addr", "is missing", addrHint)
+	} else if host, port, err := net.SplitHostPort(c.Addr); err != nil {
+		add("addr", fmt.Sprintf("%q is not host:port", c.Addr), addrHint)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		add("addr", fmt.Sprintf("%q has no valid port", c.Addr), addrHint)
+	} else if host == "" {
+		add("addr", fmt.Sprintf("%q has no host", c.Addr), addrHint)
+	} else {
+		s.host = host
+	}
+
+	const fromHint = "write e.g. from: Billing <billing@example.com>"
+	if c.From == "" {
+		add("from", "is missing", fromHint)
+	} else if a, err := mail.ParseAddress(c.From); err != nil {
+		add("from", fmt.Sprintf("%q is not an email address", c.From), fromHint)
+	} else if !isASCII(a.Address) {
+		add("from", fmt.Sprintf("%q is not an ASCII address", a.Address), "international addresses are not supported")
+	} else {
+		s.from, s.fromHdr = a.Address, a.String()
+		s.domain = a.Address[strings.LastIndexByte(a.Address, '@')+1:]
+		if !domainPattern.MatchString(s.domain) {
+			s.domain = "idemgate"
+		}
+	}
+
+	switch c.StartTLS {
+	case StartTLSOpportunistic, StartTLSRequired, StartTLSOff:
+	default:
+		add("starttls", fmt.Sprintf("%q is not one of required, opportunistic, off", c.StartTLS), "write e.g. starttls: required")
+	}
+
+	if c.StartTLS != StartTLSOff {
+		s.tlsConfig = &tls.Config{ServerName: s.host, MinVersion: tls.VersionTLS12}
+	}
+	if c.CAFile != "" {
+		switch pool, err := loadCAFile(c.CAFile); {
+		case c.StartTLS == StartTLSOff:
+			add("ca_file", "has no use with starttls: off", "remove ca_file, or set starttls: required")
+		case err != nil:
+			add("ca_file", err.Error(), "give a PEM file of the CA certificates that sign the relay's certificate")
+		case s.tlsConfig != nil:
+			s.tlsConfig.RootCAs = pool
+		}
+	}
+
+	switch {
+	case c.Username == "" && c.Password != "":
+		add("username", "is missing, but a password is set", "add username:, or remove password_env")
+	case c.Username != "" && c.Password == "":
+		add("password_env", "is missing, or names an empty variable", "add password_env: naming the environment variable that holds the password")
+	case strings.ContainsAny(c.Username, "\x00\r\n"):
+		add("username", "holds a NUL or a line break", "write the username on one line")
+	case strings.ContainsRune(c.Password, 0):
+		add("password_env", "the password holds a NUL", "AUTH PLAIN cannot carry it")
+	case c.Username != "" && c.StartTLS == StartTLSOff && !isLocalhost(s.host):
+		add("username", fmt.Sprintf("the password would cross the network in the clear to %s", s.host), "set starttls: required (AUTH is sent only over TLS, or to localhost)")
+	case c.Username != "":
+		s.auth = smtp.PlainAuth("", c.Username, c.Password, s.host)
+	}
+
+	if c.Timeout < 0 {
+		add("timeout", "is negative", "write e.g. 30s")
+	}
+	if !heloPattern.MatchString(c.Helo) {
+		add("helo", fmt.Sprintf("%q is not a host name", c.Helo), "write e.g. helo: worker1.example.com")
+	}
+	ps = append(ps, retryProblems(c.Retry)...)
+	if len(ps) > 0 {
+		return nil, ps
+	}
+	return s, nil
+}
+
+// loadCAFile reads a PEM file of CA certificates.
+func loadCAFile(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot be read: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+// isLocalhost is net/smtp's rule for where AUTH PLAIN may go without TLS.
+func isLocalhost(host string) bool {
+	return host == "localhost" || host == "127.0.0.1" || host == "::1"
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// smtpFactory builds an smtp effect from a tool's "smtp:" settings.
+func smtpFactory(s *section) (Effect, error) {
+	cfg := SMTPConfig{
+		Addr:     s.String("addr", ""),
+		From:     s.String("from", ""),
+		StartTLS: StartTLSPolicy(s.String("starttls", string(StartTLSOpportunistic))),
+		CAFile:   s.String("ca_file", ""),
+		Username: s.String("username", ""),
+		Timeout:  positiveDuration(s, "timeout", DefaultSMTPTimeout),
+		Retry:    readRetry(s),
+		Helo:     s.String("helo", DefaultSMTPHelo),
+	}
+	passwordOK := true
+	if s.Has("password_env") {
+		name := s.String("password_env", "")
+		switch pw, set := os.LookupEnv(name); {
+		case !envNamePattern.MatchString(name):
+			s.Invalid("password_env", fmt.Sprintf("%q is not an environment variable name", name), "write e.g. password_env: SMTP_PASSWORD")
+			passwordOK = false
+		case !set || pw == "":
+			s.Invalid("password_env", fmt.Sprintf("the environment variable %s is not set", name), "set it in the worker's environment; the password is never written in this file")
+			passwordOK = false
+		case cfg.Username == "":
+			s.Invalid("password_env", "is set, but username is missing", "add username:, or remove password_env")
+		default:
+			cfg.Password = pw
+		}
+	} else if cfg.Username != "" {
+		s.Invalid("password_env", "is missing", "add password_env: naming the environment variable that holds the password")
+		passwordOK = false
+	}
+	if !s.Present() {
+		s.Invalid("", "is missing", "add smtp: with at least addr: and from:")
+		return nil, nil
+	}
+	if !passwordOK {
+		cfg.Username = "" // reported above; build must not report it again
+	}
+	eff, problems := cfg.withDefaults().build()
+	for _, p := range problems {
+		s.Invalid(p.field, p.problem, p.hint)
+	}
+	if len(problems) > 0 {
+		return nil, nil
+	}
+	return eff, nil
+}
+
+var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
