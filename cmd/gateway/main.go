@@ -20,10 +20,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/idemgate/idemgate/internal/envflag"
 	"github.com/idemgate/idemgate/internal/httpapi"
+	"github.com/idemgate/idemgate/internal/logging"
 	"github.com/idemgate/idemgate/internal/natsconn"
 	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -96,7 +96,7 @@ func run(args []string) error {
 		return err
 	}
 	cfg.Tokens = ts
-	log, err := newLogger(*logFormat, *logLevel)
+	log, err := logging.New(*logFormat, *logLevel)
 	if err != nil {
 		return err
 	}
@@ -176,23 +176,4 @@ func token(args []string, stdout, stderr io.Writer) error {
 	}
 	_, err = fmt.Fprintln(stdout, secret)
 	return err
-}
-
-func newLogger(format, level string) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
-	}
-	var zc zap.Config
-	switch format {
-	case "json":
-		zc = zap.NewProductionConfig()
-	case "console":
-		zc = zap.NewDevelopmentConfig()
-		zc.DisableStacktrace = true
-	default:
-		return nil, fmt.Errorf("log format %q: use json or console", format)
-	}
-	zc.Level = zap.NewAtomicLevelAt(lvl)
-	return zc.Build()
 }

@@ -19,9 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/idemgate/idemgate/internal/envflag"
+	"github.com/idemgate/idemgate/internal/logging"
 	"github.com/idemgate/idemgate/internal/natsconn"
 	"github.com/idemgate/idemgate/internal/natsrv"
 	"github.com/idemgate/idemgate/internal/tracing"
@@ -167,7 +167,7 @@ func run(args []string) error {
 		fmt.Println()
 		return tools.Close()
 	}
-	log, err := newLogger(*logFormat, *logLevel)
+	log, err := logging.New(*logFormat, *logLevel)
 	if err != nil {
 		return err
 	}
@@ -284,23 +284,4 @@ func serveAdmin(addr string, h http.Handler, log *zap.Logger) (stop func(), err 
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
-}
-
-func newLogger(format, level string) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
-	}
-	var zc zap.Config
-	switch format {
-	case "json":
-		zc = zap.NewProductionConfig()
-	case "console":
-		zc = zap.NewDevelopmentConfig()
-		zc.DisableStacktrace = true
-	default:
-		return nil, fmt.Errorf("log format %q: use json or console", format)
-	}
-	zc.Level = zap.NewAtomicLevelAt(lvl)
-	return zc.Build()
 }
