@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -17,8 +16,7 @@ import (
 // list [--status S,...|open] [--tool T] [--session S] [--older-than D]
 // [--past-lease] [--limit N] [--after SEQ] [--all].
 func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("submit list", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("submit list", "submit list [--status S,...|open] [--tool T] [--session S] [--older-than D] [--past-lease] [--limit N] [--after SEQ] [--all] [flags]", args, stdout, stderr)
 	var c common
 	c.register(fs)
 	status := fs.String("status", "", "comma-separated statuses to keep (pending, awaiting_approval, approved, uncertain, completed, failed, denied), or open for every unsettled one")
@@ -81,8 +79,7 @@ func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 // cmdForget deletes an operation's ledger record so that it may run again,
 // and clears the workers' answer caches: forget KEY.
 func cmdForget(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("submit forget", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("submit forget", "submit forget KEY [flags]", args, stdout, stderr)
 	var c common
 	c.register(fs)
 	if err := c.parse(fs, args); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -31,7 +30,7 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 		return exitError, errors.New("usage: submit watch KEY (the key submit printed, or submit key -q ... derives)")
 	}
 	key := fs.Arg(0)
-	if !validKey(key) {
+	if !intent.ValidKey(key) {
 		return exitError, fmt.Errorf("%q is not a key: a key is <tool>.<64 hex digits>, as submit prints it", key)
 	}
 	nc, cl, err := c.connect()
@@ -82,19 +81,4 @@ func closestHint(name string, known []string) string {
 		return fmt.Sprintf("; did you mean %q?", c)
 	}
 	return ""
-}
-
-// validKey reports whether key has the form every key has: <tool>.<64
-// lowercase hex digits>.
-func validKey(key string) bool {
-	tool, digest, ok := strings.Cut(key, ".")
-	if !ok || !intent.ValidTool(tool) || len(digest) != 64 {
-		return false
-	}
-	for _, r := range digest {
-		if (r < '0' || r > '9') && (r < 'a' || r > 'f') {
-			return false
-		}
-	}
-	return true
 }
