@@ -95,7 +95,14 @@ func startWorker(t *testing.T, name, url, tools string, extra ...string) *proc {
 // ends.
 func launchWorker(t *testing.T, name string, args, env []string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, cmd: exec.Command(bin("worker"), args...), log: &syncBuffer{}, done: make(chan struct{})}
+	return launchProc(t, "worker", name, args, env)
+}
+
+// launchProc starts binary with args (and env added to the environment);
+// it is killed, and its log shown on failure, when the test ends.
+func launchProc(t *testing.T, binary, name string, args, env []string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, cmd: exec.Command(bin(binary), args...), log: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	require.NoError(t, p.cmd.Start())
@@ -103,7 +110,7 @@ func launchWorker(t *testing.T, name string, args, env []string) *proc {
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("worker %s log:\n%s", name, p.log.String())
+			t.Logf("%s %s log:\n%s", binary, name, p.log.String())
 		}
 	})
 	return p

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -69,25 +68,6 @@ func startGatewayEnv(t *testing.T, env []string, args ...string) *gateway {
 	g.direct = g.proc.waitURL(t)
 	g.url = newValidatingProxy(t, g.direct).URL
 	return g
-}
-
-// launchProc starts binary with args (and env added to the environment);
-// it is killed, and its log shown on failure, when the test ends.
-func launchProc(t *testing.T, binary, name string, args, env []string) *proc {
-	t.Helper()
-	p := &proc{t: t, name: name, cmd: exec.Command(bin(binary), args...), log: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	require.NoError(t, p.cmd.Start())
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, p.log.String())
-		}
-	})
-	return p
 }
 
 // waitURL waits for the gateway's "gateway listening" log line and returns

@@ -8,9 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,18 +41,7 @@ func mcpTools(sink string) string {
 // test ends.
 func startMCP(t *testing.T, name string, args, env []string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, cmd: exec.Command(bin("mcp"), args...), log: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	require.NoError(t, p.cmd.Start())
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("mcp %s log:\n%s", name, p.log.String())
-		}
-	})
-	return p
+	return launchProc(t, "mcp", name, args, env)
 }
 
 // stdioSession runs bin/mcp as the Go SDK client's stdio subprocess.
@@ -198,40 +185,9 @@ func TestMCPStdioMalformedInput(t *testing.T) {
 	require.Equal(t, 1, hook.count())
 }
 
-// mcpE2E is the one install of clients/mcp-e2e (the official TypeScript SDK)
-// shared by the tests of a run.
-var mcpE2E struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
-func mcpE2EDir(t *testing.T) string {
-	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "" {
-				t.Skipf("%s is not installed: skipping the TypeScript MCP SDK test (set CI=1 to make this a failure)", tool)
-			}
-			t.Fatalf("%s is not installed, and CI is set: the TypeScript MCP SDK test must run in CI", tool)
-		}
-	}
-	mcpE2E.once.Do(func() {
-		dir, err := filepath.Abs(filepath.Join("..", "clients", "mcp-e2e"))
-		if err != nil {
-			mcpE2E.err = err
-			return
-		}
-		mcpE2E.dir = dir
-		ctx, cancel := context.WithTimeout(context.Background(), tsSetupTimeout)
-		defer cancel()
-		if out, err := runIn(ctx, dir, "npm", "ci", "--no-audit", "--no-fund"); err != nil {
-			mcpE2E.err = fmt.Errorf("npm ci: %w\n%s", err, out)
-		}
-	})
-	require.NoError(t, mcpE2E.err, "install clients/mcp-e2e")
-	return mcpE2E.dir
-}
+// mcpE2EDir returns the directory of clients/mcp-e2e (the official
+// TypeScript SDK), installed on first use.
+func mcpE2EDir(t *testing.T) string { return mcpE2E.setup(t) }
 
 // The official TypeScript SDK client over streamable HTTP: the call fires,
 // the same call from a new MCP session is a replay, the tools carry their

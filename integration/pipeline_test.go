@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/idemgate/idemgate/internal/natstest"
-	"github.com/nats-io/nats-server/v2/server"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/idemgate/idemgate/internal/natstest"
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"

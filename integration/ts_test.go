@@ -29,51 +29,65 @@ import (
 // tsSetupTimeout bounds npm ci plus the build.
 const tsSetupTimeout = 5 * time.Minute
 
-// tsBuild is the one install and build of clients/ts shared by every test of
-// a run.
-var tsBuild struct {
-	once sync.Once
-	dir  string
-	err  error
+// nodePackage is one install (and build) of a node package of the
+// repository, shared by every test of a run.
+type nodePackage struct {
+	path  string     // relative to the repository root
+	what  string     // what its tests are, for the skip message
+	steps [][]string // run in the package's directory, in order
+	once  sync.Once
+	dir   string
+	err   error
 }
+
+var (
+	tsBuild = &nodePackage{path: "clients/ts", what: "TypeScript client tests", steps: [][]string{
+		{"npm", "ci", "--no-audit", "--no-fund", "--engine-strict"},
+		{"npm", "run", "build"},
+	}}
+	mcpE2E = &nodePackage{path: "clients/mcp-e2e", what: "TypeScript MCP SDK test", steps: [][]string{
+		{"npm", "ci", "--no-audit", "--no-fund"},
+	}}
+)
 
 // tsClient returns the directory of the built TypeScript client, installing
 // and building it on first use. It skips the test when node or npm is
 // missing outside CI.
-func tsClient(t *testing.T) string {
+func tsClient(t *testing.T) string { return tsBuild.setup(t) }
+
+// setup returns the package's directory, installed on first use; it skips
+// the test when node or npm is missing outside CI.
+func (p *nodePackage) setup(t *testing.T) string {
 	t.Helper()
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") == "" {
-				t.Skipf("%s is not installed: skipping the TypeScript client tests (set CI=1 to make this a failure)", tool)
+				t.Skipf("%s is not installed: skipping the %s (set CI=1 to make this a failure)", tool, p.what)
 			}
-			t.Fatalf("%s is not installed, and CI is set: the TypeScript client tests must run in CI", tool)
+			t.Fatalf("%s is not installed, and CI is set: the %s must run in CI", tool, p.what)
 		}
 	}
-	tsBuild.once.Do(func() {
-		dir, err := filepath.Abs(filepath.Join("..", "clients", "ts"))
+	p.once.Do(func() {
+		dir, err := filepath.Abs(filepath.Join("..", p.path))
 		if err != nil {
-			tsBuild.err = err
+			p.err = err
 			return
 		}
-		tsBuild.dir = dir
+		p.dir = dir
 		ctx, cancel := context.WithTimeout(context.Background(), tsSetupTimeout)
 		defer cancel()
-		for _, step := range [][]string{
-			{"npm", "ci", "--no-audit", "--no-fund", "--engine-strict"},
-			{"npm", "run", "build"},
-		} {
+		for _, step := range p.steps {
 			start := time.Now()
 			out, err := runIn(ctx, dir, step...)
 			if err != nil {
-				tsBuild.err = fmt.Errorf("%s: %w\n%s", strings.Join(step, " "), err, out)
+				p.err = fmt.Errorf("%s: %w\n%s", strings.Join(step, " "), err, out)
 				return
 			}
-			t.Logf("clients/ts: %s took %s", strings.Join(step, " "), time.Since(start).Round(time.Millisecond))
+			t.Logf("%s: %s took %s", p.path, strings.Join(step, " "), time.Since(start).Round(time.Millisecond))
 		}
 	})
-	require.NoError(t, tsBuild.err, "install and build clients/ts")
-	return tsBuild.dir
+	require.NoError(t, p.err, "install %s", p.path)
+	return p.dir
 }
 
 // runIn runs a command in dir and returns its combined output.
