@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/natstest"
@@ -38,7 +36,7 @@ func TestForgetClearsTheAnswerCache(t *testing.T) {
 	// Each later intent is published without a Nats-Msg-Id, so that publish
 	// dedup does not hide it: what answers it is the worker's choice.
 	again := func() intent.Result {
-		return publishUndeduped(t, ctx, nc, b.worker.Names(), "create_ticket", `{"title":"Disk full"}`)
+		return sendRaw(t, nc, "create_ticket", `{"title":"Disk full"}`)
 	}
 
 	// The record deleted behind the workers' backs: the cache still answers.
@@ -74,26 +72,4 @@ func uncached(t *testing.T, w *Worker, key string) {
 	t.Helper()
 	require.Eventually(t, func() bool { _, ok := w.answers.get(key); return !ok }, 10*time.Second, 5*time.Millisecond,
 		"the worker drops %s from its answer cache", key)
-}
-
-// publishUndeduped publishes an intent with a reply inbox and no
-// Nats-Msg-Id, and returns its answer.
-func publishUndeduped(t *testing.T, ctx context.Context, nc *nats.Conn, names intent.Names, tool, args string) intent.Result {
-	t.Helper()
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	require.NoError(t, err)
-	defer func() { _ = sub.Unsubscribe() }()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	msg := nats.NewMsg(names.IntentSubject(tool))
-	msg.Data = []byte(`{"tool":"` + tool + `","args":` + args + `}`)
-	msg.Header.Set(intent.HeaderReplyTo, inbox)
-	_, err = js.PublishMsg(ctx, msg)
-	require.NoError(t, err)
-	m, err := sub.NextMsg(20 * time.Second)
-	require.NoError(t, err)
-	var res intent.Result
-	require.NoError(t, json.Unmarshal(m.Data, &res))
-	return res
 }
