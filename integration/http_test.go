@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -722,4 +723,88 @@ func TestHTTPUncertainAndResolve(t *testing.T) {
 	require.JSONEq(t, `{"confirmation":"BANK-77"}`, string(again.answer(t).Result))
 	release()
 	require.Equal(t, 1, hook.count(), "never fired again")
+}
+
+// SIGTERM: the gateway stops accepting connections, lets a call in progress
+// finish with its answer, and exits 0.
+func TestHTTPGatewayDrainsOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	e := newHTTPEnv(t)
+	g := e.gw
+	answered := make(chan response, 1)
+	go func() { answered <- g.call(t, agentA, "slow_job", `{"n":"drain"}`) }()
+	require.Contains(t, e.sink.waitHit(t, 30*time.Second).Body, `"drain"`, "the call is in progress")
+	require.NoError(t, g.proc.cmd.Process.Signal(syscall.SIGTERM))
+	addr := strings.TrimPrefix(g.direct, "http://")
+	require.Eventually(t, func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err != nil
+	}, 10*time.Second, 20*time.Millisecond, "no new connection after SIGTERM")
+	select {
+	case <-g.proc.done:
+		t.Fatal("the gateway exited with a call in progress")
+	default:
+	}
+	e.release()
+	r := <-answered
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.Equal(t, intent.StatusCompleted, r.answer(t).Status)
+	select {
+	case <-g.proc.done:
+		require.NoError(t, g.proc.err, "exit status after a drain")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gateway did not exit after its drain")
+	}
+	require.Contains(t, g.proc.log.String(), "gateway stopped")
+}
+
+// Past --drain-timeout the gateway closes the calls left and exits; a cut
+// call's operation is not lost: it completes, and a retry gets its answer.
+func TestHTTPGatewayDrainTimeout(t *testing.T) {
+	t.Parallel()
+	e := &httpEnv{nats: jetStream(t)}
+	e.sink, e.release = httpSink(t)
+	startWorker(t, "w1", e.nats, httpTools(t, e.sink.URL))
+	g := startGateway(t, e.nats, "--drain-timeout", "1s")
+	require.Equal(t, http.StatusOK, g.call(t, agentA, "echo", `{"n":"before"}`).status)
+	cut := make(chan error, 1)
+	go func() {
+		req, err := http.NewRequest(http.MethodPost, g.direct+"/v1/tools/slow_job", strings.NewReader(`{"n":"cut"}`))
+		if err == nil {
+			req.Header.Set("Authorization", "Bearer "+g.tokens[agentA])
+			var res *http.Response
+			if res, err = http.DefaultClient.Do(req); err == nil {
+				_ = res.Body.Close()
+				err = fmt.Errorf("answered %d", res.StatusCode)
+			}
+		}
+		cut <- err
+	}()
+	for h := e.sink.waitHit(t, 30*time.Second); !strings.Contains(h.Body, `"cut"`); h = e.sink.waitHit(t, 30*time.Second) {
+	}
+	start := time.Now()
+	require.NoError(t, g.proc.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-g.proc.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the gateway did not exit after its drain timeout")
+	}
+	require.GreaterOrEqual(t, time.Since(start), time.Second, "the call had its drain timeout")
+	require.Error(t, <-cut, "the call in progress is closed, not answered")
+
+	e.release()
+	other := startGateway(t, e.nats)
+	again := other.call(t, agentA, "slow_job", `{"n":"cut"}`)
+	require.Equal(t, http.StatusOK, again.status, again.raw)
+	require.Equal(t, intent.StatusCompleted, again.answer(t).Status)
+	fired := 0
+	for _, h := range e.sink.all() {
+		if strings.Contains(h.Body, `"cut"`) {
+			fired++
+		}
+	}
+	require.Equal(t, 1, fired, "fired once for the cut call and its retry")
 }
