@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -201,4 +203,35 @@ func TestMCPProxyUpstreamKilledMidCall(t *testing.T) {
 	require.True(t, opOf(t, again.Meta).Replayed)
 	require.Contains(t, mcpText(again), "not repeated")
 	require.Len(t, fileLines(t, filepath.Join(b.dir, "charges")), 1)
+}
+
+// submit key --tools reads a tools file whose mcp url upstream is private
+// under the same rule as the workers: refused, naming the fix, until
+// --webhook-allow (or the upstream's allow_private) lets it be listed.
+func TestSubmitKeyToolsFileWithPrivateURLUpstream(t *testing.T) {
+	t.Parallel()
+	srv := mcp.NewServer(&mcp.Implementation{Name: "payments", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "charge", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	})
+	up := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(up.Close)
+	tools := writeTools(t, fmt.Sprintf(`mcp_upstreams:
+  payments:
+    url: %s
+    tools:
+      charge: {key_args: [order]}
+`, up.URL))
+	key := func(extra ...string) submitted {
+		args := append([]string{"key", "--tool", "charge", "--args", `{"order":"o-1","note":"x"}`, "--tools", tools, "-q"}, extra...)
+		return runClient(t, exec.Command(bin("submit"), args...))
+	}
+	refused := key()
+	require.NotZero(t, refused.code)
+	require.Contains(t, refused.stderr, "--webhook-allow 127.0.0.1/32")
+	allowed := key("--webhook-allow", "127.0.0.0/8")
+	require.Zero(t, allowed.code, allowed.stderr)
+	other := runClient(t, exec.Command(bin("submit"), "key", "--tool", "charge", "--args", `{"order":"o-1","note":"y"}`, "--tools", tools, "-q", "--webhook-allow", "127.0.0.0/8"))
+	require.Equal(t, strings.TrimSpace(allowed.stdout), strings.TrimSpace(other.stdout), "key_args of the upstream's entry apply")
+	require.Contains(t, key("--webhook-allow", "nonsense").stderr, "--webhook-allow")
 }

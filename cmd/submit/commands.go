@@ -356,7 +356,7 @@ func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) (int, 
 }
 
 func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := newFlagSet("submit key", "submit key --tool T --args JSON [--session S] [--spec JSON | --tools FILE | --default-spec] [-q | -f]", args, stdout, stderr)
+	fs := newFlagSet("submit key", "submit key --tool T --args JSON [--session S] [--spec JSON | --tools FILE [--webhook-allow CIDRS] | --default-spec] [-q | -f]", args, stdout, stderr)
 	var c common
 	var e envelopeFlags
 	c.register(fs)
@@ -365,6 +365,7 @@ func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) (int, 
 	window := fs.Duration("window", 0, "time window of the key, e.g. 168h (instead of the workers' catalogue)")
 	specJSON := fs.String("spec", "", `the tool's key spec as the catalogue gives it, e.g. '{"key_args":["to"],"volatile_args":["body"]}'`)
 	toolsFile := fs.String("tools", "", "read the tool's key spec from this tools file (as the workers' --tools)")
+	hookAllow := fs.String("webhook-allow", "", "with --tools: as the workers' --webhook-allow, the private addresses the file's mcp url upstreams may be listed at, e.g. 127.0.0.0/8")
 	defaultSpec := fs.Bool("default-spec", false, "use the default derivation (all args, no window) without asking the workers")
 	quiet := fs.Bool("q", false, "print only the key")
 	onlyFP := fs.Bool("f", false, "print only the fingerprint")
@@ -375,7 +376,7 @@ func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) (int, 
 	if err != nil {
 		return exitError, err
 	}
-	spec, source, err := keySpecFor(ctx, c, env.Tool, keySpecFlags{keyArgs: *keyArgs, window: *window, spec: *specJSON, tools: *toolsFile, def: *defaultSpec})
+	spec, source, err := keySpecFor(ctx, c, env.Tool, keySpecFlags{keyArgs: *keyArgs, window: *window, spec: *specJSON, tools: *toolsFile, allow: *hookAllow, def: *defaultSpec})
 	if err != nil {
 		return exitError, err
 	}
@@ -406,6 +407,7 @@ type keySpecFlags struct {
 	keyArgs     string
 	window      time.Duration
 	spec, tools string
+	allow       string // with tools: the --webhook-allow CIDRs
 	def         bool
 }
 
@@ -440,7 +442,7 @@ func keySpecFor(ctx context.Context, c common, tool string, f keySpecFlags) (int
 		}
 		return spec, "--spec", nil
 	case f.tools != "":
-		spec, err := toolsFileSpec(f.tools, tool)
+		spec, err := toolsFileSpec(f.tools, f.allow, tool)
 		return spec, "tools file " + f.tools, err
 	}
 	nc, cl, err := c.connect()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -61,8 +63,16 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 
 // toolsFileSpec reads tool's key spec from a tools file, as the workers
 // would (the file is only parsed: no effect is built to fire).
-func toolsFileSpec(path, tool string) (intent.KeySpec, error) {
-	reg, err := effects.LoadFile(path, effects.WithNATSConn(new(nats.Conn)))
+func toolsFileSpec(path, allow, tool string) (intent.KeySpec, error) {
+	var prefixes []netip.Prefix
+	if allow != "" {
+		p, err := effects.ParsePrefixes(strings.Split(allow, ","))
+		if err != nil {
+			return intent.KeySpec{}, fmt.Errorf("--webhook-allow: %w", err)
+		}
+		prefixes = p
+	}
+	reg, err := effects.LoadFile(path, effects.WithNATSConn(new(nats.Conn)), effects.WithAllowPrivate(prefixes...))
 	if err != nil {
 		return intent.KeySpec{}, err
 	}
