@@ -285,10 +285,12 @@ func TestTSWaitsForTheFinalAnswer(t *testing.T) {
 	go func() {
 		final <- tsSubmit(t, dir, url, "--tool", "refund", "--args", args, "--wait", "60s", "--wait-final")
 	}()
+	watched := make(chan submitted, 1)
+	go func() { watched <- tsRun(t, dir, "watch", "--servers", url, parked.res.Key, "--wait", "60s") }()
 	// Its copy is a publish duplicate: it reads the record (awaiting
 	// approval) and watches the key. Approve only once it waits.
-	require.Eventually(t, func() bool { return watches() > before }, 30*time.Second, 20*time.Millisecond,
-		"the TypeScript client watches the ledger key")
+	require.Eventually(t, func() bool { return watches() >= before+2 }, 30*time.Second, 20*time.Millisecond,
+		"the TypeScript client and its watch command watch the ledger key")
 	require.Equal(t, 0, hook.count(), "nothing fires before approval")
 	wrong := tsDecide(t, dir, url, "approve", parked.res.Key, "--fingerprint", strings.Repeat("0", 64), "--by", "ops")
 	require.Equal(t, 5, wrong.code, "an approval for other arguments is rejected: %s %s", wrong.stdout, wrong.stderr)
@@ -302,6 +304,10 @@ func TestTSWaitsForTheFinalAnswer(t *testing.T) {
 	require.Equal(t, intent.StatusCompleted, f.res.Status)
 	require.Equal(t, parked.res.Key, f.res.Key)
 	require.Equal(t, 1, hook.count(), "fired once, on approval")
+	w := <-watched
+	require.Equal(t, 0, w.code, "watch: the final record, completed: %s %s", w.stdout, w.stderr)
+	require.Contains(t, w.stderr, "awaiting_approval; waiting for its final answer")
+	require.Equal(t, intent.StatusCompleted, w.res.Status)
 
 	other := `{"order":"67890","amount":9}`
 	parked = submit(t, url, "--tool", "refund", "--args", other, "--wait", "30s")
@@ -310,6 +316,8 @@ func TestTSWaitsForTheFinalAnswer(t *testing.T) {
 	go func() {
 		goFinal <- submit(t, url, "--tool", "refund", "--args", other, "--wait", "60s", "--wait-final")
 	}()
+	goWatched := make(chan submitted, 1)
+	go func() { goWatched <- tsRun(t, dir, "watch", "--servers", url, parked.res.Key, "--wait", "60s") }()
 	denied := tsDecide(t, dir, url, "deny", parked.res.Key, "--by", "ops", "--reason", "fraud suspected")
 	require.Equal(t, 0, denied.code, "a denial that took effect exits 0: %s %s", denied.stdout, denied.stderr)
 	require.Equal(t, intent.StatusDenied, denied.res.Status)
@@ -317,6 +325,13 @@ func TestTSWaitsForTheFinalAnswer(t *testing.T) {
 	require.Equal(t, intent.StatusDenied, g.res.Status, g.stdout+g.stderr)
 	require.Contains(t, g.res.Error.Message, "fraud suspected")
 	require.Equal(t, 1, hook.count(), "a denied operation never fires")
+	dw := <-goWatched
+	require.Equal(t, 5, dw.code, "watch: denied exits 5: %s %s", dw.stdout, dw.stderr)
+	require.Equal(t, intent.StatusDenied, dw.res.Status)
+	never := tsRun(t, dir, "watch", "--servers", url, "refund."+strings.Repeat("ab", 32), "--wait", "1s")
+	require.Equal(t, 2, never.code, never.stderr)
+	require.Contains(t, never.stderr, "no record yet")
+	require.Contains(t, tsRun(t, dir, "watch", "--servers", url, "not-a-key").stderr, "is not a key")
 
 	bad := tsDecide(t, dir, url, "resolve", parked.res.Key, "--outcome", "maybe")
 	require.Equal(t, 1, bad.code, "a malformed decision is refused before it is sent")

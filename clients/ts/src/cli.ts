@@ -16,8 +16,8 @@ import { isFinal, type Result } from "./answer.js";
 import { DEFAULT_WAIT_MS, IdemClient } from "./client.js";
 import { encodeDecision, type Decision, type DecisionOp } from "./decide.js";
 import { deriveKey, type KeySpec } from "./derive.js";
-import { DEFAULT_MAX_DEPTH, parseEnvelope, type Envelope } from "./envelope.js";
-import { IdemError, NoAnswerError } from "./errors.js";
+import { DEFAULT_MAX_DEPTH, parseEnvelope, validTool, type Envelope } from "./envelope.js";
+import { IdemError, NoAnswerError, NotFoundError } from "./errors.js";
 import { parseStrict } from "./json.js";
 
 /** Exit statuses, as the Go submit command's. */
@@ -73,6 +73,7 @@ Commands:
   key --tool T --args JSON [--spec JSON | --default-spec] [-q]
                                   the key and fingerprint an intent derives (spec from --spec, else the workers' catalogue)
   get KEY                         the ledger record of KEY
+  watch KEY [--wait D]            wait for the final record of KEY (exit 0 completed, 5 failed or denied, 2 none in time)
   tools                           the tools the workers serve, and how each derives its keys
   approve KEY [--fingerprint F] [--by B] [--reason R]
                                   let an operation awaiting approval fire
@@ -152,6 +153,8 @@ export async function main(argv: string[]): Promise<number> {
         return await cmdDLQ(values, positionals);
       case "get":
         return await cmdGet(values, positionals);
+      case "watch":
+        return await cmdWatch(values, positionals);
       case "approve":
       case "deny":
       case "resolve":
@@ -312,6 +315,40 @@ async function cmdGet(v: Values, positionals: string[]): Promise<number> {
   try {
     print(await client.get(key));
     return EXIT.fired;
+  } finally {
+    await client.close();
+  }
+}
+
+/** Reports whether `key` has the form `<tool>.<64 hex digits>`. */
+function validKey(key: string): boolean {
+  const i = key.length - 65;
+  return i >= 1 && key[i] === "." && validTool(key.slice(0, i)) && /^[0-9a-f]{64}$/.test(key.slice(i + 1));
+}
+
+async function cmdWatch(v: Values, positionals: string[]): Promise<number> {
+  const [key, ...extra] = positionals;
+  if (key === undefined || extra.length > 0) {
+    throw new IdemError("usage", "usage: cli.js watch --servers URL KEY [--wait D]");
+  }
+  if (!validKey(key)) {
+    throw new IdemError("usage", `${JSON.stringify(key)} is not a key: a key is <tool>.<64 hex digits>, as submit prints it`);
+  }
+  const wait = v.wait === undefined ? DEFAULT_WAIT_MS : parseWait(v.wait);
+  const client = await IdemClient.connect(servers(v), v.prefix !== undefined ? { prefix: v.prefix } : {});
+  try {
+    try {
+      const rec = await client.get(key);
+      if (!isFinal(rec.status)) {
+        process.stderr.write(`${key} is ${rec.status}; waiting for its final answer\n`);
+      }
+    } catch (err) {
+      if (!(err instanceof NotFoundError)) throw err;
+      process.stderr.write(`${key} has no record yet; waiting for one\n`);
+    }
+    const rec = await client.watchFinal(key, wait);
+    print(rec);
+    return rec.status === "completed" ? EXIT.fired : EXIT.failed;
   } finally {
     await client.close();
   }

@@ -427,11 +427,28 @@ export class IdemClient {
    * @throws {@link NoAnswerError} when none came in time
    */
   async watch(key: string, timeoutMs: number = DEFAULT_WAIT_MS): Promise<LedgerRecord> {
+    return this.watchUntil(key, timeoutMs, (r) => isAnswered(r.status));
+  }
+
+  /**
+   * Waits until the ledger record of `key` is final (see {@link isFinal}) —
+   * past `awaiting_approval` and `uncertain` — and returns it.
+   *
+   * @param key - the key
+   * @param timeoutMs - how long to wait. Default: {@link DEFAULT_WAIT_MS}
+   * @returns the record
+   * @throws {@link NoAnswerError} when none came in time
+   */
+  async watchFinal(key: string, timeoutMs: number = DEFAULT_WAIT_MS): Promise<LedgerRecord> {
+    return this.watchUntil(key, timeoutMs, (r) => isFinal(r.status));
+  }
+
+  private async watchUntil(key: string, timeoutMs: number, accept: (rec: LedgerRecord) => boolean): Promise<LedgerRecord> {
     const kv = await this.bucket();
     const w = await kv.watch({ key });
     const timer = setTimeout(() => w.stop(), timeoutMs);
     try {
-      const rec = await firstAnswer(w, (r) => isAnswered(r.status));
+      const rec = await firstAnswer(w, accept);
       if (rec === undefined) {
         throw new NoAnswerError(key, `no answer for ${key} within ${timeoutMs} ms`);
       }
