@@ -25,7 +25,7 @@ func TestLedgerSizeShort(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c := ledgerSizeConfig{Server: server, Keys: 2000, Step: 1000, Concurrency: 32, Samples: 50, Partitions: 1,
+	c := ledgerSizeConfig{Server: server, Keys: 2000, Step: 1000, Concurrency: 32, Samples: 50, Partitions: 2, KeyHex: 64,
 		ResultBytes: 48, TTL: time.Hour, StoreDir: t.TempDir()}
 	require.NoError(t, c.validate())
 	var buf bytes.Buffer
