@@ -43,12 +43,8 @@ func runPartitioned(t *testing.T, partitions int) (map[string]answerSummary, str
 		startWorker(t, fmt.Sprintf("w%d", i+1), url, tools, "--ledger-partitions", fmt.Sprint(partitions), "--concurrency", "32")
 	}
 	nc := connect(t, url)
-	type sent struct {
-		key  string
-		wait func(time.Duration) intent.Result
-	}
 	var mu sync.Mutex
-	var all []sent
+	var all []func(time.Duration) intent.Result
 	var wg sync.WaitGroup
 	for i := range partitionOps {
 		data := fmt.Sprintf(`{"tool":"send_email","args":{"to":"user%d@example.com","subject":"partitions"}}`, i)
@@ -59,15 +55,15 @@ func runPartitioned(t *testing.T, partitions int) (map[string]answerSummary, str
 			wg.Go(func() {
 				w := publishRaw(t, nc, "idem.intents.send_email", []byte(data))
 				mu.Lock()
-				all = append(all, sent{wait: w})
+				all = append(all, w)
 				mu.Unlock()
 			})
 		}
 	}
 	wg.Wait()
 	got := map[string]answerSummary{}
-	for _, s := range all {
-		res := s.wait(60 * time.Second)
+	for _, wait := range all {
+		res := wait(60 * time.Second)
 		a := got[res.Key]
 		a.copies++
 		if !res.Replayed {
