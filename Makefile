@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test test-short lint fuzz clean bench bench-short chaos
+.PHONY: all build run test test-short lint fuzz clean bench bench-short bench-ledger-size chaos
 
 all: build
 
@@ -84,3 +84,14 @@ bench:
 # measurements); TestBenchShort runs the same under make test.
 bench-short:
 	$(GO) run ./cmd/bench -short
+
+# The ledger's cost per key (docs/operations.md, sizing): fill a ledger on a
+# nats-server process to LEDGER_KEYS keys, LEDGER_STEP at a time, printing
+# create rate, server heap/RSS/disk per key and read latency at each step.
+# LEDGERFLAGS adds flags, e.g. LEDGERFLAGS='-partitions 4'.
+LEDGER_KEYS ?= 4000000
+LEDGER_STEP ?= 1000000
+LEDGERFLAGS ?=
+bench-ledger-size:
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+	$(GO) run ./cmd/bench ledger-size -nats-server $(BIN)/nats-server -keys $(LEDGER_KEYS) -step $(LEDGER_STEP) $(LEDGERFLAGS)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemgate/idemgate/pkg/dedup"
 )
 
 // record notes an injected fault.
@@ -148,17 +150,36 @@ func (r *chaosRun) waitPublished(ctx context.Context, share float64) bool {
 }
 
 // victims picks n nodes to kill: the one leading the intent stream first
-// (the second node when that is unknown), then the ones after it.
+// (with --partitions, the one leading the most ledger partitions; the
+// second node when that is unknown), then the ones after it.
 func (r *chaosRun) victims(ctx context.Context, n int) []*natsNode {
 	lead := min(1, len(r.nodes)-1)
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if s, err := r.js.Stream(ictx, r.loader.cl.Names().Stream); err == nil && s.CachedInfo().Cluster != nil {
-		for i, node := range r.nodes {
-			if node.name == s.CachedInfo().Cluster.Leader {
-				lead = i
+	led := make([]int, len(r.nodes))
+	streams := []string{r.loader.cl.Names().Stream}
+	if r.cfg.partitions > 1 {
+		streams = streams[:0]
+		for p := range r.cfg.partitions {
+			streams = append(streams, "KV_"+dedup.PartitionBucket(r.loader.cl.Names().Bucket, p))
+		}
+	}
+	for _, name := range streams {
+		if s, err := r.js.Stream(ictx, name); err == nil && s.CachedInfo().Cluster != nil {
+			for i, node := range r.nodes {
+				if node.name == s.CachedInfo().Cluster.Leader {
+					led[i]++
+				}
 			}
 		}
+	}
+	for i := range led {
+		if led[i] > 0 && led[i] > led[lead] {
+			lead = i
+		}
+	}
+	if r.cfg.partitions > 1 {
+		r.logf("ledger partition leaders per node: %v; killing %s", led, r.nodes[lead].name)
 	}
 	out := make([]*natsNode, 0, n)
 	for i := range min(n, len(r.nodes)) {

@@ -34,6 +34,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/worker"
 	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // config is the run's configuration, from flags.
@@ -43,6 +44,7 @@ type config struct {
 	workers      int
 	concurrency  int
 	ledgerBatch  int
+	partitions   int
 	cluster      bool
 	natsServer   string
 	binDir       string
@@ -128,6 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.workers, "workers", 3, "worker processes")
 	fs.IntVar(&c.concurrency, "concurrency", 64, "intents each worker handles at once")
 	fs.IntVar(&c.ledgerBatch, "ledger-batch", worker.DefaultLedgerBatch, "the workers' --ledger-batch (0: every ledger write on its own)")
+	fs.IntVar(&c.partitions, "partitions", 1, "the workers' --ledger-partitions; with --cluster the node killed mid-load is the one leading the most partitions")
 	fs.BoolVar(&c.cluster, "cluster", false, "three clustered JetStream nodes, stream and ledger at R3; one node is killed mid-load instead of the single node")
 	fs.StringVar(&c.natsServer, "nats-server", "", "nats-server binary (default: built from the pinned module into the work directory)")
 	fs.StringVar(&c.binDir, "bin-dir", "", "directory of the worker and sink binaries (default: this binary's directory)")
@@ -170,6 +173,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	check(c.agents >= 1, "--agents %d: use at least 1", c.agents)
 	check(c.workers >= 1, "--workers %d: use at least 1", c.workers)
 	check(c.concurrency >= 1, "--concurrency %d: use at least 1", c.concurrency)
+	check(intent.ValidPartitions(c.partitions), "--partitions %d: use a power of two from 1 to %d", c.partitions, intent.MaxPartitions)
 	check(c.ledgerBatch >= 0 && c.ledgerBatch <= dedup.MaxBatch, "--ledger-batch %d: use 0 (off) to %d", c.ledgerBatch, dedup.MaxBatch)
 	check(c.singleShare >= 0 && c.singleShare < 1, "--single-share %v: use [0, 1)", c.singleShare)
 	check(c.failRate >= 0 && c.failRate < 0.5, "--fail-rate %v: use [0, 0.5)", c.failRate)

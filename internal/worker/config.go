@@ -87,6 +87,13 @@ type Config struct {
 	// 24h (DefaultLedgerTTL).
 	LedgerTTL time.Duration
 
+	// LedgerPartitions is the ledger's partition count, a power of two fixed
+	// when the ledger is created (dedup.EnsurePartitions): every worker of an
+	// installation must agree, and one started with another count than the
+	// ledger records refuses to start. Default: 0, the recorded count (1 for
+	// a new ledger).
+	LedgerPartitions int
+
 	// RetryDelay is the first delay before an intent whose effect failed
 	// transiently is delivered again; it doubles with each delivery up to
 	// MaxRetryDelay. Default: 1s (DefaultRetryDelay).
@@ -233,6 +240,9 @@ func (c *Config) validate() error {
 		if p == "" || strings.HasPrefix(p, "$") || strings.ContainsAny(p, "*> \t") {
 			errs = append(errs, fmt.Errorf("reply prefix %q: use a literal subject prefix such as _INBOX. (no wildcards, not a $-subject)", p))
 		}
+	}
+	if c.LedgerPartitions != 0 && !intent.ValidPartitions(c.LedgerPartitions) {
+		errs = append(errs, fmt.Errorf("ledger partitions %d: use a power of two from 1 to %d, or 0 for the ledger's recorded count", c.LedgerPartitions, intent.MaxPartitions))
 	}
 	if c.LedgerBatch < NoLedgerBatch || c.LedgerBatch > dedup.MaxBatch {
 		errs = append(errs, fmt.Errorf("ledger batch %d: use 1-%d, or %d (off)", c.LedgerBatch, dedup.MaxBatch, NoLedgerBatch))

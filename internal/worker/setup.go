@@ -59,7 +59,8 @@ type resources struct {
 	stream   jetstream.Stream
 	dlq      jetstream.Stream
 	consumer jetstream.Consumer
-	kv       jetstream.KeyValue
+	kv       jetstream.KeyValue   // the ledger's partition 0
+	kvs      []jetstream.KeyValue // every partition's bucket, in partition order
 }
 
 // setup creates or updates the intent stream, the shared durable consumer and
@@ -105,15 +106,16 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", names.Consumer, err)
 	}
-	kv, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{
-		Bucket:   names.Bucket,
-		Replicas: cfg.Replicas,
-		TTL:      cfg.LedgerTTL,
+	kvs, err := dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{
+		Bucket:     names.Bucket,
+		Partitions: cfg.LedgerPartitions,
+		Replicas:   cfg.Replicas,
+		TTL:        cfg.LedgerTTL,
 		// Atomic batches need the stream's consent; once given it stays.
 		AtomicPublish: cfg.LedgerBatch != NoLedgerBatch,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &resources{names: names, js: js, stream: stream, dlq: dlq, consumer: consumer, kv: kv}, nil
+	return &resources{names: names, js: js, stream: stream, dlq: dlq, consumer: consumer, kv: kvs[0], kvs: kvs}, nil
 }

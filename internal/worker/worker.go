@@ -81,9 +81,21 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if cfg.LedgerBatch != NoLedgerBatch {
 		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch}))
 	}
-	ledger, err := dedup.New(js, res.kv, lopts...)
+	ledger, err := dedup.NewPartitioned(js, res.kvs, lopts...)
 	if err != nil {
 		return nil, fmt.Errorf("worker: ledger: %w", err)
+	}
+	if ledger.Partitions() > 1 && cfg.Replicas > 1 {
+		// One leader per partition, on different nodes where there are
+		// enough: otherwise a cluster's ledger writes all go to one node.
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		moved, err := ledger.SpreadLeaders(sctx)
+		cancel()
+		if err != nil {
+			log.Warn("spreading the ledger's partition leaders", zap.Error(err))
+		} else if moved > 0 {
+			log.Info("moved ledger partition leaders to spread them over the cluster", zap.Int("moved", moved))
+		}
 	}
 	stats := ledger.BatchStats
 	cfg.Metrics.batchStats.Store(&stats)

@@ -414,12 +414,9 @@ func (c *Client) reader(ctx context.Context) (*dedup.Reader, error) {
 	if c.ledger != nil {
 		return c.ledger, nil
 	}
-	kv, err := c.js.KeyValue(ctx, c.names.Bucket)
-	if err != nil {
+	var err error
+	if c.ledger, err = dedup.OpenReader(ctx, c.js, c.names.Bucket); err != nil {
 		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
-	}
-	if c.ledger, err = dedup.NewReader(c.js, kv); err != nil {
-		return nil, fmt.Errorf("client: %w", err)
 	}
 	return c.ledger, nil
 }

@@ -105,12 +105,9 @@ func (c *Client) writer(ctx context.Context) (*dedup.Ledger, error) {
 	if c.forgetter != nil {
 		return c.forgetter, nil
 	}
-	kv, err := c.js.KeyValue(ctx, c.names.Bucket)
-	if err != nil {
+	var err error
+	if c.forgetter, err = dedup.Bind(ctx, c.js, c.names.Bucket); err != nil {
 		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
-	}
-	if c.forgetter, err = dedup.New(c.js, kv); err != nil {
-		return nil, fmt.Errorf("client: %w", err)
 	}
 	return c.forgetter, nil
 }

@@ -76,7 +76,7 @@ var concurrencySuite = []struct {
 			req.Key = key("deleted", i)
 			_, err = other.Claim(b.ctx, req)
 			require.NoError(t, err)
-			require.NoError(t, b.kv.Delete(b.ctx, req.Key))
+			require.NoError(t, b.kvFor(req.Key).Delete(b.ctx, req.Key))
 
 			req.Key = key("conflict", i)
 			req.Fingerprint = "fp-other"

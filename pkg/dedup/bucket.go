@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,6 +43,13 @@ type BucketConfig struct {
 	// caps a stream left unlimited at 1000 consumers, too few for a busy
 	// ledger. Default: DefaultMaxConsumers.
 	MaxConsumers int
+	// Partitions is the ledger's partition count, a power of two fixed when
+	// the ledger is created (see EnsurePartitions); EnsureBucket makes one
+	// bucket and ignores it. Default: 0, the count recorded on an existing
+	// ledger, 1 for a new one.
+	Partitions int
+
+	metadata map[string]string // stream metadata EnsurePartitions records
 }
 
 // expiryMarkerTTL is how long the delete marker of an expired record stays.
@@ -79,6 +87,9 @@ func (c BucketConfig) validate() error {
 	if c.MaxConsumers < 1 {
 		return fmt.Errorf("%w: max consumers %d: set a positive limit, or 0 for the default %d", ErrInvalid, c.MaxConsumers, DefaultMaxConsumers)
 	}
+	if err := validPartitionsConfig(c.Partitions); err != nil {
+		return err
+	}
 	if c.Storage != jetstream.FileStorage && c.Storage != jetstream.MemoryStorage {
 		return fmt.Errorf("%w: storage %d: use jetstream.FileStorage (default) or jetstream.MemoryStorage", ErrInvalid, c.Storage)
 	}
@@ -109,15 +120,23 @@ func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig)
 	}
 	// Updating the bucket rewrites its stream's configuration: keep atomic
 	// publish on if it was.
+	// The partition records (idemgate.* metadata) stay too.
 	stream := "KV_" + cfg.Bucket
-	if !cfg.AtomicPublish {
-		s, err := js.Stream(ctx, stream)
-		switch {
-		case err == nil:
-			cfg.AtomicPublish = s.CachedInfo().Config.AllowAtomicPublish
-		case !errors.Is(err, jetstream.ErrStreamNotFound):
-			return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
+	var metadata map[string]string
+	s, err := js.Stream(ctx, stream)
+	switch {
+	case err == nil:
+		cfg.AtomicPublish = cfg.AtomicPublish || s.CachedInfo().Config.AllowAtomicPublish
+		for k, v := range s.CachedInfo().Config.Metadata {
+			if strings.HasPrefix(k, "idemgate.") {
+				metadata = setMeta(metadata, k, v)
+			}
 		}
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
+	}
+	for k, v := range cfg.metadata {
+		metadata = setMeta(metadata, k, v)
 	}
 	// No age limit on the bucket: final records expire by their own TTL
 	// (LimitMarkerTTL allows per-message TTLs; an expired record leaves a
@@ -129,11 +148,12 @@ func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig)
 		Storage:        cfg.Storage,
 		Replicas:       cfg.Replicas,
 		LimitMarkerTTL: expiryMarkerTTL,
+		Metadata:       metadata,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
 	}
-	s, err := js.Stream(ctx, stream)
+	s, err = js.Stream(ctx, stream)
 	if err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
 	}
@@ -145,4 +165,13 @@ func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig)
 		}
 	}
 	return kv, nil
+}
+
+// setMeta sets m[k] = v, making m when nil.
+func setMeta(m map[string]string, k, v string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[k] = v
+	return m
 }

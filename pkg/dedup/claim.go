@@ -128,6 +128,9 @@ type ClaimResult struct {
 // ErrInvalid for a bad request, ErrContended if the record kept changing
 // underneath it, or the underlying JetStream error.
 func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	if p := l.at(req.Key); p != l {
+		return p.Claim(ctx, req)
+	}
 	if err := req.validate(); err != nil {
 		return ClaimResult{}, err
 	}

@@ -103,6 +103,9 @@ func (l *Ledger) Resolve(ctx context.Context, key string, succeeded bool, result
 // the leader) when the record moved underneath. change reports whether it
 // changed the record; false returns the record as read.
 func (l *Ledger) decide(ctx context.Context, op, key string, change func(*Record, time.Time) (bool, error)) (Record, uint64, error) {
+	if p := l.at(key); p != l {
+		return p.decide(ctx, op, key, change)
+	}
 	for range maxDecideRounds {
 		rec, rev, err := l.Get(ctx, key)
 		if err != nil {

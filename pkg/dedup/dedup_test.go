@@ -45,6 +45,8 @@ type mode struct {
 	atomic  bool // the bucket allows atomic publish
 	opts    []dedup.Option
 	batched bool
+	// partitions is the ledger's partition count; 0 for one bucket.
+	partitions int
 }
 
 var modes = []mode{
@@ -52,6 +54,10 @@ var modes = []mode{
 	// Min 1: even a lone write goes out as an atomic batch, so that every
 	// suite test runs the batch protocol.
 	{name: "Batched", bucket: "LEDGER_BATCH", atomic: true, batched: true,
+		opts: []dedup.Option{dedup.WithBatching(dedup.BatchConfig{Min: 1})}},
+	// Four partitions, each with its own group commit: every operation
+	// must reach its key's partition.
+	{name: "Partitioned", bucket: "LEDGER_PARTS", atomic: true, batched: true, partitions: 4,
 		opts: []dedup.Option{dedup.WithBatching(dedup.BatchConfig{Min: 1})}},
 }
 
@@ -92,8 +98,9 @@ func newEnv(t *testing.T, servers []*server.Server, replicas int, m mode) *env {
 	js := jetStream(t, servers[0].ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: m.bucket, Replicas: replicas, AtomicPublish: m.atomic})
+	kvs, err := dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: m.bucket, Replicas: replicas, AtomicPublish: m.atomic, Partitions: m.partitions})
 	require.NoError(t, err)
+	require.Len(t, kvs, max(1, m.partitions))
 	return &env{servers: servers, mode: m}
 }
 
@@ -106,8 +113,9 @@ type testBundle struct {
 	ledgers []*dedup.Ledger
 	// ledger is ledgers[0].
 	ledger *dedup.Ledger
-	// kv is the bucket itself, for what an operator (or the TTL) does to it.
-	kv jetstream.KeyValue
+	// kvFor is the bucket holding a key (its partition's), for what an
+	// operator (or the TTL) does to it.
+	kvFor func(key string) jetstream.KeyValue
 	// at returns a ledger (on its own connection) whose clock is offset by d,
 	// to judge leases as if d had passed.
 	at func(d time.Duration, opts ...dedup.Option) *dedup.Ledger
@@ -126,10 +134,9 @@ func (e *env) setup(t *testing.T) *testBundle {
 	t.Cleanup(cancel)
 	openPlain := func(i int, opts ...dedup.Option) *dedup.Ledger {
 		js := jetStream(t, e.servers[i%len(e.servers)].ClientURL())
-		kv, err := js.KeyValue(ctx, e.mode.bucket)
+		l, err := dedup.Bind(ctx, js, e.mode.bucket, opts...)
 		require.NoError(t, err)
-		l, err := dedup.New(js, kv, opts...)
-		require.NoError(t, err)
+		require.Equal(t, max(1, e.mode.partitions), l.Partitions())
 		t.Cleanup(l.Close)
 		return l
 	}
@@ -141,9 +148,12 @@ func (e *env) setup(t *testing.T) *testBundle {
 		b.ledgers = append(b.ledgers, open(i))
 	}
 	b.ledger = b.ledgers[0]
-	kv, err := jetStream(t, e.servers[0].ClientURL()).KeyValue(ctx, e.mode.bucket)
-	require.NoError(t, err)
-	b.kv = kv
+	opjs := jetStream(t, e.servers[0].ClientURL())
+	b.kvFor = func(key string) jetstream.KeyValue {
+		kv, err := opjs.KeyValue(ctx, dedup.PartitionBucket(e.mode.bucket, intent.Partition(key, max(1, e.mode.partitions))))
+		require.NoError(t, err)
+		return kv
+	}
 	n := 0
 	b.at = func(d time.Duration, opts ...dedup.Option) *dedup.Ledger {
 		n++
@@ -341,7 +351,7 @@ var suite = []struct {
 	}},
 	{"DeletedKeyIsAcquiredAfresh", func(t *testing.T, b *testBundle) {
 		b.acquire(t, "w1")
-		require.NoError(t, b.kv.Delete(b.ctx, b.key))
+		require.NoError(t, b.kvFor(b.key).Delete(b.ctx, b.key))
 		res, err := b.ledgers[1].Claim(b.ctx, b.req("w2"))
 		require.NoError(t, err)
 		require.Equal(t, dedup.Acquired, res.Outcome)
@@ -515,7 +525,7 @@ var suite = []struct {
 	{"WaitReturnsDeleted", func(t *testing.T, b *testBundle) {
 		b.acquire(t, "w1")
 		ch := b.waitAsync(b.ctx, b.ledgers[1])
-		require.NoError(t, b.kv.Delete(b.ctx, b.key))
+		require.NoError(t, b.kvFor(b.key).Delete(b.ctx, b.key))
 		r := receive(t, ch)
 		require.ErrorIs(t, r.err, dedup.ErrReleased)
 

@@ -5,5 +5,11 @@ import "context"
 // Transition exposes the raw compare-and-set of a record to the package's
 // external tests.
 func (l *Ledger) Transition(ctx context.Context, key string, rev uint64, rec Record) (uint64, error) {
-	return l.transition(ctx, key, rev, rec)
+	return l.at(key).transition(ctx, key, rev, rec)
+}
+
+// StepDown asks partition i's stream leader to hand over to server.
+func StepDown(ctx context.Context, l *Ledger, i int, server string) error {
+	p := l.partitions()[i]
+	return p.stepDown(ctx, p.kv.Bucket(), server)
 }

@@ -28,6 +28,9 @@ var ErrInFlight = errors.New("dedup: operation in flight")
 // Workers may still answer the key from their answer caches; a front door
 // also tells them to forget it (intent.Names.ForgetSubject).
 func (l *Ledger) Forget(ctx context.Context, key string) (Record, error) {
+	if p := l.at(key); p != l {
+		return p.Forget(ctx, key)
+	}
 	for round := range maxDecideRounds {
 		rec, rev, err := l.Get(ctx, key)
 		if err != nil {

@@ -41,6 +41,8 @@ type Ledger struct {
 
 	batchCfg *BatchConfig // set by WithBatching
 	batch    *batcher     // nil: every write goes out on its own
+
+	parts []*Ledger // a partitioned ledger's partitions, parts[0] being this one; nil for one bucket
 }
 
 // Option adjusts a Ledger built by New or Open.
@@ -125,8 +127,8 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, opts ...Option) (*Ledger
 	return l, nil
 }
 
-// Open ensures the bucket described by cfg (see EnsureBucket) and returns a
-// Ledger over it. With WithBatching among opts, the bucket is made to allow
+// Open ensures the buckets of the ledger described by cfg (see
+// EnsurePartitions) and returns a Ledger over them. With WithBatching among opts, the bucket is made to allow
 // atomic publish (BucketConfig.AtomicPublish).
 func Open(ctx context.Context, js jetstream.JetStream, cfg BucketConfig, opts ...Option) (*Ledger, error) {
 	var probe Ledger
@@ -136,11 +138,11 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg BucketConfig, opts ..
 	if probe.batchCfg != nil {
 		cfg.AtomicPublish = true
 	}
-	kv, err := EnsureBucket(ctx, js, cfg)
+	kvs, err := EnsurePartitions(ctx, js, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return New(js, kv, append([]Option{WithRetention(cfg.withDefaults().TTL)}, opts...)...)
+	return NewPartitioned(js, kvs, append([]Option{WithRetention(cfg.withDefaults().TTL)}, opts...)...)
 }
 
 // Close stops a batching ledger's group commit (see WithBatching): it sends
@@ -149,6 +151,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg BucketConfig, opts ..
 // safe to call more than once, and does nothing for a ledger without
 // batching.
 func (l *Ledger) Close() {
+	for _, p := range l.parts[min(1, len(l.parts)):] {
+		p.Close()
+	}
 	if l.batch != nil {
 		l.batch.close()
 	}
@@ -157,6 +162,9 @@ func (l *Ledger) Close() {
 // BatchStats reports what the ledger's group commit did since New; all zero
 // without batching.
 func (l *Ledger) BatchStats() BatchStats {
+	if len(l.parts) > 1 {
+		return sumStats(l.parts)
+	}
 	if l.batch == nil {
 		return BatchStats{}
 	}
@@ -223,13 +231,17 @@ func (l *Ledger) ttlFor(s intent.Status) time.Duration {
 	return 0
 }
 
-// Bucket returns the name of the ledger's KV bucket.
+// Bucket returns the name of the ledger's KV bucket: its partition 0's when
+// it has several (see Buckets).
 func (l *Ledger) Bucket() string { return l.kv.Bucket() }
 
 // Get reads key's record and revision from the bucket's stream leader, so it
 // sees every acknowledged write. It returns an error matching ErrNotFound when
 // the key has no record (or only a delete marker).
 func (l *Ledger) Get(ctx context.Context, key string) (Record, uint64, error) {
+	if p := l.at(key); p != l {
+		return p.Get(ctx, key)
+	}
 	e, err := l.read(ctx, key)
 	if err != nil {
 		return Record{}, 0, fmt.Errorf("get %s: %w", key, err)

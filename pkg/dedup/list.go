@@ -179,13 +179,27 @@ type Page struct {
 // other than Tool are applied as records arrive, so a selective filter reads
 // every record after the cursor until the page fills (bound it with
 // MaxScan). It returns an error matching ErrInvalid for a bad query.
+//
+// A partitioned ledger is listed one partition after the other; its cursor
+// carries the partition in its top byte (a one-partition cursor is the
+// stream sequence).
 func (l *Ledger) List(ctx context.Context, q Query) (Page, error) {
+	if len(l.parts) > 1 {
+		return l.listPartitions(ctx, q)
+	}
 	if err := q.check(); err != nil {
 		return Page{}, err
 	}
+	page, _, err := l.listOne(ctx, q)
+	return page, err
+}
+
+// listOne is List over one bucket, for a checked q; it also returns how many
+// messages it read.
+func (l *Ledger) listOne(ctx context.Context, q Query) (Page, int, error) {
 	js, err := l.jetStream()
 	if err != nil {
-		return Page{}, fmt.Errorf("list: %w", err)
+		return Page{}, 0, fmt.Errorf("list: %w", err)
 	}
 	filter := l.keyPrefix + ">"
 	if q.Tool != "" {
@@ -203,7 +217,7 @@ func (l *Ledger) List(ctx context.Context, q Query) (Page, error) {
 		Replicas:          1,
 	})
 	if err != nil {
-		return Page{}, fmt.Errorf("list: consumer on %s: %w", stream, err)
+		return Page{}, 0, fmt.Errorf("list: consumer on %s: %w", stream, err)
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
@@ -235,16 +249,16 @@ func (l *Ledger) List(ctx context.Context, q Query) (Page, error) {
 		scanned += got
 		switch {
 		case err != nil && !errors.Is(err, nats.ErrNoResponders):
-			return Page{}, fmt.Errorf("list: %w", err)
+			return Page{}, 0, fmt.Errorf("list: %w", err)
 		case got == 0:
 			// A pull the server drops (a user without permission to publish
 			// on $JS.API.CONSUMER.MSG.NEXT) looks like an empty ledger: say so.
-			return Page{}, fmt.Errorf("list: the consumer on %s has records pending (%d) and delivered none: is $JS.API.CONSUMER.MSG.NEXT.%s.* allowed to this user?",
+			return Page{}, 0, fmt.Errorf("list: the consumer on %s has records pending (%d) and delivered none: is $JS.API.CONSUMER.MSG.NEXT.%s.* allowed to this user?",
 				stream, pending, stream)
 		}
 		pending = last
 	}
-	return page, nil
+	return page, scanned, nil
 }
 
 // listBatch reads up to n messages, adds the records q keeps to page and

@@ -50,6 +50,9 @@ func (r *Reader) WaitFor(ctx context.Context, key string, accept func(Record) bo
 // every path. Unlike Wait, it never returns a record accept refused: it is
 // for callers waiting for an answer, not for claimants.
 func (l *Ledger) WaitFor(ctx context.Context, key string, accept func(Record) bool) (Record, uint64, error) {
+	if p := l.at(key); p != l {
+		return p.WaitFor(ctx, key, accept)
+	}
 	w, err := l.kv.Watch(ctx, key)
 	if err != nil {
 		return Record{}, 0, fmt.Errorf("wait for %s: %w", key, err)

@@ -21,6 +21,9 @@ func (r Listed) Untimed() bool { return r.Status.Final() && r.ttl == 0 }
 // record written since keeps that write, and Retain returns nil. A record
 // that is not untimed is left alone.
 func (l *Ledger) Retain(ctx context.Context, r Listed) error {
+	if p := l.at(r.Key); p != l {
+		return p.Retain(ctx, r)
+	}
 	if !r.Untimed() {
 		return nil
 	}

@@ -32,6 +32,9 @@ var errWatchClosed = errors.New("watch closed")
 //
 // The watch is stopped on every path.
 func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
+	if p := l.at(key); p != l {
+		return p.Wait(ctx, key)
+	}
 	w, err := l.kv.Watch(ctx, key)
 	if err != nil {
 		return Record{}, 0, fmt.Errorf("wait %s: %w", key, err)
@@ -123,6 +126,9 @@ func (l *Ledger) liveAfter(ctx context.Context, key string, rev uint64) (bool, e
 // second); a read that fails ends the wait with an error — the grace proved
 // nothing, and the caller should try again later.
 func (l *Ledger) WaitChange(ctx context.Context, key string, rev uint64) (bool, error) {
+	if p := l.at(key); p != l {
+		return p.WaitChange(ctx, key, rev)
+	}
 	probe := time.Second
 	if d, ok := ctx.Deadline(); ok {
 		probe = max(time.Until(d)/8, 10*time.Millisecond)

@@ -35,6 +35,20 @@ type vector struct {
 	Material string     `json:"material"`
 	Key      string     `json:"key"`
 	Finger   string     `json:"fingerprint"`
+	// Partition is the key's ledger partition (Partition) in ledgers of 2,
+	// 8, 64 and 256 partitions.
+	Partition vectorPartitions `json:"partition"`
+}
+
+type vectorPartitions struct {
+	Of2   int `json:"2"`
+	Of8   int `json:"8"`
+	Of64  int `json:"64"`
+	Of256 int `json:"256"`
+}
+
+func partitionsOf(key string) vectorPartitions {
+	return vectorPartitions{Of2: Partition(key, 2), Of8: Partition(key, 8), Of64: Partition(key, 64), Of256: Partition(key, 256)}
 }
 
 type vectorSpec struct {
@@ -132,6 +146,7 @@ func derived(t *testing.T, v vector) vector {
 	id, err := Derive(env, v.Spec.keySpec(), msgTime)
 	require.NoError(t, err, v.Name)
 	v.Material, v.Key, v.Finger = string(material), id.Key, id.Fingerprint
+	v.Partition = partitionsOf(id.Key)
 	return v
 }
 
@@ -183,6 +198,7 @@ func TestVectors(t *testing.T) {
 			require.Equal(t, v.Material, got.Material, "material")
 			require.Equal(t, v.Key, got.Key, "key")
 			require.Equal(t, v.Finger, got.Finger, "fingerprint")
+			require.Equal(t, v.Partition, got.Partition, "partition")
 		})
 		byName[v.Name] = v
 	}

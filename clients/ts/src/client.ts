@@ -25,6 +25,7 @@ import { encodeDecision, type Decision, type DecisionOp } from "./decide.js";
 import { deriveKey, type KeySpec } from "./derive.js";
 import { checkEnvelope, encodeEnvelope, type Envelope } from "./envelope.js";
 import { IdemError, NoAnswerError, NotFoundError } from "./errors.js";
+import { partition, partitionBucket, PARTITIONS_METADATA, validPartitions } from "./partition.js";
 import type { JsonValue } from "./json.js";
 
 /** The default installation prefix: subjects `idem.…`, bucket `IDEM_LEDGER`. */
@@ -178,7 +179,7 @@ export class IdemClient {
   readonly #noLedger = new Set<string>();
   /** Each tool's lease from the catalogue, in ms. */
   readonly #leases = new Map<string, number>();
-  #kv: Promise<KV> | undefined;
+  #kv: Promise<KV[]> | undefined;
 
   /**
    * Returns a client on an open connection, which the caller keeps and closes.
@@ -405,7 +406,7 @@ export class IdemClient {
    * @throws {@link NotFoundError} when there is none
    */
   async get(key: string): Promise<LedgerRecord> {
-    const kv = await this.bucket();
+    const kv = await this.bucket(key);
     const e = await kv.get(key);
     if (e === null || e.operation !== "PUT") {
       throw new NotFoundError(key);
@@ -444,7 +445,7 @@ export class IdemClient {
   }
 
   private async watchUntil(key: string, timeoutMs: number, accept: (rec: LedgerRecord) => boolean): Promise<LedgerRecord> {
-    const kv = await this.bucket();
+    const kv = await this.bucket(key);
     const w = await kv.watch({ key });
     const timer = setTimeout(() => w.stop(), timeoutMs);
     try {
@@ -530,17 +531,37 @@ export class IdemClient {
   }
 
   /**
-   * The ledger bucket, opened once. It reads from the stream leader
-   * (`allow_direct: false`).
+   * The ledger bucket holding `key`: its partition's (docs/protocol.md,
+   * 6.1), partition 0's without a key. The partitions are opened once, as
+   * many as partition 0's stream metadata records. They read from the stream
+   * leader (`allow_direct: false`).
    *
+   * @param key - the key whose bucket to return. Default: partition 0's
    * @returns the bucket
    */
-  bucket(): Promise<KV> {
-    this.#kv ??= new Kvm(this.#js).open(this.names.bucket, { allow_direct: false }).catch((err: unknown) => {
+  async bucket(key?: string): Promise<KV> {
+    this.#kv ??= this.#openPartitions().catch((err: unknown) => {
       this.#kv = undefined;
       throw new IdemError("no_ledger", `ledger bucket ${this.names.bucket}: ${String(err)}`, { cause: err });
     });
-    return this.#kv;
+    const kvs = await this.#kv;
+    const kv = kvs[key === undefined ? 0 : partition(key, kvs.length)];
+    if (kv === undefined) {
+      throw new IdemError("no_ledger", `ledger bucket ${this.names.bucket}: no partition for ${String(key)}`);
+    }
+    return kv;
+  }
+
+  async #openPartitions(): Promise<KV[]> {
+    const jsm = await jetstreamManager(this.nc);
+    const info = await jsm.streams.info(`KV_${this.names.bucket}`);
+    const recorded = info.config.metadata?.[PARTITIONS_METADATA];
+    const n = recorded === undefined ? 1 : Number(recorded);
+    if (!validPartitions(n)) {
+      throw new IdemError("no_ledger", `ledger ${this.names.bucket}: stream metadata ${PARTITIONS_METADATA}=${String(recorded)} is not a partition count`);
+    }
+    const kvm = new Kvm(this.#js);
+    return Promise.all(Array.from({ length: n }, (_, i) => kvm.open(partitionBucket(this.names.bucket, i), { allow_direct: false })));
   }
 }
 
@@ -769,7 +790,7 @@ export class Submission {
         }
         watching = true;
         try {
-          const kv = await this.#client.bucket();
+          const kv = await this.#client.bucket(this.key);
           const w = await kv.watch({ key: this.key });
           if (settled) {
             w.stop();

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { deriveKey, IdemError, parseEnvelope, type KeySpec } from "../index.js";
+import { deriveKey, IdemError, parseEnvelope, partition, type KeySpec } from "../index.js";
 
 /** The package's copy, made by scripts/copy-vectors.mjs at build. */
 const TESTDATA = new URL("../testdata/", import.meta.url);
@@ -25,6 +25,7 @@ interface Vector {
   material: string;
   key: string;
   fingerprint: string;
+  partition: Record<string, number>;
 }
 
 interface Invalid {
@@ -65,6 +66,10 @@ for (const v of vectors) {
     assert.equal(id.material, v.material, "material");
     assert.equal(id.key, v.key, "key");
     assert.equal(id.fingerprint, v.fingerprint, "fingerprint");
+    assert.ok(Object.keys(v.partition).length > 0, "partition vectors");
+    for (const [n, p] of Object.entries(v.partition)) {
+      assert.equal(partition(id.key, Number(n)), p, `partition of ${n}`);
+    }
   });
 }
 

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestLedgerSizeShort fills a ledger on a nats-server process to a few
+// thousand keys in two steps and checks each row has positive per-key
+// figures. It asserts no size: the scenario prints figures.
+func TestLedgerSizeShort(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds nats-server")
+	}
+	server := filepath.Join(t.TempDir(), "nats-server")
+	build := exec.Command("go", "build", "-o", server, "github.com/nats-io/nats-server/v2")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c := ledgerSizeConfig{Server: server, Keys: 2000, Step: 1000, Concurrency: 32, Samples: 50, Partitions: 2, KeyHex: 64,
+		ResultBytes: 48, TTL: time.Hour, StoreDir: t.TempDir()}
+	require.NoError(t, c.validate())
+	var buf bytes.Buffer
+	rows, err := runLedgerSize(ctx, c, &buf)
+	t.Log("\n" + buf.String())
+	require.NoError(t, err)
+	require.Len(t, rows, 2)
+	for _, r := range rows {
+		for _, f := range []float64{r.rate, r.heapKey, r.rssKey, r.diskKey, r.getP99.Seconds(), r.dupP99.Seconds()} {
+			require.Truef(t, finitePositive(f), "row at %d keys: figure %v", r.keys, f)
+		}
+	}
+	require.Equal(t, 2000, rows[1].keys)
+}
