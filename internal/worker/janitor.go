@@ -63,6 +63,9 @@ func (w *Worker) scanRound(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Leaders gather on the nodes that stayed up when one restarts: spread
+	// them again each round.
+	spreadLeaders(ctx, w.ledger, w.log)
 	counts := map[[2]string]int{}
 	oldest := map[string]time.Duration{}
 	now := time.Now()
@@ -106,6 +109,23 @@ func (w *Worker) scanRound(ctx context.Context) error {
 		w.log.Info("final records written without a TTL were given theirs", zap.Int("records", retained))
 	}
 	return nil
+}
+
+// spreadLeaders moves the leaders of a replicated, partitioned ledger so
+// that each node leads its share: otherwise a cluster's ledger writes may
+// all go to one node.
+func spreadLeaders(ctx context.Context, ledger *dedup.Ledger, log *zap.Logger) {
+	if ledger.Partitions() < 2 {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	moved, err := ledger.SpreadLeaders(sctx)
+	if err != nil {
+		log.Warn("spreading the ledger's partition leaders", zap.Error(err))
+	} else if moved > 0 {
+		log.Info("moved ledger partition leaders to spread them over the cluster", zap.Int("moved", moved))
+	}
 }
 
 // unresolvedState is the state the scan counts rec under; "" for a final

@@ -83,3 +83,63 @@ func otherWorker(t *testing.T, b testBundle) *Worker {
 var noopEffect = effects.EffectFunc(func(context.Context, effects.Call) (effects.Outcome, error) {
 	return effects.Outcome{Result: json.RawMessage(`1`), Invocations: 1}, nil
 })
+
+// The scan round spreads a replicated, partitioned ledger's leaders again:
+// after a node restart they gather on the nodes that stayed up, and without
+// this they would stay there until a worker restarts.
+func TestLedgerScanSpreadsPartitionLeaders(t *testing.T) {
+	t.Parallel()
+	servers := natstest.RunCluster(t, 3)
+	reg, err := effects.NewRegistry(&effects.Tool{Name: "refund", Effect: noopEffect})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nc := natstest.Connect(t, servers[0].ClientURL())
+	w, err := New(ctx, nc, reg, zaptest.NewLogger(t),
+		Config{Holder: "w1", Replicas: 3, LedgerPartitions: 8, LedgerScan: NoLedgerScan, AnswerCache: NoAnswerCache})
+	require.NoError(t, err)
+
+	// Every leader on one node, as after the other two restarted.
+	first := servers[0].Name()
+	buckets := w.ledger.Buckets()
+	require.Len(t, buckets, 8)
+	require.Eventually(t, func() bool {
+		// Each try bounded: an API request may go unanswered during an
+		// election.
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		leaders, err := w.ledger.Leaders(ctx)
+		if err != nil {
+			return false
+		}
+		all := true
+		for i, ld := range leaders {
+			if ld != first {
+				all = false
+				req := []byte(`{"placement":{"preferred":"` + first + `"}}`)
+				_, _ = nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN.KV_"+buckets[i], req)
+			}
+		}
+		return all
+	}, time.Minute, 200*time.Millisecond, "every leader on %s", first)
+
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		_ = w.res.kv.Purge(ctx, scanKey) // a round of its own each time
+		if err := w.scanRound(ctx); err != nil {
+			t.Logf("scan: %v", err)
+			return false
+		}
+		leaders, err := w.ledger.Leaders(ctx)
+		if err != nil {
+			return false
+		}
+		load := map[string]int{}
+		for _, ld := range leaders {
+			load[ld]++
+		}
+		t.Logf("leaders %v", load)
+		return len(load) == 3 && load[first] <= 3
+	}, time.Minute, 500*time.Millisecond, "the scan spreads the leaders over the three nodes")
+}

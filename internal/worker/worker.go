@@ -85,18 +85,7 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("worker: ledger: %w", err)
 	}
-	if ledger.Partitions() > 1 && cfg.Replicas > 1 {
-		// One leader per partition, on different nodes where there are
-		// enough: otherwise a cluster's ledger writes all go to one node.
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		moved, err := ledger.SpreadLeaders(sctx)
-		cancel()
-		if err != nil {
-			log.Warn("spreading the ledger's partition leaders", zap.Error(err))
-		} else if moved > 0 {
-			log.Info("moved ledger partition leaders to spread them over the cluster", zap.Int("moved", moved))
-		}
-	}
+	spreadLeaders(ctx, ledger, log)
 	stats := ledger.BatchStats
 	cfg.Metrics.batchStats.Store(&stats)
 	w := &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, m: cfg.Metrics, ready: make(chan struct{}), beats: newHeartbeats(),

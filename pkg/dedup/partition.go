@@ -265,8 +265,9 @@ func (l *Ledger) streamInfos(ctx context.Context) ([]*jetstream.StreamInfo, erro
 // partition, with a leader step-down naming that server as preferred. It
 // returns how many step-downs it asked for; the elections finish after it
 // returns (see Leaders). On a single server, or with one partition, it does
-// nothing. Every worker calls it at start; running it again (after a node
-// came back and leaders gathered on the others) is harmless.
+// nothing. Running it again (after a node came back and leaders gathered
+// on the others) is harmless: the worker calls it at start and on every
+// ledger scan.
 func (l *Ledger) SpreadLeaders(ctx context.Context) (int, error) {
 	ps := l.partitions()
 	if len(ps) < 2 {
