@@ -86,6 +86,11 @@ type ClaimRequest struct {
 	// another revision, or one not yet confirmed, is reported Busy, with
 	// Record.LeaseExpired true). Ignored without the option.
 	Confirmed uint64
+	// ReadFirst makes the claim read the key's record before it writes: one
+	// round trip instead of two (a refused create, then the read) when the
+	// key most likely has a record already — an intent delivered again, a
+	// duplicate — and one more when it has none. The outcome is the same.
+	ReadFirst bool
 }
 
 func (r ClaimRequest) validate() error {
@@ -134,8 +139,8 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	if req.Lease == 0 {
 		req.Lease = DefaultLease
 	}
-	for range maxClaimRounds {
-		res, again, err := l.claimRound(ctx, req)
+	for round := range maxClaimRounds {
+		res, again, err := l.claimRound(ctx, req, req.ReadFirst || round > 0)
 		if err != nil {
 			return ClaimResult{}, fmt.Errorf("claim %s: %w", req.Key, err)
 		}
@@ -147,8 +152,10 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 }
 
 // claimRound makes one attempt; again reports that the record changed
-// underneath it and the claim should start over.
-func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest) (res ClaimResult, again bool, err error) {
+// underneath it and the claim should start over. readFirst reads the key
+// before writing (see ClaimRequest.ReadFirst), as every round after the
+// first does: the key had a record a moment ago.
+func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest, readFirst bool) (res ClaimResult, again bool, err error) {
 	now := l.clock()
 	rec := Record{
 		Status:      intent.StatusPending,
@@ -163,24 +170,30 @@ func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest) (res ClaimRes
 		CreatedAt:   now,
 		UpdatedAt:   now,
 	}
-	data, err := rec.marshal()
-	if err != nil {
-		return ClaimResult{}, false, err
-	}
-	rev, err := l.create(ctx, req.Key, data)
-	switch {
-	case err == nil:
-		return l.held(Acquired, req.Key, rev, rec), false, nil
-	case !errors.Is(err, jetstream.ErrKeyExists):
-		if got, ok := l.settle(ctx, req.Key, 0, data, settleTimeout); ok {
-			return l.held(Acquired, req.Key, got, rec), false, nil
+	var e entry
+	if readFirst {
+		if e, err = l.read(ctx, req.Key); err != nil {
+			return ClaimResult{}, false, err
 		}
-		return ClaimResult{}, false, err
 	}
-
-	e, err := l.read(ctx, req.Key)
-	if err != nil {
-		return ClaimResult{}, false, err
+	if e.rev == 0 {
+		data, err := rec.marshal()
+		if err != nil {
+			return ClaimResult{}, false, err
+		}
+		rev, err := l.create(ctx, req.Key, data)
+		switch {
+		case err == nil:
+			return l.held(Acquired, req.Key, rev, rec), false, nil
+		case !errors.Is(err, jetstream.ErrKeyExists):
+			if got, ok := l.settle(ctx, req.Key, 0, data, settleTimeout); ok {
+				return l.held(Acquired, req.Key, got, rec), false, nil
+			}
+			return ClaimResult{}, false, err
+		}
+		if e, err = l.read(ctx, req.Key); err != nil {
+			return ClaimResult{}, false, err
+		}
 	}
 	if !e.live() {
 		if e.rev == 0 {

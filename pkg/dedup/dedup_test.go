@@ -347,6 +347,36 @@ var suite = []struct {
 		require.Equal(t, dedup.Acquired, res.Outcome)
 		require.Equal(t, 1, res.Record.Attempt)
 	}},
+	{"ReadFirstSameOutcomes", func(t *testing.T, b *testBundle) {
+		readFirst := func(holder, fp string) dedup.ClaimRequest {
+			r := b.req(holder)
+			r.Fingerprint, r.ReadFirst = fp, true
+			return r
+		}
+		// No record yet: read, then create.
+		res, err := b.ledger.Claim(b.ctx, readFirst("w1", "fp-1"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Acquired, res.Outcome)
+		res2, err := b.ledgers[1].Claim(b.ctx, readFirst("w2", "fp-1"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Busy, res2.Outcome)
+		require.Equal(t, res.Revision, res2.Revision)
+		_, err = res.Lease.Complete(b.ctx, json.RawMessage(`{"ok":true}`), 1)
+		require.NoError(t, err)
+		res, err = b.ledgers[2].Claim(b.ctx, readFirst("w3", "fp-1"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Done, res.Outcome)
+		require.JSONEq(t, `{"ok":true}`, string(res.Record.Result))
+		res, err = b.ledgers[1].Claim(b.ctx, readFirst("w3", "fp-2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Conflict, res.Outcome)
+		// Over a delete marker: a fresh record, by compare-and-set.
+		require.NoError(t, b.kv.Delete(b.ctx, b.key))
+		res, err = b.ledger.Claim(b.ctx, readFirst("w4", "fp-1"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Acquired, res.Outcome)
+		require.Equal(t, 1, res.Record.Attempt)
+	}},
 	{"ExpiredLeaseOneTakerWins", func(t *testing.T, b *testBundle) {
 		old := b.acquire(t, "w0")
 		const n = 10
