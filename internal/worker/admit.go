@@ -35,6 +35,9 @@ type job struct {
 	free func()
 	// answered reports that the job's caller was answered.
 	answered bool
+	// stages are the times the job reached each stage, taken only when
+	// Config.OnStages is set.
+	stages Stages
 }
 
 // lastDelivery reports whether the consumer will not deliver this intent again.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
@@ -22,6 +23,13 @@ func (w *Worker) answer(j *job, res intent.Result) {
 		w.m.endToEnd.WithLabelValues(w.m.tool(res.Tool)).Observe(since(j.meta.Timestamp))
 	}
 	w.reply(j.ctx, j.msg.Subject(), j.replyTo, res)
+	if w.cfg.OnStages != nil {
+		j.stages.Key, j.stages.Answered = res.Key, time.Now()
+		if j.meta != nil {
+			j.stages.Stored = j.meta.Timestamp
+		}
+		w.cfg.OnStages(j.stages)
+	}
 }
 
 // reply publishes res on replyTo, the reply subject of an intent published

@@ -24,10 +24,13 @@ func (w *Worker) claim(stop, work context.Context, j *job) verdict {
 		IntentSeq:   j.seq,
 		CallID:      j.env.CallID,
 		Session:     j.env.Session,
+		// Delivered before: the key most likely has a record already.
+		ReadFirst: j.meta.NumDelivered > 1,
 	}
 	if rec, ok := w.answers.get(req.Key); ok {
 		// A final record this worker wrote or read a moment ago: no need
 		// to ask the ledger again.
+		w.mark(&j.stages.Claimed)
 		w.m.cacheHits.WithLabelValues(j.env.Tool).Inc()
 		return w.replay(j, rec)
 	}
@@ -44,6 +47,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) verdict {
 			return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")
 		}
 		outage.over()
+		w.mark(&j.stages.Claimed)
 		switch c.Outcome {
 		case dedup.Acquired, dedup.TookOver:
 			v, again := w.actOnLease(stop, work, j, c)

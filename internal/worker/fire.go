@@ -100,6 +100,7 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		Trace:   traceHeaders(ectx),
 	})
 	w.m.effectTime.WithLabelValues(j.env.Tool).Observe(time.Since(claimed).Seconds())
+	w.mark(&j.stages.Fired)
 	attempts := lease.Record().Attempts + out.Invocations
 
 	var rec dedup.Record
@@ -122,6 +123,7 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		return nak(w.retryDelay(j.meta.NumDelivered), "effect failed transiently")
 	}
 
+	w.mark(&j.stages.Recorded)
 	switch {
 	case err == nil:
 		w.m.claimToDone.WithLabelValues(j.env.Tool).Observe(time.Since(claimed).Seconds())

@@ -79,7 +79,10 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	}
 	lopts := []dedup.Option{dedup.WithConfirmedTakeover(), dedup.WithRetention(cfg.LedgerTTL)}
 	if cfg.LedgerBatch != NoLedgerBatch {
-		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch}))
+		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch, InFlight: cfg.LedgerBatchInFlight}))
+	}
+	if res.persistMismatch {
+		log.Warn(migrateHint(res))
 	}
 	ledger, err := dedup.New(js, res.kv, lopts...)
 	if err != nil {
@@ -146,7 +149,8 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 
 	w.log.Info("worker consuming", zap.String("stream", w.res.names.Stream),
 		zap.String("consumer", w.res.names.Consumer), zap.String("holder", w.cfg.Holder),
-		zap.Int("concurrency", w.cfg.Concurrency), zap.Int("ledger_batch", w.cfg.LedgerBatch), zap.Strings("tools", w.tools.Names()))
+		zap.Int("concurrency", w.cfg.Concurrency), zap.Int("ledger_batch", w.cfg.LedgerBatch), zap.Stringer("intents_persist", w.res.persist),
+		zap.Strings("tools", w.tools.Names()))
 
 	// Ready means served: the server has the catalogue's and the
 	// advisories' subscriptions before anyone is told.
@@ -229,6 +233,7 @@ func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg, free func
 		return
 	}
 	j := &job{ctx: work, msg: msg, meta: meta, replyTo: msg.Headers().Get(intent.HeaderReplyTo), seq: meta.Sequence.Stream, free: free}
+	w.mark(&j.stages.Delivered)
 	defer func() {
 		if r := recover(); r != nil {
 			w.log.Error("panic handling intent", zap.String("subject", msg.Subject()), zap.Any("panic", r), zap.Stack("stack"))
