@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test test-short lint fuzz clean bench bench-short chaos
+.PHONY: all build run test test-short lint fuzz clean bench bench-short bench-postgres chaos
 
 all: build
 
@@ -84,3 +84,9 @@ bench:
 # measurements); TestBenchShort runs the same under make test.
 bench-short:
 	$(GO) run ./cmd/bench -short
+
+# A Postgres ledger table (claim by INSERT ... ON CONFLICT DO NOTHING, complete
+# by UPDATE) with fsync on and off, on a throwaway cluster: the yardstick of
+# the durable rows (docs/performance.md). Needs PostgreSQL's server binaries.
+bench-postgres:
+	deployments/bench/pgledger.sh
