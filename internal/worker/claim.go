@@ -120,6 +120,7 @@ func (w *Worker) replay(j *job, rec dedup.Record) verdict {
 func (w *Worker) confirmAbandoned(stop context.Context, j *job, rev uint64) (bool, error) {
 	ctx, cancel := context.WithTimeout(stop, j.tool.Lease)
 	defer cancel()
+	j.detach()
 	halt := w.beats.hold(ctx, j.msg, w.cfg.AckWait/3)
 	defer halt()
 	changed, err := w.ledger.WaitChange(ctx, j.id.Key, rev)
@@ -136,6 +137,7 @@ func (w *Worker) await(stop context.Context, j *job, until time.Time) (dedup.Rec
 		ctx, cancel = context.WithDeadline(stop, until)
 	}
 	defer cancel()
+	j.detach()
 	halt := w.beats.hold(ctx, j.msg, w.cfg.AckWait/3)
 	defer halt()
 	rec, _, err := w.ledger.Wait(ctx, j.id.Key)
@@ -166,6 +168,7 @@ func (o *ledgerOutage) wait(err error) bool {
 		return false
 	}
 	if o.halt == nil {
+		o.j.detach()
 		o.since, o.pause = time.Now(), 100*time.Millisecond
 		o.halt = o.w.beats.hold(o.stop, o.j.msg, o.w.cfg.AckWait/3)
 		o.w.log.Warn("ledger unreachable; holding the intent until it is back", zap.String("key", o.j.id.Key), zap.Error(err))
