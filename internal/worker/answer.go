@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"time"
 
@@ -46,7 +45,7 @@ func (w *Worker) reply(ctx context.Context, subject, replyTo string, res intent.
 		w.m.badReplies.Inc()
 		return
 	}
-	data, err := json.Marshal(res)
+	data, err := res.AppendJSON(make([]byte, 0, 256+len(res.Result)))
 	if err != nil {
 		w.log.Error("encode answer", zap.Error(err))
 		return
