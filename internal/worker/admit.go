@@ -75,10 +75,11 @@ func (w *Worker) admit(stop, work context.Context, j *job) verdict {
 	subjectTool := w.res.names.ToolFromSubject(j.msg.Subject())
 	w.m.received.WithLabelValues(w.m.tool(subjectTool)).Inc()
 
-	env, err := intent.Decode(j.msg.Data(), w.cfg.Limits)
+	decoded, err := intent.DecodeEnvelope(j.msg.Data(), w.cfg.Limits)
 	if err != nil {
 		return w.reject(j, subjectTool, intent.Code(err), err)
 	}
+	env := decoded.Envelope
 	j.env = env
 	if err := env.CheckSubject(subjectTool); err != nil {
 		return w.reject(j, env.Tool, intent.Code(err), err)
@@ -96,7 +97,7 @@ func (w *Worker) admit(stop, work context.Context, j *job) verdict {
 			return w.reject(j, env.Tool, intent.CodeInvalidIntent, err)
 		}
 	}
-	j.id, err = intent.Derive(env, tool.KeySpec, intentTime(j.msg.Headers(), j.meta.Timestamp))
+	j.id, err = decoded.Derive(tool.KeySpec, intentTime(j.msg.Headers(), j.meta.Timestamp))
 	if err != nil {
 		return w.reject(j, env.Tool, intent.Code(err), err)
 	}
