@@ -58,13 +58,13 @@ func (w *Worker) actOnLease(stop, work context.Context, j *job, c dedup.ClaimRes
 	return ack(), false
 }
 
-// fire runs the effect under the lease, records its outcome by CAS on the
-// lease's revision, answers and settles the intent — on a goroutine of its
-// own, to which the handler hands the intent (it returns at once): a running
-// effect then holds only its own stack, not the handler's, grown by the
-// decoding and the claim (10 000 effects in flight cost 16 KiB of stack each
-// on the handlers'). The returned verdict is not to be settled: the
-// effect's goroutine settles.
+// fire runs the effect under the lease on a goroutine of its own, to which
+// the handler hands the intent (it returns at once): a running effect then
+// holds only its own stack, not the handler's, grown by the decoding and the
+// claim (10 000 effects in flight cost 16 KiB of stack each on the
+// handlers'). Once the effect returns, a handler goroutine (warm: its stack
+// grown already) records the outcome by CAS on the lease's revision,
+// answers and settles. The returned verdict is not to be settled.
 func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) verdict {
 	ectx, cancel := context.WithCancel(work)
 	period := min(j.tool.Lease, w.cfg.AckWait) / 3
@@ -83,29 +83,62 @@ func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) ve
 		cancel()
 	})
 	j.handedOff, j.run = true, nil
-	go w.runEffect(stop, work, ectx, cancel, halt, j, lease)
+	f := &firing{stop: stop, work: work, ectx: ectx, cancel: cancel, halt: halt, j: j, lease: lease}
+	go w.runEffect(f)
 	return verdict{}
 }
 
-// runEffect is the effect's goroutine (see fire): the effect, then its
-// outcome recorded, answered and settled. A panicking effect gives the key
-// back, so that the redelivery need not wait out the lease.
-func (w *Worker) runEffect(stop, work, ectx context.Context, cancel context.CancelFunc, halt func(), j *job, lease *dedup.Lease) {
-	v := nak(w.cfg.RetryDelay, "panic")
-	defer func() {
-		if r := recover(); r != nil {
-			cancel()
-			_ = lease.Release(work, lease.Record().Attempts)
-			w.log.Error("panic handling intent", zap.String("subject", j.msg.Subject()), zap.Any("panic", r), zap.Stack("stack"))
-			v = nak(w.cfg.RetryDelay, "panic")
-		}
-		halt()
-		cancel()
-		w.finish(j, v)
-	}()
-	claimed := time.Now()
-	out, ferr := w.invoke(ectx, j, lease)
-	v = w.conclude(stop, work, j, lease, claimed, out, ferr)
+// firing is one effect handed off by its handler (see fire).
+type firing struct {
+	stop, work, ectx context.Context
+	cancel           context.CancelFunc
+	halt             func()
+	j                *job
+	lease            *dedup.Lease
+	claimed          time.Time
+	out              effects.Outcome
+	err              error
+}
+
+// runEffect is the effect's goroutine: it fires the effect and hands what
+// it returned to a handler goroutine (conclude), or concludes itself before
+// the worker runs one.
+func (w *Worker) runEffect(f *firing) {
+	defer w.recoverFiring(f)
+	f.claimed = time.Now()
+	f.out, f.err = w.invoke(f.ectx, f.j, f.lease)
+	if w.pool == nil {
+		w.concludeFiring(f)
+		return
+	}
+	w.pool.runNext(func(r *poolRun) {
+		defer w.recoverFiring(f)
+		f.j.run = r
+		w.concludeFiring(f)
+	})
+}
+
+// concludeFiring records, answers and settles f.
+func (w *Worker) concludeFiring(f *firing) {
+	v := w.conclude(f.stop, f.work, f.j, f.lease, f.claimed, f.out, f.err)
+	f.halt()
+	f.cancel()
+	w.finish(f.j, v)
+}
+
+// recoverFiring is a firing's recovery from a panic (the effect's, or its
+// recording's): the key is given back, so that the redelivery need not wait
+// out the lease, and the intent is nak'd.
+func (w *Worker) recoverFiring(f *firing) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	f.cancel()
+	_ = f.lease.Release(f.work, f.lease.Record().Attempts)
+	w.log.Error("panic handling intent", zap.String("subject", f.j.msg.Subject()), zap.Any("panic", r), zap.Stack("stack"))
+	f.halt()
+	w.finish(f.j, nak(w.cfg.RetryDelay, "panic"))
 }
 
 // invoke fires j's effect. It is all that is on the effect goroutine's stack

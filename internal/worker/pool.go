@@ -66,8 +66,15 @@ func newHandlerPool(max int, idleFor time.Duration) *handlerPool {
 }
 
 // run runs task on an idle goroutine of the pool, or a new one while the
-// pool has fewer than max, or else as soon as one is free.
-func (p *handlerPool) run(task func(*poolRun)) {
+// pool has fewer than max, or else as soon as one is free, after the tasks
+// queued before it.
+func (p *handlerPool) run(task func(*poolRun)) { p.submit(task, false) }
+
+// runNext is run, ahead of the tasks queued: what finishes an intent goes
+// before what starts one.
+func (p *handlerPool) runNext(task func(*poolRun)) { p.submit(task, true) }
+
+func (p *handlerPool) submit(task func(*poolRun), first bool) {
 	p.mu.Lock()
 	switch n := len(p.idle); {
 	case n > 0:
@@ -81,6 +88,11 @@ func (p *handlerPool) run(task func(*poolRun)) {
 		p.running.Add(1)
 		p.mu.Unlock()
 		go p.work(task)
+	case first:
+		p.queue = append(p.queue, nil)
+		copy(p.queue[1:], p.queue)
+		p.queue[0] = task
+		p.mu.Unlock()
 	default:
 		p.queue = append(p.queue, task)
 		p.mu.Unlock()

@@ -54,7 +54,9 @@ type Worker struct {
 	// queued counts the intents waiting for a capped tool that gave their
 	// handler's slot back (see toolSlot); at most MaxAckPending.
 	queued chan struct{}
-	ready  chan struct{}
+	// pool runs the handlers while Run consumes (nil before).
+	pool  *handlerPool
+	ready chan struct{}
 }
 
 // New checks cfg, creates (or updates) the stream, consumer and ledger bucket,
@@ -182,6 +184,7 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 	sem := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
 	pool := newHandlerPool(min(w.cfg.Concurrency, maxHandlers), handlerIdle)
+	w.pool = pool
 	stopReaping := make(chan struct{})
 	go pool.reapEvery(handlerIdle, stopReaping)
 	defer func() { close(stopReaping); pool.close() }()
