@@ -72,7 +72,7 @@ func (b *bench) runBaseline(ctx context.Context, e *env, name string, n, infligh
 	for i := range b.cfg.Workers {
 		// Each handler's consumer, deliveries and acks are on its own
 		// connection, as a worker's are.
-		cnc, err := e.connectWorker(fmt.Sprintf("bench-base-%d", i+1), b.cfg.WorkerTCP)
+		cnc, err := e.connectWorker(fmt.Sprintf("bench-base-%d", i+1), !b.cfg.WorkerInProcess)
 		if err != nil {
 			stopAll()
 			return 0, err

@@ -25,7 +25,7 @@ type config struct {
 	Workers         int           // worker instances, each on its own connection
 	Payload         int           // bytes of an intent's args
 	TCP             bool          // connect over TCP loopback instead of in-process
-	WorkerTCP       bool          // the workers' connections over TCP loopback, whatever TCP says
+	WorkerInProcess bool          // the workers' (and the baseline handlers') connections in-process; by default over TCP loopback, as the embedded worker
 	Cluster         bool          // an in-process 3-node cluster, R3 stream and bucket
 	Sync            string        // sync policy of every scenario but durable
 	LedgerBatch     int           // the workers' ledger batch in every scenario but durable (0: off; -1: as the worker's embedded default)

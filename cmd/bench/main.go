@@ -46,7 +46,7 @@ func mainErr(args []string) error {
 	fs.DurationVar(&cfg.DurableFor, "durable-duration", 10*time.Second, "durable: how long each row's measured run lasts, at least (sized by a first run)")
 	fs.IntVar(&cfg.DurableWarmup, "durable-warmup", 2000, "durable: intents of each row's unmeasured first run")
 	fs.Float64Var(&cfg.PGRate, "pg-rate", 0, "durable: the rate of a Postgres ledger table with fsync on measured beside (deployments/bench/pgledger.sh), for the durable target")
-	fs.BoolVar(&cfg.WorkerTCP, "worker-tcp", false, "the workers' own connections over TCP loopback (the publisher's as -tcp says)")
+	fs.BoolVar(&cfg.WorkerInProcess, "worker-inprocess", false, "the workers' own connections (and the baseline handlers') in-process instead of over TCP loopback, which the embedded worker uses")
 	fs.IntVar(&cfg.Inflight, "inflight", 1024, "unanswered intents the publisher keeps in flight (closed loop)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 256, "intents each worker (and each baseline consumer) handles at once; the worker's default")
 	fs.IntVar(&cfg.Workers, "workers", 1, "worker instances in this process, each on its own connection (baseline: as many consumers)")

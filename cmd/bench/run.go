@@ -47,7 +47,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (*bench, error) {
 	if cfg.TCP {
 		mode = "TCP loopback"
 	}
-	if cfg.WorkerTCP && !cfg.TCP {
+	if !cfg.WorkerInProcess && !cfg.TCP {
 		mode += " (workers over TCP loopback)"
 	}
 	topo := "1 server, R1"

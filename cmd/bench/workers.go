@@ -234,7 +234,7 @@ func (b *bench) startWorkers(ctx context.Context, e *env, o workerOpts) (*worker
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	g.cancel = cancel
 	for i := range b.cfg.Workers {
-		nc, err := e.connectWorker(fmt.Sprintf("bench-worker-%d", i+1), b.cfg.WorkerTCP)
+		nc, err := e.connectWorker(fmt.Sprintf("bench-worker-%d", i+1), !b.cfg.WorkerInProcess)
 		if err != nil {
 			_ = g.stop()
 			return nil, err
