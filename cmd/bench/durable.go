@@ -77,7 +77,16 @@ func (m durableMode) String() string {
 // closed-loop for at least DurableFor, and the defaults' mode open-loop at
 // half its closed-loop rate. Each closed-loop row is sized by an unmeasured
 // first run of DurableWarmup intents.
-func (b *bench) durable(ctx context.Context) error {
+func (b *bench) durable(parent context.Context) error {
+	// Each row is bounded by -timeout on its own.
+	var ctx context.Context
+	var cancel context.CancelFunc = func() {}
+	row := func() context.Context {
+		cancel()
+		ctx, cancel = context.WithTimeout(parent, b.cfg.Timeout)
+		return ctx
+	}
+	defer func() { cancel() }()
 	def := defaultMode(b.cfg.Cluster)
 	fmt.Fprintf(b.out, "durable: the worker's defaults select %s (%s)\n", def.name, def)
 	for _, inflight := range b.cfg.DurableInflight {
@@ -92,24 +101,24 @@ func (b *bench) durable(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			_, err = b.runBaseline(ctx, e, fmt.Sprintf("%s@%d", base.name, inflight), b.cfg.DurableWarmup, inflight, base.persist, b.cfg.DurableFor)
+			_, err = b.runBaseline(row(), e, fmt.Sprintf("%s@%d", base.name, inflight), b.cfg.DurableWarmup, inflight, base.persist, b.cfg.DurableFor)
 			e.close()
 			if err != nil {
 				return fmt.Errorf("%s at %d in flight: %w", base.name, inflight, err)
 			}
 		}
-		if err := b.ledgerAlone(ctx, inflight); err != nil {
+		if err := b.ledgerAlone(row(), inflight); err != nil {
 			return fmt.Errorf("ledger-always at %d in flight: %w", inflight, err)
 		}
 		for _, m := range durableModes {
 			if b.cfg.Cluster && !m.cluster {
 				continue
 			}
-			if err := b.durableRun(ctx, m, inflight, false); err != nil {
+			if err := b.durableRun(row(), m, inflight, false); err != nil {
 				return fmt.Errorf("%s at %d in flight: %w", m.name, inflight, err)
 			}
 		}
-		if err := b.durableRun(ctx, def, inflight, true); err != nil {
+		if err := b.durableRun(row(), def, inflight, true); err != nil {
 			return fmt.Errorf("%s at half load: %w", def.name, err)
 		}
 	}

@@ -79,7 +79,13 @@ func run(ctx context.Context, cfg config, out io.Writer) (*bench, error) {
 		}
 	}
 	for _, s := range plan {
-		sctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+		var sctx context.Context
+		var cancel context.CancelFunc
+		if s.name == "durable" {
+			sctx, cancel = context.WithCancel(ctx) // its rows are bounded one by one
+		} else {
+			sctx, cancel = context.WithTimeout(ctx, cfg.Timeout)
+		}
 		err := s.fn(sctx)
 		cancel()
 		if err != nil {
