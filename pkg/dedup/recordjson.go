@@ -26,6 +26,9 @@ func (r Record) appendJSON(b []byte) ([]byte, error) {
 	if r.Tool != "" {
 		b = intent.AppendJSONString(member(b, "tool"), r.Tool)
 	}
+	if r.Session != "" {
+		b = intent.AppendJSONString(member(b, "session"), r.Session)
+	}
 	b = intent.AppendJSONString(member(b, "fingerprint"), r.Fingerprint)
 	if r.Holder != "" {
 		b = intent.AppendJSONString(member(b, "holder"), r.Holder)

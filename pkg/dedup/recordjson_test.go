@@ -3,6 +3,7 @@ package dedup
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func TestRecordEncodingIsEncodingJSONs(t *testing.T) {
 	pick := func(n int) int { return rng.IntN(n) }
 	for i := range 2000 {
 		r := Record{
-			Status: intent.Status(strs[pick(len(strs))]), Tool: strs[pick(len(strs))], Fingerprint: strs[pick(len(strs))],
+			Status: intent.Status(strs[pick(len(strs))]), Tool: strs[pick(len(strs))], Session: strs[pick(len(strs))], Fingerprint: strs[pick(len(strs))],
 			Holder: strs[pick(len(strs))], LeaseUntil: times[pick(len(times))], Attempt: rng.IntN(5) - 1, Attempts: rng.IntN(1 << 20),
 			Result: raws[pick(len(raws))], IntentSeq: rng.Uint64() >> uint(pick(64)), CallID: strs[pick(len(strs))],
 			Intent: raws[pick(len(raws))], CreatedAt: times[pick(len(times))], UpdatedAt: times[pick(len(times))],
@@ -65,4 +66,58 @@ func TestRecordEncodingIsEncodingJSONs(t *testing.T) {
 	}
 	_, err = Record{CreatedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}.marshal()
 	require.Error(t, err, "a year past 9999, as encoding/json")
+}
+
+// Every field of Record (and of Decision) set at once encodes as
+// encoding/json encodes it: a field added to Record without its encoder
+// fails here.
+func TestRecordEncodingHasEveryField(t *testing.T) {
+	t.Parallel()
+	var r Record
+	fillEvery(reflect.ValueOf(&r).Elem())
+	want, err := json.Marshal(r)
+	require.NoError(t, err)
+	got, err := r.marshal()
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(got))
+}
+
+// fillEvery sets every field of v, recursively, to a value that no
+// omitempty or omitzero option omits.
+func fillEvery(v reflect.Value) {
+	switch {
+	case v.Type() == reflect.TypeFor[time.Time]():
+		v.Set(reflect.ValueOf(time.Date(2026, 12, 1, 13, 4, 5, 6, time.UTC)))
+	case v.Type() == reflect.TypeFor[json.RawMessage]():
+		v.Set(reflect.ValueOf(json.RawMessage(`{"x":1}`)))
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(v.Type().Name() + "-value")
+	case reflect.Int, reflect.Int64:
+		v.SetInt(7)
+	case reflect.Uint64:
+		v.SetUint(9)
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Pointer:
+		p := reflect.New(v.Type().Elem())
+		fillEvery(p.Elem())
+		v.Set(p)
+	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[time.Time]() {
+			return
+		}
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fillEvery(v.Field(i))
+			}
+		}
+	case reflect.Slice:
+		if v.Len() == 0 {
+			panic("fillEvery: no value for " + v.Type().String())
+		}
+	default:
+		panic("fillEvery: no value for " + v.Type().String())
+	}
 }

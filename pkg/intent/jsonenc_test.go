@@ -3,6 +3,7 @@ package intent
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -33,4 +34,35 @@ func TestResultEncodingIsEncodingJSONs(t *testing.T) {
 	}
 	_, err := Result{Result: json.RawMessage(`{"unterminated":`)}.AppendJSON(nil)
 	require.ErrorIs(t, err, ErrInvalid)
+}
+
+// Every field of Result set at once encodes as encoding/json encodes it: a
+// field added to Result without its encoder fails here.
+func TestResultEncodingHasEveryField(t *testing.T) {
+	t.Parallel()
+	var r Result
+	v := reflect.ValueOf(&r).Elem()
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Interface().(type) {
+		case string, Status:
+			f.SetString("v")
+		case bool:
+			f.SetBool(true)
+		case int:
+			f.SetInt(3)
+		case json.RawMessage:
+			f.Set(reflect.ValueOf(json.RawMessage(`[1]`)))
+		case *Error:
+			f.Set(reflect.ValueOf(&Error{Code: "c", Message: "m"}))
+		case time.Time:
+			f.Set(reflect.ValueOf(time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)))
+		default:
+			t.Fatalf("no value for Result.%s (%s): set it here and encode it in AppendJSON", v.Type().Field(i).Name, f.Type())
+		}
+	}
+	want, err := json.Marshal(r)
+	require.NoError(t, err)
+	got, err := r.AppendJSON(nil)
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(got))
 }
