@@ -141,6 +141,9 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	}
 	for round := range maxClaimRounds {
 		res, again, err := l.claimRound(ctx, req, req.ReadFirst || round > 0)
+		if err == nil && !again && res.Lease != nil {
+			res, again, err = l.keepLive(ctx, req, res)
+		}
 		if err != nil {
 			return ClaimResult{}, fmt.Errorf("claim %s: %w", req.Key, err)
 		}
@@ -149,6 +152,35 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 		}
 	}
 	return ClaimResult{}, fmt.Errorf("claim %s: %w", req.Key, ErrContended)
+}
+
+// keepLiveTries bounds the extensions keepLive makes.
+const keepLiveTries = 3
+
+// keepLive returns res, a lease the claim just won, once its deadline is at
+// least half a lease ahead. The deadline was set when the claim's write was
+// sent; a write acknowledged late (a lost acknowledgement settled by a read,
+// a slow commit) returns a lease that is near its deadline or past it, and
+// another claimant may have seen it expired and be confirming the takeover
+// already — while the holder is about to fire. So the lease is extended
+// first: the extension's new revision fences that claimant off (it confirmed
+// the old one), or the extension fails with ErrLeaseLost because the
+// claimant took the lease over meanwhile, and the claim starts over (again).
+func (l *Ledger) keepLive(ctx context.Context, req ClaimRequest, res ClaimResult) (ClaimResult, bool, error) {
+	for range keepLiveTries {
+		if l.clock().Add(req.Lease / 2).Before(res.Record.LeaseUntil) {
+			return res, false, nil
+		}
+		err := res.Lease.Extend(ctx, req.Lease)
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			return ClaimResult{}, true, nil
+		case err != nil:
+			return ClaimResult{}, false, fmt.Errorf("extend a lease acknowledged late: %w", err)
+		}
+		res.Record, res.Revision = res.Lease.Record(), res.Lease.Revision()
+	}
+	return ClaimResult{}, false, fmt.Errorf("%w: every extension of the lease was acknowledged past half its length", context.DeadlineExceeded)
 }
 
 // claimRound makes one attempt; again reports that the record changed
