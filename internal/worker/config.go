@@ -24,7 +24,7 @@ const (
 	DefaultMaxRetryDelay   = time.Minute
 	DefaultLedgerBatch     = 500
 	// DefaultLedgerBatchInFlight is Config.LedgerBatchInFlight's default.
-	DefaultLedgerBatchInFlight = 1
+	DefaultLedgerBatchInFlight = dedup.DefaultBatchInFlight
 	DefaultAnswerCache         = 10 * time.Second
 	DefaultAnswerCacheBytes    = 32 << 20
 	DefaultReplyPrefix         = "_INBOX."
@@ -114,7 +114,7 @@ type Config struct {
 	// completion waiting longer for its batch: a wider crash window, in which
 	// a worker that dies after the effect and before its record lands lets
 	// the operation be fired again (docs/performance.md weighs the two).
-	// Default: 1 (DefaultLedgerBatchInFlight).
+	// Default: 4 (DefaultLedgerBatchInFlight), the ledger's own default.
 	LedgerBatchInFlight int
 
 	// SyncIntents makes the work stream (the intents and the consumer's
