@@ -18,8 +18,8 @@ import (
 
 // durableMode is a row of the durable scenario: the server's sync policy,
 // the workers' ledger batch (0: off) and batches in flight, and whether the
-// work stream syncs like the ledger (SyncIntents) or persists
-// asynchronously.
+// work stream persists as the server does or asynchronously (the workers'
+// AsyncIntents).
 type durableMode struct {
 	name        string
 	sync        string
@@ -42,12 +42,11 @@ var durableModes = []durableMode{
 }
 
 // defaultMode is the durable row the worker's defaults select (an embedded
-// worker syncs always): on a cluster the work stream syncs whatever
-// SyncIntents says.
+// worker syncs always; the work stream persists as the server does).
 func defaultMode(cluster bool) durableMode {
 	for _, m := range durableModes {
 		if m.sync == natsrv.SyncAlways && m.batch == worker.DefaultLedgerBatch && m.inFlight == worker.DefaultLedgerBatchInFlight &&
-			m.syncIntents == cluster && (!cluster || m.cluster) {
+			m.syncIntents && (!cluster || m.cluster) {
 			return m
 		}
 	}

@@ -247,7 +247,7 @@ func (b *bench) startWorkers(ctx context.Context, e *env, o workerOpts) (*worker
 			LedgerBatch:         batch,
 			LedgerBatchInFlight: o.batchInFlight,
 			AnswerCache:         cmp.Or(o.answerCache, worker.NoAnswerCache),
-			SyncIntents:         o.syncIntents,
+			AsyncIntents:        !o.syncIntents,
 			OnStages:            o.onStages,
 		})
 		if err != nil {

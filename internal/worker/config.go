@@ -117,19 +117,23 @@ type Config struct {
 	// Default: 4 (DefaultLedgerBatchInFlight), the ledger's own default.
 	LedgerBatchInFlight int
 
-	// SyncIntents makes the work stream (the intents and the consumer's
-	// acks) persist as the server's other streams do. By default, at one
-	// replica, the work stream is created with asynchronous persistence: a
-	// server with sync_interval always then syncs the ledger (and the
-	// dead-letter stream) before every acknowledgement, not every accepted
-	// intent and ack. That is safe for at-most-once: an intent or an ack
-	// lost in a power loss is published again by its caller, who times out,
-	// or delivered again, and the synced ledger answers it. A replicated
-	// work stream always persists as the server does (JetStream refuses
-	// asynchronous persistence there). The mode is fixed when the stream is
-	// created: an existing stream keeps its own, and the worker logs how to
-	// migrate it. Default: false.
-	SyncIntents bool
+	// AsyncIntents creates the work stream (the intents and the consumer's
+	// acks) with asynchronous persistence, at one replica: a server with
+	// sync_interval always then syncs only the ledger and the dead-letter
+	// stream before their acknowledgements, not every accepted intent and
+	// ack, for more durable throughput. The price: the server
+	// writes an intent after acknowledging it, so a server crash (not only
+	// a power loss) can lose an intent its publisher was told was stored.
+	// An ack lost that way is harmless (the intent is delivered again and
+	// the ledger answers it), a lost intent is not, unless every publisher
+	// publishes an unanswered intent again under its key — which
+	// pkg/client does not do for an intent that was not a duplicate: the
+	// caller's wait ends with ErrNoAnswer. A replicated work stream always
+	// persists as the server does (JetStream refuses asynchronous
+	// persistence there). The mode is fixed when the stream is created: an
+	// existing stream keeps its own, and the worker logs how to migrate it.
+	// Default: false (the work stream persists as the server does).
+	AsyncIntents bool
 
 	// OnStages, when set, is called after each intent's answer with the
 	// times it reached each stage of its handling (see Stages), from the

@@ -50,38 +50,49 @@ func persistModes(t *testing.T, cfg Config, prepare func(js jetstream.JetStream)
 	return mode(n.Stream), mode(n.DLQStream), mode("KV_" + n.Bucket), warnings
 }
 
-func TestWorkStreamPersistsAsynchronously(t *testing.T) {
+func TestWorkStreamPersistsAsTheServerByDefault(t *testing.T) {
 	t.Parallel()
 	work, dlq, ledger, warnings := persistModes(t, Config{}, nil)
-	require.Equal(t, jetstream.AsyncPersistMode, work, "the work stream is async by default")
+	require.Equal(t, jetstream.DefaultPersistMode, work, "a server crash must not lose an acknowledged intent")
+	require.Equal(t, jetstream.DefaultPersistMode, dlq)
+	require.Equal(t, jetstream.DefaultPersistMode, ledger)
+	require.Empty(t, warnings)
+}
+
+func TestAsyncIntentsPersistsOnlyTheWorkStreamAsynchronously(t *testing.T) {
+	t.Parallel()
+	work, dlq, ledger, warnings := persistModes(t, Config{AsyncIntents: true}, nil)
+	require.Equal(t, jetstream.AsyncPersistMode, work)
 	require.Equal(t, jetstream.DefaultPersistMode, dlq, "dead letters stay synced")
 	require.Equal(t, jetstream.DefaultPersistMode, ledger, "the ledger stays synced")
 	require.Empty(t, warnings)
 }
 
-func TestSyncIntentsKeepsTheWorkStreamSynced(t *testing.T) {
-	t.Parallel()
-	work, _, _, warnings := persistModes(t, Config{SyncIntents: true}, nil)
-	require.Equal(t, jetstream.DefaultPersistMode, work)
-	require.Empty(t, warnings)
-}
-
-// A work stream created before (synced) is kept as it is, and the worker
-// says how to migrate it: the persist mode cannot change in place.
-func TestSyncedWorkStreamIsKeptWithAMigrationHint(t *testing.T) {
+// A work stream created before in the other mode is kept as it is, and the
+// worker says how to migrate it: the persist mode cannot change in place.
+func TestWorkStreamInTheOtherModeIsKeptWithAMigrationHint(t *testing.T) {
 	t.Parallel()
 	names, err := intent.NewNames("")
 	require.NoError(t, err)
-	work, _, _, warnings := persistModes(t, Config{}, func(js jetstream.JetStream) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: names.Stream, Subjects: []string{names.Subjects, names.Control},
-			Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
-		require.NoError(t, err)
-	})
+	create := func(mode jetstream.PersistModeType) func(js jetstream.JetStream) {
+		return func(js jetstream.JetStream) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: names.Stream, Subjects: []string{names.Subjects, names.Control},
+				Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, PersistMode: mode})
+			require.NoError(t, err)
+		}
+	}
+	work, _, _, warnings := persistModes(t, Config{AsyncIntents: true}, create(jetstream.DefaultPersistMode))
 	require.Equal(t, jetstream.DefaultPersistMode, work)
 	require.Len(t, warnings, 1)
-	require.Contains(t, warnings[0], "was created with synced persistence")
+	require.Contains(t, warnings[0], "was created with the server's persistence")
+	require.Contains(t, warnings[0], "nats stream rm "+names.Stream)
+
+	work, _, _, warnings = persistModes(t, Config{}, create(jetstream.AsyncPersistMode))
+	require.Equal(t, jetstream.AsyncPersistMode, work)
+	require.Len(t, warnings, 1)
+	require.Contains(t, warnings[0], "persists asynchronously")
 	require.Contains(t, warnings[0], "nats stream rm "+names.Stream)
 }
 

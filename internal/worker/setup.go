@@ -135,10 +135,10 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 }
 
 // intentsPersist is the persist mode the work stream is created with:
-// asynchronous where JetStream allows it (file storage, one replica, no
-// atomic publish) unless Config.SyncIntents, else the server's own.
+// asynchronous with Config.AsyncIntents where JetStream allows it (file
+// storage, one replica, no atomic publish), else the server's own.
 func (c *Config) intentsPersist() jetstream.PersistModeType {
-	if c.SyncIntents || c.Replicas > 1 {
+	if !c.AsyncIntents || c.Replicas > 1 {
 		return jetstream.DefaultPersistMode
 	}
 	return jetstream.AsyncPersistMode
@@ -148,14 +148,13 @@ func (c *Config) intentsPersist() jetstream.PersistModeType {
 // another persist mode than the configuration asks for: the mode cannot be
 // changed in place.
 func migrateHint(res *resources) string {
+	how := fmt.Sprintf("the mode of a stream cannot change in place; to migrate, stop the publishers, let the workers empty the stream "+
+		"(its consumer's pending count reaches 0), stop them, delete the stream (nats stream rm %s) and start a worker, which creates it again. "+
+		"The ledger is untouched: every recorded operation keeps its answer", res.names.Stream)
 	if res.persist == jetstream.AsyncPersistMode {
-		return fmt.Sprintf("the work stream %s persists asynchronously but the configuration asks it to sync (--sync-intents): "+
-			"the mode of a stream cannot change; to migrate, stop the publishers, let the workers empty the stream, stop them, "+
-			"delete the stream (nats stream rm %s) and start a worker, which creates it again", res.names.Stream, res.names.Stream)
+		return fmt.Sprintf("the work stream %s persists asynchronously but the configuration asks it to persist as the server does "+
+			"(no --async-intents): a server crash can lose an intent it acknowledged (docs/performance.md); %s", res.names.Stream, how)
 	}
-	return fmt.Sprintf("the work stream %s was created with synced persistence: every accepted intent and consumer ack waits "+
-		"for a disk sync, which at sync_interval always halves the durable throughput; only the ledger needs it (docs/performance.md). "+
-		"The mode of a stream cannot change in place; to migrate, stop the publishers, let the workers empty the stream "+
-		"(its consumer's pending count reaches 0), stop them, delete the stream (nats stream rm %s) and start a worker, which creates it "+
-		"with asynchronous persistence. The ledger is untouched: every recorded operation keeps its answer", res.names.Stream, res.names.Stream)
+	return fmt.Sprintf("the work stream %s was created with the server's persistence but the configuration asks for asynchronous "+
+		"persistence (--async-intents, docs/performance.md); %s", res.names.Stream, how)
 }
