@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test test-short lint fuzz clean bench bench-short bench-ledger-size chaos
+.PHONY: all build run test test-short lint fuzz clean bench bench-short bench-ledger-size bench-postgres chaos
 
 all: build
 
@@ -95,3 +95,9 @@ LEDGERFLAGS ?=
 bench-ledger-size:
 	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 	$(GO) run ./cmd/bench ledger-size -nats-server $(BIN)/nats-server -keys $(LEDGER_KEYS) -step $(LEDGER_STEP) $(LEDGERFLAGS)
+
+# A Postgres ledger table (claim by INSERT ... ON CONFLICT DO NOTHING, complete
+# by UPDATE) with fsync on and off, on a throwaway cluster: the yardstick of
+# the durable rows (docs/performance.md). Needs PostgreSQL's server binaries.
+bench-postgres:
+	deployments/bench/pgledger.sh

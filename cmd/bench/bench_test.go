@@ -31,10 +31,10 @@ func TestMain(m *testing.M) {
 func TestBenchShort(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	cfg := config{
-		N: 300, FsyncN: 200, Inflight: 128, Concurrency: 64, Workers: 1, Payload: 256,
+		N: 300, DupLargeN: 600, DurableWarmup: 100, DurableFor: time.Second, Inflight: 128, Concurrency: 64, Workers: 1, Payload: 256,
 		Sync: "lazy", Scenarios: allScenarios, LatencyFor: time.Second,
 		MemInflight: 500, MemDelay: time.Minute, StoreDir: t.TempDir(),
-		Timeout: 20 * time.Second, Short: true, Rounds: 1, LedgerBatch: -1, AnswerCache: 10 * time.Second,
+		Timeout: 30 * time.Second, Short: true, Rounds: 1, LedgerBatch: -1, AnswerCache: 10 * time.Second,
 	}
 	cfg.shorten()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -50,9 +50,19 @@ func TestBenchShort(t *testing.T) {
 			require.Truef(t, finitePositive(f), "row %s: figure %v", r.name, f)
 		}
 	}
-	for _, want := range []string{"baseline", "unique", "dup", "unique-client", "dup-client", "latency", "kvcreate-always", "unique-always", "memory",
-		"baseline-always@64", "durable-unbatched@64", "durable-batched@64", "lazy@64", "lazy-batched@64", "sync-10ms@64", "durable-batched-half@64"} {
-		require.Truef(t, names[want], "no %s row", want)
+	want := []string{"baseline", "unique", "dup", "dup-ledger", "unique@600", "dup@600", "unique-client", "dup-client", "latency", "memory",
+		"baseline-always@64", "baseline-always-async@64", "ledger-always@64"}
+	for _, m := range durableModes {
+		want = append(want, m.name+"@64")
 	}
+	want = append(want, defaultMode(false).name+"-half@64")
+	for _, w := range want {
+		require.Truef(t, names[w], "no %s row", w)
+	}
+	require.Len(t, b.rows, len(want), "one row each")
+	for _, f := range b.res.stages {
+		require.Truef(t, f.p50 > 0 && f.pmax >= f.p99, "stage %s: p50 %s, p99 %s, max %s", f.name, f.p50, f.p99, f.pmax)
+	}
+	require.Len(t, b.res.stages, len(stageNames))
 	require.Contains(t, out.String(), "targets:")
 }

@@ -119,10 +119,14 @@ func (e *env) startCluster(n int, sync string) error {
 
 // connect opens a client connection to the first server: in-process (no
 // socket) unless the deployment is TCP loopback.
-func (e *env) connect(name string) (*nats.Conn, error) {
+func (e *env) connect(name string) (*nats.Conn, error) { return e.connectWorker(name, false) }
+
+// connectWorker is connect, over TCP loopback when tcp whatever the
+// deployment's setting.
+func (e *env) connectWorker(name string, tcp bool) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1)}
 	url := e.servers[0].ClientURL()
-	if !e.tcp {
+	if !e.tcp && !tcp {
 		opts = append(opts, nats.InProcessServer(e.servers[0]))
 	}
 	nc, err := nats.Connect(url, opts...)

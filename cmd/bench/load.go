@@ -83,26 +83,37 @@ type answers struct {
 	done   chan struct{}
 
 	// Only the subscription's callback goroutine writes these until done is
-	// closed (or the subscription is drained).
-	seen    []bool
-	count   int
-	last    time.Time
-	badErr  error
-	extra   int // answers to an index already answered
-	unknown int
+	// closed.
+	seen   []bool
+	count  int
+	last   time.Time
+	badErr error
 
+	extra    atomic.Int64 // answers to an index already answered
+	unknown  atomic.Int64 // answers to no index of the batch
 	answered atomic.Int64 // count, for reading while answers arrive
+	stop     func()       // ends the subscription
+}
+
+// strays reports answers that were not asked for: a second answer to one
+// intent, or an answer to none. It ends the subscription.
+func (a *answers) strays() error {
+	a.stop()
+	if x, u := a.extra.Load(), a.unknown.Load(); x != 0 || u != 0 {
+		return fmt.Errorf("answers: %d extra answers to intents already answered, %d to no intent", x, u)
+	}
+	return nil
 }
 
 func (a *answers) handle(m *nats.Msg) {
 	at := time.Now()
 	i, err := strconv.Atoi(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
 	if err != nil || i < 0 || i >= a.n {
-		a.unknown++
+		a.unknown.Add(1)
 		return
 	}
 	if a.seen[i] {
-		a.extra++
+		a.extra.Add(1)
 		return
 	}
 	a.seen[i] = true
@@ -122,20 +133,21 @@ func (a *answers) handle(m *nats.Msg) {
 	}
 }
 
-// subscribe starts receiving b's answers; stop drains the subscription.
-func (p *publisher) subscribe(b batch, a *answers) (stop func(), err error) {
+// subscribe starts receiving b's answers, until a.stop.
+func (p *publisher) subscribe(b batch, a *answers) error {
 	a.n = len(b.msgs)
 	a.seen = make([]bool, a.n)
 	a.done = make(chan struct{})
 	sub, err := p.nc.Subscribe(b.inbox+".*", a.handle)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := sub.SetPendingLimits(-1, -1); err != nil {
 		_ = sub.Unsubscribe()
-		return nil, err
+		return err
 	}
-	return func() { _ = sub.Unsubscribe() }, nil
+	a.stop = func() { _ = sub.Unsubscribe() }
+	return nil
 }
 
 // wait waits for every answer of a, a publish error, or ctx.
@@ -160,103 +172,91 @@ func (p *publisher) wait(ctx context.Context, a *answers) error {
 }
 
 // closedLoop publishes b keeping at most inflight messages unanswered and
-// returns the time from the first publish to the last answer.
-func (p *publisher) closedLoop(ctx context.Context, b batch, inflight int, check func([]byte) error) (time.Duration, error) {
-	sem := make(chan struct{}, inflight)
-	a := &answers{check: check, onRecv: func(int, time.Time) { <-sem }}
-	stop, err := p.subscribe(b, a)
-	if err != nil {
-		return 0, err
-	}
-	defer stop()
-	start := time.Now()
-	for _, m := range b.msgs {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return 0, fmt.Errorf("publishing: %w", ctx.Err())
-		}
-		if _, err := p.js.PublishMsgAsync(m); err != nil {
-			return 0, fmt.Errorf("publish %s: %w", m.Subject, err)
-		}
-	}
-	if err := p.wait(ctx, a); err != nil {
-		return 0, err
-	}
-	return a.last.Sub(start), nil
-}
-
-// closedLoopLatency is closedLoop that also returns each message's latency,
-// from its publish to its answer.
-func (p *publisher) closedLoopLatency(ctx context.Context, b batch, inflight int, check func([]byte) error) (time.Duration, []time.Duration, error) {
+// returns the time from the first publish to the last answer, and each
+// message's latency from its publish to its answer. The answers stay
+// subscribed until a.strays is called (or an error).
+func (p *publisher) closedLoop(ctx context.Context, b batch, inflight int, check func([]byte) error) (took time.Duration, lat []time.Duration, a *answers, err error) {
 	sem := make(chan struct{}, inflight)
 	sent := make([]time.Time, len(b.msgs))
-	lat := make([]time.Duration, len(b.msgs))
+	lat = make([]time.Duration, len(b.msgs))
 	var mu sync.Mutex
-	a := &answers{check: check, onRecv: func(i int, at time.Time) {
+	a = &answers{check: check, onRecv: func(i int, at time.Time) {
 		mu.Lock()
 		lat[i] = at.Sub(sent[i])
 		mu.Unlock()
 		<-sem
 	}}
-	stop, err := p.subscribe(b, a)
-	if err != nil {
-		return 0, nil, err
+	if err := p.subscribe(b, a); err != nil {
+		return 0, nil, nil, err
 	}
-	defer stop()
+	defer func() {
+		if err != nil {
+			a.stop()
+		}
+	}()
 	start := time.Now()
 	for i, m := range b.msgs {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			return 0, nil, fmt.Errorf("publishing: %w", ctx.Err())
+			return 0, nil, nil, fmt.Errorf("publishing: %w", ctx.Err())
 		}
 		mu.Lock()
 		sent[i] = time.Now()
 		mu.Unlock()
 		if _, err := p.js.PublishMsgAsync(m); err != nil {
-			return 0, nil, fmt.Errorf("publish %s: %w", m.Subject, err)
+			return 0, nil, nil, fmt.Errorf("publish %s: %w", m.Subject, err)
 		}
 	}
 	if err := p.wait(ctx, a); err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
-	return a.last.Sub(start), lat, nil
+	return a.last.Sub(start), lat, a, nil
 }
 
 // openLoop publishes b at rate messages per second on a fixed schedule,
 // whatever the answers do, and returns each message's latency from its
 // scheduled send time to its answer (no coordinated omission).
-func (p *publisher) openLoop(ctx context.Context, b batch, rate float64, check func([]byte) error) ([]time.Duration, time.Duration, error) {
+// The answers stay subscribed until a.strays is called (or an error);
+// received[i] is when the i-th answer came (its scheduled send time is
+// received[i] - lat[i]).
+func (p *publisher) openLoop(ctx context.Context, b batch, rate float64, check func([]byte) error) (lat []time.Duration, sent time.Duration, received []time.Time, a *answers, err error) {
 	n := len(b.msgs)
-	lat := make([]time.Duration, n)
+	lat, received = make([]time.Duration, n), make([]time.Time, n)
 	interval := time.Duration(float64(time.Second) / rate)
 	start := time.Now()
-	a := &answers{check: check, onRecv: func(i int, at time.Time) {
+	a = &answers{check: check, onRecv: func(i int, at time.Time) {
 		lat[i] = at.Sub(start.Add(time.Duration(i) * interval))
+		received[i] = at
 	}}
-	stop, err := p.subscribe(b, a)
-	if err != nil {
-		return nil, 0, err
+	if err := p.subscribe(b, a); err != nil {
+		return nil, 0, nil, nil, err
 	}
-	defer stop()
+	defer func() {
+		if err != nil {
+			a.stop()
+		}
+	}()
+	t := time.NewTimer(0)
+	defer t.Stop()
 	for i, m := range b.msgs {
 		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			t.Reset(wait)
 			select {
-			case <-time.After(wait):
+			case <-t.C:
 			case <-ctx.Done():
-				return nil, 0, fmt.Errorf("publishing: %w", ctx.Err())
+				return nil, 0, nil, nil, fmt.Errorf("publishing: %w", ctx.Err())
 			}
 		}
 		if _, err := p.js.PublishMsgAsync(m); err != nil {
-			return nil, 0, fmt.Errorf("publish %s: %w", m.Subject, err)
+			return nil, 0, nil, nil, fmt.Errorf("publish %s: %w", m.Subject, err)
 		}
 	}
-	sent := time.Since(start)
+	sent = time.Since(start)
 	if err := p.wait(ctx, a); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, nil, err
 	}
-	return lat, sent, nil
+	return lat, sent, received, a, nil
 }
 
 // percentile returns the q-quantile (0..1) of sorted.

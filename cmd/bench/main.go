@@ -1,8 +1,11 @@
-// Command bench measures idemgate against a no-ledger baseline on one
-// embedded JetStream and prints one table: baseline, unique intents,
-// duplicates, open-loop latency, the fsync-always mode beside its raw
-// kv.Create rate, and memory with many intents in flight; then whether each
-// performance target is met. See docs/performance.md.
+// Command bench measures idemgate against a no-ledger baseline on embedded
+// JetStream servers and prints one table: baseline, unique intents,
+// duplicates (through the answer cache and through the ledger), the client
+// library, open-loop latency by stage, the durable modes beside their
+// messaging and ledger ceilings, and memory with many intents in flight;
+// then whether each performance target is met. Every row counts its
+// effect's executions and its answers: a missing or repeated execution, or
+// an answer not asked for, fails it. See docs/performance.md.
 package main
 
 import (
@@ -41,8 +44,12 @@ func mainErr(args []string) error {
 	var cfg config
 	scenarios := fs.String("scenarios", "all", "comma-separated subset of "+strings.Join(allScenarios, ",")+" (dup runs unique first; latency needs unique or -rate)")
 	fs.IntVar(&cfg.N, "n", 20000, "intents per throughput run")
-	fs.IntVar(&cfg.FsyncN, "fsync-n", 2000, "intents, and kv.Create, of the fsync-always runs (each write waits for a disk sync)")
+	fs.IntVar(&cfg.DupLargeN, "dup-large-n", 100000, "dup-large: intents of its unique and dup rows")
 	durableInflight := fs.String("durable-inflight", "64,256", "durable: comma-separated intents in flight of each round of rows")
+	fs.DurationVar(&cfg.DurableFor, "durable-duration", 10*time.Second, "durable: how long each row's measured run lasts, at least (sized by a first run)")
+	fs.IntVar(&cfg.DurableWarmup, "durable-warmup", 2000, "durable: intents of each row's unmeasured first run")
+	fs.Float64Var(&cfg.PGRate, "pg-rate", 0, "durable: the rate of a Postgres ledger table with fsync on measured beside (deployments/bench/pgledger.sh), for the durable target")
+	fs.BoolVar(&cfg.WorkerInProcess, "worker-inprocess", false, "the workers' own connections (and the baseline handlers') in-process instead of over TCP loopback, which the embedded worker uses")
 	fs.IntVar(&cfg.Inflight, "inflight", 1024, "unanswered intents the publisher keeps in flight (closed loop)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 256, "intents each worker (and each baseline consumer) handles at once; the worker's default")
 	fs.IntVar(&cfg.Workers, "workers", 1, "worker instances in this process, each on its own connection (baseline: as many consumers)")
@@ -51,16 +58,16 @@ func mainErr(args []string) error {
 	fs.BoolVar(&cfg.Cluster, "cluster", false, "run on an in-process 3-node cluster with R3 stream and bucket")
 	fs.IntVar(&cfg.LedgerBatch, "ledger-batch", -1, "the workers' --ledger-batch in every scenario but durable (0: off; -1: as an embedded worker does by default, on at sync always, off otherwise)")
 	fs.DurationVar(&cfg.AnswerCache, "answer-cache", 10*time.Second, "the workers' --answer-cache (0: off, every duplicate reads the ledger)")
-	fs.StringVar(&cfg.Sync, "sync", natsrv.SyncLazy, "store sync of every scenario but fsync: lazy, always, or an interval like 100ms")
+	fs.StringVar(&cfg.Sync, "sync", natsrv.SyncLazy, "store sync of every scenario but durable: lazy, always, or an interval like 100ms")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "latency: offered intents/s (0: half the measured unique rate)")
 	fs.DurationVar(&cfg.LatencyFor, "latency-duration", 5*time.Second, "latency: how long the open-loop load runs")
 	fs.IntVar(&cfg.MemInflight, "mem-inflight", 10000, "memory: intents held in flight")
 	fs.DurationVar(&cfg.MemDelay, "mem-delay", 10*time.Minute, "memory: the noop effect's delay (the intents are cancelled once measured)")
 	fs.StringVar(&cfg.StoreDir, "store-dir", os.TempDir(), "parent of each scenario's fresh store directory (removed afterwards)")
-	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of each scenario's measured phase to PREFIX.<scenario>.pprof")
-	fs.StringVar(&cfg.MemProfile, "memprofile", "", "write a heap profile at the end of each scenario's measured phase to PREFIX.<scenario>.pprof")
-	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound of each scenario")
-	fs.IntVar(&cfg.Rounds, "rounds", 1, "measurements of baseline, unique, dup and the fsync pair, alternated; each row reports the median")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of each row's measured phase to PREFIX.<row>.pprof")
+	fs.StringVar(&cfg.MemProfile, "memprofile", "", "write a heap profile at the end of each row's measured phase to PREFIX.<row>.pprof")
+	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound of each scenario (of each row of durable)")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "measurements of baseline, unique and dup, alternated; each row reports the median")
 	fs.BoolVar(&cfg.Short, "short", false, "small runs of every scenario, to check the bench works (figures are not measurements)")
 	if err := fs.Parse(args); err != nil {
 		return err

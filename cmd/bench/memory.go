@@ -74,12 +74,15 @@ func memWorkerMain() error {
 	}
 	defer nc.Close()
 	var fired atomic.Int64
-	reg, err := registry(delay, func(noop effects.Effect) effects.Effect {
-		return effects.EffectFunc(func(ctx context.Context, call effects.Call) (effects.Outcome, error) {
-			fired.Add(1)
+	noop, err := effects.NewNoop(effects.NoopConfig{Delay: delay})
+	if err != nil {
+		return err
+	}
+	reg, err := effects.NewRegistry(&effects.Tool{Name: benchTool, Kind: "noop", Effect: effects.EffectFunc(
+		func(ctx context.Context, call effects.Call) (effects.Outcome, error) {
+			fired.Add(1) // on entry: the effect is running
 			return noop.Fire(ctx, call)
-		})
-	})
+		})})
 	if err != nil {
 		return err
 	}
@@ -200,7 +203,7 @@ func (b *bench) memory(ctx context.Context) error {
 		return fmt.Errorf("memory worker: %w", err)
 	}
 	r := &b.res
-	r.heap, r.rss, r.heap0, r.rss0 = held.HeapInuse, held.RSS, idle.HeapInuse, idle.RSS
+	r.heap, r.rss, r.heap0, r.rss0, r.stacks = held.HeapInuse, held.RSS, idle.HeapInuse, idle.RSS, held.StackInuse
 	r.memInflight, r.memReached, r.haveMemory = n, int(held.Fired), true
 	srvHeap, srvRSS := memNow()
 	b.add(row{name: "memory", detail: fmt.Sprintf(
@@ -231,7 +234,7 @@ func (b *bench) holdInflight(ctx context.Context, e *env, n int) (memFigures, er
 		return memFigures{}, err
 	}
 	_, err = b.measure("memory", func() error {
-		for _, m := range idemBatch(names, data, keys).msgs {
+		for _, m := range idemBatch(names, data, keys, true).msgs {
 			if _, err := p.js.PublishMsgAsync(m); err != nil {
 				return err
 			}
@@ -267,4 +270,30 @@ func expectLine(ctx context.Context, lines <-chan string, tag string) (memFigure
 			return memFigures{}, fmt.Errorf("memory worker: waiting for %q: %w", tag, ctx.Err())
 		}
 	}
+}
+
+// memNow returns HeapInuse after a GC and the process's VmRSS, in bytes.
+func memNow() (heap, rss uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse, vmRSS()
+}
+
+// vmRSS is the process's resident set size, in bytes (0 when unknown).
+func vmRSS() uint64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				kb, _ := strconv.ParseUint(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }

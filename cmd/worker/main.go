@@ -108,6 +108,8 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.MaxRetryDelay, "max-retry-delay", worker.DefaultMaxRetryDelay, "cap of the redelivery delay")
 	fs.IntVar(&cfg.LedgerPartitions, "ledger-partitions", 0, "ledger partitions (buckets), a power of two fixed when the ledger is created (every worker must agree; docs/operations.md, sizing); 0: the count the ledger records, 1 for a new one")
 	fs.IntVar(&cfg.LedgerBatch, "ledger-batch", worker.DefaultLedgerBatch, "group-commit ledger writes in atomic batches of up to N (1-1000; 0: off, every write on its own). One disk sync per batch instead of per write: what makes a server with sync_interval always (the durable setting) fast; on a server that syncs lazily it is slower than off, so set 0 there (an embedded store with --sync other than always turns it off unless this flag is given). Needs nats-server 2.12+")
+	fs.IntVar(&cfg.LedgerBatchInFlight, "ledger-batch-inflight", worker.DefaultLedgerBatchInFlight, "group-commit batches awaiting their acknowledgement at once (1-8): fewer make bigger batches (more throughput at sync always) and a wider crash window (docs/performance.md)")
+	fs.BoolVar(&cfg.AsyncIntents, "async-intents", false, "create the work stream with asynchronous persistence: at sync_interval always only the ledger syncs, but a server crash can lose an intent it acknowledged (R1 only; fixed when the stream is created: docs/performance.md)")
 	fs.DurationVar(&cfg.AnswerCache, "answer-cache", worker.DefaultAnswerCache, "how long a duplicate is answered from this worker's memory of a final record it wrote or read, without a ledger read (0: off); a record deleted from the ledger meanwhile is answered until then")
 	fs.Float64Var(&cfg.SessionRate, "session-rate", 0, "intents per second one session may send to this worker; over it they are answered rate_limited (0: no limit)")
 	fs.IntVar(&cfg.SessionBurst, "session-burst", 0, "intents a session may send at once above --session-rate (default: the rate, at least 1)")
@@ -194,8 +196,11 @@ func run(args []string) error {
 			return err
 		}
 		defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+		// Over TCP loopback, not nats.InProcessServer: the in-process pipe
+		// hands every message between goroutines, and the worker's seven
+		// messages per intent went 16% slower through it
+		// (docs/performance.md).
 		url = srv.ClientURL()
-		nopts = append(nopts, nats.InProcessServer(srv))
 		log.Info("embedded JetStream", zap.String("url", url), zap.String("store_dir", *storeDir), zap.String("sync", *syncPolicy))
 	}
 	auth, err := natsconn.ClientAuth{

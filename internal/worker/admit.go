@@ -33,8 +33,33 @@ type job struct {
 	// free gives the handler's concurrency slot back while the job waits in
 	// a tool's queue (see toolSlot); nil in tests that build a job by hand.
 	free func()
+	// done is called once the job is settled (see Worker.finish); nil in
+	// tests that build a job by hand.
+	done func()
+	// releaseTool gives the tool's slot back (see toolSlot), once settled.
+	releaseTool func()
+	// run is the handler's goroutine in the pool, which a wait that may last
+	// leaves (nil in tests that build a job by hand, and once handed off).
+	run *poolRun
+	// span is the intent's, ended once settled.
+	span trace.Span
+	// handedOff reports that the job's effect goroutine settles it (see
+	// fire), not its handler.
+	handedOff bool
 	// answered reports that the job's caller was answered.
 	answered bool
+	// stages are the times the job reached each stage, taken only when
+	// Config.OnStages is set.
+	stages Stages
+}
+
+// detach takes the job's handler out of the pool before a wait that may
+// last (see poolRun.detach); a job without one (handed off to its effect's
+// goroutine, or built by hand) has nothing to leave.
+func (j *job) detach() {
+	if j.run != nil {
+		j.run.detach()
+	}
 }
 
 // lastDelivery reports whether the consumer will not deliver this intent again.
@@ -50,10 +75,11 @@ func (w *Worker) admit(stop, work context.Context, j *job) verdict {
 	subjectTool := w.res.names.ToolFromSubject(j.msg.Subject())
 	w.m.received.WithLabelValues(w.m.tool(subjectTool)).Inc()
 
-	env, err := intent.Decode(j.msg.Data(), w.cfg.Limits)
+	decoded, err := intent.DecodeEnvelope(j.msg.Data(), w.cfg.Limits)
 	if err != nil {
 		return w.reject(j, subjectTool, intent.Code(err), err)
 	}
+	env := decoded.Envelope
 	j.env = env
 	if err := env.CheckSubject(subjectTool); err != nil {
 		return w.reject(j, env.Tool, intent.Code(err), err)
@@ -71,7 +97,7 @@ func (w *Worker) admit(stop, work context.Context, j *job) verdict {
 			return w.reject(j, env.Tool, intent.CodeInvalidIntent, err)
 		}
 	}
-	j.id, err = intent.Derive(env, tool.KeySpec, intentTime(j.msg.Headers(), j.meta.Timestamp))
+	j.id, err = decoded.Derive(tool.KeySpec, intentTime(j.msg.Headers(), j.meta.Timestamp))
 	if err != nil {
 		return w.reject(j, env.Tool, intent.Code(err), err)
 	}
@@ -91,7 +117,7 @@ func (w *Worker) admit(stop, work context.Context, j *job) verdict {
 	if err != nil {
 		return nak(0, "worker stopping while the intent waited for its tool")
 	}
-	defer release()
+	j.releaseTool = release
 	if !tool.Policy.Ledger {
 		return w.direct(work, j)
 	}

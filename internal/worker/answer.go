@@ -2,8 +2,8 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
@@ -22,6 +22,13 @@ func (w *Worker) answer(j *job, res intent.Result) {
 		w.m.endToEnd.WithLabelValues(w.m.tool(res.Tool)).Observe(since(j.meta.Timestamp))
 	}
 	w.reply(j.ctx, j.msg.Subject(), j.replyTo, res)
+	if w.cfg.OnStages != nil {
+		j.stages.Key, j.stages.Answered = res.Key, time.Now()
+		if j.meta != nil {
+			j.stages.Stored = j.meta.Timestamp
+		}
+		w.cfg.OnStages(j.stages)
+	}
 }
 
 // reply publishes res on replyTo, the reply subject of an intent published
@@ -38,7 +45,7 @@ func (w *Worker) reply(ctx context.Context, subject, replyTo string, res intent.
 		w.m.badReplies.Inc()
 		return
 	}
-	data, err := json.Marshal(res)
+	data, err := res.AppendJSON(make([]byte, 0, 256+len(res.Result)))
 	if err != nil {
 		w.log.Error("encode answer", zap.Error(err))
 		return

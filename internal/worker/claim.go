@@ -24,10 +24,13 @@ func (w *Worker) claim(stop, work context.Context, j *job) verdict {
 		IntentSeq:   j.seq,
 		CallID:      j.env.CallID,
 		Session:     j.env.Session,
+		// Delivered before: the key most likely has a record already.
+		ReadFirst: j.meta.NumDelivered > 1,
 	}
 	if rec, ok := w.answers.get(req.Key); ok {
 		// A final record this worker wrote or read a moment ago: no need
 		// to ask the ledger again.
+		w.mark(&j.stages.Claimed)
 		w.m.cacheHits.WithLabelValues(j.env.Tool).Inc()
 		return w.replay(j, rec)
 	}
@@ -44,6 +47,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) verdict {
 			return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")
 		}
 		outage.over()
+		w.mark(&j.stages.Claimed)
 		switch c.Outcome {
 		case dedup.Acquired, dedup.TookOver:
 			v, again := w.actOnLease(stop, work, j, c)
@@ -116,6 +120,7 @@ func (w *Worker) replay(j *job, rec dedup.Record) verdict {
 func (w *Worker) confirmAbandoned(stop context.Context, j *job, rev uint64) (bool, error) {
 	ctx, cancel := context.WithTimeout(stop, j.tool.Lease)
 	defer cancel()
+	j.detach()
 	halt := w.beats.hold(ctx, j.msg, w.cfg.AckWait/3)
 	defer halt()
 	changed, err := w.ledger.WaitChange(ctx, j.id.Key, rev)
@@ -132,6 +137,7 @@ func (w *Worker) await(stop context.Context, j *job, until time.Time) (dedup.Rec
 		ctx, cancel = context.WithDeadline(stop, until)
 	}
 	defer cancel()
+	j.detach()
 	halt := w.beats.hold(ctx, j.msg, w.cfg.AckWait/3)
 	defer halt()
 	rec, _, err := w.ledger.Wait(ctx, j.id.Key)
@@ -162,6 +168,7 @@ func (o *ledgerOutage) wait(err error) bool {
 		return false
 	}
 	if o.halt == nil {
+		o.j.detach()
 		o.since, o.pause = time.Now(), 100*time.Millisecond
 		o.halt = o.w.beats.hold(o.stop, o.j.msg, o.w.cfg.AckWait/3)
 		o.w.log.Warn("ledger unreachable; holding the intent until it is back", zap.String("key", o.j.id.Key), zap.Error(err))

@@ -13,20 +13,22 @@ import (
 
 // Defaults of Config's fields (the flags of cmd/worker use them too).
 const (
-	DefaultConcurrency      = 256
-	DefaultAckWait          = 30 * time.Second
-	DefaultMaxDeliver       = 10
-	DefaultMaxAckPending    = 4096
-	DefaultDuplicateWindow  = 2 * time.Minute
-	DefaultReplicas         = 1
-	DefaultLedgerTTL        = 24 * time.Hour
-	DefaultRetryDelay       = time.Second
-	DefaultMaxRetryDelay    = time.Minute
-	DefaultLedgerBatch      = 500
-	DefaultAnswerCache      = 10 * time.Second
-	DefaultAnswerCacheBytes = 32 << 20
-	DefaultReplyPrefix      = "_INBOX."
-	DefaultLedgerScan       = time.Minute
+	DefaultConcurrency     = 256
+	DefaultAckWait         = 30 * time.Second
+	DefaultMaxDeliver      = 10
+	DefaultMaxAckPending   = 4096
+	DefaultDuplicateWindow = 2 * time.Minute
+	DefaultReplicas        = 1
+	DefaultLedgerTTL       = 24 * time.Hour
+	DefaultRetryDelay      = time.Second
+	DefaultMaxRetryDelay   = time.Minute
+	DefaultLedgerBatch     = 500
+	// DefaultLedgerBatchInFlight is Config.LedgerBatchInFlight's default.
+	DefaultLedgerBatchInFlight = dedup.DefaultBatchInFlight
+	DefaultAnswerCache         = 10 * time.Second
+	DefaultAnswerCacheBytes    = 32 << 20
+	DefaultReplyPrefix         = "_INBOX."
+	DefaultLedgerScan          = time.Minute
 	// DefaultDrainTimeout is the drain a worker gives its effects in flight
 	// when it stops (Run's drain, cmd/worker's --drain-timeout).
 	DefaultDrainTimeout = 30 * time.Second
@@ -112,6 +114,38 @@ type Config struct {
 	// refusal makes every write go out on its own. Default: 500
 	// (DefaultLedgerBatch); NoLedgerBatch (-1) writes every write on its own.
 	LedgerBatch int
+
+	// LedgerBatchInFlight is how many of the group commit's batches may
+	// await their acknowledgement at once (1-8). Fewer make bigger batches
+	// (one disk sync each, so more throughput at sync always) and keep a
+	// completion waiting longer for its batch: a wider crash window, in which
+	// a worker that dies after the effect and before its record lands lets
+	// the operation be fired again (docs/performance.md weighs the two).
+	// Default: 4 (DefaultLedgerBatchInFlight), the ledger's own default.
+	LedgerBatchInFlight int
+
+	// AsyncIntents creates the work stream (the intents and the consumer's
+	// acks) with asynchronous persistence, at one replica: a server with
+	// sync_interval always then syncs only the ledger and the dead-letter
+	// stream before their acknowledgements, not every accepted intent and
+	// ack, for more durable throughput. The price: the server
+	// writes an intent after acknowledging it, so a server crash (not only
+	// a power loss) can lose an intent its publisher was told was stored.
+	// An ack lost that way is harmless (the intent is delivered again and
+	// the ledger answers it), a lost intent is not, unless every publisher
+	// publishes an unanswered intent again under its key — which
+	// pkg/client does not do for an intent that was not a duplicate: the
+	// caller's wait ends with ErrNoAnswer. A replicated work stream always
+	// persists as the server does (JetStream refuses asynchronous
+	// persistence there). The mode is fixed when the stream is created: an
+	// existing stream keeps its own, and the worker logs how to migrate it.
+	// Default: false (the work stream persists as the server does).
+	AsyncIntents bool
+
+	// OnStages, when set, is called after each intent's answer with the
+	// times it reached each stage of its handling (see Stages), from the
+	// handler's goroutine: it must be quick. Default: nil (no times taken).
+	OnStages func(Stages)
 
 	// AnswerCache is how long this worker answers a duplicate from a final
 	// record (completed, failed, denied) it wrote or read, without asking the
@@ -199,6 +233,9 @@ func (c *Config) setDefaults() {
 	if c.LedgerBatch == 0 {
 		c.LedgerBatch = DefaultLedgerBatch
 	}
+	if c.LedgerBatchInFlight == 0 {
+		c.LedgerBatchInFlight = DefaultLedgerBatchInFlight
+	}
 	if c.AnswerCache == 0 {
 		c.AnswerCache = DefaultAnswerCache
 	}
@@ -246,6 +283,9 @@ func (c *Config) validate() error {
 	}
 	if c.LedgerBatch < NoLedgerBatch || c.LedgerBatch > dedup.MaxBatch {
 		errs = append(errs, fmt.Errorf("ledger batch %d: use 1-%d, or %d (off)", c.LedgerBatch, dedup.MaxBatch, NoLedgerBatch))
+	}
+	if c.LedgerBatchInFlight < 1 || c.LedgerBatchInFlight > dedup.MaxBatchInFlight {
+		errs = append(errs, fmt.Errorf("ledger batches in flight %d: use 1-%d", c.LedgerBatchInFlight, dedup.MaxBatchInFlight))
 	}
 	if c.AnswerCache > c.LedgerTTL {
 		errs = append(errs, fmt.Errorf("answer cache %s: must not exceed the ledger TTL (%s): a cached answer would outlive its record", c.AnswerCache, c.LedgerTTL))

@@ -16,6 +16,7 @@ import (
 // writes configured with ledger: false). Identical reads in flight on this
 // worker are coalesced into one call; their callers share its answer.
 func (w *Worker) direct(work context.Context, j *job) verdict {
+	j.detach() // the effect runs on the handler's goroutine
 	halt := w.beats.hold(work, j.msg, w.cfg.AckWait/3)
 	defer halt() // on a panic too; halting twice is harmless
 	fire := func() (effects.Outcome, error) {

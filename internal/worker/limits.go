@@ -88,6 +88,7 @@ func (w *Worker) toolSlot(stop context.Context, j *job) (release func(), err err
 	default:
 	}
 	w.m.limited.WithLabelValues(j.env.Tool, "tool_in_flight").Inc()
+	j.detach()
 	halt := w.beats.hold(stop, j.msg, w.cfg.AckWait/3)
 	defer halt()
 	select {

@@ -61,6 +61,10 @@ type resources struct {
 	consumer jetstream.Consumer
 	kv       jetstream.KeyValue   // the ledger's partition 0
 	kvs      []jetstream.KeyValue // every partition's bucket, in partition order
+	// persist is the work stream's persist mode; persistMismatch reports an
+	// existing stream whose mode is not the configured one.
+	persist         jetstream.PersistModeType
+	persistMismatch bool
 }
 
 // setup creates or updates the intent stream, the shared durable consumer and
@@ -70,6 +74,16 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 	if err != nil {
 		return nil, err
 	}
+	// The persist mode of a stream is fixed when it is created: an existing
+	// work stream keeps its own (the worker says how to migrate it).
+	persist, existing := cfg.intentsPersist(), false
+	switch s, err := js.Stream(ctx, names.Stream); {
+	case err == nil:
+		existing = true
+		persist = s.CachedInfo().Config.PersistMode
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("stream %s: %w", names.Stream, err)
+	}
 	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        names.Stream,
 		Description: "idemgate tool intents",
@@ -78,6 +92,7 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		Duplicates:  cfg.DuplicateWindow,
+		PersistMode: persist,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", names.Stream, err)
@@ -117,5 +132,31 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 	if err != nil {
 		return nil, err
 	}
-	return &resources{names: names, js: js, stream: stream, dlq: dlq, consumer: consumer, kv: kvs[0], kvs: kvs}, nil
+	return &resources{names: names, js: js, stream: stream, dlq: dlq, consumer: consumer, kv: kvs[0], kvs: kvs,
+		persist: persist, persistMismatch: existing && persist != cfg.intentsPersist()}, nil
+}
+
+// intentsPersist is the persist mode the work stream is created with:
+// asynchronous with Config.AsyncIntents where JetStream allows it (file
+// storage, one replica, no atomic publish), else the server's own.
+func (c *Config) intentsPersist() jetstream.PersistModeType {
+	if !c.AsyncIntents || c.Replicas > 1 {
+		return jetstream.DefaultPersistMode
+	}
+	return jetstream.AsyncPersistMode
+}
+
+// migrateHint is the warning a worker logs when the work stream exists with
+// another persist mode than the configuration asks for: the mode cannot be
+// changed in place.
+func migrateHint(res *resources) string {
+	how := fmt.Sprintf("the mode of a stream cannot change in place; to migrate, stop the publishers, let the workers empty the stream "+
+		"(its consumer's pending count reaches 0), stop them, delete the stream (nats stream rm %s) and start a worker, which creates it again. "+
+		"The ledger is untouched: every recorded operation keeps its answer", res.names.Stream)
+	if res.persist == jetstream.AsyncPersistMode {
+		return fmt.Sprintf("the work stream %s persists asynchronously but the configuration asks it to persist as the server does "+
+			"(no --async-intents): a server crash can lose an intent it acknowledged (docs/performance.md); %s", res.names.Stream, how)
+	}
+	return fmt.Sprintf("the work stream %s was created with the server's persistence but the configuration asks for asynchronous "+
+		"persistence (--async-intents, docs/performance.md); %s", res.names.Stream, how)
 }

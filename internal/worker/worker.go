@@ -20,6 +20,15 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
+// maxHandlers bounds a worker's handler goroutines (see handlerPool): they
+// decode, claim and record; effects run on goroutines of their own, and a
+// handler about to wait long leaves the pool.
+const maxHandlers = 512
+
+// handlerIdle is how long a handler goroutine waits for an intent before it
+// exits.
+const handlerIdle = 10 * time.Second
+
 // tracer names the worker's spans.
 var tracer = otel.Tracer("github.com/idemgate/idemgate/internal/worker")
 
@@ -45,7 +54,9 @@ type Worker struct {
 	// queued counts the intents waiting for a capped tool that gave their
 	// handler's slot back (see toolSlot); at most MaxAckPending.
 	queued chan struct{}
-	ready  chan struct{}
+	// pool runs the handlers while Run consumes (nil before).
+	pool  *handlerPool
+	ready chan struct{}
 }
 
 // New checks cfg, creates (or updates) the stream, consumer and ledger bucket,
@@ -79,7 +90,10 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	}
 	lopts := []dedup.Option{dedup.WithConfirmedTakeover(), dedup.WithRetention(cfg.LedgerTTL)}
 	if cfg.LedgerBatch != NoLedgerBatch {
-		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch}))
+		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch, InFlight: cfg.LedgerBatchInFlight}))
+	}
+	if res.persistMismatch {
+		log.Warn(migrateHint(res))
 	}
 	ledger, err := dedup.NewPartitioned(js, res.kvs, lopts...)
 	if err != nil {
@@ -147,7 +161,8 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 
 	w.log.Info("worker consuming", zap.String("stream", w.res.names.Stream),
 		zap.String("consumer", w.res.names.Consumer), zap.String("holder", w.cfg.Holder),
-		zap.Int("concurrency", w.cfg.Concurrency), zap.Int("ledger_batch", w.cfg.LedgerBatch), zap.Strings("tools", w.tools.Names()))
+		zap.Int("concurrency", w.cfg.Concurrency), zap.Int("ledger_batch", w.cfg.LedgerBatch), zap.Stringer("intents_persist", w.res.persist),
+		zap.Strings("tools", w.tools.Names()))
 
 	// Ready means served: the server has the catalogue's and the
 	// advisories' subscriptions before anyone is told.
@@ -169,6 +184,11 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 	}
 	sem := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
+	pool := newHandlerPool(min(w.cfg.Concurrency, maxHandlers), handlerIdle)
+	w.pool = pool
+	stopReaping := make(chan struct{})
+	go pool.reapEvery(handlerIdle, stopReaping)
+	defer func() { close(stopReaping); pool.close() }()
 	for {
 		msg, err := it.Next()
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
@@ -181,13 +201,9 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 		}
 		sem <- struct{}{}
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var once sync.Once
-			free := func() { once.Do(func() { <-sem }) }
-			defer free()
-			w.handle(ctx, work, msg, free)
-		}()
+		var once sync.Once
+		free := func() { once.Do(func() { <-sem }) }
+		pool.run(func(run *poolRun) { w.handle(ctx, work, msg, run, free, func() { free(); wg.Done() }) })
 	}
 
 	done := make(chan struct{})
@@ -205,37 +221,60 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 	return nil
 }
 
-// handle processes one intent message and settles it. stop is cancelled when
-// the worker is asked to stop (waits end then); work only when the drain
-// period is over (effects and ledger writes use it). free gives the handler's
-// concurrency slot back early (see toolSlot).
-func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg, free func()) {
+// handle processes one intent message, on a goroutine of the handler pool
+// (run), and settles it: itself, or through the goroutine of the effect it
+// hands the intent to (see fire). stop is
+// cancelled when the worker is asked to stop (waits end then); work only
+// when the drain period is over (effects and ledger writes use it). free
+// gives the handler's concurrency slot back early (see toolSlot); done is
+// called once the intent is settled.
+func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg, run *poolRun, free, done func()) {
 	// The intent's trace context (a traceparent header) is the parent of the
 	// worker's span; the span reaches the effect and the answer.
 	ctx := otel.GetTextMapPropagator().Extract(context.Background(), tracing.Header(msg.Headers()))
 	_, span := tracer.Start(ctx, "idemgate.intent", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("messaging.destination.name", msg.Subject())))
 	stop, work = trace.ContextWithSpan(stop, span), trace.ContextWithSpan(work, span)
-	v := verdict{verb: verbNak, delay: w.cfg.RetryDelay, reason: "panic"}
-	defer func() {
-		span.SetAttributes(attribute.String("idemgate.verdict", v.verb.String()))
-		span.End()
-	}()
 	w.m.inFlight.Inc()
-	defer w.m.inFlight.Dec()
+	j := &job{ctx: work, msg: msg, span: span, run: run, free: free, done: done}
 	meta, err := msg.Metadata()
 	if err != nil {
 		// Not a JetStream message: nothing to answer, nowhere to redeliver.
 		_ = msg.Term()
+		w.finish(j, verdict{verb: verbTerm, reason: "not a JetStream message"})
 		return
 	}
-	j := &job{ctx: work, msg: msg, meta: meta, replyTo: msg.Headers().Get(intent.HeaderReplyTo), seq: meta.Sequence.Stream, free: free}
+	j.meta, j.replyTo, j.seq = meta, msg.Headers().Get(intent.HeaderReplyTo), meta.Sequence.Stream
+	w.mark(&j.stages.Delivered)
+	v := nak(w.cfg.RetryDelay, "panic")
 	defer func() {
 		if r := recover(); r != nil {
 			w.log.Error("panic handling intent", zap.String("subject", msg.Subject()), zap.Any("panic", r), zap.Stack("stack"))
 			v = nak(w.cfg.RetryDelay, "panic")
 		}
-		w.settle(j, v)
+		if !j.handedOff {
+			w.finish(j, v)
+		}
 	}()
 	v = w.admit(stop, work, j)
+}
+
+// finish ends j's handling with v: the tool's slot is given back, the
+// message settled (unless it is not a JetStream message), the span ended and
+// the concurrency slot freed.
+func (w *Worker) finish(j *job, v verdict) {
+	if j.releaseTool != nil {
+		j.releaseTool()
+	}
+	if j.meta != nil {
+		w.settle(j, v)
+	}
+	if j.span != nil {
+		j.span.SetAttributes(attribute.String("idemgate.verdict", v.verb.String()))
+		j.span.End()
+	}
+	w.m.inFlight.Dec()
+	if j.done != nil {
+		j.done()
+	}
 }

@@ -77,6 +77,7 @@ func TestConfigValidation(t *testing.T) {
 		{"retry", Config{RetryDelay: time.Minute, MaxRetryDelay: time.Second}, "max retry delay 1s: must be at least the retry delay (1m0s)"},
 		{"answer cache", Config{AnswerCache: 48 * time.Hour}, "answer cache 48h0m0s: must not exceed the ledger TTL (24h0m0s)"},
 		{"answer cache bytes", Config{AnswerCacheBytes: -1}, "answer cache bytes -1: must not be negative"},
+		{"batches in flight", Config{LedgerBatchInFlight: 9}, "ledger batches in flight 9: use 1-8"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,9 +29,9 @@ const (
 	DefaultBatchInFlight = 4
 	// DefaultBatchAckWait is BatchConfig.AckWait's default.
 	DefaultBatchAckWait = time.Second
-	// maxBatchInFlight bounds BatchConfig.InFlight; the server allows 50
+	// MaxBatchInFlight bounds BatchConfig.InFlight; the server allows 50
 	// batches in flight per stream, shared by every writer.
-	maxBatchInFlight = 8
+	MaxBatchInFlight = 8
 )
 
 // Atomic batch publish headers (JetStream 2.12 and later).
@@ -111,8 +110,8 @@ func (c BatchConfig) validate() error {
 		return fmt.Errorf("%w: batch max %d: set 1 to %d, or 0 for the default %d", ErrInvalid, c.Max, MaxBatch, DefaultBatchMax)
 	case c.Min < 1 || c.Min > c.Max:
 		return fmt.Errorf("%w: batch min %d: set 1 to the batch max (%d), or 0 for the default %d", ErrInvalid, c.Min, c.Max, DefaultBatchMin)
-	case c.InFlight < 1 || c.InFlight > maxBatchInFlight:
-		return fmt.Errorf("%w: batches in flight %d: set 1 to %d, or 0 for the default %d", ErrInvalid, c.InFlight, maxBatchInFlight, DefaultBatchInFlight)
+	case c.InFlight < 1 || c.InFlight > MaxBatchInFlight:
+		return fmt.Errorf("%w: batches in flight %d: set 1 to %d, or 0 for the default %d", ErrInvalid, c.InFlight, MaxBatchInFlight, DefaultBatchInFlight)
 	case c.AckWait < 0:
 		return fmt.Errorf("%w: batch ack wait %s: set a positive duration, or 0 for the default %s", ErrInvalid, c.AckWait, DefaultBatchAckWait)
 	}
@@ -638,24 +637,13 @@ func (b *batcher) culprit(ws []*write, apiErr *jetstream.APIError) (i int, marke
 // single sends w on its own, exactly as a ledger without batching writes.
 func (l *Ledger) single(w *write) (uint64, error) {
 	if w.create && !w.overMarker {
-		return l.kv.Create(w.ctx, w.key, w.data)
+		return l.putNew(w.ctx, w.key, w.data)
 	}
 	rev, err := l.put(w.ctx, w.key, w.data, w.rev, w.ttl)
 	if err != nil && w.create && errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		err = fmt.Errorf("%w: %w", err, jetstream.ErrKeyExists)
 	}
 	return rev, err
-}
-
-var validKeyRe = regexp.MustCompile(`^[-/_=\.a-zA-Z0-9]+$`)
-
-// validKey reports whether key is a valid KV key, by the jetstream KV API's
-// rule.
-func validKey(key string) bool {
-	if key == "" || key[0] == '.' || key[len(key)-1] == '.' || strings.Contains(key, "..") {
-		return false
-	}
-	return validKeyRe.MatchString(key)
 }
 
 type msgGetBySeqRequest struct {

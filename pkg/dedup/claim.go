@@ -86,6 +86,11 @@ type ClaimRequest struct {
 	// another revision, or one not yet confirmed, is reported Busy, with
 	// Record.LeaseExpired true). Ignored without the option.
 	Confirmed uint64
+	// ReadFirst makes the claim read the key's record before it writes: one
+	// round trip instead of two (a refused create, then the read) when the
+	// key most likely has a record already — an intent delivered again, a
+	// duplicate — and one more when it has none. The outcome is the same.
+	ReadFirst bool
 }
 
 func (r ClaimRequest) validate() error {
@@ -137,8 +142,11 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	if req.Lease == 0 {
 		req.Lease = DefaultLease
 	}
-	for range maxClaimRounds {
-		res, again, err := l.claimRound(ctx, req)
+	for round := range maxClaimRounds {
+		res, again, err := l.claimRound(ctx, req, req.ReadFirst || round > 0)
+		if err == nil && !again && res.Lease != nil {
+			res, again, err = l.keepLive(ctx, req, res)
+		}
 		if err != nil {
 			return ClaimResult{}, fmt.Errorf("claim %s: %w", req.Key, err)
 		}
@@ -149,9 +157,40 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	return ClaimResult{}, fmt.Errorf("claim %s: %w", req.Key, ErrContended)
 }
 
+// keepLiveTries bounds the extensions keepLive makes.
+const keepLiveTries = 3
+
+// keepLive returns res, a lease the claim just won, once its deadline is at
+// least half a lease ahead. The deadline was set when the claim's write was
+// sent; a write acknowledged late (a lost acknowledgement settled by a read,
+// a slow commit) returns a lease that is near its deadline or past it, and
+// another claimant may have seen it expired and be confirming the takeover
+// already — while the holder is about to fire. So the lease is extended
+// first: the extension's new revision fences that claimant off (it confirmed
+// the old one), or the extension fails with ErrLeaseLost because the
+// claimant took the lease over meanwhile, and the claim starts over (again).
+func (l *Ledger) keepLive(ctx context.Context, req ClaimRequest, res ClaimResult) (ClaimResult, bool, error) {
+	for range keepLiveTries {
+		if l.clock().Add(req.Lease / 2).Before(res.Record.LeaseUntil) {
+			return res, false, nil
+		}
+		err := res.Lease.Extend(ctx, req.Lease)
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			return ClaimResult{}, true, nil
+		case err != nil:
+			return ClaimResult{}, false, fmt.Errorf("extend a lease acknowledged late: %w", err)
+		}
+		res.Record, res.Revision = res.Lease.Record(), res.Lease.Revision()
+	}
+	return ClaimResult{}, false, fmt.Errorf("%w: every extension of the lease was acknowledged past half its length", context.DeadlineExceeded)
+}
+
 // claimRound makes one attempt; again reports that the record changed
-// underneath it and the claim should start over.
-func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest) (res ClaimResult, again bool, err error) {
+// underneath it and the claim should start over. readFirst reads the key
+// before writing (see ClaimRequest.ReadFirst), as every round after the
+// first does: the key had a record a moment ago.
+func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest, readFirst bool) (res ClaimResult, again bool, err error) {
 	now := l.clock()
 	rec := Record{
 		Status:      intent.StatusPending,
@@ -166,24 +205,30 @@ func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest) (res ClaimRes
 		CreatedAt:   now,
 		UpdatedAt:   now,
 	}
-	data, err := rec.marshal()
-	if err != nil {
-		return ClaimResult{}, false, err
-	}
-	rev, err := l.create(ctx, req.Key, data)
-	switch {
-	case err == nil:
-		return l.held(Acquired, req.Key, rev, rec), false, nil
-	case !errors.Is(err, jetstream.ErrKeyExists):
-		if got, ok := l.settle(ctx, req.Key, 0, data, settleTimeout); ok {
-			return l.held(Acquired, req.Key, got, rec), false, nil
+	var e entry
+	if readFirst {
+		if e, err = l.read(ctx, req.Key); err != nil {
+			return ClaimResult{}, false, err
 		}
-		return ClaimResult{}, false, err
 	}
-
-	e, err := l.read(ctx, req.Key)
-	if err != nil {
-		return ClaimResult{}, false, err
+	if e.rev == 0 {
+		data, err := rec.marshal()
+		if err != nil {
+			return ClaimResult{}, false, err
+		}
+		rev, err := l.create(ctx, req.Key, data)
+		switch {
+		case err == nil:
+			return l.held(Acquired, req.Key, rev, rec), false, nil
+		case !errors.Is(err, jetstream.ErrKeyExists):
+			if got, ok := l.settle(ctx, req.Key, 0, data, settleTimeout); ok {
+				return l.held(Acquired, req.Key, got, rec), false, nil
+			}
+			return ClaimResult{}, false, err
+		}
+		if e, err = l.read(ctx, req.Key); err != nil {
+			return ClaimResult{}, false, err
+		}
 	}
 	if !e.live() {
 		if e.rev == 0 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,6 +120,8 @@ type testBundle struct {
 	// at returns a ledger (on its own connection) whose clock is offset by d,
 	// to judge leases as if d had passed.
 	at func(d time.Duration, opts ...dedup.Option) *dedup.Ledger
+	// clocked returns a ledger (on its own connection) on the clock now.
+	clocked func(now func() time.Time) *dedup.Ledger
 	// batched reports that the ledgers group-commit their writes.
 	batched bool
 	// plain is a ledger that writes one write at a time whatever the mode,
@@ -158,6 +161,10 @@ func (e *env) setup(t *testing.T) *testBundle {
 	b.at = func(d time.Duration, opts ...dedup.Option) *dedup.Ledger {
 		n++
 		return open(n, append(opts, dedup.WithClock(func() time.Time { return time.Now().Add(d) }))...)
+	}
+	b.clocked = func(now func() time.Time) *dedup.Ledger {
+		n++
+		return open(n, dedup.WithClock(now))
 	}
 	b.plain = openPlain(1)
 	b.plainAt = func(d time.Duration) *dedup.Ledger {
@@ -357,6 +364,36 @@ var suite = []struct {
 		require.Equal(t, dedup.Acquired, res.Outcome)
 		require.Equal(t, 1, res.Record.Attempt)
 	}},
+	{"ReadFirstSameOutcomes", func(t *testing.T, b *testBundle) {
+		readFirst := func(holder, fp string) dedup.ClaimRequest {
+			r := b.req(holder)
+			r.Fingerprint, r.ReadFirst = fp, true
+			return r
+		}
+		// No record yet: read, then create.
+		res, err := b.ledger.Claim(b.ctx, readFirst("w1", "fp-1"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Acquired, res.Outcome)
+		res2, err := b.ledgers[1].Claim(b.ctx, readFirst("w2", "fp-1"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Busy, res2.Outcome)
+		require.Equal(t, res.Revision, res2.Revision)
+		_, err = res.Lease.Complete(b.ctx, json.RawMessage(`{"ok":true}`), 1)
+		require.NoError(t, err)
+		res, err = b.ledgers[2].Claim(b.ctx, readFirst("w3", "fp-1"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Done, res.Outcome)
+		require.JSONEq(t, `{"ok":true}`, string(res.Record.Result))
+		res, err = b.ledgers[1].Claim(b.ctx, readFirst("w3", "fp-2"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Conflict, res.Outcome)
+		// Over a delete marker: a fresh record, by compare-and-set.
+		require.NoError(t, b.kvFor(b.key).Delete(b.ctx, b.key))
+		res, err = b.ledger.Claim(b.ctx, readFirst("w4", "fp-1"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Acquired, res.Outcome)
+		require.Equal(t, 1, res.Record.Attempt)
+	}},
 	{"ExpiredLeaseOneTakerWins", func(t *testing.T, b *testBundle) {
 		old := b.acquire(t, "w0")
 		const n = 10
@@ -437,6 +474,35 @@ var suite = []struct {
 		require.Equal(t, dedup.TookOver, took.Outcome)
 		_, err = old.Complete(b.ctx, json.RawMessage(`"late"`), 1)
 		require.ErrorIs(t, err, dedup.ErrLeaseLost)
+	}},
+	{"LateAcknowledgedClaimIsLive", func(t *testing.T, b *testBundle) {
+		// The holder's claim is acknowledged two leases after it was sent
+		// (a lost acknowledgement settled by a read, a slow commit): its
+		// clock jumps between the write and the return. Meanwhile another
+		// claimant saw the record expired and unchanged for the grace.
+		var reads atomic.Int32
+		holder := b.clocked(func() time.Time {
+			if reads.Add(1) == 1 {
+				return time.Now()
+			}
+			return time.Now().Add(2 * time.Minute)
+		})
+		res, err := holder.Claim(b.ctx, b.req("w0"))
+		require.NoError(t, err)
+		require.Equal(t, dedup.Acquired, res.Outcome)
+		require.False(t, res.Record.LeaseExpired(time.Now().Add(2*time.Minute)), "the lease is live when Claim returns")
+
+		hist, err := b.kvFor(b.key).History(b.ctx, b.key)
+		require.NoError(t, err)
+		req := b.req("w1")
+		req.Confirmed = hist[0].Revision() // the claim's own write, confirmed abandoned
+		taker := b.at(2*time.Minute, dedup.WithConfirmedTakeover())
+		took, err := taker.Claim(b.ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, dedup.Busy, took.Outcome, "the holder fires at once: nobody may take its lease over")
+		require.False(t, took.Record.LeaseExpired(time.Now().Add(2*time.Minute)))
+		_, err = res.Lease.Complete(b.ctx, json.RawMessage(`"once"`), 1)
+		require.NoError(t, err)
 	}},
 	{"StaleHolderCannotOverwrite", func(t *testing.T, b *testBundle) {
 		old := b.acquire(t, "w1")

@@ -162,14 +162,21 @@ func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time
 	change(&next, now)
 	next.UpdatedAt = now
 	rev, err := ls.ledger.cas(ctx, ls.key, ls.rev, next)
-	if errors.Is(err, ErrRevisionMismatch) && len(ls.unsure) > 0 {
-		adopted, rerr := ls.adoptUnsure(ctx)
-		if rerr != nil {
+	if errors.Is(err, ErrRevisionMismatch) {
+		moved, adopted, rerr := ls.reconcile(ctx)
+		switch {
+		case rerr != nil:
 			// The record moved, by this lease's own write or another
 			// claimant's: not known until the ledger can be read.
 			return Record{}, fmt.Errorf("%s %s: revision %d moved on; reading it back: %w", op, ls.key, ls.rev, rerr)
-		}
-		if adopted {
+		case !moved:
+			// Refused while the record is still at the lease's revision: a
+			// replicated stream refuses a write of a key while another is
+			// in process (10164) — most likely this lease's own write of
+			// unknown outcome. The lease is not lost (nobody else wrote),
+			// and this write did not land: try again.
+			return Record{}, fmt.Errorf("%s %s: revision %d is still the latest, a write of it in process: %w", op, ls.key, ls.rev, err)
+		case adopted:
 			// An earlier write of ours had landed: write again over it.
 			next = ls.rec
 			change(&next, now)
@@ -191,28 +198,34 @@ func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time
 	return next, nil
 }
 
-// adoptUnsure reports whether the key's latest record, read from the leader,
-// is one of the lease's writes of unknown outcome — it landed after all — and
-// if so makes it the lease's revision. Without it, a heartbeat whose
-// acknowledgement was lost would make the holder of a live lease believe it
-// lost the lease, and another claimant would fire the operation again. An
-// error means the leader could not be read.
-func (ls *Lease) adoptUnsure(ctx context.Context) (bool, error) {
+// reconcile reads the key's latest record from the leader after a write of
+// the lease was refused. moved reports that the record is no longer at the
+// lease's revision; adopted that the record it moved to is one of the lease's
+// writes of unknown outcome — it landed after all — which it makes the
+// lease's revision. Without adopted, a heartbeat whose acknowledgement was
+// lost would make the holder of a live lease believe it lost the lease, and
+// another claimant would fire the operation again; without moved, a refusal
+// while such a write is still in process would. An error means the leader
+// could not be read.
+func (ls *Lease) reconcile(ctx context.Context) (moved, adopted bool, err error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	e, err := ls.ledger.read(rctx, ls.key)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
-	if !e.live() || e.rev <= ls.rev {
-		return false, nil
+	if e.live() && e.rev <= ls.rev {
+		return false, false, nil
+	}
+	if !e.live() {
+		return true, false, nil // deleted
 	}
 	for i := len(ls.unsure) - 1; i >= 0; i-- {
 		want, err := ls.unsure[i].marshal()
 		if err == nil && bytes.Equal(e.data, want) {
 			ls.rev, ls.rec, ls.unsure = e.rev, ls.unsure[i], nil
-			return true, nil
+			return true, true, nil
 		}
 	}
-	return false, nil
+	return true, false, nil
 }

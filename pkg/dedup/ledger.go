@@ -175,7 +175,7 @@ func (l *Ledger) BatchStats() BatchStats {
 // kv.Create, through the group commit when there is one.
 func (l *Ledger) create(ctx context.Context, key string, data []byte) (uint64, error) {
 	if l.batch == nil {
-		return l.kv.Create(ctx, key, data)
+		return l.putNew(ctx, key, data)
 	}
 	return l.batch.do(ctx, &write{key: key, data: data, create: true})
 }
@@ -197,28 +197,6 @@ func (l *Ledger) update(ctx context.Context, key string, data []byte, rev uint64
 		return l.put(ctx, key, data, rev, ttl)
 	}
 	return l.batch.do(ctx, &write{key: key, data: data, rev: rev, ttl: ttl})
-}
-
-// put writes data over key's revision rev on its own; a stale rev gives an
-// error matching jetstream.ErrKeyRevisionMismatch, as kv.Update does.
-func (l *Ledger) put(ctx context.Context, key string, data []byte, rev uint64, ttl time.Duration) (uint64, error) {
-	if !validKey(key) {
-		return 0, jetstream.ErrInvalidKey
-	}
-	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(rev)}
-	if ttl > 0 {
-		opts = append(opts, jetstream.WithMsgTTL(ttl))
-	}
-	ack, err := l.js.PublishMsg(ctx, &nats.Msg{Subject: l.putPrefix + key, Data: data}, opts...)
-	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-			return 0, fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
-		}
-		return 0, err
-	}
-	return ack.Sequence, nil
 }
 
 // ttlFor is the per-message TTL of a record written in status s: the

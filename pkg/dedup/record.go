@@ -93,10 +93,6 @@ func (r Record) Released() bool {
 	return r.Status == intent.StatusPending && r.Holder == ""
 }
 
-func (r Record) marshal() ([]byte, error) {
-	return json.Marshal(r)
-}
-
 // Caller is whom an answer is for: the operation's key, and the calling
 // intent's fingerprint, tool and informational call id.
 type Caller struct {

@@ -1,6 +1,7 @@
 package intent
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -37,7 +38,38 @@ func (s KeySpec) Validate() error {
 // compute the same key before publishing). Derive checks a hand-built env as
 // Decode would; errors wrap ErrInvalid, or ErrInvalidSpec for a bad spec.
 func Derive(env *Envelope, spec KeySpec, msgTime time.Time) (Identity, error) {
-	args, err := checkEnvelope(env)
+	return derive(env, nil, spec, msgTime)
+}
+
+// Decoded is an envelope as Decode returned it, with what decoding it
+// established: its args are canonical. Its Derive takes them as they are
+// instead of parsing and canonicalizing them again, as Derive does for an
+// envelope that may have been built by hand.
+type Decoded struct {
+	*Envelope
+	canonArgs []byte // Args as decoded
+}
+
+// DecodeEnvelope is Decode, keeping what the decoding established (see
+// Decoded).
+func DecodeEnvelope(data []byte, lim Limits) (Decoded, error) {
+	env, err := Decode(data, lim)
+	if err != nil {
+		return Decoded{}, err
+	}
+	return Decoded{Envelope: env, canonArgs: env.Args}, nil
+}
+
+// Derive is Derive(d.Envelope, spec, msgTime): the same identity. Args
+// changed since decoding are parsed and checked again.
+func (d Decoded) Derive(spec KeySpec, msgTime time.Time) (Identity, error) {
+	return derive(d.Envelope, d.canonArgs, spec, msgTime)
+}
+
+// derive is Derive; canonArgs, when not nil, are env's args as Decode left
+// them.
+func derive(env *Envelope, canonArgs []byte, spec KeySpec, msgTime time.Time) (Identity, error) {
+	args, err := checkEnvelope(env, canonArgs, spec)
 	if err != nil {
 		return Identity{}, err
 	}
@@ -72,7 +104,7 @@ func Derive(env *Envelope, spec KeySpec, msgTime time.Time) (Identity, error) {
 //
 // S is "" when the envelope has no session.
 func Material(env *Envelope, spec KeySpec, msgTime time.Time) ([]byte, error) {
-	args, err := checkEnvelope(env)
+	args, err := checkEnvelope(env, nil, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -84,8 +116,10 @@ func Material(env *Envelope, spec KeySpec, msgTime time.Time) ([]byte, error) {
 }
 
 // checkEnvelope applies Decode's rules to a possibly hand-built envelope and
-// returns its parsed args.
-func checkEnvelope(env *Envelope) (value, error) {
+// returns its parsed args — or, for args still canonArgs (as Decode left
+// them) when spec picks no members of them, the canonical bytes themselves
+// (kindRaw): decoding parsed and checked them already.
+func checkEnvelope(env *Envelope, canonArgs []byte, spec KeySpec) (value, error) {
 	if env == nil {
 		return value{}, invalidf("no envelope")
 	}
@@ -96,6 +130,9 @@ func checkEnvelope(env *Envelope) (value, error) {
 		if err := checkKeyOverride(env.Key); err != nil {
 			return value{}, err
 		}
+	}
+	if len(spec.KeyArgs) == 0 && len(spec.VolatileArgs) == 0 && canonArgs != nil && bytes.Equal(canonArgs, env.Args) {
+		return value{kind: kindRaw, raw: env.Args}, nil
 	}
 	raw := []byte(env.Args)
 	if len(raw) == 0 {
@@ -170,6 +207,9 @@ func only(o *value, names []string) value {
 
 // without returns the object o minus the members named in names.
 func without(o *value, names []string) value {
+	if len(names) == 0 {
+		return *o
+	}
 	out := object()
 	for _, m := range o.members {
 		if !slices.Contains(names, m.name) {

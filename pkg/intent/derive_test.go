@@ -160,3 +160,46 @@ func TestKeySpecValidate(t *testing.T) {
 		require.ErrorIs(t, KeySpec{Window: w}.Validate(), ErrInvalidSpec, w)
 	}
 }
+
+// Decoded.Derive takes the args as Decode left them; the identity is the one
+// Derive gives the same envelope, under every kind of spec, and args changed
+// after decoding are parsed and checked again.
+func TestDecodedDeriveIsDerive(t *testing.T) {
+	t.Parallel()
+	inputs := []string{
+		`{"tool":"t","args":{}}`,
+		`{"tool":"t","args":{"b":1,"a":[1.0,"x"],"n":null},"session":"s"}`,
+		`{"tool":"t","args":{"to":"a@b","body":"hi","nonce":"z","é":{"k":[true,false]}},"session":"s","call_id":"c"}`,
+		`{"tool":"t","args":{"to":"a@b"},"key":"explicit","created_at":"2026-01-02T03:04:05Z"}`,
+		`{"tool":"t","args":{"x":1e2,"y":-0},"created_at":"2026-01-02T03:04:05.5+02:00"}`,
+	}
+	specs := []KeySpec{{}, {KeyArgs: []string{"to"}}, {VolatileArgs: []string{"nonce"}}, {Window: time.Hour},
+		{KeyArgs: []string{"to", "body"}, VolatileArgs: []string{"nonce"}, Window: time.Minute}}
+	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	for _, in := range inputs {
+		decoded, err := DecodeEnvelope([]byte(in), Limits{})
+		require.NoError(t, err)
+		require.Equal(t, mustDecode(t, in), decoded.Envelope)
+		for _, spec := range specs {
+			want, err := Derive(decoded.Envelope, spec, at)
+			require.NoError(t, err)
+			got, err := decoded.Derive(spec, at)
+			require.NoError(t, err)
+			require.Equalf(t, want, got, "%s under %+v", in, spec)
+		}
+	}
+	env, err := DecodeEnvelope([]byte(`{"tool":"t","args":{"a":1}}`), Limits{})
+	require.NoError(t, err)
+	before, err := env.Derive(KeySpec{}, at)
+	require.NoError(t, err)
+	env.Args = json.RawMessage(`{ "a" : 2 }`)
+	after, err := env.Derive(KeySpec{}, at)
+	require.NoError(t, err)
+	other, err := Derive(&Envelope{Tool: "t", Args: json.RawMessage(`{"a":2}`)}, KeySpec{}, at)
+	require.NoError(t, err)
+	require.NotEqual(t, before, after)
+	require.Equal(t, other, after, "replaced args are parsed and canonicalized")
+	env.Args = json.RawMessage(`[1]`)
+	_, err = env.Derive(KeySpec{}, at)
+	require.ErrorIs(t, err, ErrInvalid, "and checked")
+}

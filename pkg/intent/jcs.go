@@ -41,6 +41,8 @@ func appendCanonical(b []byte, v *value) []byte {
 		return appendNumber(b, v.number)
 	case kindString:
 		return appendString(b, v.str)
+	case kindRaw:
+		return append(b, v.raw...)
 	case kindArray:
 		b = append(b, '[')
 		for i := range v.array {

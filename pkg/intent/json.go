@@ -23,6 +23,9 @@ const (
 	kindString
 	kindArray
 	kindObject
+	// kindRaw is a value already in canonical form (raw), never parsed: the
+	// args of a decoded envelope inside a key's material.
+	kindRaw
 )
 
 func (k kind) String() string {
@@ -52,6 +55,7 @@ type value struct {
 	str     string
 	array   []value
 	members []member
+	raw     []byte // kindRaw
 }
 
 // member is one name/value pair of an object.

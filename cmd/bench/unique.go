@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/worker"
+)
+
+// uniqueAndDup runs N unique intents through the workers (unique), then the
+// same N again as duplicates (dup: published without Nats-Msg-Id, so that
+// every one reaches a worker and is answered as a replay, from the workers'
+// answer cache while it holds the records), then once more through workers
+// without the answer cache (dup-ledger: every duplicate is answered from the
+// ledger).
+func (b *bench) uniqueAndDup(ctx context.Context) error {
+	e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, b.cfg.Sync)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	names := dupNames{unique: "unique", dup: "dup", ledger: "dup-ledger"}
+	if !b.cfg.wants("dup") {
+		names.dup, names.ledger = "", ""
+	}
+	return b.runUnique(ctx, e, b.cfg.N, names)
+}
+
+// dupLarge is uniqueAndDup's unique and dup rows at DupLargeN intents: more
+// records than the answer cache keeps for its age limit.
+func (b *bench) dupLarge(ctx context.Context) error {
+	e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, b.cfg.Sync)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	n := b.cfg.DupLargeN
+	return b.runUnique(ctx, e, n, dupNames{unique: fmt.Sprintf("unique@%d", n), dup: fmt.Sprintf("dup@%d", n)})
+}
+
+// dupNames name the rows of runUnique; an empty name skips its row.
+type dupNames struct{ unique, dup, ledger string }
+
+// runUnique measures n unique intents on e, then their duplicates (through
+// the answer cache, then, when names.ledger is set, through workers without
+// it), adding a row each.
+func (b *bench) runUnique(ctx context.Context, e *env, n int, names dupNames) error {
+	o := b.defaultOpts(e)
+	r, err := b.prepare(ctx, e, names.unique, n, b.cfg.Inflight, o)
+	if err != nil {
+		return err
+	}
+	g := r.g
+	defer func() { _ = g.stop() }()
+	var checks []verify
+	pass := func(name, ref, what string, msgID, replayed bool) error {
+		runs := g.expectRuns(r.keys)
+		var took time.Duration
+		var a *answers
+		cpu, err := b.measure(name, func() error {
+			var err error
+			took, _, a, err = r.p.closedLoop(ctx, idemBatch(g.names, r.data, r.keys, msgID), b.cfg.Inflight, expect(replayed))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		want := int32(1)
+		if replayed {
+			want = 0
+		}
+		checks = append(checks, verify{name: name, runs: runs, want: want, a: a})
+		b.add(row{name: name, ops: float64(n) / took.Seconds(), cpu: cpu / time.Duration(n), ref: ref,
+			detail: fmt.Sprintf("%d %s in %s", n, what, took.Round(time.Millisecond))})
+		return nil
+	}
+	if err := pass(names.unique, "baseline", "intents", true, false); err != nil {
+		return err
+	}
+	if names.dup != "" {
+		if err := pass(names.dup, names.unique, "replays (no Nats-Msg-Id; answer cache on)", false, true); err != nil {
+			return err
+		}
+	}
+	if names.ledger != "" {
+		// The same duplicates through workers that read every one from the
+		// ledger.
+		if err := g.stop(); err != nil {
+			return err
+		}
+		o.answerCache = worker.NoAnswerCache
+		if g, err = b.startWorkers(ctx, e, o); err != nil {
+			return err
+		}
+		if err := pass(names.ledger, names.unique, "replays (no Nats-Msg-Id; answer cache off)", false, true); err != nil {
+			return err
+		}
+	}
+	if err := g.stop(); err != nil {
+		return err
+	}
+	return verifyAll(r.p, checks)
+}
