@@ -178,12 +178,7 @@ func (g *workerGroup) expectRuns(keys []string) *tally {
 func (g *workerGroup) batchStats() dedup.BatchStats {
 	var sum dedup.BatchStats
 	for _, w := range g.workers {
-		st := w.LedgerBatchStats()
-		sum.Batches += st.Batches
-		sum.BatchedWrites += st.BatchedWrites
-		sum.SingleWrites += st.SingleWrites
-		sum.Resent += st.Resent
-		sum.Fallbacks += st.Fallbacks
+		sum = sum.Add(w.LedgerBatchStats())
 	}
 	return sum
 }

@@ -153,6 +153,12 @@ type BatchStats struct {
 	Fallbacks uint64
 }
 
+// Add returns the sum of s and o: the figures of two ledgers together.
+func (s BatchStats) Add(o BatchStats) BatchStats {
+	return BatchStats{Batches: s.Batches + o.Batches, BatchedWrites: s.BatchedWrites + o.BatchedWrites,
+		SingleWrites: s.SingleWrites + o.SingleWrites, Resent: s.Resent + o.Resent, Fallbacks: s.Fallbacks + o.Fallbacks}
+}
+
 // writeState is where a queued write is.
 type writeState int
 

@@ -394,12 +394,7 @@ func sumStats(ps []*Ledger) BatchStats {
 		if p.batch == nil {
 			continue
 		}
-		b := p.batch.statsNow()
-		s.Batches += b.Batches
-		s.BatchedWrites += b.BatchedWrites
-		s.SingleWrites += b.SingleWrites
-		s.Resent += b.Resent
-		s.Fallbacks += b.Fallbacks
+		s = s.Add(p.batch.statsNow())
 	}
 	return s
 }
