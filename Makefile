@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test test-short lint fuzz clean bench bench-short bench-ledger-size chaos
+.PHONY: all build run test test-short lint fuzz clean bench bench-short bench-ledger-size bench-ledger-expiry chaos
 
 all: build
 
@@ -95,3 +95,16 @@ LEDGERFLAGS ?=
 bench-ledger-size:
 	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
 	$(GO) run ./cmd/bench ledger-size -nats-server $(BIN)/nats-server -keys $(LEDGER_KEYS) -step $(LEDGER_STEP) $(LEDGERFLAGS)
+
+# Expiry at scale (docs/operations.md, sizing): fill a ledger with
+# EXPIRY_KEYS keys of retention EXPIRY_TTL, then offer EXPIRY_RATE new keys/s
+# while the first wave expires, printing per interval messages, rate,
+# latency and server memory, and a verdict: stall or not.
+# EXPIRYFLAGS adds flags, e.g. EXPIRYFLAGS='-partitions 4'.
+EXPIRY_KEYS ?= 1000000
+EXPIRY_TTL  ?= 90s
+EXPIRY_RATE ?= 5000
+EXPIRYFLAGS ?=
+bench-ledger-expiry:
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+	$(GO) run ./cmd/bench ledger-expiry -nats-server $(BIN)/nats-server -keys $(EXPIRY_KEYS) -ttl $(EXPIRY_TTL) -rate $(EXPIRY_RATE) $(EXPIRYFLAGS)
