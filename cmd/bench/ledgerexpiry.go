@@ -144,8 +144,8 @@ func (c ledgerExpiryConfig) validate() error {
 // expiry.
 const (
 	phaseBefore  = "before"  // no record of the first wave has expired yet
-	phaseExpire  = "expire"  // the first wave's records are replaced by markers
-	phaseMarkers = "markers" // the first wave's markers expire
+	phaseExpire  = "expire"  // the first wave's records expire (replaced by markers, which expire a marker TTL later)
+	phaseMarkers = "markers" // the first wave's last markers expire
 	phaseSteady  = "steady"  // the first wave is gone
 )
 
@@ -254,7 +254,7 @@ func runLedgerExpiry(ctx context.Context, c ledgerExpiryConfig, out io.Writer) (
 	}()
 	prev := time.Duration(0)
 	retries := fillRetries.Load()
-	for end := c.Interval; ; end += c.Interval {
+	for end := c.Interval; ; {
 		last := end >= duration
 		if last {
 			select {
@@ -301,6 +301,7 @@ func runLedgerExpiry(ctx context.Context, c ledgerExpiryConfig, out io.Writer) (
 		if last {
 			break
 		}
+		end = nextEnd(end, time.Since(start), c.Interval)
 	}
 	if stuck := fillStuck.Load(); stuck > 0 {
 		_, _ = fmt.Fprintf(out, "keys left pending by a lost claim acknowledgement: %d\n", stuck)
@@ -343,10 +344,10 @@ func summarize(out io.Writer, res expiryResult, c ledgerExpiryConfig) string {
 	}
 	_, _ = fmt.Fprintf(out, "summary (offered %.0f/s):\n", c.Rate)
 	b99, bmax := line("before expiry", phaseBefore)
-	e99, emax := line("first wave expiring (records)", phaseExpire)
-	m99, mmax := line("first wave's markers expiring", phaseMarkers)
+	e99, emax := line("first wave expiring", phaseExpire)
+	m99, mmax := line("its last markers expiring", phaseMarkers)
 	line("after (steady state)", phaseSteady)
-	if b99 > 0 && bmax > 0 {
+	if b99 > 0 && bmax > 0 && max(emax, mmax) > 0 {
 		_, _ = fmt.Fprintf(out, "  expiry against before: p99 ×%.1f, max ×%.1f\n",
 			float64(max(e99, m99))/float64(b99), float64(max(emax, mmax))/float64(bmax))
 	}
@@ -383,6 +384,15 @@ func summarize(out io.Writer, res expiryResult, c ledgerExpiryConfig) string {
 	}
 	_, _ = fmt.Fprintf(out, "verdict: stall: %s (%s)\n", why, rule)
 	return why
+}
+
+// nextEnd is the end of the interval after one that ended at end and was
+// printed at now: the next multiple of interval, skipping those a slow
+// reading of the server overran, and at least half an interval after now,
+// so that no row covers a sliver of time.
+func nextEnd(end, now, interval time.Duration) time.Duration {
+	next := (now + interval/2 + interval - 1) / interval * interval
+	return max(end+interval, next)
 }
 
 // steadyState reports whether msgs is within 25% of the steady state.

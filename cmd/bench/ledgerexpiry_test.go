@@ -113,3 +113,19 @@ func TestLedgerExpiryFlags(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, "%v", tc.args)
 	}
 }
+
+// TestNextEnd checks that the rows keep to the interval's grid and skip the
+// ticks a slow reading of the server overran, never making a row of a
+// sliver of time.
+func TestNextEnd(t *testing.T) {
+	t.Parallel()
+	const iv = 5 * time.Second
+	for _, tc := range []struct{ end, now, want time.Duration }{
+		{5 * time.Second, 5*time.Second + 100*time.Millisecond, 10 * time.Second},
+		{5 * time.Second, 9 * time.Second, 15 * time.Second},  // 10s is under half an interval away
+		{5 * time.Second, 21 * time.Second, 25 * time.Second}, // 10s–20s overrun: skipped
+		{5 * time.Second, 22*time.Second + 600*time.Millisecond, 30 * time.Second},
+	} {
+		require.Equalf(t, tc.want, nextEnd(tc.end, tc.now, iv), "end %s now %s", tc.end, tc.now)
+	}
+}
