@@ -3,7 +3,7 @@ GO      ?= go
 BIN     ?= bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test test-short lint fuzz clean bench bench-short bench-ledger-size bench-postgres chaos
+.PHONY: all build run test test-short lint fuzz clean bench bench-short bench-ledger-size bench-ledger-expiry bench-postgres chaos
 
 all: build
 
@@ -101,3 +101,17 @@ bench-ledger-size:
 # the durable rows (docs/performance.md). Needs PostgreSQL's server binaries.
 bench-postgres:
 	deployments/bench/pgledger.sh
+
+# Expiry at scale (docs/operations.md, sizing): fill a ledger with
+# EXPIRY_KEYS keys of retention EXPIRY_TTL, then offer EXPIRY_RATE new keys/s
+# while the first wave expires, printing per interval messages, rate,
+# latency and server memory, and a verdict: stall or not. The retention must
+# outlast the fill (1 M keys took 200 s on a 2-core machine).
+# EXPIRYFLAGS adds flags, e.g. EXPIRYFLAGS='-partitions 4'.
+EXPIRY_KEYS ?= 1000000
+EXPIRY_TTL  ?= 300s
+EXPIRY_RATE ?= 1000
+EXPIRYFLAGS ?=
+bench-ledger-expiry:
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+	$(GO) run ./cmd/bench ledger-expiry -nats-server $(BIN)/nats-server -keys $(EXPIRY_KEYS) -ttl $(EXPIRY_TTL) -rate $(EXPIRY_RATE) $(EXPIRYFLAGS)
