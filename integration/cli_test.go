@@ -264,6 +264,12 @@ func onTerminal(t *testing.T, input string, name string, args ...string) (string
 		require.ErrorAs(t, err, &ee)
 		code = ee.ExitCode()
 	}
+	// The process has exited: the master reads what it wrote last, then
+	// fails (EIO). Closing the master first could drop that last output.
+	select {
+	case <-copied:
+	case <-time.After(10 * time.Second):
+	}
 	_ = master.Close()
 	<-copied
 	return strings.ReplaceAll(out.String(), "\r\n", "\n"), code
