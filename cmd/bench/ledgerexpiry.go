@@ -30,7 +30,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -170,29 +169,12 @@ type expiryResult struct {
 }
 
 func runLedgerExpiry(ctx context.Context, c ledgerExpiryConfig, out io.Writer) (res expiryResult, err error) {
-	lc := ledgerSizeConfig{Server: c.Server, StoreDir: c.StoreDir, Sync: c.Sync, TTL: c.TTL, Partitions: c.Partitions}
-	proc, err := startNatsProc(ctx, lc)
+	lc := ledgerSizeConfig{Server: c.Server, StoreDir: c.StoreDir, Sync: c.Sync, TTL: c.TTL, Partitions: c.Partitions, Keep: c.Keep}
+	proc, js, ledger, stop, err := startLedgerProc(ctx, lc, "bench-ledger-expiry", out)
 	if err != nil {
 		return res, err
 	}
-	defer proc.stop(c.Keep)
-	if c.Keep {
-		_, _ = fmt.Fprintf(out, "store kept in %s\n", proc.dir)
-	}
-	nc, err := nats.Connect(proc.url, nats.Name("bench-ledger-expiry"))
-	if err != nil {
-		return res, err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return res, err
-	}
-	ledger, err := openBenchLedger(ctx, js, lc)
-	if err != nil {
-		return res, err
-	}
-	defer ledger.Close()
+	defer stop()
 	streams := make([]string, 0, c.Partitions)
 	for _, b := range ledger.Buckets() {
 		streams = append(streams, "KV_"+b)

@@ -286,28 +286,11 @@ type ledgerSizeRow struct {
 
 func runLedgerSize(ctx context.Context, c ledgerSizeConfig, out io.Writer) (rows []ledgerSizeRow, err error) {
 	lsKeyHex = c.KeyHex
-	proc, err := startNatsProc(ctx, c)
+	proc, _, ledger, stop, err := startLedgerProc(ctx, c, "bench-ledger-size", out)
 	if err != nil {
 		return nil, err
 	}
-	defer proc.stop(c.Keep)
-	if c.Keep {
-		_, _ = fmt.Fprintf(out, "store kept in %s\n", proc.dir)
-	}
-	nc, err := nats.Connect(proc.url, nats.Name("bench-ledger-size"))
-	if err != nil {
-		return nil, err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	ledger, err := openBenchLedger(ctx, js, c)
-	if err != nil {
-		return nil, err
-	}
-	defer ledger.Close()
+	defer stop()
 	result, _ := json.Marshal(strings.Repeat("r", max(c.ResultBytes-2, 0)))
 	baseHeap, err := proc.heap(ctx)
 	if err != nil {
@@ -368,6 +351,39 @@ func runLedgerSize(ctx context.Context, c ledgerSizeConfig, out io.Writer) (rows
 	_, _ = fmt.Fprintf(out, "writes retried after an error (a timeout on a loaded machine): %d; keys left pending by a lost claim acknowledgement: %d\n",
 		fillRetries.Load(), fillStuck.Load())
 	return rows, nil
+}
+
+// startLedgerProc starts a nats-server process for c and opens the
+// scenario's ledger on it over a connection named name; stop closes the
+// ledger and the connection and stops the server (keeping its store with
+// c.Keep).
+func startLedgerProc(ctx context.Context, c ledgerSizeConfig, name string, out io.Writer) (proc *natsProc, js jetstream.JetStream, ledger *dedup.Ledger, stop func(), err error) {
+	proc, err = startNatsProc(ctx, c)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if c.Keep {
+		_, _ = fmt.Fprintf(out, "store kept in %s\n", proc.dir)
+	}
+	nc, err := nats.Connect(proc.url, nats.Name(name))
+	if err == nil {
+		js, err = jetstream.New(nc)
+		if err == nil {
+			ledger, err = openBenchLedger(ctx, js, c)
+		}
+		if err != nil {
+			nc.Close()
+		}
+	}
+	if err != nil {
+		proc.stop(c.Keep)
+		return nil, nil, nil, nil, err
+	}
+	return proc, js, ledger, func() {
+		ledger.Close()
+		nc.Close()
+		proc.stop(c.Keep)
+	}, nil
 }
 
 // openBenchLedger opens the scenario's ledger: one bucket, or c.Partitions.
