@@ -22,7 +22,11 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if natsServer.dir != "" {
+		_ = os.RemoveAll(natsServer.dir)
+	}
+	os.Exit(code)
 }
 
 // TestBenchShort runs every scenario of the short mode in-process and checks

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"math"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -23,10 +21,7 @@ func TestLedgerExpiryShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds nats-server")
 	}
-	server := filepath.Join(t.TempDir(), "nats-server")
-	build := exec.Command("go", "build", "-o", server, "github.com/nats-io/nats-server/v2")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	server := natsServerBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	c := ledgerExpiryConfig{Server: server, Keys: 3000, Concurrency: 32, Partitions: 2, ResultBytes: 48,

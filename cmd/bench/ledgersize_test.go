@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,10 +22,7 @@ func TestLedgerSizeShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds nats-server")
 	}
-	server := filepath.Join(t.TempDir(), "nats-server")
-	build := exec.Command("go", "build", "-o", server, "github.com/nats-io/nats-server/v2")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	server := natsServerBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	c := ledgerSizeConfig{Server: server, Keys: 2000, Step: 1000, Concurrency: 32, Samples: 50, Partitions: 2, KeyHex: 64,
@@ -39,4 +39,29 @@ func TestLedgerSizeShort(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2000, rows[1].keys)
+}
+
+// natsServer is the nats-server binary the ledger scenarios' tests share,
+// built once per run.
+var natsServer struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// natsServerBinary returns the path of a nats-server built from the pinned
+// module.
+func natsServerBinary(t *testing.T) string {
+	t.Helper()
+	natsServer.once.Do(func() {
+		if natsServer.dir, natsServer.err = os.MkdirTemp("", "bench-nats-server-"); natsServer.err != nil {
+			return
+		}
+		build := exec.Command("go", "build", "-o", filepath.Join(natsServer.dir, "nats-server"), "github.com/nats-io/nats-server/v2")
+		if out, err := build.CombinedOutput(); err != nil {
+			natsServer.err = fmt.Errorf("build nats-server: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, natsServer.err)
+	return filepath.Join(natsServer.dir, "nats-server")
 }
