@@ -226,7 +226,7 @@ func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest, readFirst boo
 			}
 			return ClaimResult{}, false, err
 		}
-		if e, err = l.read(ctx, req.Key); err != nil {
+		if e, err = l.readSince(ctx, req.Key, refusedAt(err)); err != nil {
 			return ClaimResult{}, false, err
 		}
 	}

@@ -13,3 +13,6 @@ func StepDown(ctx context.Context, l *Ledger, i int, server string) error {
 	p := l.partitions()[i]
 	return p.stepDown(ctx, p.kv.Bucket(), server)
 }
+
+// DirectReads is how many reads l took from a direct get.
+func DirectReads(l *Ledger) uint64 { return l.directReads.Load() }

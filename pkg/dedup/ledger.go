@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -31,6 +33,7 @@ type Ledger struct {
 	js        jetstream.JetStream
 	nc        *nats.Conn
 	getSubj   string // JetStream API subject of a (leader) message get on the bucket's stream
+	dgetSubj  string // JetStream API subject prefix of a direct get of a key's latest message
 	keyPrefix string // "$KV.<bucket>."
 	putPrefix string // subject prefix of a key's writes
 	timeout   time.Duration
@@ -43,6 +46,8 @@ type Ledger struct {
 	batch    *batcher     // nil: every write goes out on its own
 
 	parts []*Ledger // a partitioned ledger's partitions, parts[0] being this one; nil for one bucket
+
+	directReads atomic.Uint64 // reads readSince took from a direct get
 }
 
 // Option adjusts a Ledger built by New or Open.
@@ -102,6 +107,7 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, opts ...Option) (*Ledger
 		js:        js,
 		nc:        js.Conn(),
 		getSubj:   prefix + "STREAM.MSG.GET.KV_" + kv.Bucket(),
+		dgetSubj:  prefix + "DIRECT.GET.KV_" + kv.Bucket() + ".$KV." + kv.Bucket() + ".",
 		keyPrefix: "$KV." + kv.Bucket() + ".",
 		putPrefix: "$KV." + kv.Bucket() + ".",
 		timeout:   timeout,
@@ -359,6 +365,61 @@ func (l *Ledger) read(ctx context.Context, key string) (entry, error) {
 	}
 	_, e, err := l.msgGet(ctx, req)
 	return e, err
+}
+
+// readSince fetches key's latest message knowing that the stream held its
+// message seq a moment ago (a refused write named it): a direct get, which
+// any replica holding the stream may answer without the JetStream API's
+// queue and JSON, is taken when its message is seq or later — as new as a
+// leader read made when the write was refused; anything else (an older
+// message from a lagging replica, none, no direct access on the stream, an
+// error) falls back to the leader read.
+func (l *Ledger) readSince(ctx context.Context, key string, seq uint64) (entry, error) {
+	if seq > 0 {
+		if e, ok := l.directRead(ctx, key); ok && e.rev >= seq {
+			l.directReads.Add(1)
+			return e, nil
+		}
+	}
+	return l.read(ctx, key)
+}
+
+// directRead asks for key's latest message by a direct get; ok is false
+// when the answer is not a message.
+func (l *Ledger) directRead(ctx context.Context, key string) (entry, bool) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
+	msg, err := l.nc.RequestWithContext(ctx, l.dgetSubj+key, nil)
+	if err != nil || msg.Header == nil || msg.Header.Get("Status") != "" {
+		return entry{}, false
+	}
+	seq, err := strconv.ParseUint(msg.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil || seq == 0 {
+		return entry{}, false
+	}
+	return entry{rev: seq, data: msg.Data, deleted: isDeleteMarker(msg.Header)}, true
+}
+
+// refusedAt returns the sequence a refusal of an expected last subject
+// sequence names ("wrong last sequence: N"), or 0 when it names none (a
+// replicated stream's 10164, another error).
+func refusedAt(err error) uint64 {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		return 0
+	}
+	_, n, ok := strings.Cut(apiErr.Description, "wrong last sequence: ")
+	if !ok {
+		return 0
+	}
+	seq, err := strconv.ParseUint(n, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return seq
 }
 
 // msgGet sends a message-get request to the stream leader and returns the
