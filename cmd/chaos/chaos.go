@@ -223,7 +223,7 @@ func (r *chaosRun) startWorkers(ctx context.Context) error {
 			args: []string{
 				"--nats-url", r.natsURL, "--holder", holder, "--tools", tools, "--replicas", replicas,
 				"--ack-wait", cfg.ackWait.String(), "--dup-window", cfg.dupWindow.String(),
-				"--concurrency", fmt.Sprint(cfg.concurrency), "--ledger-batch", fmt.Sprint(cfg.ledgerBatch), "--ledger-partitions", fmt.Sprint(cfg.partitions), "--retry-delay", "200ms", "--max-retry-delay", "2s",
+				"--concurrency", fmt.Sprint(cfg.concurrency), "--ledger-batch", fmt.Sprint(cfg.ledgerBatch), "--ledger-batch-inflight", fmt.Sprint(cfg.batchInFlight), "--ledger-partitions", fmt.Sprint(cfg.partitions), "--retry-delay", "200ms", "--max-retry-delay", "2s",
 				"--drain-timeout", "5s", "--log-level", "info",
 			}}
 	}
@@ -348,7 +348,7 @@ func (r *chaosRun) judge(notFinal map[string]int) (*Verdict, error) {
 		return nil, err
 	}
 	l := r.loader
-	v := &Verdict{Mode: r.mode, Seed: r.cfg.seed, LedgerBatch: r.cfg.ledgerBatch, PublishDuplicate: int(l.dups.Load()), PublishRetries: int(l.retries.Load()),
+	v := &Verdict{Mode: r.mode, Seed: r.cfg.seed, LedgerBatch: r.cfg.ledgerBatch, BatchInFlight: r.cfg.batchInFlight, PublishDuplicate: int(l.dups.Load()), PublishRetries: int(l.retries.Load()),
 		FaultsByKind: map[string]int{}, LedgerNotFinal: notFinal, PublishErrors: l.pubErrors}
 	var logs []workerLog
 	for _, s := range r.sups {

@@ -39,39 +39,40 @@ import (
 
 // config is the run's configuration, from flags.
 type config struct {
-	intents      int
-	agents       int
-	workers      int
-	concurrency  int
-	ledgerBatch  int
-	partitions   int
-	cluster      bool
-	natsServer   string
-	binDir       string
-	workDir      string
-	keep         bool
-	sync         string
-	seed         uint64
-	jsonOut      bool
-	killEvery    time.Duration
-	maxKills     int
-	restartAt    float64
-	downFor      time.Duration
-	outageAt     float64
-	outageFor    time.Duration
-	cappedShare  float64
-	failRate     float64
-	hangRate     float64
-	hang         time.Duration
-	lease        time.Duration
-	ackWait      time.Duration
-	dupWindow    time.Duration
-	answerWait   time.Duration
-	settle       time.Duration
-	timeout      time.Duration
-	singleShare  float64
-	allowOutage  bool
-	progressEach time.Duration
+	intents       int
+	agents        int
+	workers       int
+	concurrency   int
+	ledgerBatch   int
+	batchInFlight int // the workers' --ledger-batch-inflight
+	partitions    int
+	cluster       bool
+	natsServer    string
+	binDir        string
+	workDir       string
+	keep          bool
+	sync          string
+	seed          uint64
+	jsonOut       bool
+	killEvery     time.Duration
+	maxKills      int
+	restartAt     float64
+	downFor       time.Duration
+	outageAt      float64
+	outageFor     time.Duration
+	cappedShare   float64
+	failRate      float64
+	hangRate      float64
+	hang          time.Duration
+	lease         time.Duration
+	ackWait       time.Duration
+	dupWindow     time.Duration
+	answerWait    time.Duration
+	settle        time.Duration
+	timeout       time.Duration
+	singleShare   float64
+	allowOutage   bool
+	progressEach  time.Duration
 }
 
 func main() {
@@ -130,6 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.workers, "workers", 3, "worker processes")
 	fs.IntVar(&c.concurrency, "concurrency", 64, "intents each worker handles at once")
 	fs.IntVar(&c.ledgerBatch, "ledger-batch", worker.DefaultLedgerBatch, "the workers' --ledger-batch (0: every ledger write on its own)")
+	fs.IntVar(&c.batchInFlight, "ledger-batch-inflight", worker.DefaultLedgerBatchInFlight, "the workers' --ledger-batch-inflight (ledger batches in flight per worker)")
 	fs.IntVar(&c.partitions, "partitions", 1, "the workers' --ledger-partitions; with --cluster the node killed mid-load is the one leading the most partitions")
 	fs.BoolVar(&c.cluster, "cluster", false, "three clustered JetStream nodes, stream and ledger at R3; one node is killed mid-load instead of the single node")
 	fs.StringVar(&c.natsServer, "nats-server", "", "nats-server binary (default: built from the pinned module into the work directory)")
@@ -175,6 +177,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	check(c.concurrency >= 1, "--concurrency %d: use at least 1", c.concurrency)
 	check(intent.ValidPartitions(c.partitions), "--partitions %d: use a power of two from 1 to %d", c.partitions, intent.MaxPartitions)
 	check(c.ledgerBatch >= 0 && c.ledgerBatch <= dedup.MaxBatch, "--ledger-batch %d: use 0 (off) to %d", c.ledgerBatch, dedup.MaxBatch)
+	check(c.batchInFlight >= 1 && c.batchInFlight <= 8, "--ledger-batch-inflight %d: use 1 to 8", c.batchInFlight)
 	check(c.singleShare >= 0 && c.singleShare < 1, "--single-share %v: use [0, 1)", c.singleShare)
 	check(c.failRate >= 0 && c.failRate < 0.5, "--fail-rate %v: use [0, 0.5)", c.failRate)
 	check(c.hangRate >= 0 && c.hangRate <= 0.1, "--hang-rate %v: use [0, 0.1]", c.hangRate)

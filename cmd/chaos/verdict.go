@@ -144,7 +144,8 @@ type Verdict struct {
 	Mode             string         `json:"mode"`
 	Concurrency      int            `json:"worker_concurrency"` // intents one worker handles at once
 	Seed             uint64         `json:"seed"`
-	LedgerBatch      int            `json:"ledger_batch"` // the workers' --ledger-batch; 0: off
+	LedgerBatch      int            `json:"ledger_batch"`          // the workers' --ledger-batch; 0: off
+	BatchInFlight    int            `json:"ledger_batch_inflight"` // the workers' --ledger-batch-inflight
 	DurationSeconds  float64        `json:"duration_seconds"`
 	IntentsPublished int            `json:"intents_published"`
 	UniqueOperations int            `json:"unique_operations"`
@@ -594,7 +595,7 @@ func violations(v *Verdict, allowOutage bool) []string {
 // print writes the verdict for people.
 func (v *Verdict) print(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
-	p("chaos verdict (%s, seed %d, ledger batch %d, %.0fs)", v.Mode, v.Seed, v.LedgerBatch, v.DurationSeconds)
+	p("chaos verdict (%s, seed %d, ledger batch %d ×%d in flight, %.0fs)", v.Mode, v.Seed, v.LedgerBatch, v.BatchInFlight, v.DurationSeconds)
 	p("  intents published            %d", v.IntentsPublished)
 	p("  unique operations            %d", v.UniqueOperations)
 	p("  duplicates injected          %d (%.1f%% of intents) %s", v.Duplicates, 100*v.DuplicateShare, sortedMap(v.DuplicatesByKind))
