@@ -353,18 +353,46 @@ func summarize(out io.Writer, res expiryResult, c ledgerExpiryConfig) string {
 			_, _ = fmt.Fprintf(out, " — NOT about the steady state (more than 25%% off)\n")
 		}
 	}
-	stalls := c.Stall.stalls(res.rows, c.Rate)
-	rule := fmt.Sprintf("rule: every interval's max latency ≤ %s, rate ≥ %.0f%% of the offered %.0f/s, no failed operation",
+	rule := fmt.Sprintf("rule: every interval's max latency ≤ %s, rate ≥ %.0f%% of the offered %.0f/s, no failed operation, while the first wave expires",
 		c.Stall.MaxLatency, 100*c.Stall.MinRate, c.Rate)
+	expiring := inPhases(res.rows, phaseExpire, phaseMarkers)
+	if len(expiring) == 0 {
+		_, _ = fmt.Fprintf(out, "verdict: none: no interval of the expiry was measured (%s)\n", rule)
+		return "no interval of the expiry was measured"
+	}
+	// The same load before and after the expiry is the run's own control: a
+	// pause there is the machine's, and said, but not the expiry's.
+	if other := c.Stall.stalls(inPhases(res.rows, phaseBefore, phaseSteady), c.Rate); len(other) > 0 {
+		_, _ = fmt.Fprintf(out, "  outside the expiry (the same load, nothing expiring), %d interval(s) broke the rule too: %s\n",
+			len(other), firstOf(other))
+	}
+	stalls := c.Stall.stalls(expiring, c.Rate)
 	if len(stalls) == 0 {
 		_, _ = fmt.Fprintf(out, "verdict: no stall (%s)\n", rule)
 		return ""
 	}
-	why := strings.Join(stalls[:min(len(stalls), 3)], "; ")
-	if len(stalls) > 3 {
-		why += fmt.Sprintf("; and %d more", len(stalls)-3)
-	}
+	why := firstOf(stalls)
 	_, _ = fmt.Fprintf(out, "verdict: stall: %s (%s)\n", why, rule)
+	return why
+}
+
+// inPhases returns the rows of the given phases.
+func inPhases(rows []expiryRow, phases ...string) []expiryRow {
+	var out []expiryRow
+	for _, r := range rows {
+		if slices.Contains(phases, r.phase) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// firstOf joins the first three of reasons, and counts the rest.
+func firstOf(reasons []string) string {
+	why := strings.Join(reasons[:min(len(reasons), 3)], "; ")
+	if len(reasons) > 3 {
+		why += fmt.Sprintf("; and %d more", len(reasons)-3)
+	}
 	return why
 }
 

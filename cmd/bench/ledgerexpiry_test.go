@@ -88,6 +88,51 @@ func TestStallRule(t *testing.T) {
 	require.Contains(t, got[0], "1 operations failed")
 }
 
+// The verdict judges the intervals in which the first wave expires: a stall
+// there fails the run; a pause of the same load before or after the expiry
+// (the run's own control) is reported, not held against the expiry; a run
+// that measured no interval of the expiry gives no verdict of no stall.
+func TestExpiryVerdictJudgesTheExpiry(t *testing.T) {
+	t.Parallel()
+	c := ledgerExpiryConfig{Rate: 1000, TTL: time.Minute, Stall: stallRule{MaxLatency: time.Second, MinRate: 0.5}}
+	row := func(i int, phase string) expiryRow {
+		return expiryRow{from: time.Duration(i) * 5 * time.Second, to: time.Duration(i+1) * 5 * time.Second, phase: phase,
+			ops: 5000, rate: 1000, p50: time.Millisecond, p99: 20 * time.Millisecond, max: 80 * time.Millisecond}
+	}
+	rows := []expiryRow{row(0, phaseBefore), row(1, phaseBefore), row(2, phaseExpire), row(3, phaseExpire),
+		row(4, phaseMarkers), row(5, phaseSteady)}
+	verdict := func(rows []expiryRow) (string, string) {
+		var out bytes.Buffer
+		why := summarize(&out, expiryResult{rows: rows, markerTTL: time.Minute}, c)
+		return why, out.String()
+	}
+	why, out := verdict(rows)
+	require.Empty(t, why, out)
+	require.Contains(t, out, "verdict: no stall")
+
+	paused := slices.Clone(rows)
+	paused[1].max, paused[5].max = 2*time.Second, 1500*time.Millisecond
+	why, out = verdict(paused)
+	require.Empty(t, why, "a pause outside the expiry is not the expiry's: %s", out)
+	require.Contains(t, out, "outside the expiry (the same load, nothing expiring), 2 interval(s) broke the rule too: t=5s–10s: max latency 2000.00ms > 1s")
+
+	for _, i := range []int{3, 4} {
+		stalled := slices.Clone(rows)
+		stalled[i].max = 3 * time.Second
+		why, out = verdict(stalled)
+		require.Contains(t, why, "max latency 3000.00ms > 1s", out)
+		require.Contains(t, out, "verdict: stall")
+	}
+
+	slow := slices.Clone(rows)
+	slow[2].rate = 400
+	why, _ = verdict(slow)
+	require.Contains(t, why, "rate 400/s < 500/s")
+
+	why, out = verdict(rows[:2])
+	require.Equal(t, "no interval of the expiry was measured", why, out)
+}
+
 // TestLedgerExpiryFlags checks that bad flags get a clear error before any
 // server starts.
 func TestLedgerExpiryFlags(t *testing.T) {
