@@ -57,12 +57,20 @@ func defaultMode(cluster bool) durableMode {
 	return durableMode{}
 }
 
-func (m durableMode) String() string {
+func (m durableMode) String() string { return m.describe(false) }
+
+// describe says what m sets; on a cluster the work stream persists as the
+// server does whatever the mode asks (JetStream refuses async persistence
+// for R>1).
+func (m durableMode) describe(cluster bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "sync %s, ", m.sync)
-	if m.syncIntents {
+	switch {
+	case cluster:
+		b.WriteString("work stream R3, ")
+	case m.syncIntents:
 		b.WriteString("work stream synced, ")
-	} else {
+	default:
 		b.WriteString("work stream async, ")
 	}
 	if m.batch == 0 {
@@ -207,7 +215,7 @@ func (b *bench) durableRun(ctx context.Context, m durableMode, inflight int, hal
 		what = fmt.Sprintf("open loop at %.0f/s (half of %s@%d)", rate, m.name, inflight)
 	}
 	b.add(row{name: name, ops: float64(n) / took.Seconds(), cpu: cpu / time.Duration(n),
-		detail: fmt.Sprintf("%d intents in %s, %s, %s: p50 %s p99 %s%s", n, took.Round(time.Millisecond), what, m, ms(p50), ms(p99), batchDetail(st)),
+		detail: fmt.Sprintf("%d intents in %s, %s, %s: p50 %s p99 %s%s", n, took.Round(time.Millisecond), what, m.describe(b.cfg.Cluster), ms(p50), ms(p99), batchDetail(st)),
 		extra:  []float64{p50.Seconds(), p99.Seconds()}})
 	return nil
 }
