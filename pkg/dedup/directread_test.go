@@ -52,29 +52,17 @@ func TestRefusedClaimReadsNoOlderMessageThanTheRefusal(t *testing.T) {
 
 	// Through a relay that answers direct gets with the pending claim.
 	var stale atomic.Int32
-	relay := natstest.Connect(t, s.ClientURL())
-	_, err = relay.Subscribe("STALE.>", func(m *nats.Msg) {
-		subject := strings.TrimPrefix(m.Subject, "STALE.")
-		if strings.HasPrefix(subject, "DIRECT.GET.") {
-			stale.Add(1)
-			h := nats.Header{}
-			h.Set(jetstream.SequenceHeader, "1")
-			h.Set(jetstream.SubjectHeader, pending.Key())
-			_ = m.RespondMsg(&nats.Msg{Header: h, Data: pending.Value()})
-			return
+	js := relayed(t, s, "STALE", func(subject string, m *nats.Msg) bool {
+		if !strings.HasPrefix(subject, "DIRECT.GET.") {
+			return false
 		}
-		if !strings.HasPrefix(subject, "$KV.") {
-			subject = "$JS.API." + subject
-		}
-		resp, err := relay.RequestMsg(&nats.Msg{Subject: subject, Header: m.Header, Data: m.Data}, 5*time.Second)
-		if err == nil {
-			_ = m.RespondMsg(&nats.Msg{Header: resp.Header, Data: resp.Data})
-		}
+		stale.Add(1)
+		h := nats.Header{}
+		h.Set(jetstream.SequenceHeader, "1")
+		h.Set(jetstream.SubjectHeader, pending.Key())
+		_ = m.RespondMsg(&nats.Msg{Header: h, Data: pending.Value()})
+		return true
 	})
-	require.NoError(t, err)
-	require.NoError(t, relay.Flush())
-	js, err := jetstream.NewWithAPIPrefix(natstest.Connect(t, s.ClientURL()), "STALE")
-	require.NoError(t, err)
 	skv, err := js.KeyValue(ctx, "DIRECTREAD")
 	require.NoError(t, err)
 	lagging, err := dedup.New(js, skv)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -39,26 +40,13 @@ func TestRefusalWhileAWriteIsInProcessKeepsTheLease(t *testing.T) {
 	// prefix FAULT, which answers the next refuse writes of a key itself (the
 	// ledger retries such a refusal a few times in quick succession).
 	var refuse atomic.Int32
-	relay := natstest.Connect(t, s.ClientURL())
-	_, err = relay.Subscribe("FAULT.>", func(m *nats.Msg) {
-		subject := strings.TrimPrefix(m.Subject, "FAULT.")
-		if strings.HasPrefix(subject, "$KV.") {
-			if refuse.Add(-1) >= 0 {
-				_ = m.Respond([]byte(inProcessRefusal))
-				return
-			}
-		} else {
-			subject = "$JS.API." + subject
+	js := relayed(t, s, "FAULT", func(subject string, m *nats.Msg) bool {
+		if strings.HasPrefix(subject, "$KV.") && refuse.Add(-1) >= 0 {
+			_ = m.Respond([]byte(inProcessRefusal))
+			return true
 		}
-		resp, err := relay.RequestMsg(&nats.Msg{Subject: subject, Header: m.Header, Data: m.Data}, 5*time.Second)
-		if err == nil {
-			_ = m.RespondMsg(&nats.Msg{Header: resp.Header, Data: resp.Data})
-		}
+		return false
 	})
-	require.NoError(t, err)
-	require.NoError(t, relay.Flush(), "the relay is subscribed before the ledger's first request")
-	js, err := jetstream.NewWithAPIPrefix(natstest.Connect(t, s.ClientURL()), "FAULT")
-	require.NoError(t, err)
 	kv, err := js.KeyValue(ctx, "INPROCESS")
 	require.NoError(t, err)
 	l, err := dedup.New(js, kv)
@@ -84,4 +72,31 @@ func TestRefusalWhileAWriteIsInProcessKeepsTheLease(t *testing.T) {
 	got, _, err := l.Get(ctx, "k.1")
 	require.NoError(t, err)
 	require.Equal(t, rec.Status, got.Status)
+}
+
+// relayed returns a JetStream context whose requests reach s through a relay
+// on the API prefix prefix: answer sees each request first (its subject
+// without the prefix) and, when it answers it itself, returns true; the
+// others go on to the server.
+func relayed(t *testing.T, s *server.Server, prefix string, answer func(subject string, m *nats.Msg) bool) jetstream.JetStream {
+	t.Helper()
+	relay := natstest.Connect(t, s.ClientURL())
+	_, err := relay.Subscribe(prefix+".>", func(m *nats.Msg) {
+		subject := strings.TrimPrefix(m.Subject, prefix+".")
+		if answer(subject, m) {
+			return
+		}
+		if !strings.HasPrefix(subject, "$KV.") {
+			subject = "$JS.API." + subject
+		}
+		resp, err := relay.RequestMsg(&nats.Msg{Subject: subject, Header: m.Header, Data: m.Data}, 5*time.Second)
+		if err == nil {
+			_ = m.RespondMsg(&nats.Msg{Header: resp.Header, Data: resp.Data})
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, relay.Flush(), "the relay is subscribed before the first request")
+	js, err := jetstream.NewWithAPIPrefix(natstest.Connect(t, s.ClientURL()), prefix)
+	require.NoError(t, err)
+	return js
 }
