@@ -115,7 +115,7 @@ func TestDeadLetteredIntentIsAnsweredAndRetryable(t *testing.T) {
 	h := hook.waitHit(t, 30*time.Second)
 	w1.kill()
 	// Two workers: one gets the last delivery and is killed mid-call; the
-	// other receives the server's max-deliveries advisory.
+	// other gets the delivery after it and dead-letters it.
 	workers := map[string]*proc{"w2": startWorker(t, "w2", url, tools, flags...), "w3": startWorker(t, "w3", url, tools, flags...)}
 	hook.waitHit(t, 30*time.Second)
 	var holder string
@@ -133,6 +133,39 @@ func TestDeadLetteredIntentIsAnsweredAndRetryable(t *testing.T) {
 	retry := submit(t, url, "--tool", "charge", "--args", `{"order":7}`, "--wait", "60s")
 	require.Equal(t, 0, retry.code, "the retry fires: %s %s", retry.stdout, retry.stderr)
 	require.Equal(t, 3, hook.count())
+}
+
+// An intent whose last delivery's worker died while no other worker ran is
+// dead-lettered by the next worker to start: nothing depends on a worker
+// hearing of it at the moment the delivery ran out.
+func TestLastDeliveryLostWithNoWorkerRunningIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	url := jetStream(t)
+	hook := newSink(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // every holder is killed mid-call
+	})
+	tools := writeTools(t, fmt.Sprintf(`tools:
+  charge:
+    effect: webhook
+    lease: 1s
+    webhook: {url: %s, timeout: 60s}
+`, hook.URL))
+	flags := []string{"--ack-wait", "1s", "--max-deliver", "2"}
+	answer := make(chan submitted, 1)
+	go func() {
+		answer <- submit(t, url, "--tool", "charge", "--args", `{"order":17}`, "--wait", "60s")
+	}()
+	for _, name := range []string{"w1", "w2"} { // deliveries 1 and 2, the last
+		w := startWorker(t, name, url, tools, flags...)
+		hook.waitHit(t, 30*time.Second)
+		w.kill()
+	}
+	time.Sleep(3 * time.Second) // the last delivery's ack wait runs out with no worker up
+	startWorker(t, "w3", url, tools, flags...)
+	s := <-answer
+	require.Equal(t, intent.StatusRejected, s.res.Status, "the caller is answered: %s %s", s.stdout, s.stderr)
+	require.Equal(t, intent.CodeDeadLettered, s.res.Error.Code)
+	require.Equal(t, 2, hook.count(), "w3 did not fire it")
 }
 
 // A holder whose ledger is unreachable for longer than a minute after its

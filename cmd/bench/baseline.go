@@ -58,7 +58,7 @@ func (b *bench) runBaseline(ctx context.Context, e *env, name string, n, infligh
 		Durable:       "BENCH_BASE",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
-		MaxDeliver:    10,
+		MaxDeliver:    -1,
 		MaxAckPending: max(4096, b.cfg.Concurrency*b.cfg.Workers),
 		Replicas:      e.replicas,
 	}); err != nil {

@@ -2,14 +2,12 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -59,71 +57,25 @@ func dlqToken(n intent.Names, subject string) string {
 	return "_unknown"
 }
 
-// maxDeliveriesAdvisory is what the server publishes when a message's last
-// delivery went unacknowledged (its worker died holding it).
-type maxDeliveriesAdvisory struct {
-	Stream     string `json:"stream"`
-	Consumer   string `json:"consumer"`
-	StreamSeq  uint64 `json:"stream_seq"`
-	Deliveries uint64 `json:"deliveries"`
-}
-
-// watchMaxDeliveries dead-letters intents whose last delivery was never
-// settled: the server keeps such a message in the work stream and tells only
-// by an advisory. One worker of the queue group handles each advisory: it
-// copies the message to the dead-letter stream, then removes it from the
-// work stream.
-func (w *Worker) watchMaxDeliveries() (*nats.Subscription, error) {
-	subject := fmt.Sprintf("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.%s.%s", w.res.names.Stream, w.res.names.Consumer)
-	sub, err := w.nc.QueueSubscribe(subject, w.res.names.Consumer, func(m *nats.Msg) {
-		var adv maxDeliveriesAdvisory
-		if err := json.Unmarshal(m.Data, &adv); err != nil || adv.StreamSeq == 0 {
-			w.log.Warn("undecodable max-deliveries advisory", zap.ByteString("data", m.Data))
-			return
+// identify derives, as far as it can, the identity of an intent (or
+// operator decision) that is dead-lettered without being admitted, so that
+// its caller's answer carries the key the caller expects: the worker's
+// derivation, else (an unknown tool, an undecodable body) none, and the
+// answer falls back to the key its client sent.
+func (w *Worker) identify(subject string, h nats.Header, data []byte, published time.Time) (intent.Identity, *intent.Envelope) {
+	if op := w.res.names.ControlOp(subject); op != "" {
+		if c, err := intent.DecodeControl(op, data); err == nil {
+			return intent.Identity{Key: c.Key}, nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		raw, err := w.res.stream.GetMsg(ctx, adv.StreamSeq)
-		if err != nil {
-			w.log.Info("max-deliveries advisory for a message already gone", zap.Uint64("seq", adv.StreamSeq), zap.Error(err))
-			return
-		}
-		reason := fmt.Sprintf("max deliveries (%d) reached without an answer", adv.Deliveries)
-		if err := w.deadLetter(ctx, raw.Subject, raw.Header, raw.Data, adv.StreamSeq, adv.Deliveries, raw.Time, reason); err != nil {
-			w.log.Error("dead-letter", zap.Uint64("seq", adv.StreamSeq), zap.Error(err))
-			return
-		}
-		w.answerDeadLetter(raw, adv.Deliveries, reason)
-		if err := w.res.stream.DeleteMsg(ctx, adv.StreamSeq); err != nil {
-			w.log.Warn("remove dead-lettered intent from the work stream", zap.Uint64("seq", adv.StreamSeq), zap.Error(err))
-		}
-		w.log.Warn("intent dead-lettered", zap.Uint64("seq", adv.StreamSeq), zap.String("reason", reason))
-	})
-	if err != nil {
-		return nil, fmt.Errorf("watch max-deliveries advisories: %w", err)
+		return intent.Identity{}, nil
 	}
-	return sub, nil
-}
-
-// answerDeadLetter answers the caller of raw, an intent the server gave up
-// delivering (its last holder died): dead_lettered, with the key the worker
-// derives for it, else the one its client sent.
-func (w *Worker) answerDeadLetter(raw *jetstream.RawStreamMsg, delivered uint64, reason string) {
-	replyTo := raw.Header.Get(intent.HeaderReplyTo)
-	if replyTo == "" {
-		return
+	env, err := intent.Decode(data, w.cfg.Limits)
+	if err != nil {
+		return intent.Identity{}, nil
 	}
 	var id intent.Identity
-	var env *intent.Envelope
-	if op := w.res.names.ControlOp(raw.Subject); op != "" {
-		if c, err := intent.DecodeControl(op, raw.Data); err == nil {
-			id.Key = c.Key
-		}
-	} else if e, err := intent.Decode(raw.Data, w.cfg.Limits); err == nil {
-		env = e
-		if t, ok := w.tools.Lookup(env.Tool); ok {
-			id, _ = intent.Derive(env, t.KeySpec, intentTime(raw.Header, raw.Time))
-		}
+	if t, ok := w.tools.Lookup(env.Tool); ok {
+		id, _ = intent.Derive(env, t.KeySpec, intentTime(h, published))
 	}
-	w.reply(context.Background(), raw.Subject, replyTo, deadLettered(id, raw.Header, env, delivered, reason))
+	return id, env
 }

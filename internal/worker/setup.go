@@ -110,11 +110,13 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 		return nil, fmt.Errorf("stream %s: %w", names.DLQStream, err)
 	}
 	consumer, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       names.Consumer,
-		Description:   "idemgate workers",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxDeliver:    cfg.MaxDeliver,
+		Durable:     names.Consumer,
+		Description: "idemgate workers",
+		AckPolicy:   jetstream.AckExplicitPolicy,
+		AckWait:     cfg.AckWait,
+		// Unlimited: the worker gives up after cfg.MaxDeliver itself, and
+		// dead-letters a delivery past it (its last holder died).
+		MaxDeliver:    -1,
 		MaxAckPending: cfg.MaxAckPending,
 		Replicas:      cfg.Replicas,
 	})

@@ -65,8 +65,8 @@ func (w *Worker) settle(j *job, v verdict) {
 		err = msg.NakWithDelay(v.delay)
 	case verbTerm:
 		if derr := w.deadLetter(context.Background(), msg.Subject(), msg.Headers(), msg.Data(), meta.Sequence.Stream, meta.NumDelivered, meta.Timestamp, v.reason); derr != nil {
-			// Never drop it: leave it to redelivery (or, at the last
-			// delivery, to the max-deliveries advisory).
+			// Never drop it: leave it to redelivery (past the last
+			// delivery, the next worker dead-letters it again).
 			w.log.Error("dead-letter; leaving the intent to redelivery", zap.String("subject", msg.Subject()), zap.Error(derr))
 			err = msg.NakWithDelay(w.cfg.RetryDelay)
 			break

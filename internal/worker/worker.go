@@ -130,11 +130,6 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer func() { _ = catalog.Stop() }()
-	advisories, err := w.watchMaxDeliveries()
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	defer func() { _ = advisories.Unsubscribe() }()
 	forget, err := w.serveForget()
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -165,7 +160,7 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 		zap.Strings("tools", w.tools.Names()))
 
 	// Ready means served: the server has the catalogue's and the
-	// advisories' subscriptions before anyone is told.
+	// forget subscriptions before anyone is told.
 	if err := w.nc.FlushTimeout(10 * time.Second); err != nil {
 		it.Stop()
 		return fmt.Errorf("worker: flush subscriptions: %w", err)
@@ -256,6 +251,16 @@ func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg, run *pool
 			w.finish(j, v)
 		}
 	}()
+	if meta.NumDelivered > uint64(w.cfg.MaxDeliver) {
+		// The worker that had its last delivery died holding it. The
+		// consumer delivers without limit so that such an intent comes back
+		// to a worker, which dead-letters and answers it, whatever became of
+		// the others (a server advisory would reach only the workers
+		// subscribed at that moment, and only once).
+		j.id, j.env = w.identify(msg.Subject(), msg.Headers(), msg.Data(), meta.Timestamp)
+		v = term(fmt.Sprintf("max deliveries (%d) reached without an answer", w.cfg.MaxDeliver))
+		return
+	}
 	v = w.admit(stop, work, j)
 }
 
