@@ -100,17 +100,7 @@ func TestDeadLetteredIntentIsAnsweredAndRetryable(t *testing.T) {
 		}
 		fmt.Fprintf(w, `{"n":%d}`, n)
 	})
-	tools := writeTools(t, fmt.Sprintf(`tools:
-  charge:
-    effect: webhook
-    lease: 1s
-    webhook: {url: %s, timeout: 60s}
-`, hook.URL))
-	flags := []string{"--ack-wait", "1s", "--max-deliver", "2"}
-	answer := make(chan submitted, 1)
-	go func() {
-		answer <- submit(t, url, "--tool", "charge", "--args", `{"order":7}`, "--wait", "60s")
-	}()
+	tools, flags, answer := lastDeliveryScene(t, url, hook.URL, 7)
 	w1 := startWorker(t, "w1", url, tools, flags...)
 	h := hook.waitHit(t, 30*time.Second)
 	w1.kill()
@@ -144,17 +134,7 @@ func TestLastDeliveryLostWithNoWorkerRunningIsDeadLettered(t *testing.T) {
 	hook := newSink(t, func(n int, w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done() // every holder is killed mid-call
 	})
-	tools := writeTools(t, fmt.Sprintf(`tools:
-  charge:
-    effect: webhook
-    lease: 1s
-    webhook: {url: %s, timeout: 60s}
-`, hook.URL))
-	flags := []string{"--ack-wait", "1s", "--max-deliver", "2"}
-	answer := make(chan submitted, 1)
-	go func() {
-		answer <- submit(t, url, "--tool", "charge", "--args", `{"order":17}`, "--wait", "60s")
-	}()
+	tools, flags, answer := lastDeliveryScene(t, url, hook.URL, 17)
 	for _, name := range []string{"w1", "w2"} { // deliveries 1 and 2, the last
 		w := startWorker(t, name, url, tools, flags...)
 		hook.waitHit(t, 30*time.Second)
@@ -166,6 +146,25 @@ func TestLastDeliveryLostWithNoWorkerRunningIsDeadLettered(t *testing.T) {
 	require.Equal(t, intent.StatusRejected, s.res.Status, "the caller is answered: %s %s", s.stdout, s.stderr)
 	require.Equal(t, intent.CodeDeadLettered, s.res.Error.Code)
 	require.Equal(t, 2, hook.count(), "w3 did not fire it")
+}
+
+// lastDeliveryScene is the set-up of the tests of an intent whose holders
+// die: a tools file with the tool charge (a webhook to hookURL, 1 s lease),
+// worker flags for two deliveries of 1 s each, and the answer of a submit of
+// charge {"order":order} waiting up to a minute, running meanwhile.
+func lastDeliveryScene(t *testing.T, url, hookURL string, order int) (tools string, flags []string, answer <-chan submitted) {
+	t.Helper()
+	tools = writeTools(t, fmt.Sprintf(`tools:
+  charge:
+    effect: webhook
+    lease: 1s
+    webhook: {url: %s, timeout: 60s}
+`, hookURL))
+	ch := make(chan submitted, 1)
+	go func() {
+		ch <- submit(t, url, "--tool", "charge", "--args", fmt.Sprintf(`{"order":%d}`, order), "--wait", "60s")
+	}()
+	return tools, []string{"--ack-wait", "1s", "--max-deliver", "2"}, ch
 }
 
 // A holder whose ledger is unreachable for longer than a minute after its
