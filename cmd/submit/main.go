@@ -113,7 +113,7 @@ Publishing:
   submit --file FILE                         one intent envelope from a file ("-": stdin)
   submit --jsonl FILE [--strict]             many envelopes, one per line; one answer per line
 Subcommands:
-  key --tool T --args JSON [-q|-f] the key and fingerprint an intent derives, without publishing
+  key --tool T --args JSON [-q|-f|-l] the key and fingerprint (-l: the ledger key) an intent derives, without publishing
   watch KEY                        wait for an operation's final answer (after exit 2, or from another shell)
   get KEY                          the ledger record of KEY
   tools                            the tools the workers serve, and how each derives its keys
