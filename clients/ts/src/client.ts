@@ -797,6 +797,10 @@ export class Submission {
       // deleted). A pending one whose lease ran out a lease ago answers
       // nothing: its intent is gone (dead-lettered), so it counts as none.
       let latest: LedgerRecord | undefined;
+      // A republish whose acknowledgement has not come yet: a record of its
+      // firing can arrive first, and is this call's own only once its
+      // sequence is known (7.4).
+      let acking: Promise<unknown> | undefined;
       const unrecorded = (): boolean =>
         latest === undefined ||
         (latest.status === "pending" && Date.parse(latest.lease_until ?? "") + this.#opts.leaseMs < Date.now());
@@ -840,6 +844,9 @@ export class Submission {
             latest = rec;
             // A record of another fingerprint is a conflict: final.
             if (rec !== undefined && isAnswered(rec.status) && (enough(rec.status) || rec.fingerprint !== this.fingerprint)) {
+              if (acking !== undefined) {
+                await acking;
+              }
               finish({ res: this.fromRecord(rec) });
               return;
             }
@@ -887,7 +894,8 @@ export class Submission {
               republishLater(delay * 2); // the record will answer; look again later
               return;
             }
-            this.#opts.republish().then(
+            const sent = this.#opts.republish();
+            sent.then(
               (ack) => {
                 this.republished++;
                 if (!ack.duplicate) {
@@ -897,6 +905,7 @@ export class Submission {
               },
               (err: unknown) => finish({ err: new IdemError("publish_failed", `republish ${this.key}: ${String(err)}`, { cause: err }) }),
             );
+            acking = sent.catch(() => undefined); // after the reactions above: the sequence is known then
           }, delay),
         );
       };
