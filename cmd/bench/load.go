@@ -222,12 +222,15 @@ func (p *publisher) closedLoop(ctx context.Context, b batch, inflight int, check
 // received[i] - lat[i]).
 func (p *publisher) openLoop(ctx context.Context, b batch, rate float64, check func([]byte) error) (lat []time.Duration, sent time.Duration, received []time.Time, a *answers, err error) {
 	n := len(b.msgs)
-	lat, received = make([]time.Duration, n), make([]time.Time, n)
+	// The answers' handler keeps its own slices: an error return sets the
+	// results to nil while answers may still arrive.
+	lats, recvs := make([]time.Duration, n), make([]time.Time, n)
+	lat, received = lats, recvs
 	interval := time.Duration(float64(time.Second) / rate)
 	start := time.Now()
 	a = &answers{check: check, onRecv: func(i int, at time.Time) {
-		lat[i] = at.Sub(start.Add(time.Duration(i) * interval))
-		received[i] = at
+		lats[i] = at.Sub(start.Add(time.Duration(i) * interval))
+		recvs[i] = at
 	}}
 	if err := p.subscribe(b, a); err != nil {
 		return nil, 0, nil, nil, err
