@@ -125,6 +125,8 @@ Subcommands:
   list [--status open] [--tool T] [--session S] [--older-than D] [--past-lease] [--limit N] [--after SEQ] [--all]
                                    ledger records, one JSON object per line (--status open: every unresolved one)
   forget KEY                       delete a settled operation's record so that it may run again
+  migrate [--partitions N] [--layout 2]
+                                   grow the ledger's partitions, or convert it to compact keys, with every worker stopped
   help                             this text
 
 Exit status:
@@ -146,7 +148,7 @@ NATS_CREDS work as for the nats CLI.
 `
 
 // subcommands are the words submit takes before its flags.
-var subcommands = []string{"key", "watch", "get", "tools", intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, "dlq", "list", "forget", "help"}
+var subcommands = []string{"key", "watch", "get", "tools", intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, "dlq", "list", "forget", "migrate", "help"}
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var err error
@@ -172,6 +174,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			code, err = cmdList(ctx, args[1:], stdout, stderr)
 		case "forget":
 			code, err = cmdForget(ctx, args[1:], stdout, stderr)
+		case "migrate":
+			code, err = cmdMigrate(ctx, args[1:], stdout, stderr)
 		default:
 			code, err = cmdSubmit(ctx, args, stdin, stdout, stderr)
 		}

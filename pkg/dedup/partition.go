@@ -84,6 +84,10 @@ func recorded(ctx context.Context, js jetstream.JetStream, bucket string) (parti
 	if err != nil || !exists {
 		return 0, 0, err
 	}
+	if m := md[MigratingMetadata]; m != "" {
+		return 0, 0, fmt.Errorf("%w: ledger %s is being migrated to %s partitions/layout (stream metadata %s): let the migration finish, or run it again to finish an interrupted one (docs/operations.md)",
+			ErrMigrating, bucket, m, MigratingMetadata)
+	}
 	s, err := shapeOf(bucket, md)
 	return s.partitions, s.layout, err
 }

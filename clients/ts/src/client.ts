@@ -585,6 +585,10 @@ export class IdemClient {
     if (!validPartitions(n)) {
       throw new IdemError("no_ledger", `ledger ${this.names.bucket}: stream metadata ${PARTITIONS_METADATA}=${String(recorded)} is not a partition count`);
     }
+    const migrating = info.config.metadata?.["idemgate.migrating"];
+    if (migrating !== undefined) {
+      throw new IdemError("no_ledger", `ledger ${this.names.bucket} is being migrated (stream metadata idemgate.migrating=${migrating}): try again once the migration finished`);
+    }
     const recordedLayout = info.config.metadata?.[LAYOUT_METADATA];
     const layout = recordedLayout === undefined ? LAYOUT_FULL : Number(recordedLayout);
     if (!validLayout(layout)) {
