@@ -139,6 +139,9 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	if err := req.validate(); err != nil {
 		return ClaimResult{}, err
 	}
+	if _, err := l.stored(req.Key); err != nil {
+		return ClaimResult{}, fmt.Errorf("claim: %w", err)
+	}
 	if req.Lease == 0 {
 		req.Lease = DefaultLease
 	}
@@ -205,6 +208,7 @@ func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest, readFirst boo
 		CreatedAt:   now,
 		UpdatedAt:   now,
 	}
+	l.stamp(req.Key, &rec)
 	var e entry
 	if readFirst {
 		if e, err = l.read(ctx, req.Key); err != nil {

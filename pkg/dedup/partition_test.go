@@ -32,7 +32,7 @@ func TestPartitionsRecorded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	kvs, err := dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PARTS", Partitions: 4})
+	kvs, _, err := dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PARTS", Partitions: 4})
 	require.NoError(t, err)
 	require.Len(t, kvs, 4)
 	for i, kv := range kvs {
@@ -42,11 +42,11 @@ func TestPartitionsRecorded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
 
-	_, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PARTS", Partitions: 8})
+	_, _, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PARTS", Partitions: 8})
 	require.ErrorIs(t, err, dedup.ErrPartitions)
 	require.ErrorContains(t, err, "has 4 partitions")
 	require.ErrorContains(t, err, "started with 8")
-	kvs, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PARTS"})
+	kvs, _, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PARTS"})
 	require.NoError(t, err)
 	require.Len(t, kvs, 4, "0 adopts the recorded count")
 
@@ -68,12 +68,12 @@ func TestPartitionsRecorded(t *testing.T) {
 	l, err = dedup.Bind(ctx, js, "PLAIN")
 	require.NoError(t, err)
 	require.Equal(t, 1, l.Partitions())
-	_, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PLAIN", Partitions: 2})
+	_, _, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PLAIN", Partitions: 2})
 	require.ErrorIs(t, err, dedup.ErrPartitions)
 
 	_, err = dedup.Bind(ctx, js, "MISSING")
 	require.ErrorIs(t, err, jetstream.ErrBucketNotFound)
-	_, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "BAD", Partitions: 3})
+	_, _, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "BAD", Partitions: 3})
 	require.ErrorIs(t, err, dedup.ErrInvalid)
 }
 
@@ -89,8 +89,9 @@ func TestPartitionedRoutingAndList(t *testing.T) {
 	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "ROUTE", Partitions: 4})
 	require.NoError(t, err)
 	defer l.Close()
-	kvs, err := dedup.BindPartitions(ctx, js, "ROUTE")
+	kvs, layout, err := dedup.BindPartitions(ctx, js, "ROUTE")
 	require.NoError(t, err)
+	require.Equal(t, intent.LayoutCompact, layout, "a new ledger's")
 
 	var keys []string
 	perPart := make([]int, 4)
@@ -104,8 +105,10 @@ func TestPartitionedRoutingAndList(t *testing.T) {
 		require.NoError(t, err)
 		p := intent.Partition(key, 4)
 		perPart[p]++
+		stored, err := intent.LedgerKey(key, layout)
+		require.NoError(t, err)
 		for j, kv := range kvs {
-			_, err := kv.Get(ctx, key)
+			_, err := kv.Get(ctx, stored)
 			if j == p {
 				require.NoError(t, err, "key %s in its partition %d", key, p)
 			} else {
