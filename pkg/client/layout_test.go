@@ -48,7 +48,12 @@ func TestClientReadsTheRecordedLayout(t *testing.T) {
 	page, err := cl.Records(ctx, dedup.Query{})
 	require.NoError(t, err)
 	require.Len(t, page.Records, 1)
-	require.Equal(t, key, page.Records[0].Key)
+	stored, err := intent.LedgerKey(key, intent.LayoutCompact)
+	require.NoError(t, err)
+	require.Equal(t, stored, page.Records[0].Key, "a listing shows the stored key")
+	rec, err = cl.Get(ctx, stored)
+	require.NoError(t, err, "which reads the record too")
+	require.Equal(t, intent.StatusCompleted, rec.Status)
 
 	st, err := js.Stream(ctx, "KV_IDEM_LEDGER")
 	require.NoError(t, err)

@@ -50,8 +50,9 @@
 // per key on every replica.
 // The layout is recorded on the buckets when the ledger is created
 // (LayoutMetadata) and read at open, like the partition count; every method
-// takes and returns operation keys, never KV keys, and a layout-2 record
-// names its key (Record.Key) so that List can report it.
+// takes operation keys; a compact key is its own stored form, so List
+// reports a layout-2 record under its compact key, which every method also
+// takes.
 //
 // # Batching
 //

@@ -250,14 +250,6 @@ func (l *Ledger) stored(key string) (string, error) {
 	return k, nil
 }
 
-// stamp sets rec.Key to key where the ledger's KV keys are not the keys
-// themselves (a compact layout), so that a listing can name the operation.
-func (l *Ledger) stamp(key string, rec *Record) {
-	if l.layout != intent.LayoutFull {
-		rec.Key = key
-	}
-}
-
 // Get reads key's record and revision from the bucket's stream leader, so it
 // sees every acknowledged write. It returns an error matching ErrNotFound when
 // the key has no record (or only a delete marker).
@@ -296,7 +288,6 @@ func (l *Ledger) transition(ctx context.Context, key string, rev uint64, rec Rec
 // A write whose outcome is unknown (its acknowledgement was lost) is settled by
 // a leader read: if the latest value is exactly what was written, it succeeded.
 func (l *Ledger) cas(ctx context.Context, key string, rev uint64, rec Record) (uint64, error) {
-	l.stamp(key, &rec)
 	data, err := rec.marshal()
 	if err != nil {
 		return 0, err
@@ -436,7 +427,11 @@ func (l *Ledger) directRead(ctx context.Context, key string) (entry, bool) {
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
-	msg, err := l.nc.RequestWithContext(ctx, l.dgetSubj+key, nil)
+	sk, err := l.stored(key)
+	if err != nil {
+		return entry{}, false
+	}
+	msg, err := l.nc.RequestWithContext(ctx, l.dgetSubj+sk, nil)
 	if err != nil || msg.Header == nil || msg.Header.Get("Status") != "" {
 		return entry{}, false
 	}

@@ -299,7 +299,7 @@ func (l *Ledger) listBatch(ctx context.Context, cons jetstream.Consumer, n int, 
 		if err != nil {
 			continue // not a record this package wrote
 		}
-		key, ok := l.keyOf(strings.TrimPrefix(msg.Subject(), l.keyPrefix), rec)
+		key, ok := l.keyOf(strings.TrimPrefix(msg.Subject(), l.keyPrefix))
 		if !ok {
 			continue // not stored under its key's KV key in this layout
 		}
@@ -310,18 +310,14 @@ func (l *Ledger) listBatch(ctx context.Context, cons jetstream.Consumer, n int, 
 	}
 }
 
-// keyOf returns the key of rec, a record found under the KV key stored: the
-// key the record names (Record.Key), else stored itself. ok is false when
-// the ledger's layout does not store that key under stored — a record naming
-// another key, or a compact KV key whose record does not name its key — so
-// that a listing never shows a key under which the record cannot be read.
-func (l *Ledger) keyOf(stored string, rec Record) (key string, ok bool) {
-	key = rec.Key
-	if key == "" {
-		key = stored
-	}
-	sk, err := l.stored(key)
-	return key, err == nil && sk == stored
+// keyOf returns the key a listing shows for a record found under the KV key
+// stored: stored itself (a compact key in layout 2, which every method
+// takes). ok is false when the ledger's layout would not store a key there
+// (a full derived key in a layout-2 ledger), so that a listing never shows
+// a key under which the record cannot be read.
+func (l *Ledger) keyOf(stored string) (key string, ok bool) {
+	sk, err := l.stored(stored)
+	return stored, err == nil && sk == stored
 }
 
 // jetStream returns the ledger's JetStream context (its connection, API

@@ -200,7 +200,6 @@ func (l *Ledger) moveIn(ctx context.Context, from *Ledger, stream jetstream.Stre
 		return false, false, nil // in its place
 	}
 	rec := r.Record
-	to.stamp(r.Key, &rec)
 	data, err := rec.marshal()
 	if err != nil {
 		return false, false, fmt.Errorf("%s: %w", r.Key, err)

@@ -100,9 +100,8 @@ func TestMigrate(t *testing.T) {
 			_, err = kv.Get(ctx, key)
 			require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "nothing left under the full key")
 		}
-		rec, err := dedup.DecodeRecord(e.Value())
+		_, err = dedup.DecodeRecord(e.Value())
 		require.NoError(t, err)
-		require.Equal(t, key, rec.Key, "the moved record names its key")
 		if i < n && i%4 == 3 {
 			got, _, err := after.Get(ctx, key)
 			require.NoError(t, err)
@@ -179,7 +178,6 @@ func TestMigrateResumes(t *testing.T) {
 	require.NoError(t, err)
 	rec, err := dedup.DecodeRecord(old.Value())
 	require.NoError(t, err)
-	rec.Key = keys[0]
 	data, err := json.Marshal(rec)
 	require.NoError(t, err)
 	stored0, err := intent.LedgerKey(keys[0], intent.LayoutCompact)

@@ -12,10 +12,6 @@ import (
 // The record's KV revision (returned next to it) is its fencing token: every
 // change is a compare-and-set on the revision it was read at.
 type Record struct {
-	// Key is the operation's key, in a ledger whose KV keys are not the keys
-	// themselves (a compact layout, intent.LedgerKey): a listing names the
-	// operation from it. Empty in a ledger of intent.LayoutFull.
-	Key string `json:"key,omitempty"`
 	// Status is the record's state; see the package documentation's diagram.
 	Status intent.Status `json:"status"`
 	// Tool is the tool the key belongs to.

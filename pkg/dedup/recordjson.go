@@ -22,9 +22,6 @@ func (r Record) appendJSON(b []byte) ([]byte, error) {
 	var err error
 	member := intent.AppendJSONMember
 	b = append(b, '{')
-	if r.Key != "" {
-		b = intent.AppendJSONString(member(b, "key"), r.Key)
-	}
 	b = intent.AppendJSONString(member(b, "status"), string(r.Status))
 	if r.Tool != "" {
 		b = intent.AppendJSONString(member(b, "tool"), r.Tool)

@@ -27,7 +27,6 @@ func TestRecordEncodingIsEncodingJSONs(t *testing.T) {
 	pick := func(n int) int { return rng.IntN(n) }
 	for i := range 2000 {
 		r := Record{
-			Key:    strs[pick(len(strs))],
 			Status: intent.Status(strs[pick(len(strs))]), Tool: strs[pick(len(strs))], Session: strs[pick(len(strs))], Fingerprint: strs[pick(len(strs))],
 			Holder: strs[pick(len(strs))], LeaseUntil: times[pick(len(times))], Attempt: rng.IntN(5) - 1, Attempts: rng.IntN(1 << 20),
 			Result: raws[pick(len(raws))], IntentSeq: rng.Uint64() >> uint(pick(64)), CallID: strs[pick(len(strs))],

@@ -28,7 +28,6 @@ func (l *Ledger) Retain(ctx context.Context, r Listed) error {
 		return nil
 	}
 	rec := r.Record
-	l.stamp(r.Key, &rec)
 	data, err := rec.marshal()
 	if err != nil {
 		return fmt.Errorf("retain %s: %w", r.Key, err)

@@ -36,9 +36,11 @@ func ValidLedgerLayout(layout int) bool {
 // stores key. With LayoutFull it is key. With LayoutCompact a derived key
 // becomes <tool> "." 22 base64url characters (its digest's first 16 bytes,
 // so its partition, from the first 4, is the same); any other key stays as
-// it is, except one that has that compact shape itself, which is refused
-// (it could be another key's stored form). The error wraps ErrInvalid, for
-// that key or for a layout ValidLedgerLayout refuses.
+// it is — a compact key among them, which is its own stored form (as a
+// listing of such a ledger shows it). A ledger refuses to claim a key of
+// the compact shape that is not derived, so that none can stand for
+// another operation's record. The error wraps ErrInvalid, for a layout
+// ValidLedgerLayout refuses.
 func LedgerKey(key string, layout int) (string, error) {
 	switch layout {
 	case LayoutFull:
@@ -55,12 +57,21 @@ func LedgerKey(key string, layout int) (string, error) {
 		}
 		return key[:i] + base64.RawURLEncoding.EncodeToString(b[:]), nil
 	}
-	if compactShaped(key) {
-		return "", fmt.Errorf("%w: key %q has the shape of a compact ledger key (<tool>.<22 base64url characters>) and is not a derived key: "+
-			"a ledger of layout %d stores derived keys in that shape, so it cannot store this one; use a derived key (<tool>.<64 hex digits>) or another name",
-			ErrInvalid, key, LayoutCompact)
-	}
 	return key, nil
+}
+
+// CompactLedgerKey reports whether s has the shape of a derived key as a
+// LayoutCompact ledger stores it: <tool> "." 22 base64url characters.
+func CompactLedgerKey(s string) bool { return compactShaped(s) }
+
+// compactDigest16 returns the digest bytes a compact ledger key holds (the
+// first 16 of its derived key's); ok is false for any other string.
+func compactDigest16(s string) (b [16]byte, ok bool) {
+	if !compactShaped(s) {
+		return b, false
+	}
+	n, err := base64.RawURLEncoding.Decode(b[:], []byte(s[len(s)-compactDigest:]))
+	return b, err == nil && n == 16
 }
 
 // compactShaped reports whether s has the shape of a derived key as a

@@ -25,28 +25,22 @@ func TestLedgerKey(t *testing.T) {
 
 	for _, c := range []struct {
 		name, key string
-		refused   bool
 	}{
-		{"internal key", "_scan", false},
-		{"plain test key", "test.k1", false},
-		{"dotted key", "test.TestLedger.R1.ClaimOnce", false},
-		{"upper-case hex is not derived", key[:11] + strings.ToUpper(key[11:]), false},
-		{"short digest", "send_email.ea5b3b5e", false},
-		{"21 characters", "send_email.6ls7Xsw_ojOYlYIzW7cGf", false},
-		{"23 characters", "send_email.6ls7Xsw_ojOYlYIzW7cGfAx", false},
-		{"invalid tool", "Send.6ls7Xsw_ojOYlYIzW7cGfA", false},
-		{"a compact key itself", "send_email.6ls7Xsw_ojOYlYIzW7cGfA", true},
-		{"any compact shape", "noop.AAAAAAAAAAAAAAAAAAAAAA", true},
-		{"compact shape with - and _", "t.-_-_-_-_-_-_-_-_-_-_-_", true},
+		{"internal key", "_scan"},
+		{"plain test key", "test.k1"},
+		{"dotted key", "test.TestLedger.R1.ClaimOnce"},
+		{"upper-case hex is not derived", key[:11] + strings.ToUpper(key[11:])},
+		{"short digest", "send_email.ea5b3b5e"},
+		{"21 characters", "send_email.6ls7Xsw_ojOYlYIzW7cGf"},
+		{"23 characters", "send_email.6ls7Xsw_ojOYlYIzW7cGfAx"},
+		{"invalid tool", "Send.6ls7Xsw_ojOYlYIzW7cGfA"},
+		{"a compact key itself", "send_email.6ls7Xsw_ojOYlYIzW7cGfA"},
+		{"any compact shape", "noop.AAAAAAAAAAAAAAAAAAAAAA"},
+		{"compact shape with - and _", "t.-_-_-_-_-_-_-_-_-_-_-_"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			got, err := LedgerKey(c.key, LayoutCompact)
-			if c.refused {
-				require.ErrorIs(t, err, ErrInvalid)
-				require.ErrorContains(t, err, c.key)
-				return
-			}
 			require.NoError(t, err)
 			require.Equal(t, c.key, got, "stored as it is")
 			full, err := LedgerKey(c.key, LayoutFull)
@@ -93,14 +87,18 @@ func TestLedgerKeyShape(t *testing.T) {
 			t.Fatalf("%s and %s share the ledger key %s", key, other, got)
 		}
 		seen[got] = key
-		_, err = LedgerKey(got, LayoutCompact)
-		require.ErrorIs(t, err, ErrInvalid, "a compact key is not stored as it is")
+		again, err := LedgerKey(got, LayoutCompact)
+		require.NoError(t, err)
+		require.Equal(t, got, again, "a compact key is its own stored form")
+		require.True(t, CompactLedgerKey(got))
+		for _, n := range []int{2, 8, 64, 256} {
+			require.Equal(t, Partition(key, n), Partition(got, n), "a compact key is in its derived key's partition (%d)", n)
+		}
 	}
 }
 
-// Whatever the key, LedgerKey either refuses it or gives a key that maps
-// back to it alone: a derived key its compact form, any other key itself —
-// and never a compact form for a key that is not derived.
+// Whatever the key, LedgerKey gives a derived key its compact form, in the
+// same partition, and any other key itself.
 func FuzzLedgerKey(f *testing.F) {
 	for _, s := range []string{"_scan", "test.k1", "send_email.ea5b3b5ecc3fa233989582335bb7067cd6c904cb4d46baf4530950de5b22b7f6",
 		"send_email.6ls7Xsw_ojOYlYIzW7cGfA", "noop.AAAAAAAAAAAAAAAAAAAAAA", "", ".", "a.b.c"} {
@@ -110,17 +108,13 @@ func FuzzLedgerKey(f *testing.F) {
 		got, err := LedgerKey(key, LayoutCompact)
 		switch {
 		case err != nil:
-			if ValidKey(key) || !compactShaped(key) {
-				t.Fatalf("LedgerKey(%q) refused: %v", key, err)
-			}
+			t.Fatalf("LedgerKey(%q) refused: %v", key, err)
 		case ValidKey(key):
-			if !compactShaped(got) || !strings.HasPrefix(got, key[:len(key)-64]) {
-				t.Fatalf("LedgerKey(%q) = %q, not a compact key", key, got)
+			if !compactShaped(got) || !strings.HasPrefix(got, key[:len(key)-64]) || Partition(got, 256) != Partition(key, 256) {
+				t.Fatalf("LedgerKey(%q) = %q, not its compact key", key, got)
 			}
 		case got != key:
 			t.Fatalf("LedgerKey(%q) = %q, want it unchanged", key, got)
-		case compactShaped(got):
-			t.Fatalf("LedgerKey(%q) stores a non-derived key in the compact shape", key)
 		}
 		if full, err := LedgerKey(key, LayoutFull); err != nil || full != key {
 			t.Fatalf("LedgerKey(%q, LayoutFull) = %q, %v", key, full, err)

@@ -18,7 +18,6 @@ export const LAYOUT_COMPACT = 2;
 export const LAYOUT_METADATA = "idemgate.layout";
 
 const DERIVED_KEY = /^([a-z0-9_-]{1,64})\.([0-9a-f]{64})$/;
-const COMPACT_SHAPE = /^[a-z0-9_-]{1,64}\.[A-Za-z0-9_-]{22}$/;
 
 /**
  * Whether `layout` is a ledger layout this client knows.
@@ -34,14 +33,13 @@ export function validLayout(layout: number): boolean {
  * The KV key under which a ledger of `layout` stores `key`: the key itself
  * in layout 1; in layout 2, for a derived key `<tool>.<64 hex>`,
  * `<tool>.` + the unpadded base64url of the digest's first 16 bytes, and
- * any other key as it is.
+ * any other key as it is (a compact key is its own stored form).
  *
  * @param key - the operation's key
  * @param layout - the ledger's layout
  * @returns the KV key
  * @throws {@link IdemError} (`unknown_layout`) for a layout this client does
- * not know; (`bad_key`) for a key that is not derived but has the compact
- * shape (`<tool>.` + 22 base64url characters), which layout 2 cannot store
+ * not know
  */
 export function ledgerKey(key: string, layout: number): string {
   if (!validLayout(layout)) {
@@ -53,12 +51,6 @@ export function ledgerKey(key: string, layout: number): string {
   const m = DERIVED_KEY.exec(key);
   if (m?.[1] !== undefined && m[2] !== undefined) {
     return `${m[1]}.${Buffer.from(m[2].slice(0, 32), "hex").toString("base64url")}`;
-  }
-  if (COMPACT_SHAPE.test(key)) {
-    throw new IdemError(
-      "bad_key",
-      `${JSON.stringify(key)} has the shape of a compact ledger key (<tool>.<22 base64url characters>) and is not a derived key: a ledger of layout ${LAYOUT_COMPACT} cannot store it`,
-    );
   }
   return key;
 }
