@@ -409,7 +409,9 @@ func TestHTTPOperatorAPI(t *testing.T) {
 		next = strings.TrimSuffix(strings.TrimPrefix(strings.Split(page.header.Get("Link"), ";")[0], "<"), ">")
 		require.Less(t, len(keys), 10)
 	}
-	require.ElementsMatch(t, []string{key, other.str("key")}, keys)
+	require.ElementsMatch(t, []string{ledgerKey(t, key), ledgerKey(t, other.str("key"))}, keys, "a listing shows the ledger keys")
+	listed := g.do(t, http.MethodGet, "/v1/operations/"+keys[0], operator, "")
+	require.Equal(t, http.StatusOK, listed.status, "a listed key reads the operation: %s", listed.raw)
 	byTool := g.do(t, http.MethodGet, "/v1/operations?tool=echo", operator, "")
 	require.Len(t, byTool.body["records"], 1)
 	bySession := g.do(t, http.MethodGet, "/v1/operations?session=team-b", operator, "")
@@ -423,7 +425,7 @@ func TestHTTPOperatorAPI(t *testing.T) {
 	cli := submit(t, e.nats, "list", "--status", "open")
 	require.Equal(t, 0, cli.code, cli.stderr)
 	require.Len(t, lines(cli.stdout), 2, cli.stdout)
-	require.Contains(t, cli.stdout, key)
+	require.Contains(t, cli.stdout, ledgerKey(t, key))
 	require.Contains(t, cli.stderr, "2 records")
 
 	// Approve: the wrong arguments are refused, the right ones fire once.
@@ -553,7 +555,7 @@ func TestHTTPTokensAreScoped(t *testing.T) {
 	la := g.do(t, http.MethodGet, "/v1/operations?status=awaiting_approval", operatorA, "")
 	require.Equal(t, http.StatusOK, la.status, la.raw)
 	require.Len(t, la.body["records"], 1)
-	require.Equal(t, key, la.body["records"].([]any)[0].(map[string]any)["key"])
+	require.Equal(t, ledgerKey(t, key), la.body["records"].([]any)[0].(map[string]any)["key"])
 	requireProblem(t, g.do(t, http.MethodPost, "/v1/operations/"+b.str("key")+"/deny", operatorA, ""), http.StatusNotFound, intent.CodeNotFound)
 	requireProblem(t, g.do(t, http.MethodDelete, "/v1/operations/"+kb.str("key"), operatorA, ""), http.StatusNotFound, intent.CodeNotFound)
 	requireProblem(t, g.do(t, http.MethodGet, "/v1/dead-letters", operatorA, ""), http.StatusForbidden, "forbidden")
@@ -807,4 +809,12 @@ func TestHTTPGatewayDrainTimeout(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, fired, "fired once for the cut call and its retry")
+}
+
+// ledgerKey is key as a new (layout 2) ledger stores it, and lists it.
+func ledgerKey(t *testing.T, key string) string {
+	t.Helper()
+	sk, err := intent.LedgerKey(key, intent.DefaultLayout)
+	require.NoError(t, err)
+	return sk
 }
