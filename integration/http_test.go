@@ -431,7 +431,8 @@ func TestHTTPOperatorAPI(t *testing.T) {
 	// Approve: the wrong arguments are refused, the right ones fire once.
 	requireProblem(t, g.do(t, http.MethodPost, "/v1/operations/"+key+"/approve", operator, `{"fingerprint":"`+strings.Repeat("0", 64)+`"}`),
 		http.StatusUnprocessableEntity, intent.CodeConflict)
-	approved := g.do(t, http.MethodPost, "/v1/operations/"+key+"/approve", operator, `{"fingerprint":"`+fp+`","reason":"checked"}`)
+	// By the key the listing shows: the firing still forwards the full key.
+	approved := g.do(t, http.MethodPost, "/v1/operations/"+ledgerKey(t, key)+"/approve", operator, `{"fingerprint":"`+fp+`","reason":"checked"}`)
 	require.Equal(t, http.StatusOK, approved.status, approved.raw)
 	require.Equal(t, "completed", approved.str("status"))
 	rec := g.do(t, http.MethodGet, "/v1/operations/"+key, agentA, "")
@@ -453,6 +454,7 @@ func TestHTTPOperatorAPI(t *testing.T) {
 	for _, h := range e.sink.all() {
 		if strings.Contains(h.Body, "order_id") {
 			refunds++
+			require.Equal(t, key, h.Key, "the approved refund fired under its full key")
 		}
 	}
 	require.Equal(t, 1, refunds, "the approved refund fired once, the denied one never")
