@@ -97,7 +97,6 @@ func (w *Worker) undecided(j *job, err error) verdict {
 	return ack()
 }
 
-
 // fullKey returns the derived key whose compact ledger key is stored, from
 // the intent rec keeps: an approval fires the operation, which must carry
 // its own key downstream, as every other attempt of it does.
