@@ -444,7 +444,7 @@ func TestHTTPOperatorAPI(t *testing.T) {
 	requireProblem(t, g.do(t, http.MethodPost, "/v1/operations/refund.nope/approve", operator, ""), http.StatusNotFound, intent.CodeNotFound)
 
 	// Deny: the agent's repeat is answered 403 denied, never fired.
-	denied := g.do(t, http.MethodPost, "/v1/operations/"+other.str("key")+"/deny", operator, `{"reason":"fraud suspected"}`)
+	denied := g.do(t, http.MethodPost, "/v1/operations/"+ledgerKey(t, other.str("key"))+"/deny", operator, `{"reason":"fraud suspected"}`)
 	require.Equal(t, http.StatusOK, denied.status, denied.raw)
 	require.Equal(t, "denied", denied.str("status"))
 	again := g.call(t, agentB, "refund", `{"order_id":"o-2","amount_cents":200}`)
