@@ -88,7 +88,7 @@ bench-short:
 # The ledger's cost per key (docs/operations.md, sizing): fill a ledger on a
 # nats-server process to LEDGER_KEYS keys, LEDGER_STEP at a time, printing
 # create rate, server heap/RSS/disk per key and read latency at each step.
-# LEDGERFLAGS adds flags, e.g. LEDGERFLAGS='-partitions 4'.
+# LEDGERFLAGS adds flags, e.g. LEDGERFLAGS='-partitions 4' (or '-layout 1': keys stored as they are).
 LEDGER_KEYS ?= 4000000
 LEDGER_STEP ?= 1000000
 LEDGERFLAGS ?=

@@ -409,7 +409,9 @@ func TestHTTPOperatorAPI(t *testing.T) {
 		next = strings.TrimSuffix(strings.TrimPrefix(strings.Split(page.header.Get("Link"), ";")[0], "<"), ">")
 		require.Less(t, len(keys), 10)
 	}
-	require.ElementsMatch(t, []string{key, other.str("key")}, keys)
+	require.ElementsMatch(t, []string{ledgerKey(t, key), ledgerKey(t, other.str("key"))}, keys, "a listing shows the ledger keys")
+	listed := g.do(t, http.MethodGet, "/v1/operations/"+keys[0], operator, "")
+	require.Equal(t, http.StatusOK, listed.status, "a listed key reads the operation: %s", listed.raw)
 	byTool := g.do(t, http.MethodGet, "/v1/operations?tool=echo", operator, "")
 	require.Len(t, byTool.body["records"], 1)
 	bySession := g.do(t, http.MethodGet, "/v1/operations?session=team-b", operator, "")
@@ -423,13 +425,14 @@ func TestHTTPOperatorAPI(t *testing.T) {
 	cli := submit(t, e.nats, "list", "--status", "open")
 	require.Equal(t, 0, cli.code, cli.stderr)
 	require.Len(t, lines(cli.stdout), 2, cli.stdout)
-	require.Contains(t, cli.stdout, key)
+	require.Contains(t, cli.stdout, ledgerKey(t, key))
 	require.Contains(t, cli.stderr, "2 records")
 
 	// Approve: the wrong arguments are refused, the right ones fire once.
 	requireProblem(t, g.do(t, http.MethodPost, "/v1/operations/"+key+"/approve", operator, `{"fingerprint":"`+strings.Repeat("0", 64)+`"}`),
 		http.StatusUnprocessableEntity, intent.CodeConflict)
-	approved := g.do(t, http.MethodPost, "/v1/operations/"+key+"/approve", operator, `{"fingerprint":"`+fp+`","reason":"checked"}`)
+	// By the key the listing shows: the firing still forwards the full key.
+	approved := g.do(t, http.MethodPost, "/v1/operations/"+ledgerKey(t, key)+"/approve", operator, `{"fingerprint":"`+fp+`","reason":"checked"}`)
 	require.Equal(t, http.StatusOK, approved.status, approved.raw)
 	require.Equal(t, "completed", approved.str("status"))
 	rec := g.do(t, http.MethodGet, "/v1/operations/"+key, agentA, "")
@@ -441,7 +444,7 @@ func TestHTTPOperatorAPI(t *testing.T) {
 	requireProblem(t, g.do(t, http.MethodPost, "/v1/operations/refund.nope/approve", operator, ""), http.StatusNotFound, intent.CodeNotFound)
 
 	// Deny: the agent's repeat is answered 403 denied, never fired.
-	denied := g.do(t, http.MethodPost, "/v1/operations/"+other.str("key")+"/deny", operator, `{"reason":"fraud suspected"}`)
+	denied := g.do(t, http.MethodPost, "/v1/operations/"+ledgerKey(t, other.str("key"))+"/deny", operator, `{"reason":"fraud suspected"}`)
 	require.Equal(t, http.StatusOK, denied.status, denied.raw)
 	require.Equal(t, "denied", denied.str("status"))
 	again := g.call(t, agentB, "refund", `{"order_id":"o-2","amount_cents":200}`)
@@ -451,6 +454,7 @@ func TestHTTPOperatorAPI(t *testing.T) {
 	for _, h := range e.sink.all() {
 		if strings.Contains(h.Body, "order_id") {
 			refunds++
+			require.Equal(t, key, h.Key, "the approved refund fired under its full key")
 		}
 	}
 	require.Equal(t, 1, refunds, "the approved refund fired once, the denied one never")
@@ -553,7 +557,7 @@ func TestHTTPTokensAreScoped(t *testing.T) {
 	la := g.do(t, http.MethodGet, "/v1/operations?status=awaiting_approval", operatorA, "")
 	require.Equal(t, http.StatusOK, la.status, la.raw)
 	require.Len(t, la.body["records"], 1)
-	require.Equal(t, key, la.body["records"].([]any)[0].(map[string]any)["key"])
+	require.Equal(t, ledgerKey(t, key), la.body["records"].([]any)[0].(map[string]any)["key"])
 	requireProblem(t, g.do(t, http.MethodPost, "/v1/operations/"+b.str("key")+"/deny", operatorA, ""), http.StatusNotFound, intent.CodeNotFound)
 	requireProblem(t, g.do(t, http.MethodDelete, "/v1/operations/"+kb.str("key"), operatorA, ""), http.StatusNotFound, intent.CodeNotFound)
 	requireProblem(t, g.do(t, http.MethodGet, "/v1/dead-letters", operatorA, ""), http.StatusForbidden, "forbidden")
@@ -807,4 +811,12 @@ func TestHTTPGatewayDrainTimeout(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, fired, "fired once for the cut call and its retry")
+}
+
+// ledgerKey is key as a new (layout 2) ledger stores it, and lists it.
+func ledgerKey(t *testing.T, key string) string {
+	t.Helper()
+	sk, err := intent.LedgerKey(key, intent.DefaultLayout)
+	require.NoError(t, err)
+	return sk
 }

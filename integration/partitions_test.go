@@ -100,7 +100,7 @@ func TestPartitionedLedgerAnswersAsOne(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	kvs, err := dedup.BindPartitions(ctx, js, "IDEM_LEDGER")
+	kvs, layout, err := dedup.BindPartitions(ctx, js, "IDEM_LEDGER")
 	require.NoError(t, err)
 	require.Len(t, kvs, 8)
 	perPart := make([]int, 8)
@@ -110,8 +110,10 @@ func TestPartitionedLedgerAnswersAsOne(t *testing.T) {
 		}
 		p := intent.Partition(key, 8)
 		perPart[p]++
+		stored, err := intent.LedgerKey(key, layout)
+		require.NoError(t, err)
 		for i, kv := range kvs {
-			_, err := kv.Get(ctx, key)
+			_, err := kv.Get(ctx, stored)
 			if i == p {
 				require.NoError(t, err, "%s in its partition %d", key, p)
 			} else {

@@ -29,12 +29,13 @@ func TestForgedReplySubjectsAreRefused(t *testing.T) {
 	defer cancel()
 	kv, err := js.KeyValue(ctx, "IDEM_LEDGER")
 	require.NoError(t, err)
-	before, err := kv.Get(ctx, victim.res.Key)
+	victimKV := storedKey(t, js, victim.res.Key)
+	before, err := kv.Get(ctx, victimKV)
 	require.NoError(t, err)
 	stream, err := js.Stream(ctx, "IDEM_INTENTS")
 	require.NoError(t, err)
 
-	for i, forged := range []string{"$KV.IDEM_LEDGER." + victim.res.Key, "idem.intents.send_email", "_INBOX.>", "$JS.API.STREAM.DELETE.IDEM_INTENTS"} {
+	for i, forged := range []string{"$KV.IDEM_LEDGER." + victimKV, "idem.intents.send_email", "_INBOX.>", "$JS.API.STREAM.DELETE.IDEM_INTENTS"} {
 		msg := nats.NewMsg("idem.intents.send_email")
 		msg.Data = []byte(`{"tool":"send_email","args":{"attacker":` + string(rune('0'+i)) + `}}`)
 		msg.Header.Set(intent.HeaderReplyTo, forged)
@@ -49,7 +50,7 @@ func TestForgedReplySubjectsAreRefused(t *testing.T) {
 		return err == nil && info.State.Msgs == 0
 	}, 10*time.Second, 20*time.Millisecond)
 
-	after, err := kv.Get(ctx, victim.res.Key)
+	after, err := kv.Get(ctx, victimKV)
 	require.NoError(t, err)
 	require.Equal(t, before.Revision(), after.Revision(), "the victim's record was not written")
 	require.Equal(t, before.Value(), after.Value())

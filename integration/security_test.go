@@ -327,7 +327,7 @@ func TestSecureAgentPathWorks(t *testing.T) {
 	require.NoError(t, err)
 	kv, err := js.KeyValue(ctx, "IDEM_LEDGER")
 	require.NoError(t, err)
-	_, err = kv.Get(ctx, res.Key) // direct get
+	_, err = kv.Get(ctx, storedKey(t, js, res.Key)) // direct get
 	require.NoError(t, err)
 	cat, err := cl.Tools(ctx)
 	require.NoError(t, err)
@@ -378,12 +378,13 @@ func TestSecureAgentIsConfined(t *testing.T) {
 		})
 	})
 	t.Run("WriteOrDeleteALedgerKey", func(t *testing.T) {
-		refused(t, agent, "$KV.IDEM_LEDGER."+key, func(ctx context.Context) error {
-			_, err := kv.Put(ctx, key, []byte(`{"status":"completed"}`))
+		stored := storedKey(t, js, key)
+		refused(t, agent, "$KV.IDEM_LEDGER."+stored, func(ctx context.Context) error {
+			_, err := kv.Put(ctx, stored, []byte(`{"status":"completed"}`))
 			return err
 		})
-		refused(t, agent, "$KV.IDEM_LEDGER."+key, func(ctx context.Context) error {
-			return kv.Delete(ctx, key)
+		refused(t, agent, "$KV.IDEM_LEDGER."+stored, func(ctx context.Context) error {
+			return kv.Delete(ctx, stored)
 		})
 		refused(t, agent, "$JS.API.STREAM.PURGE.KV_IDEM_LEDGER", func(ctx context.Context) error {
 			_, err := agent.RequestWithContext(ctx, "$JS.API.STREAM.PURGE.KV_IDEM_LEDGER", nil)
@@ -559,7 +560,7 @@ func TestSecureTenantsAreIsolated(t *testing.T) {
 		}
 		keys = append(keys, e.Key())
 	}
-	require.Equal(t, []string{ours.Key}, keys)
+	require.Equal(t, []string{storedKey(t, js, ours.Key)}, keys)
 
 	// The same request from GLOBEX's side finds its record: the key is
 	// right, the account is the boundary.
@@ -630,8 +631,9 @@ func TestSecureOperatorRole(t *testing.T) {
 		_, err := js.CreateOrUpdateConsumer(ctx, "IDEM_INTENTS", jetstream.ConsumerConfig{Name: "OPS"})
 		return err
 	})
-	refused(t, op, "$KV.IDEM_LEDGER."+key, func(ctx context.Context) error {
-		_, err := js.Publish(ctx, "$KV.IDEM_LEDGER."+key, []byte(`{}`))
+	stored := storedKey(t, js, key)
+	refused(t, op, "$KV.IDEM_LEDGER."+stored, func(ctx context.Context) error {
+		_, err := js.Publish(ctx, "$KV.IDEM_LEDGER."+stored, []byte(`{}`))
 		return err
 	})
 }

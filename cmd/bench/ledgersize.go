@@ -38,6 +38,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // ledgerSizeConfig is the scenario's configuration (its flags).
@@ -49,7 +50,7 @@ type ledgerSizeConfig struct {
 	Samples     int           // reads and duplicate claims timed per step
 	Partitions  int           // ledger partitions
 	ResultBytes int           // bytes of each record's result
-	KeyHex      int           // hex digits of each key's digest (64: a derived key)
+	Layout      int           // the ledger's key layout (intent.LedgerKey)
 	TTL         time.Duration // the records' retention
 	StoreDir    string        // parent of the server's fresh store directory
 	Sync        string        // the server's sync_interval ("" for its default)
@@ -73,7 +74,7 @@ func ledgerSizeMain(ctx context.Context, args []string, out io.Writer) error {
 	fset.IntVar(&c.Concurrency, "concurrency", 64, "goroutines claiming and completing keys")
 	fset.IntVar(&c.Samples, "samples", 2000, "leader reads and duplicate claims timed at each step")
 	fset.IntVar(&c.Partitions, "partitions", 1, "ledger partitions (a power of two)")
-	fset.IntVar(&c.KeyHex, "key-hex", 64, "hex digits of each key's digest: 64 is a derived key; fewer measures what a shorter key encoding would save (such keys are not the protocol's)")
+	fset.IntVar(&c.Layout, "layout", intent.DefaultLayout, "the ledger's key layout: 2 stores each derived key with 22 base64url characters of its digest, 1 as it is (64 hex digits); docs/protocol.md 6.2")
 	fset.IntVar(&c.ResultBytes, "result-bytes", 48, "bytes of each record's result (a JSON string)")
 	fset.DurationVar(&c.TTL, "ttl", dedup.DefaultTTL, "the records' retention (long enough that none expires during the run)")
 	fset.StringVar(&c.StoreDir, "store-dir", os.TempDir(), "parent of the server's fresh store directory (removed afterwards)")
@@ -97,8 +98,8 @@ func (c ledgerSizeConfig) validate() error {
 	if c.Concurrency < 1 || c.Samples < 1 {
 		errs = append(errs, fmt.Errorf("-concurrency %d -samples %d: give positive numbers", c.Concurrency, c.Samples))
 	}
-	if c.KeyHex < 8 || c.KeyHex > 64 {
-		errs = append(errs, fmt.Errorf("-key-hex %d: give 8 to 64", c.KeyHex))
+	if !intent.ValidLedgerLayout(c.Layout) {
+		errs = append(errs, fmt.Errorf("-layout %d: give %d (compact keys) or %d (keys as they are)", c.Layout, intent.LayoutCompact, intent.LayoutFull))
 	}
 	if c.ResultBytes < 0 {
 		errs = append(errs, fmt.Errorf("-result-bytes %d: give 0 or more", c.ResultBytes))
@@ -252,15 +253,12 @@ func (p *natsProc) disk() (uint64, error) {
 	return n, err
 }
 
-// lsKeyHex is the digest length of the fill's keys (-key-hex).
-var lsKeyHex = 64
-
 // lsKey is the i-th key and fingerprint of the fill: a derived key's shape,
-// <tool> "." 64 hex digits (lsKeyHex).
+// <tool> "." 64 hex digits, which the ledger stores in its layout.
 func lsKey(i int) (key, fingerprint string) {
 	k := sha256.Sum256([]byte("ledger-size key " + strconv.Itoa(i)))
 	f := sha256.Sum256([]byte("ledger-size fingerprint " + strconv.Itoa(i)))
-	return "send_email." + hex.EncodeToString(k[:])[:lsKeyHex], hex.EncodeToString(f[:])
+	return "send_email." + hex.EncodeToString(k[:]), hex.EncodeToString(f[:])
 }
 
 // lsClaim is the i-th key's claim, with the fields the worker sets.
@@ -285,7 +283,6 @@ type ledgerSizeRow struct {
 }
 
 func runLedgerSize(ctx context.Context, c ledgerSizeConfig, out io.Writer) (rows []ledgerSizeRow, err error) {
-	lsKeyHex = c.KeyHex
 	proc, _, ledger, stop, err := startLedgerProc(ctx, c, "bench-ledger-size", out)
 	if err != nil {
 		return nil, err
@@ -308,9 +305,13 @@ func runLedgerSize(ctx context.Context, c ledgerSizeConfig, out io.Writer) (rows
 	if err != nil {
 		return nil, err
 	}
-	sample, _ := json.Marshal(done)
-	_, _ = fmt.Fprintf(out, "ledger-size: nats-server %s (own process, pid %d), %d partition(s), sync %s, %d writers, records as the worker writes them (claim, then completion with TTL %s): %d-byte completed record, %d-byte key\n",
-		c.Server, proc.cmd.Process.Pid, c.Partitions, cmpOr(c.Sync, "lazy (server default)"), c.Concurrency, c.TTL, len(sample), len(lsClaim(0).Key))
+	sample, _ := json.Marshal(done) // as the ledger stores it (its encoder writes what encoding/json does)
+	stored, err := intent.LedgerKey(lsClaim(0).Key, ledger.Layout())
+	if err != nil {
+		return nil, err
+	}
+	_, _ = fmt.Fprintf(out, "ledger-size: nats-server %s (own process, pid %d), %d partition(s), sync %s, %d writers, records as the worker writes them (claim, then completion with TTL %s): %d-byte completed record, %d-byte key stored as a %d-byte KV key (layout %d)\n",
+		c.Server, proc.cmd.Process.Pid, c.Partitions, cmpOr(c.Sync, "lazy (server default)"), c.Concurrency, c.TTL, len(sample), len(lsClaim(0).Key), len(stored), ledger.Layout())
 	_, _ = fmt.Fprintf(out, "empty ledger: server heap %s, RSS %s. Heap: HeapInuse after a GC, from the server's profiling port; RSS: /proc/<pid>/status; per-key figures are above the empty ledger's. Times are wall-clock on a shared machine: noisy.\n",
 		lsMiB(baseHeap), lsMiB(baseRSS))
 	_, _ = fmt.Fprintf(out, "%10s %10s %10s %8s %10s %8s %10s %8s %9s %9s %9s %9s %5s\n",
@@ -388,7 +389,7 @@ func startLedgerProc(ctx context.Context, c ledgerSizeConfig, name string, out i
 
 // openBenchLedger opens the scenario's ledger: one bucket, or c.Partitions.
 func openBenchLedger(ctx context.Context, js jetstream.JetStream, c ledgerSizeConfig) (*dedup.Ledger, error) {
-	cfg := dedup.BucketConfig{TTL: c.TTL, Partitions: c.Partitions}
+	cfg := dedup.BucketConfig{TTL: c.TTL, Partitions: c.Partitions, Layout: c.Layout}
 	return dedup.Open(ctx, js, cfg, dedup.WithConfirmedTakeover())
 }
 

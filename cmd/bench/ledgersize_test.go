@@ -12,11 +12,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // TestLedgerSizeShort fills a ledger on a nats-server process to a few
 // thousand keys in two steps and checks each row has positive per-key
-// figures. It asserts no size: the scenario prints figures.
+// figures, and that -layout picks how the keys are stored. It asserts no
+// size: the scenario prints figures.
 func TestLedgerSizeShort(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -25,9 +28,12 @@ func TestLedgerSizeShort(t *testing.T) {
 	server := natsServerBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c := ledgerSizeConfig{Server: server, Keys: 2000, Step: 1000, Concurrency: 32, Samples: 50, Partitions: 2, KeyHex: 64,
+	c := ledgerSizeConfig{Server: server, Keys: 2000, Step: 1000, Concurrency: 32, Samples: 50, Partitions: 2, Layout: intent.LayoutFull,
 		ResultBytes: 48, TTL: time.Hour, StoreDir: t.TempDir()}
 	require.NoError(t, c.validate())
+	bad := c
+	bad.Layout = 3
+	require.ErrorContains(t, bad.validate(), "-layout 3")
 	var buf bytes.Buffer
 	rows, err := runLedgerSize(ctx, c, &buf)
 	t.Log("\n" + buf.String())
@@ -39,6 +45,7 @@ func TestLedgerSizeShort(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2000, rows[1].keys)
+	require.Contains(t, buf.String(), "75-byte key stored as a 75-byte KV key (layout 1)", "the fill's keys go through the ledger's layout, as -layout asks")
 }
 
 // natsServer is the nats-server binary the ledger scenarios' tests share,

@@ -356,7 +356,7 @@ func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) (int, 
 }
 
 func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := newFlagSet("submit key", "submit key --tool T --args JSON [--session S] [--spec JSON | --tools FILE [--webhook-allow CIDRS] | --default-spec] [-q | -f]", args, stdout, stderr)
+	fs := newFlagSet("submit key", "submit key --tool T --args JSON [--session S] [--spec JSON | --tools FILE [--webhook-allow CIDRS] | --default-spec] [-q | -f | -l [--layout N]]", args, stdout, stderr)
 	var c common
 	var e envelopeFlags
 	c.register(fs)
@@ -369,8 +369,14 @@ func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) (int, 
 	defaultSpec := fs.Bool("default-spec", false, "use the default derivation (all args, no window) without asking the workers")
 	quiet := fs.Bool("q", false, "print only the key")
 	onlyFP := fs.Bool("f", false, "print only the fingerprint")
+	onlyLedger := fs.Bool("l", false, "print only the key as the ledger stores it (its KV key, docs/protocol.md 6.2): what nats kv get and watch take")
+	layout := fs.Int("layout", intent.DefaultLayout, "with -l: the ledger's key layout (its stream metadata idemgate.layout; 1 when it has none)")
 	if err := c.parse(fs, args); err != nil {
 		return exitError, err
+	}
+	if !intent.ValidLedgerLayout(*layout) {
+		return exitError, fmt.Errorf("--layout %d: give %d or %d, as the ledger records it (nats stream info KV_<bucket> shows idemgate.layout; none recorded is %d)",
+			*layout, intent.LayoutCompact, intent.LayoutFull, intent.LayoutFull)
 	}
 	env, err := e.envelope()
 	if err != nil {
@@ -386,10 +392,17 @@ func cmdKey(ctx context.Context, args []string, stdout, stderr io.Writer) (int, 
 		return exitError, err
 	}
 	switch {
-	case *quiet && *onlyFP:
-		return exitError, errors.New("give -q (the key) or -f (the fingerprint), not both")
+	case btoi(*quiet)+btoi(*onlyFP)+btoi(*onlyLedger) > 1:
+		return exitError, errors.New("give one of -q (the key), -f (the fingerprint) and -l (the ledger's KV key)")
 	case *quiet:
 		_, err := fmt.Fprintln(stdout, id.Key)
+		return exitFired, err
+	case *onlyLedger:
+		lk, err := intent.LedgerKey(id.Key, *layout)
+		if err != nil {
+			return exitError, err
+		}
+		_, err = fmt.Fprintln(stdout, lk)
 		return exitFired, err
 	case *onlyFP:
 		_, err := fmt.Fprintln(stdout, id.Fingerprint)
@@ -494,4 +507,12 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// btoi is 1 for true, 0 for false.
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -113,7 +113,7 @@ Publishing:
   submit --file FILE                         one intent envelope from a file ("-": stdin)
   submit --jsonl FILE [--strict]             many envelopes, one per line; one answer per line
 Subcommands:
-  key --tool T --args JSON [-q|-f] the key and fingerprint an intent derives, without publishing
+  key --tool T --args JSON [-q|-f|-l] the key and fingerprint (-l: the ledger key) an intent derives, without publishing
   watch KEY                        wait for an operation's final answer (after exit 2, or from another shell)
   get KEY                          the ledger record of KEY
   tools                            the tools the workers serve, and how each derives its keys
@@ -125,6 +125,8 @@ Subcommands:
   list [--status open] [--tool T] [--session S] [--older-than D] [--past-lease] [--limit N] [--after SEQ] [--all]
                                    ledger records, one JSON object per line (--status open: every unresolved one)
   forget KEY                       delete a settled operation's record so that it may run again
+  migrate [--partitions N] [--layout 2]
+                                   grow the ledger's partitions, or convert it to compact keys, with every worker stopped
   help                             this text
 
 Exit status:
@@ -146,7 +148,7 @@ NATS_CREDS work as for the nats CLI.
 `
 
 // subcommands are the words submit takes before its flags.
-var subcommands = []string{"key", "watch", "get", "tools", intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, "dlq", "list", "forget", "help"}
+var subcommands = []string{"key", "watch", "get", "tools", intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, "dlq", "list", "forget", "migrate", "help"}
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var err error
@@ -172,6 +174,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			code, err = cmdList(ctx, args[1:], stdout, stderr)
 		case "forget":
 			code, err = cmdForget(ctx, args[1:], stdout, stderr)
+		case "migrate":
+			code, err = cmdMigrate(ctx, args[1:], stdout, stderr)
 		default:
 			code, err = cmdSubmit(ctx, args, stdin, stdout, stderr)
 		}

@@ -55,6 +55,9 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *Token
 	case errors.Is(err, client.ErrNotFound), err == nil && !tok.reaches(rec.Session):
 		fail(w, http.StatusNotFound, intent.CodeNotFound, "no operation %s", clip(key))
 		return
+	case errors.Is(err, intent.ErrInvalid): // a key the ledger cannot hold
+		fail(w, http.StatusBadRequest, codeInvalidRequest, "%v", err)
+		return
 	case err != nil:
 		s.unavailable(w, err)
 		return
@@ -200,6 +203,9 @@ func (s *Server) reachable(w http.ResponseWriter, r *http.Request, tok *Token, k
 	switch {
 	case errors.Is(err, client.ErrNotFound), err == nil && !tok.reaches(rec.Session):
 		fail(w, http.StatusNotFound, intent.CodeNotFound, "no operation %s", clip(key))
+		return false
+	case errors.Is(err, intent.ErrInvalid): // a key the ledger cannot hold
+		fail(w, http.StatusBadRequest, codeInvalidRequest, "%v", err)
 		return false
 	case err != nil:
 		s.unavailable(w, err)

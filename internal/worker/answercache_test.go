@@ -104,7 +104,9 @@ func TestDuplicateAnsweredFromTheCache(t *testing.T) {
 			defer cancel()
 			kv, err := js.KeyValue(ctx, "IDEM_LEDGER")
 			require.NoError(t, err)
-			require.NoError(t, kv.Delete(ctx, first.Key))
+			stored, err := intent.LedgerKey(first.Key, b.worker.res.layout)
+			require.NoError(t, err)
+			require.NoError(t, kv.Delete(ctx, stored))
 
 			again := sendRaw(t, nc, "send", `{"to":"a"}`)
 			require.Equal(t, intent.StatusCompleted, again.Status)

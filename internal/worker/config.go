@@ -96,6 +96,13 @@ type Config struct {
 	// a new ledger).
 	LedgerPartitions int
 
+	// LedgerLayout is the ledger's key layout (intent.LedgerKey), fixed when
+	// the ledger is created and recorded like the partition count: one
+	// started with another layout than the ledger records refuses to start.
+	// Default: 0, the recorded layout (intent.DefaultLayout, compact keys,
+	// for a new ledger).
+	LedgerLayout int
+
 	// RetryDelay is the first delay before an intent whose effect failed
 	// transiently is delivered again; it doubles with each delivery up to
 	// MaxRetryDelay. Default: 1s (DefaultRetryDelay).
@@ -280,6 +287,10 @@ func (c *Config) validate() error {
 	}
 	if c.LedgerPartitions != 0 && !intent.ValidPartitions(c.LedgerPartitions) {
 		errs = append(errs, fmt.Errorf("ledger partitions %d: use a power of two from 1 to %d, or 0 for the ledger's recorded count", c.LedgerPartitions, intent.MaxPartitions))
+	}
+	if c.LedgerLayout != 0 && !intent.ValidLedgerLayout(c.LedgerLayout) {
+		errs = append(errs, fmt.Errorf("ledger layout %d: use %d (compact keys) or %d (keys as they are), or 0 for the ledger's recorded layout (%d for a new one)",
+			c.LedgerLayout, intent.LayoutCompact, intent.LayoutFull, intent.DefaultLayout))
 	}
 	if c.LedgerBatch < NoLedgerBatch || c.LedgerBatch > dedup.MaxBatch {
 		errs = append(errs, fmt.Errorf("ledger batch %d: use 1-%d, or %d (off)", c.LedgerBatch, dedup.MaxBatch, NoLedgerBatch))

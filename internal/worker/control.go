@@ -37,6 +37,15 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) verdict 
 		if known {
 			ttl = tool.Policy.ApprovalTTL
 		}
+		if !intent.ValidKey(c.Key) && intent.CompactLedgerKey(c.Key) {
+			// The key as a compact ledger lists it: the firing forwards the
+			// operation's own key, derived again from the kept intent.
+			full, err := fullKey(c.Key, cur, tool, known)
+			if err != nil {
+				return w.undecided(j, err)
+			}
+			c.Key, j.id.Key = full, full
+		}
 		if rec, _, err = w.ledger.Approve(stop, c.Key, c.Fingerprint, c.By, c.Reason, ttl); err != nil {
 			return w.undecided(j, err)
 		}
@@ -86,4 +95,26 @@ func (w *Worker) undecided(j *job, err error) verdict {
 	res.Key = j.id.Key
 	w.answer(j, res)
 	return ack()
+}
+
+// fullKey returns the derived key whose compact ledger key is stored, from
+// the intent rec keeps: an approval fires the operation, which must carry
+// its own key downstream, as every other attempt of it does.
+func fullKey(stored string, rec dedup.Record, tool *effects.Tool, known bool) (string, error) {
+	how := "approve it by its full key (submit key prints it from the tool and arguments)"
+	if !known || len(rec.Intent) == 0 {
+		return "", fmt.Errorf("%w: %s: the record keeps no intent of a known tool to derive its key from: %s", dedup.ErrInvalid, stored, how)
+	}
+	env, err := intent.Decode(rec.Intent, intent.Limits{MaxBytes: len(rec.Intent) + 1})
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: the recorded intent does not decode (%w): %s", dedup.ErrInvalid, stored, err, how)
+	}
+	id, err := intent.Derive(env, tool.KeySpec, rec.CreatedAt)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %w: %s", dedup.ErrInvalid, stored, err, how)
+	}
+	if sk, err := intent.LedgerKey(id.Key, intent.LayoutCompact); err != nil || sk != stored {
+		return "", fmt.Errorf("%w: %s: the recorded intent derives another key (%s): %s", dedup.ErrInvalid, stored, id.Key, how)
+	}
+	return id.Key, nil
 }

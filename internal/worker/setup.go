@@ -61,6 +61,7 @@ type resources struct {
 	consumer jetstream.Consumer
 	kv       jetstream.KeyValue   // the ledger's partition 0
 	kvs      []jetstream.KeyValue // every partition's bucket, in partition order
+	layout   int                  // the ledger's key layout, as it records it
 	// persist is the work stream's persist mode; persistMismatch reports an
 	// existing stream whose mode is not the configured one.
 	persist         jetstream.PersistModeType
@@ -123,9 +124,10 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", names.Consumer, err)
 	}
-	kvs, err := dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{
+	kvs, layout, err := dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{
 		Bucket:     names.Bucket,
 		Partitions: cfg.LedgerPartitions,
+		Layout:     cfg.LedgerLayout,
 		Replicas:   cfg.Replicas,
 		TTL:        cfg.LedgerTTL,
 		// Atomic batches need the stream's consent; once given it stays.
@@ -134,7 +136,7 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 	if err != nil {
 		return nil, err
 	}
-	return &resources{names: names, js: js, stream: stream, dlq: dlq, consumer: consumer, kv: kvs[0], kvs: kvs,
+	return &resources{names: names, js: js, stream: stream, dlq: dlq, consumer: consumer, kv: kvs[0], kvs: kvs, layout: layout,
 		persist: persist, persistMismatch: existing && persist != cfg.intentsPersist()}, nil
 }
 

@@ -88,7 +88,7 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("worker: setup: %w", err)
 	}
-	lopts := []dedup.Option{dedup.WithConfirmedTakeover(), dedup.WithRetention(cfg.LedgerTTL)}
+	lopts := []dedup.Option{dedup.WithConfirmedTakeover(), dedup.WithRetention(cfg.LedgerTTL), dedup.WithLayout(res.layout)}
 	if cfg.LedgerBatch != NoLedgerBatch {
 		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch, InFlight: cfg.LedgerBatchInFlight}))
 	}

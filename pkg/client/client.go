@@ -385,11 +385,15 @@ func (c *Client) Watch(ctx context.Context, key string) (dedup.Record, error) {
 
 // waitLedger waits for key's record to satisfy accept, watching the
 // ledger; a ledger that cannot be reached is watched again, backing off,
-// until ctx ends: a caller outlives an outage of the ledger.
+// until ctx ends: a caller outlives an outage of the ledger. A ledger whose
+// key layout this client does not know is reported at once.
 func (c *Client) waitLedger(ctx context.Context, key string, accept func(dedup.Record) bool) (dedup.Record, error) {
 	pause := 250 * time.Millisecond
 	for {
 		r, err := c.reader(ctx)
+		if errors.Is(err, dedup.ErrLayout) {
+			return dedup.Record{}, err
+		}
 		if err == nil {
 			var rec dedup.Record
 			rec, _, err = r.WaitFor(ctx, key, accept)

@@ -172,6 +172,7 @@ const (
 type write struct {
 	ctx    context.Context // the caller's; used when the write goes out alone
 	key    string
+	stored string // key as the ledger stores it (Ledger.stored); set by do
 	data   []byte
 	rev    uint64        // expected latest revision of key; 0: no record
 	create bool          // a claim: a refusal means the key exists
@@ -198,7 +199,7 @@ type batcher struct {
 	mu       sync.Mutex
 	idle     *sync.Cond // broadcast when nothing is queued or in flight
 	queue    []*write
-	busy     map[string]struct{} // keys with a write in a batch in flight
+	busy     map[string]struct{} // stored keys with a write in a batch in flight
 	inflight int
 	closed   bool
 	nextID   uint64
@@ -219,9 +220,14 @@ func newBatcher(l *Ledger, cfg BatchConfig) *batcher {
 // outcome through an outage must get its turn back to retry, and its heartbeat
 // its turn to extend.)
 func (b *batcher) do(ctx context.Context, w *write) (uint64, error) {
-	if !validKey(w.key) {
+	sk, err := b.l.stored(w.key)
+	if err != nil {
+		return 0, err
+	}
+	if !validKey(sk) {
 		return 0, jetstream.ErrInvalidKey // as the jetstream KV API refuses it
 	}
+	w.stored = sk
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -264,11 +270,11 @@ func (b *batcher) dispatchLocked() {
 	for b.inflight < b.cfg.InFlight && len(b.queue) > 0 {
 		var batch, rest []*write
 		for _, w := range b.queue {
-			if _, busy := b.busy[w.key]; busy || len(batch) == b.cfg.Max {
+			if _, busy := b.busy[w.stored]; busy || len(batch) == b.cfg.Max {
 				rest = append(rest, w)
 				continue
 			}
-			b.busy[w.key] = struct{}{}
+			b.busy[w.stored] = struct{}{}
 			w.state = writeSent
 			batch = append(batch, w)
 		}
@@ -310,7 +316,7 @@ func (b *batcher) flush(ws []*write) {
 	defer func() {
 		b.mu.Lock()
 		for _, w := range ws {
-			delete(b.busy, w.key)
+			delete(b.busy, w.stored)
 		}
 		b.inflight--
 		b.dispatchLocked()
@@ -546,7 +552,7 @@ func (b *batcher) publish(ws []*write) (batchAck, bool, error) {
 	b.mu.Unlock()
 	nc := b.l.nc
 	for i, w := range ws {
-		m := &nats.Msg{Subject: b.l.putPrefix + w.key, Data: w.data, Header: nats.Header{}}
+		m := &nats.Msg{Subject: b.l.putPrefix + w.stored, Data: w.data, Header: nats.Header{}}
 		m.Header.Set(batchIDHeader, id)
 		m.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(w.rev, 10))
@@ -622,12 +628,12 @@ func (b *batcher) culprit(ws []*write, apiErr *jetstream.APIError) (i int, marke
 	if err != nil {
 		return 0, entry{}, false
 	}
-	key, found := strings.CutPrefix(subject, b.l.keyPrefix)
+	stored, found := strings.CutPrefix(subject, b.l.keyPrefix)
 	if !found {
 		return 0, entry{}, false
 	}
 	for i, w := range ws {
-		if w.key == key {
+		if w.stored == stored {
 			if w.rev == n {
 				return 0, entry{}, false // not this write's refusal
 			}

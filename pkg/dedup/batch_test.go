@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ var concurrencySuite = []struct {
 		for i := range n {
 			wg.Go(func() {
 				req := b.req("w1")
-				req.Key = fmt.Sprintf("%s.%d", b.key, i)
+				req.Key = b.sub(strconv.Itoa(i))
 				res, err := b.ledger.Claim(b.ctx, req)
 				if !assertNoError(t, err) || !assertOutcome(t, dedup.Acquired, res) {
 					return
@@ -47,7 +48,7 @@ var concurrencySuite = []struct {
 		}
 		wg.Wait()
 		for i := range n {
-			rec, _, err := b.ledgers[1].Get(b.ctx, fmt.Sprintf("%s.%d", b.key, i))
+			rec, _, err := b.ledgers[1].Get(b.ctx, b.sub(strconv.Itoa(i)))
 			require.NoError(t, err)
 			require.Equal(t, intent.StatusCompleted, rec.Status)
 			require.JSONEq(t, fmt.Sprint(i), string(rec.Result))
@@ -62,7 +63,7 @@ var concurrencySuite = []struct {
 		// completed, deleted (a delete marker), held with other arguments;
 		// and stale leases completing next to live ones.
 		const n = 20
-		key := func(kind string, i int) string { return fmt.Sprintf("%s.%s%d", b.key, kind, i) }
+		key := func(kind string, i int) string { return b.sub(kind + strconv.Itoa(i)) }
 		other := b.plain
 		stale, live := make([]*dedup.Lease, n), make([]*dedup.Lease, n)
 		for i := range n {
@@ -76,7 +77,7 @@ var concurrencySuite = []struct {
 			req.Key = key("deleted", i)
 			_, err = other.Claim(b.ctx, req)
 			require.NoError(t, err)
-			require.NoError(t, b.kvFor(req.Key).Delete(b.ctx, req.Key))
+			require.NoError(t, b.kvFor(req.Key).Delete(b.ctx, b.stored(req.Key)))
 
 			req.Key = key("conflict", i)
 			req.Fingerprint = "fp-other"
@@ -166,7 +167,7 @@ var concurrencySuite = []struct {
 		for i := range 30 {
 			wg.Go(func() {
 				req := b.req("w1")
-				req.Key = fmt.Sprintf("%s.%d", b.key, i)
+				req.Key = b.sub(strconv.Itoa(i))
 				res, err := b.ledger.Claim(b.ctx, req)
 				if assertNoError(t, err) {
 					assertOutcome(t, dedup.Acquired, res)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // Bucket defaults.
@@ -48,6 +50,13 @@ type BucketConfig struct {
 	// bucket and ignores it. Default: 0, the count recorded on an existing
 	// ledger, 1 for a new one.
 	Partitions int
+	// Layout is the ledger's key layout (intent.LedgerKey: how its KV keys
+	// are made from operation keys), fixed when the ledger is created and
+	// recorded like the partition count (see EnsurePartitions); EnsureBucket
+	// makes one bucket and ignores it. Default: 0, the layout recorded on an
+	// existing ledger (intent.LayoutFull for one that records none),
+	// intent.DefaultLayout (compact keys) for a new one.
+	Layout int
 
 	metadata map[string]string // stream metadata EnsurePartitions records
 }
@@ -89,6 +98,10 @@ func (c BucketConfig) validate() error {
 	}
 	if err := validPartitionsConfig(c.Partitions); err != nil {
 		return err
+	}
+	if c.Layout != 0 && !intent.ValidLedgerLayout(c.Layout) {
+		return fmt.Errorf("%w: layout %d: use %d (compact keys) or %d (keys as they are), or 0 for the layout recorded on the ledger (%d for a new one)",
+			ErrInvalid, c.Layout, intent.LayoutCompact, intent.LayoutFull, intent.DefaultLayout)
 	}
 	if c.Storage != jetstream.FileStorage && c.Storage != jetstream.MemoryStorage {
 		return fmt.Errorf("%w: storage %d: use jetstream.FileStorage (default) or jetstream.MemoryStorage", ErrInvalid, c.Storage)

@@ -139,6 +139,14 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 	if err := req.validate(); err != nil {
 		return ClaimResult{}, err
 	}
+	if _, err := l.stored(req.Key); err != nil {
+		return ClaimResult{}, fmt.Errorf("claim: %w", err)
+	}
+	if l.layout == intent.LayoutCompact && !intent.ValidKey(req.Key) && intent.CompactLedgerKey(req.Key) {
+		return ClaimResult{}, fmt.Errorf("%w: claim %s: a key of the shape of a compact ledger key (<tool>.<22 base64url characters>) that is not derived "+
+			"could stand for another operation's record in this ledger (layout %d): use a derived key (<tool>.<64 hex digits>) or another name",
+			ErrInvalid, req.Key, intent.LayoutCompact)
+	}
 	if req.Lease == 0 {
 		req.Lease = DefaultLease
 	}

@@ -2,6 +2,8 @@ package dedup_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +50,11 @@ type mode struct {
 	batched bool
 	// partitions is the ledger's partition count; 0 for one bucket.
 	partitions int
+	// layout is the ledger's key layout; 0 for a new ledger's default
+	// (compact keys).
+	layout int
+	// r1Only runs the mode on the single server only.
+	r1Only bool
 }
 
 var modes = []mode{
@@ -59,6 +66,11 @@ var modes = []mode{
 	// Four partitions, each with its own group commit: every operation
 	// must reach its key's partition.
 	{name: "Partitioned", bucket: "LEDGER_PARTS", atomic: true, batched: true, partitions: 4,
+		opts: []dedup.Option{dedup.WithBatching(dedup.BatchConfig{Min: 1})}},
+	// Keys stored as they are (layout 1, a ledger made before compact
+	// keys), partitioned and batched so that every path that builds a KV
+	// subject runs; on one server, to keep the suite short.
+	{name: "FullKeys", bucket: "LEDGER_FULL", atomic: true, batched: true, partitions: 2, layout: intent.LayoutFull, r1Only: true,
 		opts: []dedup.Option{dedup.WithBatching(dedup.BatchConfig{Min: 1})}},
 }
 
@@ -74,6 +86,9 @@ func TestLedger(t *testing.T) {
 			t.Parallel()
 			servers := b.start(t)
 			for _, m := range modes {
+				if m.r1Only && b.replicas > 1 {
+					continue
+				}
 				t.Run(m.name, func(t *testing.T) {
 					t.Parallel()
 					env := newEnv(t, servers, b.replicas, m)
@@ -99,24 +114,33 @@ func newEnv(t *testing.T, servers []*server.Server, replicas int, m mode) *env {
 	js := jetStream(t, servers[0].ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kvs, err := dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: m.bucket, Replicas: replicas, AtomicPublish: m.atomic, Partitions: m.partitions})
+	kvs, layout, err := dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: m.bucket, Replicas: replicas, AtomicPublish: m.atomic,
+		Partitions: m.partitions, Layout: m.layout})
 	require.NoError(t, err)
 	require.Len(t, kvs, max(1, m.partitions))
+	if m.layout == 0 {
+		m.layout = intent.DefaultLayout
+	}
+	require.Equal(t, m.layout, layout)
 	return &env{servers: servers, mode: m}
 }
 
 // testBundle is what a suite test works with.
 type testBundle struct {
 	ctx context.Context
+	// key is the test's key, a derived key (<tool>.<64 hex>), so that a
+	// compact layout stores it compacted; sub gives the test more.
 	key string
+	sub func(name string) string
 	// ledgers are ledgers over the same bucket on distinct connections,
 	// spread over the backend's servers (followers included on R3).
 	ledgers []*dedup.Ledger
 	// ledger is ledgers[0].
 	ledger *dedup.Ledger
 	// kvFor is the bucket holding a key (its partition's), for what an
-	// operator (or the TTL) does to it.
-	kvFor func(key string) jetstream.KeyValue
+	// operator (or the TTL) does to it; stored is the key's KV key there.
+	kvFor  func(key string) jetstream.KeyValue
+	stored func(key string) string
 	// at returns a ledger (on its own connection) whose clock is offset by d,
 	// to judge leases as if d had passed.
 	at func(d time.Duration, opts ...dedup.Option) *dedup.Ledger
@@ -140,13 +164,14 @@ func (e *env) setup(t *testing.T) *testBundle {
 		l, err := dedup.Bind(ctx, js, e.mode.bucket, opts...)
 		require.NoError(t, err)
 		require.Equal(t, max(1, e.mode.partitions), l.Partitions())
+		require.Equal(t, e.mode.layout, l.Layout())
 		t.Cleanup(l.Close)
 		return l
 	}
 	open := func(i int, opts ...dedup.Option) *dedup.Ledger {
 		return openPlain(i, append(opts, e.mode.opts...)...)
 	}
-	b := &testBundle{ctx: ctx, key: keyFor(t), batched: e.mode.batched}
+	b := &testBundle{ctx: ctx, key: keyFor(t), sub: func(name string) string { return keyFor(t, name) }, batched: e.mode.batched}
 	for i := range 4 {
 		b.ledgers = append(b.ledgers, open(i))
 	}
@@ -156,6 +181,11 @@ func (e *env) setup(t *testing.T) *testBundle {
 		kv, err := opjs.KeyValue(ctx, dedup.PartitionBucket(e.mode.bucket, intent.Partition(key, max(1, e.mode.partitions))))
 		require.NoError(t, err)
 		return kv
+	}
+	b.stored = func(key string) string {
+		sk, err := intent.LedgerKey(key, e.mode.layout)
+		require.NoError(t, err)
+		return sk
 	}
 	n := 0
 	b.at = func(d time.Duration, opts ...dedup.Option) *dedup.Ledger {
@@ -181,10 +211,11 @@ func jetStream(t testing.TB, url string) jetstream.JetStream {
 	return js
 }
 
-// keyFor derives a distinct, valid key from the test's name.
-func keyFor(t *testing.T) string {
-	r := strings.NewReplacer("/", ".", " ", "_")
-	return "test." + r.Replace(t.Name())
+// keyFor derives a distinct derived key (<tool>.<64 hex>) from the test's
+// name and the given names.
+func keyFor(t *testing.T, names ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(append([]string{t.Name()}, names...), "/")))
+	return "test." + hex.EncodeToString(sum[:])
 }
 
 // req is a claim request for b.key with fingerprint "fp-1".
@@ -358,7 +389,7 @@ var suite = []struct {
 	}},
 	{"DeletedKeyIsAcquiredAfresh", func(t *testing.T, b *testBundle) {
 		b.acquire(t, "w1")
-		require.NoError(t, b.kvFor(b.key).Delete(b.ctx, b.key))
+		require.NoError(t, b.kvFor(b.key).Delete(b.ctx, b.stored(b.key)))
 		res, err := b.ledgers[1].Claim(b.ctx, b.req("w2"))
 		require.NoError(t, err)
 		require.Equal(t, dedup.Acquired, res.Outcome)
@@ -388,7 +419,7 @@ var suite = []struct {
 		require.NoError(t, err)
 		require.Equal(t, dedup.Conflict, res.Outcome)
 		// Over a delete marker: a fresh record, by compare-and-set.
-		require.NoError(t, b.kvFor(b.key).Delete(b.ctx, b.key))
+		require.NoError(t, b.kvFor(b.key).Delete(b.ctx, b.stored(b.key)))
 		res, err = b.ledger.Claim(b.ctx, readFirst("w4", "fp-1"))
 		require.NoError(t, err)
 		require.Equal(t, dedup.Acquired, res.Outcome)
@@ -492,7 +523,7 @@ var suite = []struct {
 		require.Equal(t, dedup.Acquired, res.Outcome)
 		require.False(t, res.Record.LeaseExpired(time.Now().Add(2*time.Minute)), "the lease is live when Claim returns")
 
-		hist, err := b.kvFor(b.key).History(b.ctx, b.key)
+		hist, err := b.kvFor(b.key).History(b.ctx, b.stored(b.key))
 		require.NoError(t, err)
 		req := b.req("w1")
 		req.Confirmed = hist[0].Revision() // the claim's own write, confirmed abandoned
@@ -591,7 +622,7 @@ var suite = []struct {
 	{"WaitReturnsDeleted", func(t *testing.T, b *testBundle) {
 		b.acquire(t, "w1")
 		ch := b.waitAsync(b.ctx, b.ledgers[1])
-		require.NoError(t, b.kvFor(b.key).Delete(b.ctx, b.key))
+		require.NoError(t, b.kvFor(b.key).Delete(b.ctx, b.stored(b.key)))
 		r := receive(t, ch)
 		require.ErrorIs(t, r.err, dedup.ErrReleased)
 
@@ -750,7 +781,7 @@ var suite = []struct {
 			require.Equal(t, dedup.Acquired, res.Outcome)
 			return res.Lease
 		}
-		done, failed, denied, pending, parked := b.key+".done", b.key+".failed", b.key+".denied", b.key+".pending", b.key+".parked"
+		done, failed, denied, pending, parked := b.sub("done"), b.sub("failed"), b.sub("denied"), b.sub("pending"), b.sub("parked")
 		_, err := claim(done).Complete(b.ctx, json.RawMessage(`1`), 1)
 		require.NoError(t, err)
 		_, err = claim(failed).Fail(b.ctx, intent.Error{Code: intent.CodeEffectFailed, Message: "no"}, 1)

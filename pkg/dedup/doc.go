@@ -41,6 +41,19 @@
 // are judged by the claimant's clock, so clocks should agree to well within a
 // lease. Records live for the bucket's TTL after their last write.
 //
+// # Key layouts
+//
+// A ledger stores each record under its key's KV key in the ledger's layout
+// (intent.LedgerKey): the key itself in layout 1, and in layout 2 — what a
+// new ledger gets — a derived key shortened to its tool and 22 base64url
+// characters of its digest, which shortens what the server keeps in memory
+// per key on every replica.
+// The layout is recorded on the buckets when the ledger is created
+// (LayoutMetadata) and read at open, like the partition count; every method
+// takes operation keys; a compact key is its own stored form, so List
+// reports a layout-2 record under its compact key, which every method also
+// takes.
+//
 // # Batching
 //
 // By default every write goes to the server on its own, and a bucket that

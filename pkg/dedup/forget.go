@@ -40,7 +40,11 @@ func (l *Ledger) Forget(ctx context.Context, key string) (Record, error) {
 			(rec.Status == intent.StatusPending && !rec.Released() && !rec.LeaseExpired(l.clock())) {
 			return rec, fmt.Errorf("forget %s: %w: %s until %s", key, ErrInFlight, rec.Status, rec.LeaseUntil.Format("15:04:05.000Z07:00"))
 		}
-		err = l.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+		sk, err := l.stored(key)
+		if err != nil {
+			return Record{}, fmt.Errorf("forget %s: %w", key, err)
+		}
+		err = l.kv.Delete(ctx, sk, jetstream.LastRevision(rev))
 		if err == nil {
 			return rec, nil
 		}

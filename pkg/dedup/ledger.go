@@ -39,6 +39,7 @@ type Ledger struct {
 	timeout   time.Duration
 	now       func() time.Time
 	retention time.Duration // the per-message TTL of a final record
+	layout    int           // the key layout (intent.LedgerKey); set by WithLayout
 
 	confirmTakeover bool // set by WithConfirmedTakeover
 
@@ -65,6 +66,16 @@ func WithClock(now func() time.Time) Option {
 // DefaultTTL.
 func WithRetention(d time.Duration) Option {
 	return func(l *Ledger) { l.retention = d }
+}
+
+// WithLayout makes the ledger store keys in the given layout
+// (intent.LedgerKey): the one the ledger records, which EnsurePartitions and
+// BindPartitions return and Open, Bind and OpenReader pass themselves. A
+// ledger opened in another layout than its buckets hold would not find their
+// records. Default: intent.LayoutFull, the layout of a bucket that records
+// none (EnsureBucket's).
+func WithLayout(layout int) Option {
+	return func(l *Ledger) { l.layout = layout }
 }
 
 // WithConfirmedTakeover makes a claim take over a pending record whose lease
@@ -113,6 +124,7 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, opts ...Option) (*Ledger
 		timeout:   timeout,
 		now:       time.Now,
 		retention: DefaultTTL,
+		layout:    intent.LayoutFull,
 	}
 	if prefix != jetstream.DefaultAPIPrefix {
 		l.putPrefix = prefix + l.putPrefix // as the jetstream KV API publishes
@@ -122,6 +134,10 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, opts ...Option) (*Ledger
 	}
 	if l.retention < time.Second {
 		return nil, fmt.Errorf("%w: new ledger: retention %s: use at least 1s", ErrInvalid, l.retention)
+	}
+	if !intent.ValidLedgerLayout(l.layout) {
+		return nil, fmt.Errorf("%w: new ledger: layout %d: use %d or %d, as the ledger records it (RecordedLayout)",
+			ErrInvalid, l.layout, intent.LayoutFull, intent.LayoutCompact)
 	}
 	if l.batchCfg != nil {
 		cfg := l.batchCfg.withDefaults()
@@ -134,8 +150,9 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, opts ...Option) (*Ledger
 }
 
 // Open ensures the buckets of the ledger described by cfg (see
-// EnsurePartitions) and returns a Ledger over them. With WithBatching among opts, the bucket is made to allow
-// atomic publish (BucketConfig.AtomicPublish).
+// EnsurePartitions) and returns a Ledger over them, in the ledger's key
+// layout. With WithBatching among opts, the bucket is made to allow atomic
+// publish (BucketConfig.AtomicPublish).
 func Open(ctx context.Context, js jetstream.JetStream, cfg BucketConfig, opts ...Option) (*Ledger, error) {
 	var probe Ledger
 	for _, opt := range opts {
@@ -144,11 +161,11 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg BucketConfig, opts ..
 	if probe.batchCfg != nil {
 		cfg.AtomicPublish = true
 	}
-	kvs, err := EnsurePartitions(ctx, js, cfg)
+	kvs, layout, err := EnsurePartitions(ctx, js, cfg)
 	if err != nil {
 		return nil, err
 	}
-	return NewPartitioned(js, kvs, append([]Option{WithRetention(cfg.withDefaults().TTL)}, opts...)...)
+	return NewPartitioned(js, kvs, append(append([]Option{WithRetention(cfg.withDefaults().TTL)}, opts...), WithLayout(layout))...)
 }
 
 // Close stops a batching ledger's group commit (see WithBatching): it sends
@@ -218,6 +235,20 @@ func (l *Ledger) ttlFor(s intent.Status) time.Duration {
 // Bucket returns the name of the ledger's KV bucket: its partition 0's when
 // it has several (see Buckets).
 func (l *Ledger) Bucket() string { return l.kv.Bucket() }
+
+// Layout returns the ledger's key layout (see WithLayout).
+func (l *Ledger) Layout() int { return l.layout }
+
+// stored returns the KV key under which the ledger keeps key's record
+// (intent.LedgerKey in its layout). A key the layout cannot store gives an
+// error matching ErrInvalid.
+func (l *Ledger) stored(key string) (string, error) {
+	k, err := intent.LedgerKey(key, l.layout)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return k, nil
+}
 
 // Get reads key's record and revision from the bucket's stream leader, so it
 // sees every acknowledged write. It returns an error matching ErrNotFound when
@@ -359,7 +390,11 @@ type msgGetResponse struct {
 // read fetches key's latest message with a plain (non-direct) JetStream
 // message-get request, which only the stream leader answers.
 func (l *Ledger) read(ctx context.Context, key string) (entry, error) {
-	req, err := json.Marshal(msgGetRequest{LastBySubject: l.keyPrefix + key})
+	sk, err := l.stored(key)
+	if err != nil {
+		return entry{}, err
+	}
+	req, err := json.Marshal(msgGetRequest{LastBySubject: l.keyPrefix + sk})
 	if err != nil {
 		return entry{}, err
 	}
@@ -392,7 +427,11 @@ func (l *Ledger) directRead(ctx context.Context, key string) (entry, bool) {
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
 		defer cancel()
 	}
-	msg, err := l.nc.RequestWithContext(ctx, l.dgetSubj+key, nil)
+	sk, err := l.stored(key)
+	if err != nil {
+		return entry{}, false
+	}
+	msg, err := l.nc.RequestWithContext(ctx, l.dgetSubj+sk, nil)
 	if err != nil || msg.Header == nil || msg.Header.Get("Status") != "" {
 		return entry{}, false
 	}

@@ -146,7 +146,7 @@ func (q *Query) keep(key string, rec Record, now time.Time) bool {
 
 // Listed is one record of a listing, with its key and revision.
 type Listed struct {
-	// Key is the operation's key.
+	// Key is the operation's key (not its KV key, in a compact layout).
 	Key string `json:"key"`
 	// Revision is the record's KV revision: its stream sequence.
 	Revision uint64 `json:"revision"`
@@ -168,7 +168,8 @@ type Page struct {
 }
 
 // List returns one page of the ledger's live records that q selects, in the
-// order they were last written. The bucket keeps one message per key (its
+// order they were last written, each under its operation's key (a record
+// whose KV key is not its key's in the ledger's layout is skipped). The bucket keeps one message per key (its
 // history is 1) and delete markers are skipped, so the scan sees exactly the
 // live records; a record written again while a listing pages through the
 // ledger moves to the end and is seen there again.
@@ -294,16 +295,29 @@ func (l *Ledger) listBatch(ctx context.Context, cons jetstream.Consumer, n int, 
 		if isDeleteMarker(msg.Headers()) {
 			continue
 		}
-		key := strings.TrimPrefix(msg.Subject(), l.keyPrefix)
 		rec, err := DecodeRecord(msg.Data())
 		if err != nil {
 			continue // not a record this package wrote
+		}
+		key, ok := l.keyOf(strings.TrimPrefix(msg.Subject(), l.keyPrefix))
+		if !ok {
+			continue // not stored under its key's KV key in this layout
 		}
 		if q.keep(key, rec, now) {
 			ttl, _ := time.ParseDuration(msg.Headers().Get(jetstream.MsgTTLHeader))
 			page.Records = append(page.Records, Listed{Key: key, Revision: meta.Sequence.Stream, Record: rec, ttl: ttl})
 		}
 	}
+}
+
+// keyOf returns the key a listing shows for a record found under the KV key
+// stored: stored itself (a compact key in layout 2, which every method
+// takes). ok is false when the ledger's layout would not store a key there
+// (a full derived key in a layout-2 ledger), so that a listing never shows
+// a key under which the record cannot be read.
+func (l *Ledger) keyOf(stored string) (key string, ok bool) {
+	sk, err := l.stored(stored)
+	return stored, err == nil && sk == stored
 }
 
 // jetStream returns the ledger's JetStream context (its connection, API

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,21 +23,43 @@ type listBundle struct {
 	ctx    context.Context
 	ledger *dedup.Ledger
 	kv     jetstream.KeyValue
+	layout int
 	clock  *atomic.Int64 // unix nanoseconds the ledger reads as now
+	names  *sync.Map     // stored key: the key claimed under it
 }
 
-func newListBundle(t *testing.T, servers []*server.Server, replicas int, bucket string) *listBundle {
+// newListBundle makes a one-bucket ledger of the given key layout: a plain
+// bucket (EnsureBucket, which records none) for intent.LayoutFull.
+func newListBundle(t *testing.T, servers []*server.Server, replicas int, bucket string, layout int) *listBundle {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	js := jetStream(t, servers[len(servers)-1].ClientURL()) // a follower's connection on R3
-	kv, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: bucket, Replicas: replicas})
+	var kv jetstream.KeyValue
+	var err error
+	if layout == intent.LayoutFull {
+		kv, err = dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: bucket, Replicas: replicas})
+	} else {
+		var kvs []jetstream.KeyValue
+		kvs, layout, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: bucket, Replicas: replicas, Layout: layout})
+		if err == nil {
+			kv = kvs[0]
+		}
+	}
 	require.NoError(t, err)
 	clock := &atomic.Int64{}
 	clock.Store(time.Date(2025, 1, 6, 10, 0, 0, 0, time.UTC).UnixNano())
-	l, err := dedup.New(js, kv, dedup.WithClock(func() time.Time { return time.Unix(0, clock.Load()) }))
+	l, err := dedup.New(js, kv, dedup.WithLayout(layout), dedup.WithClock(func() time.Time { return time.Unix(0, clock.Load()) }))
 	require.NoError(t, err)
-	return &listBundle{ctx: ctx, ledger: l, kv: kv, clock: clock}
+	return &listBundle{ctx: ctx, ledger: l, kv: kv, layout: layout, clock: clock, names: &sync.Map{}}
+}
+
+// stored is key's KV key in the bundle's layout.
+func (b *listBundle) stored(t *testing.T, key string) string {
+	t.Helper()
+	sk, err := intent.LedgerKey(key, b.layout)
+	require.NoError(t, err)
+	return sk
 }
 
 func (b *listBundle) advance(d time.Duration) { b.clock.Add(int64(d)) }
@@ -44,6 +67,7 @@ func (b *listBundle) advance(d time.Duration) { b.clock.Add(int64(d)) }
 // claim claims key for tool in session, with a one-minute lease.
 func (b *listBundle) claim(t *testing.T, key, tool, session string) *dedup.Lease {
 	t.Helper()
+	b.names.Store(b.stored(t, key), key)
 	res, err := b.ledger.Claim(b.ctx, dedup.ClaimRequest{Key: key, Tool: tool, Session: session, Fingerprint: "fp-" + key, Holder: "w1", Lease: time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, dedup.Acquired, res.Outcome)
@@ -61,7 +85,11 @@ func (b *listBundle) all(t *testing.T, q dedup.Query) ([]string, int) {
 		require.NoError(t, err)
 		pages++
 		for i, r := range page.Records {
-			keys = append(keys, r.Key)
+			key := r.Key
+			if k, ok := b.names.Load(key); ok {
+				key = k.(string) // the listing shows stored keys: compare the claimed ones
+			}
+			keys = append(keys, key)
 			if i > 0 {
 				require.Greater(t, r.Revision, page.Records[i-1].Revision, "stream order")
 			}
@@ -92,15 +120,21 @@ type noFail struct{}
 
 func (noFail) Errorf(string, ...any) {}
 
-// The listing pages through every live record in stream order, filters by
-// status, tool, session, age and expired lease, skips delete markers, and
-// bounds a page's scan: on one server (R1) and on a 3-node cluster (R3).
+// The listing pages through every live record in stream order, under its
+// operation's key, filters by status, tool, session, age and expired lease,
+// skips delete markers, and bounds a page's scan: on one server (R1) and on
+// a 3-node cluster (R3) with compact keys, and on one server with keys
+// stored as they are.
 func TestList(t *testing.T) {
 	t.Parallel()
-	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
+	for _, c := range []struct {
+		be     backend
+		layout int
+	}{{backends[0], intent.LayoutCompact}, {backends[1], intent.LayoutCompact}, {backends[0], intent.LayoutFull}} {
+		be := c.be
+		t.Run(fmt.Sprintf("%s/Layout%d", be.name, c.layout), func(t *testing.T) {
 			t.Parallel()
-			b := newListBundle(t, be.start(t), be.replicas, "LIST_TEST")
+			b := newListBundle(t, be.start(t), be.replicas, "LIST_TEST", c.layout)
 
 			// 30 records: 20 of send_email, 10 of refund; sessions a and b;
 			// the first 10 an hour older than the rest.
@@ -114,7 +148,7 @@ func TestList(t *testing.T) {
 				if i%2 == 1 {
 					session = "b"
 				}
-				key := fmt.Sprintf("%s.k%02d", tool, i)
+				key := partKey(tool, i)
 				keys = append(keys, key)
 				leases[key] = b.claim(t, key, tool, session)
 				if i == 9 {
@@ -147,7 +181,7 @@ func TestList(t *testing.T) {
 			}
 
 			// Delete markers (an operator's delete, a forget) are skipped.
-			require.NoError(t, b.kv.Delete(b.ctx, keys[1]))
+			require.NoError(t, b.kv.Delete(b.ctx, b.stored(t, keys[1])))
 			_, err = b.ledger.Forget(b.ctx, keys[0]) // completed: may be forgotten
 			require.NoError(t, err)
 			b.settled(t, dedup.Query{Limit: 4}, keys[2:])
@@ -228,7 +262,7 @@ func TestList(t *testing.T) {
 			page, err = b.ledger.List(b.ctx, dedup.Query{After: cursor})
 			require.NoError(t, err)
 			require.Len(t, page.Records, 1)
-			require.Equal(t, keys[29], page.Records[0].Key)
+			require.Equal(t, b.stored(t, keys[29]), page.Records[0].Key, "a listing shows the stored key")
 			require.Equal(t, intent.StatusCompleted, page.Records[0].Status)
 			page, err = b.ledger.List(b.ctx, dedup.Query{After: page.Next})
 			require.NoError(t, err)
@@ -247,7 +281,7 @@ func TestList(t *testing.T) {
 // refuses an operation that may be firing now, and an unknown key.
 func TestForget(t *testing.T) {
 	t.Parallel()
-	b := newListBundle(t, []*server.Server{backends[0].start(t)[0]}, 1, "FORGET_TEST")
+	b := newListBundle(t, []*server.Server{backends[0].start(t)[0]}, 1, "FORGET_TEST", intent.LayoutFull)
 	lease := b.claim(t, "send_email.f1", "send_email", "s")
 
 	_, err := b.ledger.Forget(b.ctx, "send_email.f1")

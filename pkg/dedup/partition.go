@@ -20,7 +20,9 @@ import (
 // intent.Partition(key, N), and every operation on it — claim, compare-and-
 // set, leader read, wait, batch — goes to that partition's Ledger, which is
 // the single-bucket code unchanged. N is recorded in the stream metadata of
-// partition 0 (PartitionsMetadata), where every worker and client reads it.
+// partition 0 (PartitionsMetadata), where every worker and client reads it,
+// next to the ledger's key layout (LayoutMetadata, intent.LedgerKey): how
+// every partition stores its keys.
 
 // Stream metadata entries of a ledger's buckets.
 const (
@@ -30,11 +32,20 @@ const (
 	PartitionsMetadata = "idemgate.partitions"
 	// PartitionMetadata records which partition a bucket is.
 	PartitionMetadata = "idemgate.partition"
+	// LayoutMetadata records a ledger's key layout (intent.LedgerKey) on
+	// every partition's stream; partition 0's is the one read at open. A
+	// bucket without it is of layout intent.LayoutFull.
+	LayoutMetadata = "idemgate.layout"
 )
 
 // ErrPartitions: a ledger was opened with another partition count than the
 // one recorded when it was created.
 var ErrPartitions = errors.New("dedup: partition count differs from the ledger's")
+
+// ErrLayout: a ledger was opened with another key layout than the one
+// recorded when it was created, or records a layout this version does not
+// know.
+var ErrLayout = errors.New("dedup: key layout differs from the ledger's or is unknown")
 
 // cursorShift places a listing cursor's partition above its stream sequence.
 const cursorShift = 56
@@ -52,65 +63,141 @@ func PartitionBucket(bucket string, i int) string {
 // named bucket: 0 when its partition 0 does not exist, 1 when it exists
 // without a record (a ledger made before partitioning, or with one).
 func RecordedPartitions(ctx context.Context, js jetstream.JetStream, bucket string) (int, error) {
+	n, _, err := recorded(ctx, js, bucket)
+	return n, err
+}
+
+// RecordedLayout returns the key layout recorded on the ledger named bucket
+// (intent.LedgerKey): 0 when its partition 0 does not exist,
+// intent.LayoutFull when it exists without a record (a ledger made before
+// layouts). A layout this version does not know gives an error matching
+// ErrLayout, which names it.
+func RecordedLayout(ctx context.Context, js jetstream.JetStream, bucket string) (int, error) {
+	_, layout, err := recorded(ctx, js, bucket)
+	return layout, err
+}
+
+// recorded reads the partition count and key layout recorded on partition
+// 0's stream of the ledger named bucket; both are 0 when it does not exist.
+func recorded(ctx context.Context, js jetstream.JetStream, bucket string) (partitions, layout int, err error) {
+	md, exists, err := metadataOf(ctx, js, bucket)
+	if err != nil || !exists {
+		return 0, 0, err
+	}
+	if m := md[MigratingMetadata]; m != "" {
+		return 0, 0, fmt.Errorf("%w: ledger %s is being migrated to %s partitions/layout (stream metadata %s): let the migration finish, or run it again to finish an interrupted one (docs/operations.md)",
+			ErrMigrating, bucket, m, MigratingMetadata)
+	}
+	s, err := shapeOf(bucket, md)
+	return s.partitions, s.layout, err
+}
+
+// metadataOf returns the stream metadata of the ledger named bucket's
+// partition 0; exists is false when it does not exist.
+func metadataOf(ctx context.Context, js jetstream.JetStream, bucket string) (md map[string]string, exists bool, err error) {
 	s, err := js.Stream(ctx, "KV_"+bucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("ledger %s: partitions: %w", bucket, err)
+		return nil, false, fmt.Errorf("ledger %s: stream metadata: %w", bucket, err)
 	}
-	v, ok := s.CachedInfo().Config.Metadata[PartitionsMetadata]
-	if !ok {
-		return 1, nil
+	return s.CachedInfo().Config.Metadata, true, nil
+}
+
+// shape is a ledger's partition count and key layout.
+type shape struct{ partitions, layout int }
+
+// shapeOf reads the partition count and key layout partition 0's stream
+// metadata md records (1 and intent.LayoutFull where it records none).
+func shapeOf(bucket string, md map[string]string) (shape, error) {
+	s := shape{partitions: 1, layout: intent.LayoutFull}
+	if v, ok := md[PartitionsMetadata]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || !intent.ValidPartitions(n) {
+			return shape{}, fmt.Errorf("%w: ledger %s: stream metadata %s=%q is not a partition count (a power of two up to %d)",
+				ErrInvalid, bucket, PartitionsMetadata, v, intent.MaxPartitions)
+		}
+		s.partitions = n
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || !intent.ValidPartitions(n) {
-		return 0, fmt.Errorf("%w: ledger %s: stream metadata %s=%q is not a partition count (a power of two up to %d)",
-			ErrInvalid, bucket, PartitionsMetadata, v, intent.MaxPartitions)
+	if v, ok := md[LayoutMetadata]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || !intent.ValidLedgerLayout(n) {
+			return shape{}, fmt.Errorf("%w: ledger %s records key layout %q (stream metadata %s), which this version does not know (it knows %d and %d): upgrade it",
+				ErrLayout, bucket, v, LayoutMetadata, intent.LayoutFull, intent.LayoutCompact)
+		}
+		s.layout = n
 	}
-	return n, nil
+	return s, nil
 }
 
 // EnsurePartitions creates the buckets of the ledger cfg describes, or
-// updates them (see EnsureBucket), and returns them in partition order. With
-// cfg.Partitions 0 it keeps the count recorded on an existing ledger (1 for
-// a new one); a count other than the recorded one gives an error matching
-// ErrPartitions, which names both: partitions are fixed at creation
-// (growing them is a migration, see docs/operations.md).
-func EnsurePartitions(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) ([]jetstream.KeyValue, error) {
+// updates them (see EnsureBucket), and returns them in partition order with
+// the ledger's key layout: what NewPartitioned takes, with WithLayout (Open
+// does both). With cfg.Partitions 0 it keeps the count recorded on an
+// existing ledger (1 for a new one); a count other than the recorded one
+// gives an error matching ErrPartitions, which names both: partitions are
+// fixed at creation (growing them is a migration, see docs/operations.md).
+// Likewise with cfg.Layout 0 it keeps the recorded layout
+// (intent.DefaultLayout for a new ledger), and another one gives an error
+// matching ErrLayout.
+func EnsurePartitions(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) ([]jetstream.KeyValue, int, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("ensure ledger: %w", err)
+		return nil, 0, fmt.Errorf("ensure ledger: %w", err)
 	}
-	recorded, err := RecordedPartitions(ctx, js, cfg.Bucket)
+	recParts, recLayout, err := recorded(ctx, js, cfg.Bucket)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	n, err := agreePartitions(cfg.Bucket, recorded, cfg.Partitions)
+	n, err := agreePartitions(cfg.Bucket, recParts, cfg.Partitions)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	layout, err := agreeLayout(cfg.Bucket, recLayout, cfg.Layout)
+	if err != nil {
+		return nil, 0, err
 	}
 	kvs := make([]jetstream.KeyValue, n)
 	for i := range n {
 		c := cfg
 		c.Bucket = PartitionBucket(cfg.Bucket, i)
-		c.metadata = map[string]string{PartitionsMetadata: strconv.Itoa(n), PartitionMetadata: strconv.Itoa(i)}
+		c.metadata = map[string]string{PartitionsMetadata: strconv.Itoa(n), PartitionMetadata: strconv.Itoa(i),
+			LayoutMetadata: strconv.Itoa(layout)}
 		if kvs[i], err = EnsureBucket(ctx, js, c); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	// Two first starts with different counts race to create partition 0:
-	// the loser sees the winner's count here.
-	if recorded == 0 {
-		again, err := RecordedPartitions(ctx, js, cfg.Bucket)
+	// Two first starts with different counts (or layouts) race to create
+	// partition 0: the loser sees the winner's here.
+	if recParts == 0 {
+		againParts, againLayout, err := recorded(ctx, js, cfg.Bucket)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		if _, err := agreePartitions(cfg.Bucket, again, n); err != nil {
-			return nil, err
+		if _, err := agreePartitions(cfg.Bucket, againParts, n); err != nil {
+			return nil, 0, err
+		}
+		if _, err := agreeLayout(cfg.Bucket, againLayout, layout); err != nil {
+			return nil, 0, err
 		}
 	}
-	return kvs, nil
+	return kvs, layout, nil
+}
+
+// agreeLayout is the key layout of a ledger with recorded layout (0: no
+// ledger yet) opened asking for want (0: whatever is recorded).
+func agreeLayout(bucket string, recorded, want int) (int, error) {
+	switch {
+	case want == 0 && recorded == 0:
+		return intent.DefaultLayout, nil
+	case want == 0:
+		return recorded, nil
+	case recorded == 0, recorded == want:
+		return want, nil
+	}
+	return 0, fmt.Errorf("%w: ledger %s has key layout %d (stream metadata %s; none recorded is %d), this one was started with %d: start it with %d (or 0, to use the recorded layout); converting a ledger is a migration (docs/operations.md)",
+		ErrLayout, bucket, recorded, LayoutMetadata, intent.LayoutFull, want, recorded)
 }
 
 // agreePartitions is the partition count of a ledger with recorded
@@ -129,33 +216,35 @@ func agreePartitions(bucket string, recorded, want int) (int, error) {
 }
 
 // BindPartitions returns the buckets of the existing ledger named bucket,
-// in partition order, as its partition 0 records them. It creates nothing:
-// it is for clients and operators. A missing ledger gives an error matching
-// jetstream.ErrBucketNotFound.
-func BindPartitions(ctx context.Context, js jetstream.JetStream, bucket string) ([]jetstream.KeyValue, error) {
-	n, err := RecordedPartitions(ctx, js, bucket)
+// in partition order, and its key layout, as its partition 0 records them
+// (see RecordedLayout). It creates nothing: it is for clients and
+// operators. A missing ledger gives an error matching
+// jetstream.ErrBucketNotFound; a layout this version does not know, one
+// matching ErrLayout.
+func BindPartitions(ctx context.Context, js jetstream.JetStream, bucket string) ([]jetstream.KeyValue, int, error) {
+	n, layout, err := recorded(ctx, js, bucket)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("ledger %s: %w", bucket, jetstream.ErrBucketNotFound)
+		return nil, 0, fmt.Errorf("ledger %s: %w", bucket, jetstream.ErrBucketNotFound)
 	}
 	kvs := make([]jetstream.KeyValue, n)
 	for i := range n {
 		name := PartitionBucket(bucket, i)
 		if kvs[i], err = js.KeyValue(ctx, name); err != nil {
-			return nil, fmt.Errorf("ledger %s: partition %d of %d (%s): %w", bucket, i, n, name, err)
+			return nil, 0, fmt.Errorf("ledger %s: partition %d of %d (%s): %w", bucket, i, n, name, err)
 		}
 	}
-	return kvs, nil
+	return kvs, layout, nil
 }
 
 // NewPartitioned returns a Ledger over kvs, the buckets of a ledger's
 // partitions in partition order (EnsurePartitions or BindPartitions returns
-// them); their count must be a power of two. Each partition gets its own
-// Ledger built by New with opts — its own group commit with WithBatching —
-// and every operation goes to its key's partition. One bucket gives exactly
-// New's Ledger.
+// them, with the layout to pass as WithLayout); their count must be a power
+// of two. Each partition gets its own Ledger built by New with opts — its
+// own group commit with WithBatching — and every operation goes to its
+// key's partition. One bucket gives exactly New's Ledger.
 func NewPartitioned(js jetstream.JetStream, kvs []jetstream.KeyValue, opts ...Option) (*Ledger, error) {
 	if !intent.ValidPartitions(len(kvs)) {
 		return nil, fmt.Errorf("%w: new ledger: %d partitions: give a power of two from 1 to %d", ErrInvalid, len(kvs), intent.MaxPartitions)
@@ -179,14 +268,15 @@ func NewPartitioned(js jetstream.JetStream, kvs []jetstream.KeyValue, opts ...Op
 }
 
 // Bind returns a Ledger over the existing ledger named bucket, with all its
-// partitions (see BindPartitions): for clients and operators that write
-// (Forget, decisions) but must not create or change the buckets.
+// partitions and its key layout (see BindPartitions): for clients and
+// operators that write (Forget, decisions) but must not create or change the
+// buckets.
 func Bind(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Option) (*Ledger, error) {
-	kvs, err := BindPartitions(ctx, js, bucket)
+	kvs, layout, err := BindPartitions(ctx, js, bucket)
 	if err != nil {
 		return nil, err
 	}
-	return NewPartitioned(js, kvs, opts...)
+	return NewPartitioned(js, kvs, append(append([]Option{}, opts...), WithLayout(layout))...)
 }
 
 // OpenReader returns a Reader over the existing ledger named bucket, with

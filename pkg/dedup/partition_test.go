@@ -32,7 +32,7 @@ func TestPartitionsRecorded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	kvs, err := dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PARTS", Partitions: 4})
+	kvs, _, err := dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PARTS", Partitions: 4})
 	require.NoError(t, err)
 	require.Len(t, kvs, 4)
 	for i, kv := range kvs {
@@ -42,11 +42,11 @@ func TestPartitionsRecorded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
 
-	_, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PARTS", Partitions: 8})
+	_, _, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PARTS", Partitions: 8})
 	require.ErrorIs(t, err, dedup.ErrPartitions)
 	require.ErrorContains(t, err, "has 4 partitions")
 	require.ErrorContains(t, err, "started with 8")
-	kvs, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PARTS"})
+	kvs, _, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PARTS"})
 	require.NoError(t, err)
 	require.Len(t, kvs, 4, "0 adopts the recorded count")
 
@@ -68,12 +68,12 @@ func TestPartitionsRecorded(t *testing.T) {
 	l, err = dedup.Bind(ctx, js, "PLAIN")
 	require.NoError(t, err)
 	require.Equal(t, 1, l.Partitions())
-	_, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PLAIN", Partitions: 2})
+	_, _, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PLAIN", Partitions: 2})
 	require.ErrorIs(t, err, dedup.ErrPartitions)
 
 	_, err = dedup.Bind(ctx, js, "MISSING")
 	require.ErrorIs(t, err, jetstream.ErrBucketNotFound)
-	_, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "BAD", Partitions: 3})
+	_, _, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "BAD", Partitions: 3})
 	require.ErrorIs(t, err, dedup.ErrInvalid)
 }
 
@@ -89,14 +89,18 @@ func TestPartitionedRoutingAndList(t *testing.T) {
 	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "ROUTE", Partitions: 4})
 	require.NoError(t, err)
 	defer l.Close()
-	kvs, err := dedup.BindPartitions(ctx, js, "ROUTE")
+	kvs, layout, err := dedup.BindPartitions(ctx, js, "ROUTE")
 	require.NoError(t, err)
+	require.Equal(t, intent.LayoutCompact, layout, "a new ledger's")
 
-	var keys []string
+	var keys, listed []string
 	perPart := make([]int, 4)
 	for i := range 40 {
 		key := partKey("send_email", i)
 		keys = append(keys, key)
+		sk, err := intent.LedgerKey(key, layout)
+		require.NoError(t, err)
+		listed = append(listed, sk) // a listing shows the stored keys
 		res, err := l.Claim(ctx, dedup.ClaimRequest{Key: key, Tool: "send_email", Fingerprint: "fp", Holder: "w1"})
 		require.NoError(t, err)
 		require.Equal(t, dedup.Acquired, res.Outcome)
@@ -104,8 +108,10 @@ func TestPartitionedRoutingAndList(t *testing.T) {
 		require.NoError(t, err)
 		p := intent.Partition(key, 4)
 		perPart[p]++
+		stored, err := intent.LedgerKey(key, layout)
+		require.NoError(t, err)
 		for j, kv := range kvs {
-			_, err := kv.Get(ctx, key)
+			_, err := kv.Get(ctx, stored)
 			if j == p {
 				require.NoError(t, err, "key %s in its partition %d", key, p)
 			} else {
@@ -136,7 +142,7 @@ func TestPartitionedRoutingAndList(t *testing.T) {
 		require.Greater(t, page.Next, q.After, "the cursor moves on")
 		q.After = page.Next
 	}
-	require.ElementsMatch(t, keys, got, "every live record once")
+	require.ElementsMatch(t, listed, got, "every live record once")
 
 	// A scan bound stops a page early; paging on still finds every record.
 	got = got[:0]
@@ -153,7 +159,7 @@ func TestPartitionedRoutingAndList(t *testing.T) {
 		}
 		q.After = page.Next
 	}
-	require.ElementsMatch(t, keys, got)
+	require.ElementsMatch(t, listed, got)
 
 	_, err = l.List(ctx, dedup.Query{After: 9 << 56})
 	require.ErrorIs(t, err, dedup.ErrInvalid, "a cursor naming a partition the ledger lacks")

@@ -53,7 +53,7 @@ func (l *Ledger) WaitFor(ctx context.Context, key string, accept func(Record) bo
 	if p := l.at(key); p != l {
 		return p.WaitFor(ctx, key, accept)
 	}
-	w, err := l.kv.Watch(ctx, key)
+	w, err := l.watch(ctx, key)
 	if err != nil {
 		return Record{}, 0, fmt.Errorf("wait for %s: %w", key, err)
 	}

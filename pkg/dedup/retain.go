@@ -27,7 +27,8 @@ func (l *Ledger) Retain(ctx context.Context, r Listed) error {
 	if !r.Untimed() {
 		return nil
 	}
-	data, err := r.Record.marshal()
+	rec := r.Record
+	data, err := rec.marshal()
 	if err != nil {
 		return fmt.Errorf("retain %s: %w", r.Key, err)
 	}

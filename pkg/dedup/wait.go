@@ -35,7 +35,7 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 	if p := l.at(key); p != l {
 		return p.Wait(ctx, key)
 	}
-	w, err := l.kv.Watch(ctx, key)
+	w, err := l.watch(ctx, key)
 	if err != nil {
 		return Record{}, 0, fmt.Errorf("wait %s: %w", key, err)
 	}
@@ -102,6 +102,15 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 	}
 }
 
+// watch watches key's record, under its stored key.
+func (l *Ledger) watch(ctx context.Context, key string) (jetstream.KeyWatcher, error) {
+	sk, err := l.stored(key)
+	if err != nil {
+		return nil, err
+	}
+	return l.kv.Watch(ctx, sk)
+}
+
 // liveAfter reports whether the leader holds a live record for key newer than
 // revision rev.
 func (l *Ledger) liveAfter(ctx context.Context, key string, rev uint64) (bool, error) {
@@ -146,7 +155,7 @@ func (l *Ledger) WaitChange(ctx context.Context, key string, rev uint64) (bool, 
 	if moved, err := check(); moved || err != nil {
 		return moved, err
 	}
-	w, err := l.kv.Watch(ctx, key)
+	w, err := l.watch(ctx, key)
 	if err != nil {
 		if ctx.Err() != nil {
 			return check()

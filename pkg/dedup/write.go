@@ -55,10 +55,14 @@ func (l *Ledger) put(ctx context.Context, key string, data []byte, rev uint64, t
 	return seq, err
 }
 
-// publish sends data on key's subject expecting rev as the subject's last
+// publish sends data on key's subject (its stored key's) expecting rev as the subject's last
 // sequence, and returns the stored message's sequence.
 func (l *Ledger) publish(ctx context.Context, key string, data []byte, rev uint64, ttl time.Duration) (uint64, error) {
-	if !validKey(key) {
+	sk, err := l.stored(key)
+	if err != nil {
+		return 0, err
+	}
+	if !validKey(sk) {
 		return 0, jetstream.ErrInvalidKey
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -70,7 +74,7 @@ func (l *Ledger) publish(ctx context.Context, key string, data []byte, rev uint6
 	if ttl > 0 {
 		h[jetstream.MsgTTLHeader] = []string{ttl.String()}
 	}
-	m := &nats.Msg{Subject: l.putPrefix + key, Data: data, Header: h}
+	m := &nats.Msg{Subject: l.putPrefix + sk, Data: data, Header: h}
 	resp, err := l.nc.RequestMsgWithContext(ctx, m)
 	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < pubRetryAttempts; r++ {
 		t := time.NewTimer(pubRetryWait)

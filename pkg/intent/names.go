@@ -96,10 +96,6 @@ func (n Names) ToolFromSubject(subject string) string {
 	return rest
 }
 
-// LedgerSubject is the KV subject holding key's record, for clients that
-// watch the ledger without the KV API.
-func (n Names) LedgerSubject(key string) string { return "$KV." + n.Bucket + "." + key }
-
 // DLQSubjects is the subject filter of the dead-letter stream.
 func (n Names) DLQSubjects() string { return n.dlqPrefix + ">" }
 

@@ -38,6 +38,23 @@ type vector struct {
 	// Partition is the key's ledger partition (Partition) in ledgers of 2,
 	// 8, 64 and 256 partitions.
 	Partition vectorPartitions `json:"partition"`
+	// LedgerKey is the KV key under which a ledger of layout 1 and of
+	// layout 2 stores the key (LedgerKey).
+	LedgerKey vectorLedgerKeys `json:"ledger_key"`
+}
+
+type vectorLedgerKeys struct {
+	Full    string `json:"1"`
+	Compact string `json:"2"`
+}
+
+func ledgerKeysOf(t *testing.T, key string) vectorLedgerKeys {
+	t.Helper()
+	full, err := LedgerKey(key, LayoutFull)
+	require.NoError(t, err)
+	compact, err := LedgerKey(key, LayoutCompact)
+	require.NoError(t, err)
+	return vectorLedgerKeys{Full: full, Compact: compact}
 }
 
 type vectorPartitions struct {
@@ -147,6 +164,7 @@ func derived(t *testing.T, v vector) vector {
 	require.NoError(t, err, v.Name)
 	v.Material, v.Key, v.Finger = string(material), id.Key, id.Fingerprint
 	v.Partition = partitionsOf(id.Key)
+	v.LedgerKey = ledgerKeysOf(t, id.Key)
 	return v
 }
 
@@ -199,6 +217,7 @@ func TestVectors(t *testing.T) {
 			require.Equal(t, v.Key, got.Key, "key")
 			require.Equal(t, v.Finger, got.Finger, "fingerprint")
 			require.Equal(t, v.Partition, got.Partition, "partition")
+			require.Equal(t, v.LedgerKey, got.LedgerKey, "ledger key")
 		})
 		byName[v.Name] = v
 	}

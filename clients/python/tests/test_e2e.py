@@ -2,6 +2,7 @@
 integration/python_test.go, which starts them and sets the IDEMGATE_* variables.
 Skipped without them."""
 
+import base64
 import concurrent.futures
 import os
 import unittest
@@ -68,8 +69,12 @@ class EndToEnd(unittest.TestCase):
         with self.assertRaises(Forbidden):
             self.agent.approve(parked.key)
 
+        # A listing shows each operation's ledger key (docs/protocol.md 6.2):
+        # the tool and 22 base64url characters of the digest's first 16 bytes.
+        tool, digest = parked.key.rsplit(".", 1)
+        stored = tool + "." + base64.urlsafe_b64encode(bytes.fromhex(digest[:32])).decode().rstrip("=")
         waiting = [r["key"] for r in self.operator.iter_records(status="awaiting_approval", limit=1)]
-        self.assertIn(parked.key, waiting)
+        self.assertIn(stored, waiting)
         done = self.operator.approve(parked.key, fingerprint=parked.fingerprint, reason="checked")
         self.assertIsInstance(done, Completed, done)
         rec = self.agent.operation(parked.key, wait=10)

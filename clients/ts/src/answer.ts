@@ -82,6 +82,8 @@ export interface Result {
 
 /** One ledger record, the JSON value of a key in the `IDEM_LEDGER` bucket. */
 export interface LedgerRecord {
+  /** The operation's key, in a ledger of layout 2 (docs/protocol.md, 6.2), whose KV keys are not the keys themselves. */
+  key?: string;
   /** The record's state. */
   status: Status;
   /** The tool. */

@@ -25,6 +25,7 @@ import { encodeDecision, type Decision, type DecisionOp } from "./decide.js";
 import { deriveKey, type KeySpec } from "./derive.js";
 import { checkEnvelope, encodeEnvelope, type Envelope } from "./envelope.js";
 import { IdemError, NoAnswerError, NotFoundError } from "./errors.js";
+import { LAYOUT_FULL, LAYOUT_METADATA, ledgerKey, validLayout } from "./layout.js";
 import { partition, partitionBucket, PARTITIONS_METADATA, validPartitions } from "./partition.js";
 import type { JsonValue } from "./json.js";
 
@@ -179,7 +180,7 @@ export class IdemClient {
   readonly #noLedger = new Set<string>();
   /** Each tool's lease from the catalogue, in ms. */
   readonly #leases = new Map<string, number>();
-  #kv: Promise<KV[]> | undefined;
+  #kv: Promise<{ kvs: KV[]; layout: number }> | undefined;
 
   /**
    * Returns a client on an open connection, which the caller keeps and closes.
@@ -406,8 +407,8 @@ export class IdemClient {
    * @throws {@link NotFoundError} when there is none
    */
   async get(key: string): Promise<LedgerRecord> {
-    const kv = await this.bucket(key);
-    const e = await kv.get(key);
+    const { kv, stored } = await this.ledger(key);
+    const e = await kv.get(stored);
     if (e === null || e.operation !== "PUT") {
       throw new NotFoundError(key);
     }
@@ -445,8 +446,8 @@ export class IdemClient {
   }
 
   private async watchUntil(key: string, timeoutMs: number, accept: (rec: LedgerRecord) => boolean): Promise<LedgerRecord> {
-    const kv = await this.bucket(key);
-    const w = await kv.watch({ key });
+    const { kv, stored } = await this.ledger(key);
+    const w = await kv.watch({ key: stored });
     const timer = setTimeout(() => w.stop(), timeoutMs);
     try {
       const rec = await firstAnswer(w, accept);
@@ -534,17 +535,15 @@ export class IdemClient {
    * The ledger bucket holding `key`: its partition's (docs/protocol.md,
    * 6.1), partition 0's without a key. The partitions are opened once, as
    * many as partition 0's stream metadata records. They read from the stream
-   * leader (`allow_direct: false`).
+   * leader (`allow_direct: false`). Read a key's record under its KV key
+   * ({@link IdemClient.ledger}), not under the key itself.
    *
    * @param key - the key whose bucket to return. Default: partition 0's
    * @returns the bucket
+   * @throws {@link IdemError} (`no_ledger`, `unknown_layout`)
    */
   async bucket(key?: string): Promise<KV> {
-    this.#kv ??= this.#openPartitions().catch((err: unknown) => {
-      this.#kv = undefined;
-      throw new IdemError("no_ledger", `ledger bucket ${this.names.bucket}: ${String(err)}`, { cause: err });
-    });
-    const kvs = await this.#kv;
+    const { kvs } = await this.#ledger();
     const kv = kvs[key === undefined ? 0 : partition(key, kvs.length)];
     if (kv === undefined) {
       throw new IdemError("no_ledger", `ledger bucket ${this.names.bucket}: no partition for ${String(key)}`);
@@ -552,7 +551,33 @@ export class IdemClient {
     return kv;
   }
 
-  async #openPartitions(): Promise<KV[]> {
+  /**
+   * Where the ledger keeps the record of `key`: its partition's bucket
+   * (6.1) and its KV key there in the ledger's key layout (6.2), which
+   * partition 0's stream metadata records.
+   *
+   * @param key - the operation's key
+   * @returns the bucket and the KV key
+   * @throws {@link IdemError} (`no_ledger`; `unknown_layout` for a layout
+   * this client does not know; `bad_key` for a key the layout cannot store)
+   */
+  async ledger(key: string): Promise<{ kv: KV; stored: string }> {
+    const { layout } = await this.#ledger();
+    return { kv: await this.bucket(key), stored: ledgerKey(key, layout) };
+  }
+
+  #ledger(): Promise<{ kvs: KV[]; layout: number }> {
+    this.#kv ??= this.#openPartitions().catch((err: unknown) => {
+      this.#kv = undefined;
+      if (err instanceof IdemError) {
+        throw err;
+      }
+      throw new IdemError("no_ledger", `ledger bucket ${this.names.bucket}: ${String(err)}`, { cause: err });
+    });
+    return this.#kv;
+  }
+
+  async #openPartitions(): Promise<{ kvs: KV[]; layout: number }> {
     const jsm = await jetstreamManager(this.nc);
     const info = await jsm.streams.info(`KV_${this.names.bucket}`);
     const recorded = info.config.metadata?.[PARTITIONS_METADATA];
@@ -560,8 +585,21 @@ export class IdemClient {
     if (!validPartitions(n)) {
       throw new IdemError("no_ledger", `ledger ${this.names.bucket}: stream metadata ${PARTITIONS_METADATA}=${String(recorded)} is not a partition count`);
     }
+    const migrating = info.config.metadata?.["idemgate.migrating"];
+    if (migrating !== undefined) {
+      throw new IdemError("no_ledger", `ledger ${this.names.bucket} is being migrated (stream metadata idemgate.migrating=${migrating}): try again once the migration finished`);
+    }
+    const recordedLayout = info.config.metadata?.[LAYOUT_METADATA];
+    const layout = recordedLayout === undefined ? LAYOUT_FULL : Number(recordedLayout);
+    if (!validLayout(layout)) {
+      throw new IdemError(
+        "unknown_layout",
+        `ledger ${this.names.bucket} records key layout ${JSON.stringify(recordedLayout)} (stream metadata ${LAYOUT_METADATA}), which this client does not know: upgrade it`,
+      );
+    }
     const kvm = new Kvm(this.#js);
-    return Promise.all(Array.from({ length: n }, (_, i) => kvm.open(partitionBucket(this.names.bucket, i), { allow_direct: false })));
+    const kvs = await Promise.all(Array.from({ length: n }, (_, i) => kvm.open(partitionBucket(this.names.bucket, i), { allow_direct: false })));
+    return { kvs, layout };
   }
 }
 
@@ -794,8 +832,8 @@ export class Submission {
         }
         watching = true;
         try {
-          const kv = await this.#client.bucket(this.key);
-          const w = await kv.watch({ key: this.key });
+          const { kv, stored } = await this.#client.ledger(this.key);
+          const w = await kv.watch({ key: stored });
           if (settled) {
             w.stop();
             return;

@@ -25,6 +25,7 @@ export type { Catalog, ClientOptions, ConnectOptions, DeadLetter, Names, ToolInf
 export { encodeDecision } from "./decide.js";
 export type { Decision, DecisionOp } from "./decide.js";
 export { canonical, deriveKey } from "./derive.js";
+export { LAYOUT_COMPACT, LAYOUT_FULL, LAYOUT_METADATA, ledgerKey, validLayout } from "./layout.js";
 export { MAX_PARTITIONS, PARTITIONS_METADATA, partition, partitionBucket, validPartitions } from "./partition.js";
 export type { Identity, KeySpec } from "./derive.js";
 export {

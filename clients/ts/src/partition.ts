@@ -14,6 +14,7 @@ export const MAX_PARTITIONS = 256;
 export const PARTITIONS_METADATA = "idemgate.partitions";
 
 const DERIVED_KEY = /^[a-z0-9_-]{1,64}\.([0-9a-f]{64})$/;
+const COMPACT_KEY = /^[a-z0-9_-]{1,64}\.([A-Za-z0-9_-]{22})$/;
 
 /**
  * Whether `n` is a partition count: a power of two from 1 to
@@ -29,7 +30,8 @@ export function validPartitions(n: number): boolean {
 /**
  * The partition, 0 to n-1, of `key` in a ledger of `n` partitions (0 for an
  * invalid n): for a derived key the first 8 hex digits of its digest as a
- * 32-bit number, modulo n; for any other string the first 4 bytes of its
+ * 32-bit number, modulo n, and the same for its compact ledger key (its
+ * first 4 decoded bytes); for any other string the first 4 bytes of its
  * SHA-256, the same way.
  *
  * @param key - the key
@@ -41,8 +43,16 @@ export function partition(key: string, n: number): number {
     return 0;
   }
   const m = DERIVED_KEY.exec(key);
-  const word = m?.[1] !== undefined ? Number.parseInt(m[1].slice(0, 8), 16) : createHash("sha256").update(key, "utf8").digest().readUInt32BE(0);
-  return word % n;
+  if (m?.[1] !== undefined) {
+    return Number.parseInt(m[1].slice(0, 8), 16) % n;
+  }
+  // A compact ledger key (layout 2) is in its derived key's partition: its
+  // first 4 decoded bytes are the digest's.
+  const c = COMPACT_KEY.exec(key);
+  if (c?.[1] !== undefined) {
+    return Buffer.from(c[1], "base64url").readUInt32BE(0) % n;
+  }
+  return createHash("sha256").update(key, "utf8").digest().readUInt32BE(0) % n;
 }
 
 /**

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { deriveKey, IdemError, parseEnvelope, partition, type KeySpec } from "../index.js";
+import { deriveKey, IdemError, LAYOUT_COMPACT, LAYOUT_FULL, ledgerKey, parseEnvelope, partition, type KeySpec } from "../index.js";
 
 /** The package's copy, made by scripts/copy-vectors.mjs at build. */
 const TESTDATA = new URL("../testdata/", import.meta.url);
@@ -26,6 +26,7 @@ interface Vector {
   key: string;
   fingerprint: string;
   partition: Record<string, number>;
+  ledger_key: Record<string, string>;
 }
 
 interface Invalid {
@@ -70,8 +71,32 @@ for (const v of vectors) {
     for (const [n, p] of Object.entries(v.partition)) {
       assert.equal(partition(id.key, Number(n)), p, `partition of ${n}`);
     }
+    assert.deepEqual(Object.keys(v.ledger_key).sort(), [String(LAYOUT_FULL), String(LAYOUT_COMPACT)], "ledger key vectors");
+    for (const [layout, stored] of Object.entries(v.ledger_key)) {
+      assert.equal(ledgerKey(id.key, Number(layout)), stored, `ledger key in layout ${layout}`);
+    }
   });
 }
+
+test("ledger keys: compact shape, other keys kept, the partition's bytes kept", () => {
+  const key = vectors[0]?.key ?? "";
+  const compact = ledgerKey(key, LAYOUT_COMPACT);
+  assert.match(compact, /^send_email\.[A-Za-z0-9_-]{22}$/);
+  // The digest's first 4 bytes, which pick the partition, are the compact key's first 4.
+  const word = Buffer.from(compact.slice(compact.indexOf(".") + 1), "base64url").readUInt32BE(0);
+  for (const n of [2, 8, 64, 256]) {
+    assert.equal(word % n, partition(key, n), `partition of ${n}`);
+  }
+  for (const other of ["_scan", "test.k1", "noop.ABC", "send_email.EA5B3B5ECC3FA233989582335BB7067CD6C904CB4D46BAF4530950DE5B22B7F6"]) {
+    assert.equal(ledgerKey(other, LAYOUT_COMPACT), other, other);
+  }
+  assert.equal(ledgerKey(compact, LAYOUT_COMPACT), compact, "a compact key is its own stored form");
+  for (const n of [2, 8, 64, 256]) {
+    assert.equal(partition(compact, n), partition(key, n), `a compact key is in its derived key's partition (${n})`);
+  }
+  assert.equal(ledgerKey(compact, LAYOUT_FULL), compact);
+  assert.throws(() => ledgerKey(key, 3), { code: "unknown_layout" });
+});
 
 for (const v of invalid) {
   test(`invalid: ${v.name}`, () => {

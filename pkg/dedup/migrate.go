@@ -1,0 +1,309 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// MigratingMetadata marks a ledger whose migration (Migrate) started and has
+// not finished, with its target ("<partitions>/<layout>"), on partition 0's
+// stream. While it is there, opening the ledger (EnsurePartitions, Bind,
+// OpenReader) fails with ErrMigrating: a worker started mid-migration would
+// miss the records already moved.
+const MigratingMetadata = "idemgate.migrating"
+
+// ErrMigrating: the ledger is being migrated (or a migration was
+// interrupted); finish it with Migrate before opening the ledger.
+var ErrMigrating = errors.New("dedup: ledger migration not finished")
+
+// MigrateConfig is what a migration makes of a ledger. The zero value
+// changes nothing.
+type MigrateConfig struct {
+	// Partitions is the new partition count: a power of two, at least the
+	// ledger's (partitions only grow). Default: 0, the ledger's.
+	Partitions int
+	// Layout is the new key layout: the ledger's, or intent.LayoutCompact
+	// for a ledger of intent.LayoutFull (layouts only go that way).
+	// Default: 0, the ledger's.
+	Layout int
+}
+
+// MigrateReport is what a migration found and did.
+type MigrateReport struct {
+	// FromPartitions and FromLayout are the ledger's shape before; ToPartitions
+	// and ToLayout after.
+	FromPartitions, FromLayout int
+	ToPartitions, ToLayout     int
+	// Records counts the live records of the ledger afterwards, every one
+	// in its place.
+	Records int
+	// Moved counts the records written to their new bucket or KV key (and
+	// removed from the old); Records - Moved stayed where they were.
+	Moved int
+	// Resumed counts the moves an interrupted run had written already:
+	// only their old copies were removed.
+	Resumed int
+}
+
+// Migrate grows the partitions of the ledger named bucket and/or converts
+// its key layout from intent.LayoutFull to intent.LayoutCompact, offline:
+// every worker and client of the ledger must be stopped (a caller checks
+// the work stream's consumer: Migrate cannot see it). It refuses (with
+// ErrInFlight, writing nothing) while any record is pending with a live
+// lease or approved — a holder may be firing it — and refuses a key the new
+// layout cannot store (ErrInvalid).
+//
+// It marks the ledger (MigratingMetadata), so that nothing opens it
+// meanwhile; creates the new partitions' buckets with partition 0's
+// settings; moves every record whose partition or KV key changes — written
+// create-only to its new place with the rest of its TTL, then purged from
+// its old one — and at last records the new count and layout on every
+// partition, partition 0's last, which lifts the mark. Run again after an
+// interruption (with the same target), it finds the records already
+// written, removes their old copies and goes on; run again after it
+// finished, it does nothing. A record is never absent from both places.
+func Migrate(ctx context.Context, js jetstream.JetStream, bucket string, cfg MigrateConfig) (MigrateReport, error) {
+	md, exists, err := metadataOf(ctx, js, bucket)
+	if err != nil {
+		return MigrateReport{}, err
+	}
+	if !exists {
+		return MigrateReport{}, fmt.Errorf("migrate ledger %s: %w", bucket, jetstream.ErrBucketNotFound)
+	}
+	from, err := shapeOf(bucket, md)
+	if err != nil {
+		return MigrateReport{}, err
+	}
+	to := shape{partitions: orDefault(cfg.Partitions, from.partitions), layout: orDefault(cfg.Layout, from.layout)}
+	if err := checkTarget(bucket, from, to); err != nil {
+		return MigrateReport{}, err
+	}
+	rep := MigrateReport{FromPartitions: from.partitions, FromLayout: from.layout, ToPartitions: to.partitions, ToLayout: to.layout}
+	mark := strconv.Itoa(to.partitions) + "/" + strconv.Itoa(to.layout)
+	if m := md[MigratingMetadata]; m != "" && m != mark {
+		return rep, fmt.Errorf("%w: ledger %s: a migration to %s partitions/layout was interrupted: run it again with that target", ErrMigrating, bucket, m)
+	}
+
+	old, err := bindShape(ctx, js, bucket, from)
+	if err != nil {
+		return rep, err
+	}
+	// Look before touching anything: every record, its new place, and
+	// nothing in flight.
+	now := time.Now()
+	found := 0
+	for _, p := range old.partitions() {
+		err := p.each(ctx, func(r Listed) error {
+			found++
+			if r.Status == intent.StatusApproved || (r.Status == intent.StatusPending && !r.Released() && !r.LeaseExpired(now)) {
+				return fmt.Errorf("migrate ledger %s: %w: %s is %s (lease until %s): stop the workers and let it settle first",
+					bucket, ErrInFlight, r.Key, r.Status, r.LeaseUntil.Format(time.RFC3339))
+			}
+			if _, err := intent.LedgerKey(r.Key, to.layout); err != nil {
+				return fmt.Errorf("migrate ledger %s to layout %d: %w", bucket, to.layout, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return rep, err
+		}
+	}
+	if from == to && md[MigratingMetadata] == "" {
+		rep.Records = found
+		return rep, nil // nothing to do: a migration that finished, run again
+	}
+
+	if err := setMetadata(ctx, js, bucket, map[string]string{MigratingMetadata: mark}, nil); err != nil {
+		return rep, fmt.Errorf("migrate ledger %s: mark it: %w", bucket, err)
+	}
+	base, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return rep, fmt.Errorf("migrate ledger %s: %w", bucket, err)
+	}
+	bc := base.CachedInfo().Config
+	kvs := make([]jetstream.KeyValue, to.partitions)
+	for i, p := range old.partitions() {
+		kvs[i] = p.kv
+	}
+	for i := from.partitions; i < to.partitions; i++ {
+		c := BucketConfig{Bucket: PartitionBucket(bucket, i), Replicas: bc.Replicas, Storage: bc.Storage,
+			AtomicPublish: bc.AllowAtomicPublish, MaxConsumers: max(bc.MaxConsumers, 0),
+			metadata: map[string]string{PartitionsMetadata: strconv.Itoa(to.partitions), PartitionMetadata: strconv.Itoa(i),
+				LayoutMetadata: strconv.Itoa(to.layout), MigratingMetadata: mark}}
+		if kvs[i], err = EnsureBucket(ctx, js, c); err != nil {
+			return rep, fmt.Errorf("migrate ledger %s: new partition %d: %w", bucket, i, err)
+		}
+	}
+	nu, err := NewPartitioned(js, kvs, WithLayout(to.layout))
+	if err != nil {
+		return rep, err
+	}
+
+	for i, p := range old.partitions() {
+		stream, err := js.Stream(ctx, "KV_"+p.kv.Bucket())
+		if err != nil {
+			return rep, fmt.Errorf("migrate ledger %s: partition %d: %w", bucket, i, err)
+		}
+		err = p.each(ctx, func(r Listed) error {
+			resumed, moved, err := nu.moveIn(ctx, p, stream, r)
+			if moved {
+				rep.Moved++
+			}
+			if resumed {
+				rep.Resumed++
+			}
+			return err
+		})
+		if err != nil {
+			return rep, fmt.Errorf("migrate ledger %s: partition %d: %w", bucket, i, err)
+		}
+	}
+
+	for _, p := range nu.partitions() {
+		if err := p.each(ctx, func(Listed) error { rep.Records++; return nil }); err != nil {
+			return rep, fmt.Errorf("migrate ledger %s: count the records: %w", bucket, err)
+		}
+	}
+	for i := to.partitions - 1; i >= 0; i-- {
+		set := map[string]string{PartitionsMetadata: strconv.Itoa(to.partitions), PartitionMetadata: strconv.Itoa(i),
+			LayoutMetadata: strconv.Itoa(to.layout)}
+		if err := setMetadata(ctx, js, PartitionBucket(bucket, i), set, []string{MigratingMetadata}); err != nil {
+			return rep, fmt.Errorf("migrate ledger %s: record the new shape on partition %d: %w", bucket, i, err)
+		}
+	}
+	return rep, nil
+}
+
+// moveIn writes r, a record of the old ledger's partition from (its stream
+// given), to its place in l, the new ledger, unless it is there already, and
+// purges it from its old place. resumed reports that l had it already (an
+// interrupted run wrote it).
+func (l *Ledger) moveIn(ctx context.Context, from *Ledger, stream jetstream.Stream, r Listed) (resumed, moved bool, err error) {
+	oldKV, err := from.stored(r.Key)
+	if err != nil {
+		return false, false, err
+	}
+	to := l.at(r.Key)
+	newKV, err := to.stored(r.Key)
+	if err != nil {
+		return false, false, err
+	}
+	if to.kv.Bucket() == from.kv.Bucket() && newKV == oldKV {
+		return false, false, nil // in its place
+	}
+	rec := r.Record
+	data, err := rec.marshal()
+	if err != nil {
+		return false, false, fmt.Errorf("%s: %w", r.Key, err)
+	}
+	var ttl time.Duration
+	if r.ttl > 0 {
+		ttl = max(r.ttl-time.Since(r.UpdatedAt), time.Second).Round(time.Second)
+	}
+	_, err = to.publish(ctx, r.Key, data, 0, ttl) // create-only, with the rest of its TTL
+	switch {
+	case err != nil && wrongLastSequence(err):
+		e, rerr := to.read(ctx, r.Key)
+		if rerr != nil {
+			return false, false, fmt.Errorf("%s: read its new place: %w", r.Key, rerr)
+		}
+		if e.deleted {
+			if _, err := to.put(ctx, r.Key, data, e.rev, ttl); err != nil {
+				return false, false, fmt.Errorf("%s: write over a delete marker: %w", r.Key, err)
+			}
+		} else {
+			resumed = true
+		}
+	case err != nil:
+		return false, false, fmt.Errorf("%s: write to %s: %w", r.Key, to.kv.Bucket(), err)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(from.keyPrefix+oldKV)); err != nil {
+		return resumed, true, fmt.Errorf("%s: purge its old copy: %w", r.Key, err)
+	}
+	return resumed, true, nil
+}
+
+// each calls f for every live record of l (one bucket), in stream order,
+// until f returns an error.
+func (l *Ledger) each(ctx context.Context, f func(Listed) error) error {
+	q := Query{Limit: MaxListLimit}
+	for {
+		page, _, err := l.listOne(ctx, q)
+		if err != nil {
+			return err
+		}
+		for _, r := range page.Records {
+			if err := f(r); err != nil {
+				return err
+			}
+		}
+		if !page.More {
+			return nil
+		}
+		q.After = page.Next
+	}
+}
+
+func orDefault(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// checkTarget refuses a migration from one shape to another that is not one.
+func checkTarget(bucket string, from, to shape) error {
+	switch {
+	case !intent.ValidPartitions(to.partitions):
+		return fmt.Errorf("%w: migrate ledger %s: partitions %d: give a power of two up to %d", ErrInvalid, bucket, to.partitions, intent.MaxPartitions)
+	case to.partitions < from.partitions:
+		return fmt.Errorf("%w: migrate ledger %s: it has %d partitions; a migration grows them (to %d or more)", ErrInvalid, bucket, from.partitions, from.partitions)
+	case !intent.ValidLedgerLayout(to.layout):
+		return fmt.Errorf("%w: migrate ledger %s: layout %d: give %d or %d", ErrInvalid, bucket, to.layout, intent.LayoutFull, intent.LayoutCompact)
+	case to.layout != from.layout && !(from.layout == intent.LayoutFull && to.layout == intent.LayoutCompact):
+		return fmt.Errorf("%w: migrate ledger %s: it has layout %d; a migration converts layout %d to %d only", ErrInvalid, bucket, from.layout, intent.LayoutFull, intent.LayoutCompact)
+	}
+	return nil
+}
+
+// bindShape is a ledger over the existing partitions of the ledger named
+// bucket, in shape s, whatever its marks.
+func bindShape(ctx context.Context, js jetstream.JetStream, bucket string, s shape) (*Ledger, error) {
+	kvs := make([]jetstream.KeyValue, s.partitions)
+	for i := range kvs {
+		var err error
+		if kvs[i], err = js.KeyValue(ctx, PartitionBucket(bucket, i)); err != nil {
+			return nil, fmt.Errorf("ledger %s: partition %d: %w", bucket, i, err)
+		}
+	}
+	return NewPartitioned(js, kvs, WithLayout(s.layout))
+}
+
+// setMetadata sets and deletes entries of the stream metadata of bucket's
+// stream.
+func setMetadata(ctx context.Context, js jetstream.JetStream, bucket string, set map[string]string, del []string) error {
+	s, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return err
+	}
+	sc := s.CachedInfo().Config
+	md := maps.Clone(sc.Metadata)
+	if md == nil {
+		md = map[string]string{}
+	}
+	maps.Copy(md, set)
+	for _, k := range del {
+		delete(md, k)
+	}
+	sc.Metadata = md
+	_, err = js.UpdateStream(ctx, sc)
+	return err
+}
