@@ -27,23 +27,7 @@ func AppendJSONString(dst []byte, s string) []byte {
 				i++
 				continue
 			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
+			dst = appendEscapedByte(append(dst, s[start:i]...), c)
 			i++
 			start = i
 			continue
@@ -68,6 +52,28 @@ func AppendJSONString(dst []byte, s string) []byte {
 }
 
 const hexDigits = "0123456789abcdef"
+
+// appendEscapedByte appends the JSON escape of the ASCII byte c, as both
+// encoding/json and RFC 8785 write it: \" \\ \b \f \n \r \t, else
+// \u00xx in lower-case hex (a control character, or encoding/json's <, >
+// and &).
+func appendEscapedByte(dst []byte, c byte) []byte {
+	switch c {
+	case '"', '\\':
+		return append(dst, '\\', c)
+	case '\b':
+		return append(dst, '\\', 'b')
+	case '\f':
+		return append(dst, '\\', 'f')
+	case '\n':
+		return append(dst, '\\', 'n')
+	case '\r':
+		return append(dst, '\\', 'r')
+	case '\t':
+		return append(dst, '\\', 't')
+	}
+	return append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+}
 
 // AppendJSONTime appends t as encoding/json does (time.Time.MarshalJSON):
 // RFC 3339 with nanoseconds, quoted; a year outside 0000-9999 is an error.
