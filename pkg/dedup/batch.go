@@ -617,9 +617,8 @@ func (b *batcher) awaited(ws []*write) (context.Context, context.CancelFunc) {
 // leader's message N names the key. marker is that message when it is a
 // delete marker. ok is false when no write can be named.
 func (b *batcher) culprit(ws []*write, apiErr *jetstream.APIError) (i int, marker entry, ok bool) {
-	desc := apiErr.Description
-	n, err := strconv.ParseUint(desc[strings.LastIndexByte(desc, ' ')+1:], 10, 64)
-	if err != nil || n == 0 {
+	n := refusedSeq(apiErr)
+	if n == 0 {
 		return 0, entry{}, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.l.timeout)

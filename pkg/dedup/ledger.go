@@ -450,6 +450,12 @@ func refusedAt(err error) uint64 {
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
 		return 0
 	}
+	return refusedSeq(apiErr)
+}
+
+// refusedSeq returns N of a 10071 refusal's "wrong last sequence: N": the
+// refused key's latest revision; 0 when the description names none.
+func refusedSeq(apiErr *jetstream.APIError) uint64 {
 	_, n, ok := strings.Cut(apiErr.Description, "wrong last sequence: ")
 	if !ok {
 		return 0
