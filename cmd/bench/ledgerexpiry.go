@@ -297,10 +297,7 @@ func runLedgerExpiry(ctx context.Context, c ledgerExpiryConfig, out io.Writer) (
 func summarize(out io.Writer, res expiryResult, c ledgerExpiryConfig) string {
 	worst := func(phases ...string) (n int, p99, mx expiryRow, minRate float64) {
 		minRate = -1
-		for _, r := range res.rows {
-			if !slices.Contains(phases, r.phase) {
-				continue
-			}
+		for _, r := range inPhases(res.rows, phases...) {
 			if n == 0 || r.p99 > p99.p99 {
 				p99 = r
 			}
