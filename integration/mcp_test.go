@@ -243,3 +243,48 @@ func TestMCPTypeScriptSDKOverHTTP(t *testing.T) {
 	require.Contains(t, seen.Tools, "idemgate_status")
 	require.Contains(t, seen.Unknown, "no_such_tool")
 }
+
+// Every answer with structured content has that content's JSON as its first
+// text item, on a replay and a conflict as on a first run (a client parsing
+// content[0].text must not fail only on replays); notes for the model come
+// after it, and a conflict says what happened once.
+func TestMCPAnswersLeadWithTheirJSON(t *testing.T) {
+	t.Parallel()
+	url := jetStream(t)
+	hook := newSink(t, nil)
+	startWorker(t, "w1", url, writeTools(t, fmt.Sprintf(`tools:
+  set_status:
+    effect: webhook
+    key_args: [order_id]
+    webhook: {url: %s/status}
+`, hook.URL)))
+	cs := stdioSession(t, url, []string{"--session", "run-1"})
+	jsonFirst := func(res *mcp.CallToolResult) string {
+		t.Helper()
+		require.NotEmpty(t, res.Content)
+		first, ok := res.Content[0].(*mcp.TextContent)
+		require.True(t, ok, "content[0] is text")
+		want, err := json.Marshal(res.StructuredContent)
+		require.NoError(t, err)
+		require.JSONEq(t, string(want), first.Text, "content[0].text is the JSON of structuredContent")
+		return mcpText(&mcp.CallToolResult{Content: res.Content[1:]})
+	}
+
+	first := mcpCall(t, cs, "set_status", map[string]any{"order_id": "42", "status": "shipped"})
+	require.False(t, first.IsError, mcpText(first))
+	require.Empty(t, jsonFirst(first), "a first run has no note")
+
+	again := mcpCall(t, cs, "set_status", map[string]any{"order_id": "42", "status": "shipped"})
+	require.True(t, opOf(t, again.Meta).Replayed)
+	require.Contains(t, jsonFirst(again), "not repeated")
+
+	conflict := mcpCall(t, cs, "set_status", map[string]any{"order_id": "42", "status": "cancelled"})
+	require.True(t, conflict.IsError)
+	note := jsonFirst(conflict)
+	require.Contains(t, note, "Conflict: nothing was done")
+	require.Equal(t, 1, strings.Count(note, "other arguments"), "the conflict is said once: %s", note)
+
+	status := mcpCall(t, cs, "idemgate_status", map[string]any{"operation": opOf(t, first.Meta).Key})
+	require.Contains(t, jsonFirst(status), "Completed")
+	require.Equal(t, 1, hook.count())
+}

@@ -81,12 +81,14 @@ func statusError(key string, err error) *mcp.CallToolResult {
 	return toolError("idemgate could not read operation %s (%v); try again.", key, err)
 }
 
-// statusResult renders a record as idemgate_status's answer.
+// statusResult renders a record as idemgate_status's answer: as a call's
+// answer (the structured content's JSON first), with a note saying when a
+// completed operation ran.
 func statusResult(key string, rec dedup.Record) *mcp.CallToolResult {
 	res := rec.Answer(dedup.Caller{Key: key}, false)
 	out := render(&res)
 	if rec.Status == intent.StatusCompleted {
-		out.Content = []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("Completed: operation %s ran at %s. Its result:\n%s", key, when(res.CompletedAt), resultJSON(rec.Result))}}
+		out.Content = append(out.Content, &mcp.TextContent{Text: fmt.Sprintf("Completed: operation %s ran at %s; the result above is the recorded one.", key, when(res.CompletedAt))})
 	}
 	return out
 }
