@@ -55,8 +55,13 @@ type Tokens struct {
 	byHash map[string]*Token
 }
 
-// Len is the number of tokens.
-func (ts *Tokens) Len() int { return len(ts.byHash) }
+// Len is the number of tokens (0 for nil).
+func (ts *Tokens) Len() int {
+	if ts == nil {
+		return 0
+	}
+	return len(ts.byHash)
+}
 
 // Lookup returns the token whose SHA-256 is that of secret.
 func (ts *Tokens) Lookup(secret string) (*Token, bool) {

@@ -105,7 +105,7 @@ func setup(t *testing.T, cfg Config) *testBundle {
 	require.NoError(t, err)
 	hs := httptest.NewServer(b.gate.HTTPHandler())
 	t.Cleanup(hs.Close)
-	b.http = hs.URL
+	b.http = hs.URL + HTTPPath
 	return b
 }
 
