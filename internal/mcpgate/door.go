@@ -375,17 +375,20 @@ func tooMany(w http.ResponseWriter, format string, args ...any) {
 // problem answers with an RFC 9457 problem of status and code, in the HTTP
 // front door's form (docs/http.md).
 func problem(w http.ResponseWriter, status int, code, format string, args ...any) {
-	data := marshal(map[string]any{
-		"type":   "urn:idemgate:problem:" + code,
-		"title":  http.StatusText(status),
-		"status": status,
-		"detail": fmt.Sprintf(format, args...),
-		"code":   code,
-	})
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+		Code   string `json:"code"`
+	}{"urn:idemgate:problem:" + code, http.StatusText(status), status, fmt.Sprintf(format, args...), code})
 	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)+1))
+	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
 	w.WriteHeader(status)
-	_, _ = w.Write(append(data, '\n'))
+	_, _ = w.Write(b.Bytes())
 }
 
 // caller is the token a tools/call came with over HTTP, nil without one.
