@@ -484,3 +484,34 @@ func mcpDoorTools(sink string) string {
     lease: 5m
 `, sink)
 }
+
+// make run serves the MCP server behind the tokens file it makes: no token
+// is refused, the agent token of data/agent.token is served.
+func TestMakeRunMCPTakesTheAgentToken(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	data := t.TempDir()
+	mcpPort := freePort(t)
+	r := startMakeRun(t, t.TempDir(), fmt.Sprintf("NATS_PORT=%d", freePort(t)), fmt.Sprintf("SINK_PORT=%d", freePort(t)),
+		fmt.Sprintf("GATEWAY_PORT=%d", freePort(t)), fmt.Sprintf("MCP_PORT=%d", mcpPort), "DATA="+data)
+	require.Eventually(t, func() bool {
+		select {
+		case <-r.done:
+			t.Fatalf("make run ended:\n%s", r.out.String())
+		default:
+		}
+		return strings.Contains(r.out.String(), "mcp serving") && strings.Contains(r.out.String(), "worker consuming")
+	}, 2*time.Minute, 50*time.Millisecond, "make run starts the MCP server and a worker")
+
+	endpoint := fmt.Sprintf("http://127.0.0.1:%d/mcp", mcpPort)
+	code, _, _ := rawInit(t, &http.Client{}, endpoint, "")
+	require.Equal(t, http.StatusUnauthorized, code)
+	token, err := os.ReadFile(filepath.Join(data, "agent.token"))
+	require.NoError(t, err)
+	cs := mustSession(t, endpoint, strings.TrimSpace(string(token)))
+	res := callIn(t, cs, "run-7", "send_email", map[string]any{"to": "ada@example.com", "subject": "Your order shipped"})
+	require.False(t, res.IsError, mcpText(res))
+	require.Equal(t, "completed", opOf(t, res.Meta).Status)
+}

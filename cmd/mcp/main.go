@@ -1,6 +1,7 @@
 // Command mcp is idemgate's MCP server: it serves the workers' tools to MCP
-// clients (over stdio, or streamable HTTP with --http), each call going
-// through the ledger at most once per operation. docs/mcp.md is its guide.
+// clients (over stdio, or streamable HTTP with --http behind the bearer
+// tokens of --tokens), each call going through the ledger at most once per
+// operation. docs/mcp.md is its guide.
 package main
 
 import (
