@@ -12,10 +12,11 @@ build:
 
 # make run: a worker on an embedded JetStream (127.0.0.1:$(NATS_PORT)) with
 # the demo tools file, a demo webhook sink on 127.0.0.1:$(SINK_PORT), the HTTP
-# front door on 127.0.0.1:$(GATEWAY_PORT) (its tokens: data/agent.token,
-# data/operator.token) and the MCP server on
-# http://127.0.0.1:$(MCP_PORT)/mcp. Submit from a second terminal (see
-# README). A second installation beside the first: NATS_PORT=4223
+# front door on 127.0.0.1:$(GATEWAY_PORT) and the MCP server on
+# http://127.0.0.1:$(MCP_PORT)/mcp, both behind the tokens of
+# data/gateway.tokens (data/agent.token: an agent of namespace demo;
+# data/operator.token: an operator of every namespace). Submit from a second
+# terminal (see README). A second installation beside the first: NATS_PORT=4223
 # SINK_PORT=8788 GATEWAY_PORT=8090 MCP_PORT=8091 make run (its store and logs
 # are then data/*-4223, data/*-8788). A taken port fails at once, naming it.
 NATS_PORT    ?= 4222
@@ -37,7 +38,7 @@ run: build
 	trap 'kill $$sink $$gateway $$mcp 2>/dev/null; rm -f $(SINK_READY)' EXIT INT TERM; \
 	while [ ! -s $(SINK_READY) ]; do kill -0 $$sink 2>/dev/null || exit 1; sleep 0.05; done; \
 	$(BIN)/gateway --tokens $(DATA)/gateway.tokens --listen 127.0.0.1:$(GATEWAY_PORT) --nats-url nats://127.0.0.1:$(NATS_PORT) --log-format console & gateway=$$!; \
-	$(BIN)/mcp --http 127.0.0.1:$(MCP_PORT) --nats-url nats://127.0.0.1:$(NATS_PORT) & mcp=$$!; \
+	$(BIN)/mcp --http 127.0.0.1:$(MCP_PORT) --tokens $(DATA)/gateway.tokens --nats-url nats://127.0.0.1:$(NATS_PORT) & mcp=$$!; \
 	$(BIN)/worker --tools $(RUN_TOOLS) --store-dir $(STORE_DIR) --listen 127.0.0.1:$(NATS_PORT) --log-format console
 
 # Every test, race detector on: unit, conformance (R1 and R3), fuzz seed

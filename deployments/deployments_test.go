@@ -23,6 +23,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/internal/auth"
+	"github.com/idemgate/idemgate/internal/envflag"
+	"github.com/idemgate/idemgate/internal/mcpgate"
 	"github.com/idemgate/idemgate/pkg/effects"
 )
 
@@ -402,7 +405,15 @@ func TestSystemdNATSUnit(t *testing.T) {
 // here.
 func workerFlags(t *testing.T) map[string]bool {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "cmd", "worker", "*.go"))
+	flags := flagsOf(t, "worker")
+	require.True(t, flags["drain-timeout"] && flags["tools"] && flags["replicas"], "flags found: %v", flags)
+	return flags
+}
+
+// flagsOf are the flag names cmd/<command> defines, read from its source.
+func flagsOf(t *testing.T, command string) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "cmd", command, "*.go"))
 	require.NoError(t, err)
 	re := regexp.MustCompile(`fs\.\w+\(\s*(?:&[\w.]+,\s*)?"([a-z][a-z0-9-]*)"`)
 	flags := map[string]bool{}
@@ -414,8 +425,7 @@ func workerFlags(t *testing.T) map[string]bool {
 			flags[m[1]] = true
 		}
 	}
-	require.GreaterOrEqual(t, len(flags), 10, "flags found in cmd/worker/main.go: %v", flags)
-	require.True(t, flags["drain-timeout"] && flags["tools"] && flags["replicas"], "flags found: %v", flags)
+	require.GreaterOrEqual(t, len(flags), 10, "flags found in cmd/%s: %v", command, flags)
 	return flags
 }
 
@@ -472,11 +482,17 @@ type deployment struct {
 					RunAsUser    *int  `yaml:"runAsUser"`
 				} `yaml:"securityContext"`
 				Containers []struct {
-					Name      string   `yaml:"name"`
-					Image     string   `yaml:"image"`
-					Args      []string `yaml:"args"`
-					Env       []envVar `yaml:"env"`
-					Resources struct {
+					Name  string   `yaml:"name"`
+					Image string   `yaml:"image"`
+					Args  []string `yaml:"args"`
+					Env   []envVar `yaml:"env"`
+					Ports []struct {
+						Name          string `yaml:"name"`
+						ContainerPort int    `yaml:"containerPort"`
+					} `yaml:"ports"`
+					LivenessProbe  *probe `yaml:"livenessProbe"`
+					ReadinessProbe *probe `yaml:"readinessProbe"`
+					Resources      struct {
 						Requests map[string]string `yaml:"requests"`
 						Limits   map[string]string `yaml:"limits"`
 					} `yaml:"resources"`
@@ -505,6 +521,28 @@ type deployment struct {
 				} `yaml:"volumes"`
 			} `yaml:"spec"`
 		} `yaml:"template"`
+	} `yaml:"spec"`
+}
+
+type probe struct {
+	HTTPGet *struct {
+		Path string `yaml:"path"`
+		Port any    `yaml:"port"`
+	} `yaml:"httpGet"`
+	TCPSocket *struct {
+		Port any `yaml:"port"`
+	} `yaml:"tcpSocket"`
+}
+
+type service struct {
+	Spec struct {
+		Selector        map[string]string `yaml:"selector"`
+		SessionAffinity string            `yaml:"sessionAffinity"`
+		Ports           []struct {
+			Name       string `yaml:"name"`
+			Port       int    `yaml:"port"`
+			TargetPort any    `yaml:"targetPort"`
+		} `yaml:"ports"`
 	} `yaml:"spec"`
 }
 
@@ -538,6 +576,12 @@ type configMap struct {
 
 type kustomization struct {
 	Resources []string `yaml:"resources"`
+	Images    []image  `yaml:"images"`
+}
+
+type image struct {
+	Name   string `yaml:"name"`
+	NewTag string `yaml:"newTag"`
 }
 
 // loadManifests reads every YAML document under deployments/kubernetes.
@@ -573,6 +617,18 @@ func decodeAs[T any](t *testing.T, o object) T {
 	var v T
 	require.NoError(t, o.node.Decode(&v), "%s %s", o.Kind, o.Metadata.Name)
 	return v
+}
+
+// named returns the object of kind named name.
+func named(t *testing.T, objs []object, kind, name string) object {
+	t.Helper()
+	for _, o := range objs {
+		if o.Kind == kind && o.Metadata.Name == name {
+			return o
+		}
+	}
+	t.Fatalf("no %s %s among the manifests", kind, name)
+	return object{}
 }
 
 // one returns the single object of kind.
@@ -615,7 +671,7 @@ func TestKubernetesManifestsAreWellFormed(t *testing.T) {
 
 func TestKubernetesWorkerDeployment(t *testing.T) {
 	objs := loadManifests(t)
-	dobj := one(t, objs, "Deployment")
+	dobj := named(t, objs, "Deployment", "idemgate-worker")
 	d := decodeAs[deployment](t, dobj)
 	require.Equal(t, "apps/v1", dobj.APIVersion)
 	require.Nil(t, d.Spec.Replicas, "the ScaledObject owns the replica count")
@@ -718,9 +774,136 @@ func TestKubernetesWorkerDeployment(t *testing.T) {
 	}
 }
 
+// TestKubernetesFrontDoors checks the HTTP front door and the MCP server:
+// flags and settings each binary has, the tokens file and NATS credentials
+// from mounted Secrets, an address other pods reach only behind tokens, a
+// readiness probe on the health endpoint each serves and a liveness probe,
+// a Service in front, room to drain, and the hardening the worker has.
+func TestKubernetesFrontDoors(t *testing.T) {
+	objs := loadManifests(t)
+	tokens, err := auth.ParseTokens(strings.NewReader(strings.Repeat("a", 64) + " agent a"))
+	require.NoError(t, err)
+	k := decodeAs[kustomization](t, one(t, objs, "Kustomization"))
+	for _, door := range []struct {
+		name, command, envPrefix string
+		drain                    time.Duration // the binary's drain on SIGTERM
+		healthRoute              string        // how its source routes the health endpoint
+		listen                   func(args map[string]string) error
+	}{
+		{"idemgate-gateway", "gateway", "IDEMGATE_GATEWAY", 30 * time.Second, `"GET /healthz"`, func(args map[string]string) error {
+			host, _, err := net.SplitHostPort(args["listen"])
+			if err != nil {
+				return err
+			}
+			if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && args["tls-cert"] == "" {
+				if _, insecure := args["insecure-listen"]; !insecure {
+					return fmt.Errorf("--listen %s is not loopback: the gateway refuses it without TLS or --insecure-listen", args["listen"])
+				}
+			}
+			return nil
+		}},
+		{"idemgate-mcp", "mcp", "IDEMGATE", 10 * time.Second, "HealthPath", func(args map[string]string) error {
+			require.Error(t, mcpgate.CheckListen(args["http"], nil), "--http %s is reachable from other pods", args["http"])
+			return mcpgate.CheckListen(args["http"], tokens)
+		}},
+	} {
+		t.Run(door.command, func(t *testing.T) {
+			dobj := named(t, objs, "Deployment", door.name)
+			require.Equal(t, "apps/v1", dobj.APIVersion)
+			d := decodeAs[deployment](t, dobj)
+			pod := d.Spec.Template.Spec
+			require.Len(t, pod.Containers, 1)
+			c := pod.Containers[0]
+			name, _, _ := strings.Cut(c.Image, ":")
+			require.True(t, slices.ContainsFunc(k.Images, func(i image) bool { return i.Name == name }), "kustomization.yaml pins %s", name)
+
+			args := map[string]string{}
+			flags := flagsOf(t, door.command)
+			for _, a := range c.Args {
+				name, val, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+				require.True(t, flags[name], "--%s is not a flag of cmd/%s", name, door.command)
+				args[name] = val
+			}
+			require.NoError(t, door.listen(args))
+
+			env := map[string]string{}
+			known := map[string]bool{"NATS_URL": true, "NATS_CREDS": true}
+			for f := range flags {
+				known[envflag.Name(door.envPrefix, f)] = true
+			}
+			for _, e := range c.Env {
+				require.True(t, known[e.Name], "%s is not a setting of cmd/%s", e.Name, door.command)
+				require.True(t, e.Value != "" || e.ValueFrom != nil, "env %s has a value", e.Name)
+				env[e.Name] = e.Value
+			}
+			require.True(t, strings.HasPrefix(env["NATS_URL"], "nats://"), "NATS_URL: %q", env["NATS_URL"])
+
+			// The tokens file and the NATS credentials lie in mounted Secrets;
+			// both front doors read the same tokens.
+			secretOf := func(path string) string {
+				for _, m := range c.VolumeMounts {
+					for _, v := range pod.Volumes {
+						if v.Name == m.Name && v.Secret != nil && strings.HasPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/") {
+							return v.Secret.SecretName
+						}
+					}
+				}
+				return ""
+			}
+			require.NotEmpty(t, args["tokens"], "--tokens")
+			require.Equal(t, "idemgate-tokens", secretOf(args["tokens"]), "--tokens %s lies in the Secret idemgate-tokens", args["tokens"])
+			require.NotEmpty(t, secretOf(env["NATS_CREDS"]), "NATS_CREDS %s lies in a mounted Secret", env["NATS_CREDS"])
+
+			// Probes on a named container port: readiness on the health
+			// endpoint the binary serves, liveness on the port.
+			ports := map[string]bool{}
+			for _, p := range c.Ports {
+				ports[p.Name] = true
+			}
+			require.NotNil(t, c.ReadinessProbe)
+			require.NotNil(t, c.ReadinessProbe.HTTPGet, "readiness asks the health endpoint")
+			require.Equal(t, "/healthz", c.ReadinessProbe.HTTPGet.Path)
+			require.True(t, ports[fmt.Sprint(c.ReadinessProbe.HTTPGet.Port)], "readiness port %v is a named container port", c.ReadinessProbe.HTTPGet.Port)
+			require.NotNil(t, c.LivenessProbe, "a liveness probe")
+			if door.command == "mcp" {
+				require.Equal(t, mcpgate.HealthPath, c.ReadinessProbe.HTTPGet.Path)
+			} else {
+				require.Contains(t, readFile(t, filepath.Join("..", "internal", "httpapi", "server.go")), door.healthRoute)
+			}
+
+			// A Service selects the pods and targets the port.
+			svc := decodeAs[service](t, named(t, objs, "Service", door.name))
+			require.NotEmpty(t, svc.Spec.Selector)
+			for k, v := range svc.Spec.Selector {
+				require.Equal(t, v, d.Spec.Template.Metadata.Labels[k], "the Service selects the pods (%s)", k)
+			}
+			require.NotEmpty(t, svc.Spec.Ports)
+			for _, p := range svc.Spec.Ports {
+				require.True(t, ports[fmt.Sprint(p.TargetPort)], "Service port %d targets a named container port, not %v", p.Port, p.TargetPort)
+			}
+			if door.command == "mcp" {
+				require.Equal(t, "ClientIP", svc.Spec.SessionAffinity, "an MCP session lives in one pod")
+			}
+
+			require.NotNil(t, pod.TerminationGracePeriodSeconds)
+			require.Greater(t, time.Duration(*pod.TerminationGracePeriodSeconds)*time.Second, door.drain, "terminationGracePeriodSeconds exceeds the drain")
+			require.NotNil(t, pod.SecurityContext.RunAsNonRoot)
+			require.True(t, *pod.SecurityContext.RunAsNonRoot)
+			require.NotNil(t, c.SecurityContext.AllowPrivilegeEscalation)
+			require.False(t, *c.SecurityContext.AllowPrivilegeEscalation)
+			require.NotNil(t, c.SecurityContext.ReadOnlyRootFilesystem)
+			require.True(t, *c.SecurityContext.ReadOnlyRootFilesystem)
+			require.NotEmpty(t, c.Resources.Limits["memory"])
+			for k, v := range d.Spec.Selector.MatchLabels {
+				require.Equal(t, v, d.Spec.Template.Metadata.Labels[k], "the pod template carries the selector's labels")
+			}
+		})
+	}
+}
+
 func TestKubernetesScaledObject(t *testing.T) {
 	objs := loadManifests(t)
-	dobj := one(t, objs, "Deployment")
+	dobj := named(t, objs, "Deployment", "idemgate-worker")
 	sobj := one(t, objs, "ScaledObject")
 	require.Equal(t, "keda.sh/v1alpha1", sobj.APIVersion)
 	so := decodeAs[scaledObject](t, sobj)
@@ -746,7 +929,7 @@ func TestKubernetesScaledObject(t *testing.T) {
 
 func TestKubernetesPodDisruptionBudget(t *testing.T) {
 	objs := loadManifests(t)
-	d := decodeAs[deployment](t, one(t, objs, "Deployment"))
+	d := decodeAs[deployment](t, named(t, objs, "Deployment", "idemgate-worker"))
 	pobj := one(t, objs, "PodDisruptionBudget")
 	require.Equal(t, "policy/v1", pobj.APIVersion)
 	p := decodeAs[pdb](t, pobj)

@@ -201,7 +201,10 @@ func TestMCPProxyUpstreamKilledMidCall(t *testing.T) {
 	again, err := charge(ctx, b.session(t), "B-2")
 	require.NoError(t, err)
 	require.True(t, opOf(t, again.Meta).Replayed)
-	require.Contains(t, mcpText(again), "not repeated")
+	require.Equal(t, a.res.Content[0], again.Content[0], "a replay leads with the upstream's own content")
+	note, ok := again.Content[len(again.Content)-1].(*mcp.TextContent)
+	require.True(t, ok)
+	require.Contains(t, note.Text, "not repeated", "the note comes last")
 	require.Len(t, fileLines(t, filepath.Join(b.dir, "charges")), 1)
 }
 

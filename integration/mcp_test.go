@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -189,22 +190,24 @@ func TestMCPStdioMalformedInput(t *testing.T) {
 // TypeScript SDK), installed on first use.
 func mcpE2EDir(t *testing.T) string { return mcpE2E.setup(t) }
 
-// The official TypeScript SDK client over streamable HTTP: the call fires,
-// the same call from a new MCP session is a replay, the tools carry their
-// annotations, an unknown tool is an error.
+// The official TypeScript SDK client over streamable HTTP, with a bearer
+// token as make run's: the call fires, the same call from a new MCP session
+// is a replay whose first text item is still the JSON of its structured
+// content, the tools carry their annotations, an unknown tool is an error.
 func TestMCPTypeScriptSDKOverHTTP(t *testing.T) {
 	t.Parallel()
 	dir := mcpE2EDir(t)
 	url := jetStream(t)
 	hook := newSink(t, nil)
 	startWorker(t, "w1", url, writeTools(t, mcpTools(hook.URL)))
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := startMCP(t, "http", []string{"--nats-url", url, "--http", addr}, nil)
-	p.waitLog(t, "mcp serving", 30*time.Second)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	token := newToken(t, tokens, "agent", "demo", "ts")
+	endpoint := startMCPHTTP(t, url, "--tokens", tokens)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "driver.mjs", "http://"+addr+"/mcp", "run-9", "create_ticket", `{"title":"from TypeScript"}`)
+	cmd := exec.CommandContext(ctx, "node", "driver.mjs", endpoint, "run-9", "create_ticket", `{"title":"from TypeScript"}`)
+	cmd.Env = append(os.Environ(), "IDEMGATE_TOKEN="+token)
 	cmd.Dir = dir
 	out, err := cmd.Output()
 	var stderr string
@@ -219,9 +222,10 @@ func TestMCPTypeScriptSDKOverHTTP(t *testing.T) {
 			Description string         `json:"description"`
 		} `json:"tools"`
 		First, Again struct {
-			IsError bool             `json:"isError"`
-			Meta    map[string]any   `json:"_meta"`
-			Content []map[string]any `json:"content"`
+			IsError           bool             `json:"isError"`
+			Meta              map[string]any   `json:"_meta"`
+			Content           []map[string]any `json:"content"`
+			StructuredContent json.RawMessage  `json:"structuredContent"`
 		}
 		Unknown string `json:"unknown"`
 	}
@@ -234,6 +238,7 @@ func TestMCPTypeScriptSDKOverHTTP(t *testing.T) {
 	require.False(t, seen.Again.IsError)
 	require.True(t, opOf(t, seen.Again.Meta).Replayed, "the new MCP session's call is a replay")
 	require.Contains(t, fmt.Sprint(seen.Again.Content), "not repeated")
+	require.JSONEq(t, string(seen.Again.StructuredContent), seen.Again.Content[0]["text"].(string), "a replay's first text item is the JSON of its structured content")
 	require.Equal(t, 1, hook.count())
 
 	require.Equal(t, true, seen.Tools["get_order"].Annotations["readOnlyHint"])
@@ -242,4 +247,49 @@ func TestMCPTypeScriptSDKOverHTTP(t *testing.T) {
 	require.Contains(t, seen.Tools["create_ticket"].Description, "Safe to retry")
 	require.Contains(t, seen.Tools, "idemgate_status")
 	require.Contains(t, seen.Unknown, "no_such_tool")
+}
+
+// Every answer with structured content has that content's JSON as its first
+// text item, on a replay and a conflict as on a first run (a client parsing
+// content[0].text must not fail only on replays); notes for the model come
+// after it, and a conflict says what happened once.
+func TestMCPAnswersLeadWithTheirJSON(t *testing.T) {
+	t.Parallel()
+	url := jetStream(t)
+	hook := newSink(t, nil)
+	startWorker(t, "w1", url, writeTools(t, fmt.Sprintf(`tools:
+  set_status:
+    effect: webhook
+    key_args: [order_id]
+    webhook: {url: %s/status}
+`, hook.URL)))
+	cs := stdioSession(t, url, []string{"--session", "run-1"})
+	jsonFirst := func(res *mcp.CallToolResult) string {
+		t.Helper()
+		require.NotEmpty(t, res.Content)
+		first, ok := res.Content[0].(*mcp.TextContent)
+		require.True(t, ok, "content[0] is text")
+		want, err := json.Marshal(res.StructuredContent)
+		require.NoError(t, err)
+		require.JSONEq(t, string(want), first.Text, "content[0].text is the JSON of structuredContent")
+		return mcpText(&mcp.CallToolResult{Content: res.Content[1:]})
+	}
+
+	first := mcpCall(t, cs, "set_status", map[string]any{"order_id": "42", "status": "shipped"})
+	require.False(t, first.IsError, mcpText(first))
+	require.Empty(t, jsonFirst(first), "a first run has no note")
+
+	again := mcpCall(t, cs, "set_status", map[string]any{"order_id": "42", "status": "shipped"})
+	require.True(t, opOf(t, again.Meta).Replayed)
+	require.Contains(t, jsonFirst(again), "not repeated")
+
+	conflict := mcpCall(t, cs, "set_status", map[string]any{"order_id": "42", "status": "cancelled"})
+	require.True(t, conflict.IsError)
+	note := jsonFirst(conflict)
+	require.Contains(t, note, "Conflict: nothing was done")
+	require.Equal(t, 1, strings.Count(note, "other arguments"), "the conflict is said once: %s", note)
+
+	status := mcpCall(t, cs, "idemgate_status", map[string]any{"operation": opOf(t, first.Meta).Key})
+	require.Contains(t, jsonFirst(status), "Completed")
+	require.Equal(t, 1, hook.count())
 }

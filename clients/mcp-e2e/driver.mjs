@@ -3,7 +3,8 @@
 // a new MCP session (as a reconnected agent would) in the same idemgate
 // session. Prints what it saw as one JSON object.
 //
-// usage: node driver.mjs URL SESSION TOOL ARGS_JSON
+// usage: [IDEMGATE_TOKEN=idg_...] node driver.mjs URL SESSION TOOL ARGS_JSON
+// (the token is sent as Authorization: Bearer on every request)
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
@@ -16,7 +17,9 @@ const args = JSON.parse(argsJSON ?? "{}");
 
 async function connect() {
   const client = new Client({ name: "idemgate-e2e", version: "0.1.0" });
-  const transport = new StreamableHTTPClientTransport(new URL(url));
+  const token = process.env.IDEMGATE_TOKEN;
+  const requestInit = token ? { headers: { Authorization: `Bearer ${token}` } } : undefined;
+  const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit });
   await client.connect(transport);
   return { client, transport };
 }

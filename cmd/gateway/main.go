@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/internal/auth"
 	"github.com/idemgate/idemgate/internal/envflag"
 	"github.com/idemgate/idemgate/internal/httpapi"
 	"github.com/idemgate/idemgate/internal/logging"
@@ -45,7 +46,7 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	var cfg httpapi.Config
-	var auth natsconn.ClientAuth
+	var natsAuth natsconn.ClientAuth
 	fs.StringVar(&cfg.Addr, "listen", httpapi.DefaultAddr, "HTTP listen address; one that is not loopback needs --tls-cert and --tls-key, or --insecure-listen")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate to serve HTTPS with (with --tls-key)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "key of --tls-cert")
@@ -62,13 +63,13 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.MaxWait, "max-wait", httpapi.DefaultMaxWait, "the longest wait a request may ask for")
 	fs.IntVar(&cfg.ListMaxScan, "list-max-scan", httpapi.DefaultListMaxScan, "records one listing request reads at most")
 	natsURL := fs.String("nats-url", nats.DefaultURL, "NATS server(s), comma separated (env NATS_URL)")
-	fs.StringVar(&auth.Creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
-	fs.StringVar(&auth.User, "nats-user", "", "NATS user; the password comes from the environment variable "+natsconn.PasswordEnv)
-	fs.StringVar(&auth.NkeySeed, "nkey", "", "file holding the NATS user's nkey seed")
-	fs.StringVar(&auth.TLSCA, "nats-tls-ca", "", "PEM file of the CAs that sign the NATS server's certificate (turns TLS on)")
-	fs.StringVar(&auth.TLSCert, "nats-tls-cert", "", "client certificate for NATS servers that verify clients (with --nats-tls-key)")
-	fs.StringVar(&auth.TLSKey, "nats-tls-key", "", "key of --nats-tls-cert")
-	fs.StringVar(&auth.InboxPrefix, "inbox-prefix", "", "subject prefix of reply inboxes, as the gateway's NATS permissions allow (e.g. _INBOX.gateway)")
+	fs.StringVar(&natsAuth.Creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&natsAuth.User, "nats-user", "", "NATS user; the password comes from the environment variable "+natsconn.PasswordEnv)
+	fs.StringVar(&natsAuth.NkeySeed, "nkey", "", "file holding the NATS user's nkey seed")
+	fs.StringVar(&natsAuth.TLSCA, "nats-tls-ca", "", "PEM file of the CAs that sign the NATS server's certificate (turns TLS on)")
+	fs.StringVar(&natsAuth.TLSCert, "nats-tls-cert", "", "client certificate for NATS servers that verify clients (with --nats-tls-key)")
+	fs.StringVar(&natsAuth.TLSKey, "nats-tls-key", "", "key of --nats-tls-cert")
+	fs.StringVar(&natsAuth.InboxPrefix, "inbox-prefix", "", "subject prefix of reply inboxes, as the gateway's NATS permissions allow (e.g. _INBOX.gateway)")
 	prefix := fs.String("prefix", intent.DefaultPrefix, "names prefix of the installation")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long requests in progress may take to finish")
 	logFormat := fs.String("log-format", "json", "log format: json or console")
@@ -91,7 +92,7 @@ func run(args []string) error {
 	if *tokens == "" {
 		return errors.New("--tokens is required: every caller needs a bearer token (gateway token --role agent --namespace NS --tokens FILE makes one)")
 	}
-	ts, err := httpapi.LoadTokens(*tokens)
+	ts, err := auth.LoadTokens(*tokens)
 	if err != nil {
 		return err
 	}
@@ -103,8 +104,8 @@ func run(args []string) error {
 	defer func() { _ = log.Sync() }()
 	cfg.Log = log
 
-	auth.Password = os.Getenv(natsconn.PasswordEnv)
-	nopts, err := auth.Options()
+	natsAuth.Password = os.Getenv(natsconn.PasswordEnv)
+	nopts, err := natsAuth.Options()
 	if err != nil {
 		return err
 	}
@@ -142,7 +143,7 @@ func run(args []string) error {
 func token(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gateway token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	role := fs.String("role", httpapi.RoleAgent, "agent or operator")
+	role := fs.String("role", auth.RoleAgent, "agent or operator")
 	namespace := fs.String("namespace", "", "the sessions the token reaches: a name, or * (operators) for all")
 	name := fs.String("name", "", "the caller's name in logs and decisions (default token-<hash prefix>)")
 	file := fs.String("tokens", "", "append the token's line to this tokens file (created mode 0600); without it the line goes to stderr")
@@ -152,7 +153,7 @@ func token(args []string, stdout, stderr io.Writer) error {
 	if *namespace == "" {
 		return errors.New("--namespace is required: the agent's own name, or * for an operator of every session")
 	}
-	secret, line, err := httpapi.NewToken(*role, *namespace, *name)
+	secret, line, err := auth.NewToken(*role, *namespace, *name)
 	if err != nil {
 		return err
 	}
@@ -170,7 +171,7 @@ func token(args []string, stdout, stderr io.Writer) error {
 		if err := f.Close(); err != nil {
 			return err
 		}
-		if _, err := httpapi.LoadTokens(*file); err != nil {
+		if _, err := auth.LoadTokens(*file); err != nil {
 			return fmt.Errorf("the tokens file no longer reads: %w", err)
 		}
 	}

@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/internal/auth"
 )
 
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	ts, err := ParseTokens(strings.NewReader(strings.Repeat("a", 64) + " agent a"))
+	ts, err := auth.ParseTokens(strings.NewReader(strings.Repeat("a", 64) + " agent a"))
 	require.NoError(t, err)
 	for _, c := range []struct {
 		cfg  Config

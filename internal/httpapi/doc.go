@@ -18,7 +18,7 @@
 //	POST   /v1/dead-letters/{seq}/replay    replay one (operator)
 //
 // Every route but /v1/openapi.json and /healthz takes a bearer token from
-// the tokens file (see LoadTokens): its role (agent or operator) decides the
+// the tokens file (internal/auth): its role (agent or operator) decides the
 // routes, its namespace the sessions it reaches. Errors are RFC 9457
 // problem details carrying the protocol's error code.
 package httpapi

@@ -40,7 +40,7 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *Token
 		wait = min(d, s.cfg.MaxWait)
 	}
 	rec, err := s.cl.Get(r.Context(), key)
-	if wait > 0 && (errors.Is(err, client.ErrNotFound) || (err == nil && tok.reaches(rec.Session) && !rec.Status.Final())) {
+	if wait > 0 && (errors.Is(err, client.ErrNotFound) || (err == nil && tok.Reaches(rec.Session) && !rec.Status.Final())) {
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		rec, err = s.cl.WatchFinal(ctx, key)
 		cancel()
@@ -52,7 +52,7 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *Token
 		}
 	}
 	switch {
-	case errors.Is(err, client.ErrNotFound), err == nil && !tok.reaches(rec.Session):
+	case errors.Is(err, client.ErrNotFound), err == nil && !tok.Reaches(rec.Session):
 		fail(w, http.StatusNotFound, intent.CodeNotFound, "no operation %s", clip(key))
 		return
 	case errors.Is(err, intent.ErrInvalid): // a key the ledger cannot hold
@@ -107,7 +107,7 @@ func (s *Server) query(v url.Values, tok *Token) (dedup.Query, error) {
 		return q, err
 	}
 	if v.Has("session") {
-		q.Session = tok.scope(v.Get("session"))
+		q.Session = tok.Scope(v.Get("session"))
 	}
 	if o := v.Get("older_than"); o != "" {
 		d, err := time.ParseDuration(o)
@@ -134,7 +134,7 @@ func (s *Server) query(v url.Values, tok *Token) (dedup.Query, error) {
 		}
 	}
 	if tok.Namespace != AllNamespaces {
-		q.Match = func(_ string, rec dedup.Record) bool { return tok.reaches(rec.Session) }
+		q.Match = func(_ string, rec dedup.Record) bool { return tok.Reaches(rec.Session) }
 	}
 	return q, nil
 }
@@ -201,7 +201,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, tok *Token, body
 func (s *Server) reachable(w http.ResponseWriter, r *http.Request, tok *Token, key string) bool {
 	rec, err := s.cl.Get(r.Context(), key)
 	switch {
-	case errors.Is(err, client.ErrNotFound), err == nil && !tok.reaches(rec.Session):
+	case errors.Is(err, client.ErrNotFound), err == nil && !tok.Reaches(rec.Session):
 		fail(w, http.StatusNotFound, intent.CodeNotFound, "no operation %s", clip(key))
 		return false
 	case errors.Is(err, intent.ErrInvalid): // a key the ledger cannot hold

@@ -251,7 +251,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (*Token, b
 		fail(w, http.StatusUnauthorized, codeUnauthorized, "send Authorization: Bearer <token>")
 		return nil, false
 	}
-	tok, ok := s.cfg.Tokens.lookup(strings.TrimSpace(secret))
+	tok, ok := s.cfg.Tokens.Lookup(strings.TrimSpace(secret))
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate", error="invalid_token"`)
 		fail(w, http.StatusUnauthorized, codeUnauthorized, "the bearer token is not in the tokens file")
@@ -261,10 +261,10 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (*Token, b
 }
 
 func (s *Server) caller(tok *Token) *caller {
-	if c, ok := s.callers.Load(tok.hash); ok {
+	if c, ok := s.callers.Load(tok.Hash()); ok {
 		return c.(*caller)
 	}
-	c, _ := s.callers.LoadOrStore(tok.hash, &caller{limiter: rate.NewLimiter(rate.Limit(s.cfg.Rate), s.cfg.Burst)})
+	c, _ := s.callers.LoadOrStore(tok.Hash(), &caller{limiter: rate.NewLimiter(rate.Limit(s.cfg.Rate), s.cfg.Burst)})
 	return c.(*caller)
 }
 

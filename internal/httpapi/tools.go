@@ -194,7 +194,7 @@ func (s *Server) envelope(r *http.Request, tok *Token, tool string, body []byte)
 		return nil, invalid("the body must be the tool's arguments as a JSON object, not %s", describe(args[0]))
 	}
 	doc := map[string]any{"tool": tool, "args": json.RawMessage(args)}
-	if session = tok.scope(session); session != "" {
+	if session = tok.Scope(session); session != "" {
 		doc["session"] = session
 	}
 	for field, header := range map[string]string{"key": "", "call_id": HeaderCallID, "created_at": HeaderCreatedAt} {

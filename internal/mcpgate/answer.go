@@ -23,48 +23,65 @@ type operation struct {
 }
 
 // render turns an answer into the tool result the model reads: the result
-// (structured, and as text) for a completed operation, with a note when it
-// was replayed; a tool error that says what happened and what not to do for
-// a failure, conflict, rejection or denial; and a reference to check later
-// for an operation awaiting approval, uncertain or still running.
+// for a completed operation, with a note when it was replayed; a tool error
+// that says what happened and what not to do for a failure, conflict,
+// rejection or denial; and a reference to check later for an operation
+// awaiting approval, uncertain or still running. Every one has structured
+// content whose JSON is its first text item (see answer).
 func render(res *intent.Result) *mcp.CallToolResult {
 	op := operation{Key: res.Key, Tool: res.Tool, Status: res.Status, Replayed: res.Replayed, Attempts: res.Attempts, Fingerprint: res.Fingerprint}
 	if !res.CompletedAt.IsZero() {
 		at := res.CompletedAt.UTC()
 		op.CompletedAt = &at
 	}
-	out := &mcp.CallToolResult{Meta: mcp.Meta{MetaOperation: op}}
 	check := fmt.Sprintf("%s {\"operation\": %q}", StatusTool, res.Key)
-	var text string
 	switch res.Status {
 	case intent.StatusCompleted:
-		out.StructuredContent = structured(res.Result)
-		text = string(resultJSON(res.Result))
 		if res.Replayed {
-			text = fmt.Sprintf("Already done, not repeated: operation %s completed at %s (an earlier call ran it); this call did not run it again. The recorded result:\n%s",
-				res.Key, when(res.CompletedAt), text)
+			return answer(op, false, structured(res.Result), replayNote(res))
 		}
+		return answer(op, false, structured(res.Result))
 	case intent.StatusAwaitingApproval:
-		out.StructuredContent = reference(res)
-		text = fmt.Sprintf("Awaiting approval: nothing has run yet. Operation %s runs once it is approved. Do not call the tool again to hurry it; check the outcome later with %s.", res.Key, check)
+		return answer(op, false, reference(res), fmt.Sprintf("Awaiting approval: nothing has run yet. Operation %s runs once it is approved. Do not call the tool again to hurry it; check the outcome later with %s.", res.Key, check))
 	case intent.StatusApproved, intent.StatusPending:
-		out.StructuredContent = reference(res)
-		text = fmt.Sprintf("Running: operation %s has not finished yet. Do not call the tool again; check later with %s.", res.Key, check)
+		return answer(op, false, reference(res), fmt.Sprintf("Running: operation %s has not finished yet. Do not call the tool again; check later with %s.", res.Key, check))
 	case intent.StatusUncertain:
-		out.StructuredContent = reference(res)
-		text = fmt.Sprintf("Uncertain: operation %s was interrupted while it ran and may or may not have happened. An operator will settle it; do not call the tool again. Check later with %s.", res.Key, check)
-	default:
-		out.IsError = true
-		out.StructuredContent = reference(res)
-		text = failureText(res)
+		return answer(op, false, reference(res), fmt.Sprintf("Uncertain: operation %s was interrupted while it ran and may or may not have happened. An operator will settle it; do not call the tool again. Check later with %s.", res.Key, check))
 	}
-	out.Content = []mcp.Content{&mcp.TextContent{Text: text}}
+	return answer(op, true, reference(res), failureText(res))
+}
+
+// answer is a tool result with structured content v whose first text item is
+// v's JSON, byte for byte, on every call: MCP asks a tool that returns
+// structured content to return its JSON as text too, and a client that
+// parses content[0].text must get the same on a replay as on a first run.
+// Notes for the model follow, each in an item of its own.
+func answer(op operation, isError bool, v any, notes ...string) *mcp.CallToolResult {
+	data, err := json.Marshal(v)
+	if err != nil { // a recorded result that is not JSON
+		data = marshal(map[string]string{"error": "the recorded result is not JSON: " + err.Error()})
+	}
+	out := &mcp.CallToolResult{
+		Meta:              mcp.Meta{MetaOperation: op},
+		IsError:           isError,
+		StructuredContent: json.RawMessage(data),
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(data)}},
+	}
+	for _, n := range notes {
+		out.Content = append(out.Content, &mcp.TextContent{Text: n})
+	}
 	return out
+}
+
+// replayNote tells the model that a completed answer is a replay.
+func replayNote(res *intent.Result) string {
+	return fmt.Sprintf("Already done, not repeated: operation %s completed at %s (an earlier call ran it); this call did not run it again. The result above is the recorded one.",
+		res.Key, when(res.CompletedAt))
 }
 
 // render is the tool result of an answer for s: for a tool of an upstream
 // MCP server (effect mcp) a completed operation's result is the upstream's
-// own content and structured content, with the replay note before it.
+// own content and structured content, with the replay note after it.
 func (s *served) render(res *intent.Result) *mcp.CallToolResult {
 	out := render(res)
 	if s.info.Effect != kindMCP || res.Status != intent.StatusCompleted {
@@ -76,8 +93,7 @@ func (s *served) render(res *intent.Result) *mcp.CallToolResult {
 	}
 	out.Content, out.StructuredContent = up.Content, up.StructuredContent
 	if res.Replayed {
-		note := fmt.Sprintf("Already done, not repeated: operation %s completed at %s (an earlier call ran it); this call did not run it again. The recorded result follows.", res.Key, when(res.CompletedAt))
-		out.Content = append([]mcp.Content{&mcp.TextContent{Text: note}}, out.Content...)
+		out.Content = append(out.Content, &mcp.TextContent{Text: replayNote(res)})
 	}
 	return out
 }
@@ -90,7 +106,11 @@ func failureText(res *intent.Result) string {
 	}
 	switch res.Status {
 	case intent.StatusConflict:
-		return fmt.Sprintf("Conflict: nothing was done. Operation %s was first called with other arguments (%s). Calling again with these arguments is refused the same way: this is not a new operation. If you meant the recorded one, it already happened; if you meant another, it must differ in its key arguments.", res.Key, msg)
+		prints := ""
+		if res.RecordFingerprint != "" {
+			prints = fmt.Sprintf(" (its fingerprint %s, this call's %s)", res.RecordFingerprint, res.Fingerprint)
+		}
+		return fmt.Sprintf("Conflict: nothing was done. Operation %s was first called with other arguments%s. Calling again with these arguments is refused the same way: this is not a new operation. If you meant the recorded one, it already happened; if you meant another, it must differ in its key arguments.", res.Key, prints)
 	case intent.StatusDenied:
 		return fmt.Sprintf("Denied: operation %s was refused by its approver (%s). Nothing was done and it will not run: do not call again.", res.Key, msg)
 	case intent.StatusFailed:
@@ -111,12 +131,9 @@ func toolError(format string, args ...any) *mcp.CallToolResult {
 
 // stillRunning answers a call whose wait ran out.
 func stillRunning(key string) *mcp.CallToolResult {
-	return &mcp.CallToolResult{
-		Meta:              mcp.Meta{MetaOperation: operation{Key: key, Status: intent.StatusPending}},
-		StructuredContent: map[string]any{"status": intent.StatusPending, "operation": key},
-		Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
-			"Still running: operation %s has not finished yet and goes on. Do not call the tool again; check later with %s {\"operation\": %q}.", key, StatusTool, key)}},
-	}
+	return answer(operation{Key: key, Status: intent.StatusPending}, false,
+		map[string]any{"status": intent.StatusPending, "operation": key},
+		fmt.Sprintf("Still running: operation %s has not finished yet and goes on. Do not call the tool again; check later with %s {\"operation\": %q}.", key, StatusTool, key))
 }
 
 // reference is the structured content of an answer that is not a result.

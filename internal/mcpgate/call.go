@@ -38,7 +38,7 @@ func (g *Gate) handler(name string) mcp.ToolHandler {
 		if !ok {
 			return toolError("Tool %s is no longer offered: the workers' catalogue does not list it. Nothing was done; list the tools again.", name), nil
 		}
-		session, err := scope(req, g.cfg.Session)
+		session, err := g.scope(req)
 		if err != nil {
 			return toolError("%v. Nothing was done.", err), nil
 		}
@@ -51,10 +51,29 @@ func (g *Gate) handler(name string) mcp.ToolHandler {
 	}
 }
 
-// scope is the session of a call: its _meta field, else the HTTP header,
+// scope is the session of a call: the one it names (see named) within its
+// token's namespace over HTTP — "<namespace>" or "<namespace>/<session>",
+// as the HTTP front door scopes a call — so that no caller runs in, or is
+// replayed from, another namespace's session.
+func (g *Gate) scope(req *mcp.CallToolRequest) (string, error) {
+	s, err := named(req, g.cfg.Session)
+	if err != nil {
+		return "", err
+	}
+	if tok := caller(req); tok != nil {
+		return tok.Scope(s), nil
+	}
+	if g.cfg.Tokens != nil && req.Extra != nil && req.Extra.Header != nil {
+		// Over HTTP the door admits no request without a token.
+		return "", errors.New("the request carries no token")
+	}
+	return s, nil
+}
+
+// named is the session a call names: its _meta field, else the HTTP header,
 // else the gate's configured session. Never the MCP session id or the
 // request id, which change on every reconnect and every retry.
-func scope(req *mcp.CallToolRequest, def string) (string, error) {
+func named(req *mcp.CallToolRequest, def string) (string, error) {
 	if v, ok := req.Params.Meta[MetaSession]; ok && v != nil {
 		s, isString := v.(string)
 		if !isString {

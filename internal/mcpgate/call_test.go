@@ -29,7 +29,7 @@ func TestFirstCallFiresAndARetryReplays(t *testing.T) {
 			require.Equal(t, 1, o.Attempts)
 			require.True(t, strings.HasPrefix(o.Key, "send_email."), o.Key)
 			require.EqualValues(t, 1, structuredOf(t, first)["n"])
-			require.NotContains(t, text(first), "not repeated")
+			require.Empty(t, jsonFirst(t, first), "a first run has no note")
 
 			// The agent reconnects (a new MCP session, new request ids) and
 			// re-issues the call, the body reworded: same stable session,
@@ -41,8 +41,9 @@ func TestFirstCallFiresAndARetryReplays(t *testing.T) {
 			require.True(t, ao.Replayed)
 			require.Equal(t, o.Key, ao.Key)
 			require.NotNil(t, ao.CompletedAt)
-			require.Contains(t, text(again), "not repeated")
-			require.Contains(t, text(again), ao.CompletedAt.Format(time.RFC3339))
+			note := jsonFirst(t, again)
+			require.Contains(t, note, "not repeated", "the note follows the JSON")
+			require.Contains(t, note, ao.CompletedAt.Format(time.RFC3339))
 			require.EqualValues(t, 1, structuredOf(t, again)["n"], "the recorded result")
 			require.Equal(t, 1, b.count("send_email"))
 
@@ -100,8 +101,10 @@ func TestSameKeyOtherArgumentsIsAToolError(t *testing.T) {
 	res = call(t, cs, "s", "set_status", map[string]any{"order_id": "42", "status": "cancelled"})
 	require.True(t, res.IsError)
 	require.Equal(t, intent.StatusConflict, op(t, res).Status)
-	require.Contains(t, text(res), "Conflict: nothing was done")
-	require.Contains(t, text(res), "not a new operation")
+	note := jsonFirst(t, res)
+	require.Contains(t, note, "Conflict: nothing was done")
+	require.Contains(t, note, "not a new operation")
+	require.Equal(t, 1, strings.Count(note, "other arguments"), "the conflict is said once: %s", note)
 	require.Equal(t, 1, b.count("set_status"))
 }
 
@@ -167,7 +170,7 @@ func TestOperatorApproval(t *testing.T) {
 	require.False(t, res.IsError, text(res))
 	o := op(t, res)
 	require.Equal(t, intent.StatusAwaitingApproval, o.Status)
-	require.Contains(t, text(res), StatusTool)
+	require.Contains(t, jsonFirst(t, res), StatusTool)
 	require.Equal(t, o.Key, structuredOf(t, res)["operation"])
 	require.Equal(t, 0, b.count("refund"))
 
@@ -190,7 +193,7 @@ func TestOperatorApproval(t *testing.T) {
 	st = call(t, cs, "", StatusTool, map[string]any{"operation": o.Key, "wait_seconds": 30})
 	wg.Wait()
 	require.Equal(t, intent.StatusCompleted, op(t, st).Status, text(st))
-	require.Contains(t, text(st), "Completed")
+	require.Contains(t, jsonFirst(t, st), "Completed")
 	require.EqualValues(t, 1, structuredOf(t, st)["n"])
 
 	res = call(t, cs, "s", "refund", map[string]any{"order_id": "98765", "amount": "50.00 EUR"})
@@ -243,7 +246,7 @@ func TestUserApprovalThroughElicitation(t *testing.T) {
 			res := call(t, b.connect(t, tr, answer("decline"), nil), "s", "user_refund", other)
 			require.True(t, res.IsError)
 			require.Equal(t, intent.StatusDenied, op(t, res).Status)
-			require.Contains(t, text(res), "do not call again")
+			require.Contains(t, jsonFirst(t, res), "do not call again")
 			n := len(asked)
 			res = call(t, b.connect(t, tr, answer("accept"), nil), "s", "user_refund", other)
 			require.Equal(t, intent.StatusDenied, op(t, res).Status)

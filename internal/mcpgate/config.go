@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/auth"
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -23,6 +25,18 @@ const (
 	DefaultMaxArgsBytes = intent.DefaultMaxBytes - 4<<10
 	// MaxStatusWait bounds the wait an idemgate_status call may ask for.
 	MaxStatusWait = time.Minute
+	// DefaultMaxSessions bounds the MCP sessions open over HTTP at once.
+	DefaultMaxSessions = 1000
+	// DefaultMaxSessionsPerToken bounds one token's MCP sessions.
+	DefaultMaxSessionsPerToken = 100
+	// DefaultMaxCalls bounds the calls in progress over HTTP at once.
+	DefaultMaxCalls = 1000
+	// DefaultMaxCallsPerToken bounds one token's calls in progress, as the
+	// HTTP front door's --max-in-flight.
+	DefaultMaxCallsPerToken = 256
+	// DefaultSessionIdle closes an MCP session that has had no request for
+	// this long.
+	DefaultSessionIdle = 10 * time.Minute
 )
 
 // Config is the behaviour of a Gate. The zero value of every field means its
@@ -56,6 +70,37 @@ type Config struct {
 	// workers' tools file lists it under mcp_upstreams), and idemgate_status.
 	// Default "": every catalogue tool.
 	Upstream string
+	// Tokens are the callers admitted over HTTP, from the tokens file the
+	// HTTP front door reads: a request to HTTPPath needs "Authorization:
+	// Bearer <token>" of one of them, or is answered 401. The token's
+	// namespace scopes every session its calls name (as the HTTP front
+	// door's: "<namespace>" or "<namespace>/<session>") and the operations
+	// idemgate_status reads. stdio takes no token. Default nil: no
+	// authentication, which CheckListen allows on a loopback address only.
+	Tokens *auth.Tokens
+	// ResourceURL is the URL clients reach HTTPPath at, as named by the
+	// protected resource metadata and by 401 answers (behind a proxy:
+	// https://mcp.example.com/mcp). Default: http://<the request's Host>/mcp.
+	ResourceURL string
+	// MaxSessions bounds the MCP sessions open over HTTP at once, every
+	// caller's together; a request that would open another is answered 429.
+	// Default DefaultMaxSessions.
+	MaxSessions int
+	// MaxSessionsPerToken bounds one token's MCP sessions (callers without a
+	// token share one allowance); over it: 429. Default
+	// DefaultMaxSessionsPerToken.
+	MaxSessionsPerToken int
+	// MaxCalls bounds the HTTP requests carrying a JSON-RPC request (a
+	// tools/call waiting for its operation, a list, a ping) in progress at
+	// once, every caller's together; over it: 429. Default DefaultMaxCalls.
+	MaxCalls int
+	// MaxCallsPerToken bounds one token's requests in progress as MaxCalls
+	// does all of them. Default DefaultMaxCallsPerToken.
+	MaxCallsPerToken int
+	// SessionIdle closes an MCP session over HTTP that has had no request for
+	// this long; its client must initialize a new one. Default
+	// DefaultSessionIdle.
+	SessionIdle time.Duration
 	// Logger receives the gate's log. Default: discard.
 	Logger *slog.Logger
 }
@@ -72,6 +117,21 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxArgsBytes == 0 {
 		c.MaxArgsBytes = DefaultMaxArgsBytes
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.MaxSessionsPerToken == 0 {
+		c.MaxSessionsPerToken = DefaultMaxSessionsPerToken
+	}
+	if c.MaxCalls == 0 {
+		c.MaxCalls = DefaultMaxCalls
+	}
+	if c.MaxCallsPerToken == 0 {
+		c.MaxCallsPerToken = DefaultMaxCallsPerToken
+	}
+	if c.SessionIdle == 0 {
+		c.SessionIdle = DefaultSessionIdle
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -91,6 +151,20 @@ func (c *Config) validate() error {
 	}
 	if c.MaxArgsBytes < 0 || c.MaxArgsBytes > intent.DefaultMaxBytes {
 		errs = append(errs, fmt.Errorf("mcpgate: max args bytes %d: use 1 to %d", c.MaxArgsBytes, intent.DefaultMaxBytes))
+	}
+	for name, n := range map[string]int{"max sessions": c.MaxSessions, "max sessions per token": c.MaxSessionsPerToken, "max calls": c.MaxCalls, "max calls per token": c.MaxCallsPerToken} {
+		if n < 1 {
+			errs = append(errs, fmt.Errorf("mcpgate: %s %d: must be at least 1", name, n))
+		}
+	}
+	if c.SessionIdle < 0 {
+		errs = append(errs, fmt.Errorf("mcpgate: session idle %s is negative: use e.g. 10m", c.SessionIdle))
+	}
+	if c.ResourceURL != "" {
+		u, err := url.Parse(c.ResourceURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("mcpgate: resource URL %q: give the absolute URL clients reach the MCP endpoint at, e.g. https://mcp.example.com/mcp (no query, fragment or user)", c.ResourceURL))
+		}
 	}
 	if c.Upstream != "" {
 		up, err := effects.ParseMCPUpstream(c.Upstream)

@@ -11,7 +11,16 @@
 // returns the operation's recorded answer: a replay carries a note that it
 // did not run again; a conflict, rejection, denial or failure is a tool
 // error saying what not to do; an operation awaiting approval or uncertain
-// returns at once with a reference for the idemgate_status tool. A client
-// cancellation ends the wait, never the operation. docs/mcp.md is the
-// user's guide.
+// returns at once with a reference for the idemgate_status tool. Every
+// answer's first text item is the JSON of its structured content. A client
+// cancellation ends the wait, never the operation.
+//
+// Over HTTP (HTTPHandler) the gate takes bearer tokens of the HTTP front
+// door's tokens file (internal/auth): a request without a valid one is
+// answered 401 with the MCP authorization spec's challenge, and the
+// protected resource metadata (RFC 9728) is served; the token's namespace
+// scopes every session a call names and the operations idemgate_status
+// reads. Sessions and calls held open are capped per token and in all (429),
+// and idle sessions end. stdio is the parent process's and takes no token.
+// docs/mcp.md is the user's guide.
 package mcpgate

@@ -29,6 +29,7 @@ type Gate struct {
 	cfg    Config
 	nc     *nats.Conn
 	server *mcp.Server
+	door   *door
 
 	mu     sync.Mutex
 	cl     *client.Client
@@ -53,6 +54,7 @@ func New(nc *nats.Conn, cfg Config) (*Gate, error) {
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 	})
 	g.addStatusTool()
+	g.door = newDoor(g)
 	return g, nil
 }
 
@@ -67,15 +69,12 @@ const instructions = "Tools here change the world at most once per operation: id
 // Server().Run(ctx, &mcp.StdioTransport{})).
 func (g *Gate) Server() *mcp.Server { return g.server }
 
-// HTTPHandler serves the MCP streamable HTTP transport (sessions, as
-// protocol versions up to 2025-11-25 have them). A client that asks for a
-// later version is told which ones are served and falls back.
-func (g *Gate) HTTPHandler() http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, &mcp.StreamableHTTPOptions{
-		Logger:         g.cfg.Logger,
-		SessionTimeout: time.Hour,
-	})
-}
+// HTTPHandler serves the MCP streamable HTTP transport at HTTPPath
+// (sessions, as protocol versions up to 2025-11-25 have them; a client that
+// asks for a later version is told which ones are served and falls back),
+// behind Config.Tokens and the session and call limits; the protected
+// resource metadata at MetadataPath; and HealthPath.
+func (g *Gate) HTTPHandler() http.Handler { return g.door.handler() }
 
 // client is the client of the current catalogue.
 func (g *Gate) client() *client.Client {

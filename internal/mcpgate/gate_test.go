@@ -105,7 +105,7 @@ func setup(t *testing.T, cfg Config) *testBundle {
 	require.NoError(t, err)
 	hs := httptest.NewServer(b.gate.HTTPHandler())
 	t.Cleanup(hs.Close)
-	b.http = hs.URL
+	b.http = hs.URL + HTTPPath
 	return b
 }
 
@@ -225,6 +225,19 @@ func op(t *testing.T, res *mcp.CallToolResult) operation {
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(data, &o))
 	return o
+}
+
+// jsonFirst checks that res's first text item is the JSON of its
+// structured content, and returns the text of the items after it.
+func jsonFirst(t *testing.T, res *mcp.CallToolResult) string {
+	t.Helper()
+	require.NotEmpty(t, res.Content)
+	first, ok := res.Content[0].(*mcp.TextContent)
+	require.True(t, ok, "content[0] is text")
+	data, err := json.Marshal(res.StructuredContent)
+	require.NoError(t, err)
+	require.JSONEq(t, string(data), first.Text, "content[0].text is the JSON of structuredContent")
+	return text(&mcp.CallToolResult{Content: res.Content[1:]})
 }
 
 func structuredOf(t *testing.T, res *mcp.CallToolResult) map[string]any {

@@ -55,18 +55,21 @@ func (g *Gate) ServeStdio(ctx context.Context) error {
 	return err
 }
 
-// ServeHTTP serves the streamable HTTP transport on addr at HTTPPath until
-// ctx ends, then shuts down (calls in flight get up to drain to finish;
-// their operations go on regardless). ready, when not nil, receives the
-// address listened on.
+// ServeHTTP serves HTTPHandler on addr until ctx ends, then shuts down
+// (calls in flight get up to drain to finish; their operations go on
+// regardless) and closes every session. ready, when not nil, receives the
+// address listened on. An address that is not loopback needs Config.Tokens
+// (CheckListen).
 func (g *Gate) ServeHTTP(ctx context.Context, addr string, drain time.Duration, ready func(net.Addr)) error {
+	if err := CheckListen(addr, g.cfg.Tokens); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("mcpgate: listen %s: %w", addr, err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle(HTTPPath, g.HTTPHandler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: g.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	defer g.door.close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _ = g.Run(ctx) }()

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/auth"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -164,8 +165,42 @@ func TestConfigValidation(t *testing.T) {
 		{Config{Wait: -time.Second}, "wait -1s is negative"},
 		{Config{MaxArgsBytes: 1 << 30}, "max args bytes"},
 		{Config{Prefix: "no spaces"}, "prefix"},
+		{Config{MaxSessionsPerToken: -1}, "max sessions per token -1: must be at least 1"},
+		{Config{SessionIdle: -time.Second}, "session idle -1s is negative"},
+		{Config{ResourceURL: "mcp.example.com/mcp"}, "give the absolute URL"},
+		{Config{ResourceURL: "https://mcp.example.com/mcp?x=1"}, "no query"},
 	} {
 		_, err := New(nil, c.cfg)
 		require.ErrorContains(t, err, c.want)
+	}
+}
+
+func TestCheckListen(t *testing.T) {
+	t.Parallel()
+	tokens, err := auth.ParseTokens(strings.NewReader(strings.Repeat("a", 64) + " agent a"))
+	require.NoError(t, err)
+	for _, c := range []struct {
+		addr   string
+		tokens *auth.Tokens
+		want   string // "" for served
+	}{
+		{"127.0.0.1:8081", nil, ""},
+		{"[::1]:8081", nil, ""},
+		{"localhost:8081", nil, ""},
+		{"0.0.0.0:8081", nil, "give --tokens FILE"},
+		{":8081", nil, "give --tokens FILE"},
+		{"10.1.2.3:8081", nil, "or listen on 127.0.0.1"},
+		{"0.0.0.0:8081", tokens, ""},
+		{"8081", tokens, "use host:port"},
+	} {
+		err := CheckListen(c.addr, c.tokens)
+		if c.want == "" {
+			require.NoError(t, err, c.addr)
+			continue
+		}
+		require.ErrorContains(t, err, c.want, c.addr)
+		if c.tokens == nil && !strings.Contains(c.want, "host:port") {
+			require.ErrorIs(t, err, ErrNoDoor)
+		}
 	}
 }

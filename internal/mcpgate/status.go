@@ -31,8 +31,10 @@ func (g *Gate) addStatusTool() {
 }
 
 // status answers idemgate_status: the operation's record, after waiting (at
-// most wait_seconds) for it to leave its current state.
-func (g *Gate) status(ctx context.Context, _ *mcp.CallToolRequest, in statusArgs) (*mcp.CallToolResult, any, error) {
+// most wait_seconds) for it to leave its current state. Over HTTP with
+// tokens, a record of a session outside the caller's namespace is answered
+// as a missing one, at once as a missing one is.
+func (g *Gate) status(ctx context.Context, req *mcp.CallToolRequest, in statusArgs) (*mcp.CallToolResult, any, error) {
 	if in.Operation == "" {
 		return toolError("Give the operation reference a tool result named, as {\"operation\": \"tool.<hex>\"}."), nil, nil
 	}
@@ -41,6 +43,9 @@ func (g *Gate) status(ctx context.Context, _ *mcp.CallToolRequest, in statusArgs
 	}
 	cl := g.client()
 	rec, err := cl.Get(ctx, in.Operation)
+	if err == nil && !g.reaches(req, rec.Session) {
+		err = client.ErrNotFound
+	}
 	if err != nil {
 		return statusError(in.Operation, err), nil, nil
 	}
@@ -53,6 +58,16 @@ func (g *Gate) status(ctx context.Context, _ *mcp.CallToolRequest, in statusArgs
 		}
 	}
 	return statusResult(in.Operation, rec), nil, nil
+}
+
+// reaches reports whether the caller of req may read records of session:
+// a token reaches its namespace's sessions; stdio, and HTTP without tokens,
+// reach every session.
+func (g *Gate) reaches(req *mcp.CallToolRequest, session string) bool {
+	if tok := caller(req); tok != nil {
+		return tok.Reaches(session)
+	}
+	return g.cfg.Tokens == nil || req.Extra == nil || req.Extra.Header == nil
 }
 
 // next waits (watching, never polling) until key's record leaves from's
@@ -81,12 +96,14 @@ func statusError(key string, err error) *mcp.CallToolResult {
 	return toolError("idemgate could not read operation %s (%v); try again.", key, err)
 }
 
-// statusResult renders a record as idemgate_status's answer.
+// statusResult renders a record as idemgate_status's answer: as a call's
+// answer (the structured content's JSON first), with a note saying when a
+// completed operation ran.
 func statusResult(key string, rec dedup.Record) *mcp.CallToolResult {
 	res := rec.Answer(dedup.Caller{Key: key}, false)
 	out := render(&res)
 	if rec.Status == intent.StatusCompleted {
-		out.Content = []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("Completed: operation %s ran at %s. Its result:\n%s", key, when(res.CompletedAt), resultJSON(rec.Result))}}
+		out.Content = append(out.Content, &mcp.TextContent{Text: fmt.Sprintf("Completed: operation %s ran at %s; the result above is the recorded one.", key, when(res.CompletedAt))})
 	}
 	return out
 }

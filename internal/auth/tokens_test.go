@@ -1,4 +1,4 @@
-package httpapi
+package auth
 
 import (
 	"strings"
@@ -42,10 +42,10 @@ func TestNewTokenIsAdmitted(t *testing.T) {
 	require.NotContains(t, line, secret, "the line holds the hash only")
 	ts, err := ParseTokens(strings.NewReader(line))
 	require.NoError(t, err)
-	tok, ok := ts.lookup(secret)
+	tok, ok := ts.Lookup(secret)
 	require.True(t, ok)
 	require.Equal(t, Token{Name: "bot", Role: RoleAgent, Namespace: "team-a", hash: tok.hash}, *tok)
-	_, ok = ts.lookup(secret + "x")
+	_, ok = ts.Lookup(secret + "x")
 	require.False(t, ok)
 	other, _, err := NewToken(RoleAgent, "team-a", "bot")
 	require.NoError(t, err)
@@ -57,15 +57,15 @@ func TestNewTokenIsAdmitted(t *testing.T) {
 func TestNamespaces(t *testing.T) {
 	t.Parallel()
 	a := &Token{Namespace: "team-a"}
-	require.Equal(t, "team-a", a.scope(""))
-	require.Equal(t, "team-a/run-7", a.scope("run-7"))
-	require.True(t, a.reaches("team-a"))
-	require.True(t, a.reaches("team-a/run-7"))
-	require.False(t, a.reaches("team-ab"), "a prefix is not a namespace")
-	require.False(t, a.reaches("team-b/run-7"))
-	require.False(t, a.reaches(""))
+	require.Equal(t, "team-a", a.Scope(""))
+	require.Equal(t, "team-a/run-7", a.Scope("run-7"))
+	require.True(t, a.Reaches("team-a"))
+	require.True(t, a.Reaches("team-a/run-7"))
+	require.False(t, a.Reaches("team-ab"), "a prefix is not a namespace")
+	require.False(t, a.Reaches("team-b/run-7"))
+	require.False(t, a.Reaches(""))
 	all := &Token{Namespace: AllNamespaces}
-	require.Equal(t, "run-7", all.scope("run-7"))
-	require.True(t, all.reaches("team-b/x"))
-	require.True(t, all.reaches(""))
+	require.Equal(t, "run-7", all.Scope("run-7"))
+	require.True(t, all.Reaches("team-b/x"))
+	require.True(t, all.Reaches(""))
 }
