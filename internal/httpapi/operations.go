@@ -220,25 +220,49 @@ type forgotten struct {
 	Record    dedup.Record `json:"record"`
 }
 
-// forget answers DELETE /v1/operations/{key}: the record is deleted so that
-// the operation may run again, and every worker drops the key from its
-// answer cache. An operation that may be firing now is refused (409).
+// forget answers DELETE /v1/operations/{key}[?force=true]: the record is
+// deleted so that the operation may run again, and every worker drops the
+// key from its answer cache. An unresolved operation is refused (409
+// unresolved) unless forced, and one that may be firing now (409 in_flight)
+// even so; a forced forget of one pending past its lease answers after one
+// more lease, once its record stayed unchanged.
 func (s *Server) forget(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
 	key := r.PathValue("key")
+	var opts []dedup.ForgetOption
+	for name, vs := range r.URL.Query() {
+		if name != "force" {
+			fail(w, http.StatusBadRequest, codeInvalidRequest, "unknown parameter %q: use force", clip(name))
+			return
+		}
+		force, err := strconv.ParseBool(vs[0])
+		if err != nil || len(vs) > 1 {
+			fail(w, http.StatusBadRequest, codeInvalidRequest, "force=%s: give true or false, once", clip(vs[0]))
+			return
+		}
+		if force {
+			opts = append(opts, dedup.Forced())
+		}
+	}
 	if tok.Namespace != AllNamespaces && !s.reachable(w, r, tok, key) {
 		return
 	}
-	rec, err := s.cl.Forget(r.Context(), key)
+	rec, err := s.cl.Forget(r.Context(), key, opts...)
 	switch {
 	case errors.Is(err, client.ErrInFlight):
 		retryAfter(w, time.Until(rec.LeaseUntil))
 		p := newProblem(http.StatusConflict, codeInFlight, err.Error())
 		p.Key = key
 		writeProblem(w, p)
+	case errors.Is(err, client.ErrUnresolved):
+		p := newProblem(http.StatusConflict, codeUnresolved, err.Error()+"; DELETE with ?force=true forgets it anyway")
+		p.Key = key
+		writeProblem(w, p)
 	case errors.Is(err, client.ErrNotFound):
 		fail(w, http.StatusNotFound, intent.CodeNotFound, "no operation %s (the workers were told to forget it anyway)", clip(key))
 	case errors.Is(err, intent.ErrInvalid):
 		fail(w, http.StatusBadRequest, codeInvalidRequest, "%v", err)
+	case err != nil && r.Context().Err() != nil:
+		return // the caller left during a forced forget's wait
 	case err != nil:
 		s.unavailable(w, err)
 	default:

@@ -12,7 +12,8 @@ import (
 
 // Error codes of the HTTP API besides the protocol's (intent.Code*).
 const (
-	codeInFlight       = "in_flight"       // the wait ran out while the operation is still running
+	codeInFlight       = "in_flight"       // the wait ran out while the operation is still running; a forget of one that may be firing
+	codeUnresolved     = "unresolved"      // a forget, not forced, of an unresolved operation
 	codeNoAnswer       = "no_answer"       // no worker answered in time (a read, or a decision)
 	codeUnauthorized   = "unauthorized"    // no bearer token, or an unknown one
 	codeForbidden      = "forbidden"       // the token's role or namespace does not allow the request
@@ -54,6 +55,7 @@ var titles = map[string]string{
 	intent.CodeNotFound:      "No such operation",
 	intent.CodeRateLimited:   "Rate limited",
 	codeInFlight:             "The operation is still in flight",
+	codeUnresolved:           "The operation is unresolved",
 	codeNoAnswer:             "No answer in time",
 	codeUnauthorized:         "A valid bearer token is required",
 	codeForbidden:            "Not allowed for this token",
