@@ -27,7 +27,9 @@ type operation struct {
 // getOperation answers GET /v1/operations/{key}: the record as the ledger
 // has it; with ?wait=N, the record once final (watched, not polled), or as
 // it is when N runs out. A record of a session the token does not reach is
-// not found.
+// not found, exactly as a key with no record is: the same answer after the
+// same wait, so that a caller cannot tell another namespace's operations
+// from none.
 func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
 	key := r.PathValue("key")
 	var wait time.Duration
@@ -39,9 +41,13 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *Token
 		}
 		wait = min(d, s.cfg.MaxWait)
 	}
+	deadline := time.Now().Add(wait)
 	rec, err := s.cl.Get(r.Context(), key)
-	if wait > 0 && (errors.Is(err, client.ErrNotFound) || (err == nil && tok.reaches(rec.Session) && !rec.Status.Final())) {
-		ctx, cancel := context.WithTimeout(r.Context(), wait)
+	if err == nil && !tok.reaches(rec.Session) {
+		err = client.ErrNotFound // another namespace's: as if there were none
+	}
+	if wait > 0 && (errors.Is(err, client.ErrNotFound) || (err == nil && !rec.Status.Final())) {
+		ctx, cancel := context.WithDeadline(r.Context(), deadline)
 		rec, err = s.cl.WatchFinal(ctx, key)
 		cancel()
 		if errors.Is(err, client.ErrNoAnswer) && r.Context().Err() == nil {
@@ -50,9 +56,15 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *Token
 				err = client.ErrNotFound
 			}
 		}
+		if err == nil && !tok.reaches(rec.Session) {
+			err = client.ErrNotFound
+		}
 	}
 	switch {
-	case errors.Is(err, client.ErrNotFound), err == nil && !tok.reaches(rec.Session):
+	case errors.Is(err, client.ErrNotFound):
+		if wait > 0 && !sleepUntil(r.Context(), deadline) {
+			return // the caller left
+		}
 		fail(w, http.StatusNotFound, intent.CodeNotFound, "no operation %s", clip(key))
 		return
 	case errors.Is(err, intent.ErrInvalid): // a key the ledger cannot hold
@@ -63,6 +75,18 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *Token
 		return
 	}
 	writeJSON(w, http.StatusOK, "application/json", operation{Key: key, Record: rec})
+}
+
+// sleepUntil waits until t, or reports false when ctx ends first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // listOperations answers GET /v1/operations: a page of the records the
