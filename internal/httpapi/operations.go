@@ -189,10 +189,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, tok *Token, body
 			return
 		}
 	}
-	wait, ok := s.wait(w, r)
-	if !ok {
-		return
-	}
+	wait := s.wait(w, r)
 	if !s.reachable(w, r, tok, key) {
 		return
 	}

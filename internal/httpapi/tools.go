@@ -162,10 +162,7 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *Token, bo
 		fail(w, http.StatusNotFound, intent.CodeUnknownTool, "no tool %q: tool names match [a-z0-9_-]{1,64}", clip(name))
 		return
 	}
-	wait, ok := s.wait(w, r)
-	if !ok {
-		return
-	}
+	wait := s.wait(w, r)
 	env, problem := s.envelope(r, tok, name, body)
 	if problem != nil {
 		writeProblem(w, problem)
@@ -206,7 +203,8 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *Token, bo
 		w.Header().Set("Location", operationPath(sub.Key))
 		retryAfter(w, time.Second)
 		p := newProblem(http.StatusConflict, codeInFlight, fmt.Sprintf(
-			"no answer within %s: the operation is still in flight; repeat the request (it is not fired again) or GET its Location", wait))
+			"no answer within %s: the operation is still in flight; repeat the request (it is not fired again), "+
+				"or GET its Location with ?wait=N, which waits for its record (a plain GET is 404 until a worker has claimed the intent)", wait))
 		p.Key = sub.Key
 		writeProblem(w, p)
 		return
@@ -229,20 +227,38 @@ func (s *Server) envelope(r *http.Request, tok *Token, tool string, body []byte)
 	invalid := func(format string, args ...any) *problem {
 		return newProblem(http.StatusBadRequest, intent.CodeInvalidIntent, fmt.Sprintf(format, args...))
 	}
+	// A header that cannot be read is the request's fault, not the intent's.
+	malformed := func(format string, args ...any) *problem {
+		return newProblem(http.StatusBadRequest, codeInvalidRequest, fmt.Sprintf(format, args...))
+	}
 	key, err := idempotencyKey(r.Header)
 	if err != nil {
-		return nil, invalid("%v", err)
+		return nil, malformed("%v", err)
 	}
 	sessions := r.Header.Values(HeaderSession)
 	if len(sessions) > 1 {
-		return nil, invalid("more than one %s header", HeaderSession)
+		return nil, malformed("more than one %s header", HeaderSession)
 	}
 	session := ""
 	if len(sessions) == 1 {
 		session = sessions[0]
 	}
 	if len(session) > maxSessionBytes {
-		return nil, invalid("%s is %d bytes, the limit is %d", HeaderSession, len(session), maxSessionBytes)
+		return nil, malformed("%s is %d bytes, the limit is %d", HeaderSession, len(session), maxSessionBytes)
+	}
+	for _, h := range []string{HeaderSession, HeaderCallID, HeaderCreatedAt} {
+		if len(r.Header.Values(h)) > 1 {
+			return nil, malformed("more than one %s header", h)
+		}
+		if v := r.Header.Get(h); !utf8.ValidString(v) {
+			return nil, malformed("%s is not valid UTF-8", h)
+		}
+	}
+	if !utf8.ValidString(key) {
+		return nil, malformed("%s is not valid UTF-8", HeaderIdempotencyKey)
+	}
+	if len(key) > intent.MaxKeyBytes {
+		return nil, malformed("%s is %d bytes, the limit is %d", HeaderIdempotencyKey, len(key), intent.MaxKeyBytes)
 	}
 	if len(bytesTrim(body)) == 0 {
 		body = []byte("{}")
@@ -265,11 +281,6 @@ func (s *Server) envelope(r *http.Request, tok *Token, tool string, body []byte)
 		}
 		if v != "" {
 			doc[field] = v
-		}
-	}
-	for field, v := range doc {
-		if s, ok := v.(string); ok && !utf8.ValidString(s) {
-			return nil, invalid("the %s (from its header) is not valid UTF-8", field)
 		}
 	}
 	data, err := json.Marshal(doc)
@@ -336,17 +347,14 @@ func (s *Server) unavailable(w http.ResponseWriter, err error) {
 
 // wait is how long the request waits for an answer: Prefer: wait=N bounded
 // by the maximum (and then reported in Preference-Applied), else the
-// default. A malformed preference is answered 400.
-func (s *Server) wait(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
-	d, set, err := preferredWait(r.Header)
-	if err != nil {
-		fail(w, http.StatusBadRequest, codeInvalidRequest, "%v", err)
-		return 0, false
-	}
+// default. A wait preference that is not a number of seconds is ignored
+// (RFC 7240), as if there were none.
+func (s *Server) wait(w http.ResponseWriter, r *http.Request) time.Duration {
+	d, set := preferredWait(r.Header)
 	if !set {
-		return s.cfg.DefaultWait, true
+		return s.cfg.DefaultWait
 	}
 	d = clampWait(d, s.cfg.MaxWait)
 	w.Header().Set("Preference-Applied", "wait="+formatSeconds(d))
-	return d, true
+	return d
 }
