@@ -25,6 +25,9 @@ const (
 	// HeaderReplayed marks an answer that reports an outcome another call
 	// caused.
 	HeaderReplayed = "Idempotent-Replayed"
+	// HeaderNamespace is the token's namespace, on the catalogue's answer:
+	// what scopes the session of every call the token makes ("*": none).
+	HeaderNamespace = "Idem-Namespace"
 )
 
 // maxSessionBytes bounds the Idem-Session header.

@@ -140,8 +140,10 @@ func (c *catalogue) tool(ctx context.Context, name string) (intent.ToolInfo, boo
 	return t, ok, nil
 }
 
-// listTools answers GET /v1/tools: the workers' catalogue.
-func (s *Server) listTools(w http.ResponseWriter, r *http.Request, _ *Token, _ []byte) {
+// listTools answers GET /v1/tools: the workers' catalogue, with the
+// token's namespace in Idem-Namespace (a client deriving keys needs it: the
+// namespace scopes every session).
+func (s *Server) listTools(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
 	cat, err := s.tools.get(r.Context(), catalogueRetry)
 	if err != nil {
 		s.unavailable(w, err)
@@ -150,6 +152,7 @@ func (s *Server) listTools(w http.ResponseWriter, r *http.Request, _ *Token, _ [
 	if cat.Tools == nil {
 		cat.Tools = []intent.ToolInfo{}
 	}
+	w.Header().Set(HeaderNamespace, tok.Namespace)
 	writeJSON(w, http.StatusOK, "application/json", cat)
 }
 
