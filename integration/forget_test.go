@@ -215,7 +215,7 @@ func TestForgetOfAStalledHolderFiresOnce(t *testing.T) {
 	tools := writeTools(t, fmt.Sprintf(`tools:
   slow_ticket:
     effect: webhook
-    lease: 4s
+    lease: 6s
     key_args: [title]
     webhook: {url: "http://%s/tickets", timeout: 60s}
 `, addr))
@@ -227,7 +227,7 @@ func TestForgetOfAStalledHolderFiresOnce(t *testing.T) {
 	key := strings.TrimSpace(keyOut.stdout)
 	storedOut := submit(t, url, append([]string{"key", "-l", "--tools", tools, "--webhook-allow", "127.0.0.0/8"}, args...)...)
 	require.Equal(t, 0, storedOut.code, storedOut.stderr)
-	stored := strings.TrimSpace(storedOut.stdout)
+	watches := ledgerWatches(t, ctx, url, strings.TrimSpace(storedOut.stdout))
 
 	first := submitAsync(t, url, args...)
 	select {
@@ -260,14 +260,17 @@ func TestForgetOfAStalledHolderFiresOnce(t *testing.T) {
 	assert.Contains(t, refused.str("detail"), "stalled", refused.raw)
 	assert.Contains(t, refused.str("detail"), "force=true", refused.raw)
 
-	// Forced, while the holder is stalled: it watches the record (or is
-	// refused at once), and the caller retries; then the holder wakes.
-	// (The first call watches the record too, once its reply is late.)
-	watches := ledgerWatches(t, ctx, url, stored)
-	require.Eventually(t, func() bool { return watches() >= 1 }, time.Minute, 10*time.Millisecond, "the first caller watches the record")
+	// Forced, while the holder is stalled: it watches the record for one
+	// more lease. Then the caller retries, and the holder wakes. (The first
+	// call watches the record too, once its reply is late: counted first.
+	// The holder must not wake before the forget has read the record: the
+	// sink's answer waits in its socket, and a forget that found the
+	// operation completed would rightly forget it.)
+	require.Eventually(t, func() bool { return watches() >= 1 }, time.Minute, 5*time.Millisecond, "the first call watches the record")
 	before := watches()
-	forced := submitAsync(t, url, "forget", key, "--force")
-	var f submitted
+	forced := make(chan response, 1)
+	go func() { forced <- gw.do(t, http.MethodDelete, "/v1/operations/"+key+"?force=true", operator, "") }()
+	var f response
 	forcedDone := false
 	require.Eventually(t, func() bool {
 		select {
@@ -277,17 +280,22 @@ func TestForgetOfAStalledHolderFiresOnce(t *testing.T) {
 		default:
 			return watches() > before
 		}
-	}, time.Minute, 10*time.Millisecond, "the forced forget watches the record")
+	}, time.Minute, 5*time.Millisecond, "the forced forget watches the record (or answers)")
+	require.NotEqual(t, http.StatusOK, f.status, "not forgotten while the holder is stalled: %s", f.raw)
 	retry := submitAsync(t, url, args...)
 	require.NoError(t, holder.cmd.Process.Signal(syscall.SIGCONT))
 	resumed = true
 	live.waitLog(t, "worker consuming", 20*time.Second)
 
 	if !forcedDone {
-		f = receive(t, ctx, forced, "the forced forget")
+		select {
+		case f = <-forced:
+		case <-ctx.Done():
+			t.Fatal("the forced forget did not answer")
+		}
 	}
-	assert.Equal(t, 6, f.code, "refused: the holder is alive\n%s", f.stderr)
-	assert.Contains(t, f.stderr, "in flight")
+	assert.Equal(t, http.StatusConflict, f.status, "refused: the holder is alive\n%s", f.raw)
+	assert.Equal(t, "in_flight", f.str("code"), f.raw)
 	done := receive(t, ctx, first, "the first call")
 	require.Equal(t, intent.StatusCompleted, done.res.Status, done.stdout+done.stderr)
 	again := receive(t, ctx, retry, "the retry")
@@ -355,4 +363,32 @@ func TestForgetByStoredKeyClearsEveryAnswerCache(t *testing.T) {
 	}
 	require.Equal(t, 1, fired, "fired again once after the forget")
 	require.Equal(t, 2, sink.firings(t, key), "the sink saw the first firing and the one after the forget")
+}
+
+// submit forget refuses an unresolved operation, saying what forcing risks
+// and how; --force forgets it, and the next call asks for approval again.
+func TestSubmitForgetRefusesUnresolved(t *testing.T) {
+	t.Parallel()
+	url := jetStream(t)
+	startWorker(t, "w1", url, writeTools(t, `tools:
+  refund:
+    effect: noop
+    key_args: [order_id]
+    approval: required
+`))
+	args := []string{"--tool", "refund", "--args", `{"order_id":"o-9"}`}
+	parked := submit(t, url, args...)
+	require.Equal(t, intent.StatusAwaitingApproval, parked.res.Status, parked.stdout+parked.stderr)
+
+	refused := submit(t, url, "forget", parked.res.Key)
+	require.Equal(t, 6, refused.code, refused.stderr)
+	require.Contains(t, refused.stderr, "awaiting approval")
+	require.Contains(t, refused.stderr, "submit forget --force "+parked.res.Key)
+
+	forced := submit(t, url, "forget", parked.res.Key, "--force")
+	require.Equal(t, 0, forced.code, forced.stderr)
+	require.Contains(t, forced.stdout, `"status": "awaiting_approval"`, "it prints the record it removed")
+	again := submit(t, url, args...)
+	require.Equal(t, intent.StatusAwaitingApproval, again.res.Status, again.stdout+again.stderr)
+	require.False(t, again.res.Replayed, "a new request for approval")
 }
