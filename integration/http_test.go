@@ -266,8 +266,7 @@ func TestHTTPToolCalls(t *testing.T) {
 	requireProblem(t, g.call(t, agentA, "send_email", `{"to":`), http.StatusBadRequest, intent.CodeInvalidIntent)
 	requireProblem(t, g.call(t, agentA, "send_email", `["to"]`), http.StatusBadRequest, intent.CodeInvalidIntent)
 	requireProblem(t, g.call(t, agentA, "send_email", `{"id":9007199254740993}`), http.StatusBadRequest, intent.CodeInvalidIntent)
-	requireProblem(t, g.call(t, agentA, "send_email", `{}`, "Idempotency-Key", `""`), http.StatusBadRequest, intent.CodeInvalidIntent)
-	requireProblem(t, g.call(t, agentA, "send_email", `{}`, "Prefer", "wait=soon"), http.StatusBadRequest, "invalid_request")
+	requireProblem(t, g.call(t, agentA, "send_email", `{}`, "Idempotency-Key", `""`), http.StatusBadRequest, "invalid_request")
 	missing := g.call(t, agentA, "refund", `{"amount_cents":100}`)
 	requireProblem(t, missing, http.StatusBadRequest, intent.CodeInvalidIntent)
 	require.Contains(t, missing.str("detail"), `key arg "order_id" is missing`)
@@ -323,7 +322,7 @@ func TestHTTPToolCalls(t *testing.T) {
 	}
 	require.Equal(t, 1, slow, "slow_job fired once for its three calls")
 
-	requireProblem(t, g.call(t, agentA, "echo", `{}`, "Idem-Session", "run-\xff"), http.StatusBadRequest, intent.CodeInvalidIntent)
+	requireProblem(t, g.call(t, agentA, "echo", `{}`, "Idem-Session", "run-\xff"), http.StatusBadRequest, "invalid_request")
 	doc := g.do(t, http.MethodGet, "/v1/openapi.json", "", "")
 	require.Equal(t, http.StatusOK, doc.status)
 	file, err := os.ReadFile(openAPIFile)

@@ -35,6 +35,7 @@ func TestPythonClient(t *testing.T) {
 	require.Contains(t, out, "\nOK", out)
 	require.NotContains(t, out, "skipped", "with a front door to test against nothing skips:\n%s", out)
 	require.Contains(t, out, "test_fifty_concurrent_identical_calls_fire_once", out)
+	require.Contains(t, out, "test_no_request_follows_a_redirect", out)
 	tickets := 0
 	for _, h := range e.sink.all() {
 		if strings.Contains(h.Body, "python-concurrent") {

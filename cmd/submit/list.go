@@ -77,29 +77,40 @@ func cmdList(ctx context.Context, args []string, stdout, stderr io.Writer) (int,
 }
 
 // cmdForget deletes an operation's ledger record so that it may run again,
-// and clears the workers' answer caches: forget KEY.
+// and clears the workers' answer caches: forget KEY [--force]. It exits 6
+// when the operation is unresolved or in flight.
 func cmdForget(ctx context.Context, args []string, stdout, stderr io.Writer) (int, error) {
-	fs := newFlagSet("submit forget", "submit forget KEY [flags]", args, stdout, stderr)
+	fs := newFlagSet("submit forget", "submit forget KEY [--force] [flags]", args, stdout, stderr)
 	var c common
 	c.register(fs)
+	force := fs.Bool("force", false, "forget an unresolved operation too (pending, awaiting approval, uncertain): the next call may fire it again. "+
+		"A pending one is forgotten only once its record stays unchanged for one more lease after its lease ran out (its holder is gone); "+
+		"one that may be firing now is refused")
+	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long (a forced forget of a pending operation waits one more lease)")
 	if err := c.parse(fs, args); err != nil {
 		return exitError, err
 	}
 	if fs.NArg() != 1 {
-		return exitError, errors.New("usage: submit forget KEY")
+		return exitError, errors.New("usage: submit forget KEY [--force]")
 	}
 	nc, cl, err := c.connect()
 	if err != nil {
 		return exitError, err
 	}
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	rec, err := cl.Forget(ctx, fs.Arg(0))
-	if errors.Is(err, client.ErrInFlight) {
-		return exitOpen, err
+	var opts []dedup.ForgetOption
+	if *force {
+		opts = append(opts, dedup.Forced())
 	}
-	if err != nil {
+	rec, err := cl.Forget(ctx, fs.Arg(0), opts...)
+	switch {
+	case errors.Is(err, client.ErrUnresolved):
+		return exitOpen, fmt.Errorf("%w; submit forget --force %s forgets it anyway", err, fs.Arg(0))
+	case errors.Is(err, client.ErrInFlight):
+		return exitOpen, err
+	case err != nil:
 		return exitError, err
 	}
 	return exitFired, printJSON(stdout, map[string]any{"forgotten": fs.Arg(0), "record": rec})

@@ -124,7 +124,8 @@ Subcommands:
   dlq list | dlq replay SEQ        the dead-letter stream: list, or publish one again
   list [--status open] [--tool T] [--session S] [--older-than D] [--past-lease] [--limit N] [--after SEQ] [--all]
                                    ledger records, one JSON object per line (--status open: every unresolved one)
-  forget KEY                       delete a settled operation's record so that it may run again
+  forget KEY [--force]             delete a settled operation's record so that it may run again
+                                   (--force: an unresolved one too, once nobody can be firing it)
   migrate [--partitions N] [--layout 2]
                                    grow the ledger's partitions, or convert it to compact keys, with every worker stopped
   help                             this text

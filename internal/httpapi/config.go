@@ -23,8 +23,15 @@ const (
 	DefaultWait              = 3 * time.Minute
 	DefaultMaxWait           = 5 * time.Minute
 	DefaultListMaxScan       = 10000
-	// maxHeaderBytes bounds a request's headers (net/http answers 431 over it).
+	// maxHeaderBytes bounds a request's line and headers: over it the
+	// request is answered 431, a problem.
 	maxHeaderBytes = 16 << 10
+	// hardHeaderBytes is where net/http stops reading headers (it answers
+	// 431 itself, in plain text, and closes the connection): far past
+	// maxHeaderBytes, so that the requests just over the limit get the
+	// problem answer, and bounded, so that a connection cannot make the
+	// server hold megabytes of headers.
+	hardHeaderBytes = 64 << 10
 )
 
 // Config is the behaviour of a Server. The zero value of every field but

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -26,6 +25,9 @@ const (
 	// HeaderReplayed marks an answer that reports an outcome another call
 	// caused.
 	HeaderReplayed = "Idempotent-Replayed"
+	// HeaderNamespace is the token's namespace, on the catalogue's answer:
+	// what scopes the session of every call the token makes ("*": none).
+	HeaderNamespace = "Idem-Namespace"
 )
 
 // maxSessionBytes bounds the Idem-Session header.
@@ -77,8 +79,10 @@ func idempotencyKey(h http.Header) (string, error) {
 
 // preferredWait reads the wait preference of Prefer headers (RFC 7240:
 // "Prefer: wait=10", possibly among other preferences). ok is false when
-// there is none.
-func preferredWait(h http.Header) (d time.Duration, ok bool, err error) {
+// there is none, or when its value is not a number of seconds: RFC 7240
+// has a server ignore a preference it cannot honour. Only the first wait
+// preference counts, as RFC 7240 says of a repeated one.
+func preferredWait(h http.Header) (d time.Duration, ok bool) {
 	for _, v := range h.Values("Prefer") {
 		for pref := range strings.SplitSeq(v, ",") {
 			name, val, _ := strings.Cut(strings.TrimSpace(pref), "=")
@@ -87,13 +91,10 @@ func preferredWait(h http.Header) (d time.Duration, ok bool, err error) {
 			}
 			val, _, _ = strings.Cut(val, ";")
 			d, err := seconds(strings.Trim(strings.TrimSpace(val), `"`))
-			if err != nil {
-				return 0, false, fmt.Errorf("the Prefer header's wait=%s: %w", val, err)
-			}
-			return d, true, nil
+			return d, err == nil
 		}
 	}
-	return 0, false, nil
+	return 0, false
 }
 
 // seconds reads a non-negative number of seconds (a fraction is allowed).

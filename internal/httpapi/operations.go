@@ -27,7 +27,9 @@ type operation struct {
 // getOperation answers GET /v1/operations/{key}: the record as the ledger
 // has it; with ?wait=N, the record once final (watched, not polled), or as
 // it is when N runs out. A record of a session the token does not reach is
-// not found.
+// not found, exactly as a key with no record is: the same answer after the
+// same wait, so that a caller cannot tell another namespace's operations
+// from none.
 func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
 	key := r.PathValue("key")
 	var wait time.Duration
@@ -39,9 +41,13 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *Token
 		}
 		wait = min(d, s.cfg.MaxWait)
 	}
+	deadline := time.Now().Add(wait)
 	rec, err := s.cl.Get(r.Context(), key)
-	if wait > 0 && (errors.Is(err, client.ErrNotFound) || (err == nil && tok.Reaches(rec.Session) && !rec.Status.Final())) {
-		ctx, cancel := context.WithTimeout(r.Context(), wait)
+	if err == nil && !tok.Reaches(rec.Session) {
+		err = client.ErrNotFound // another namespace's: as if there were none
+	}
+	if wait > 0 && (errors.Is(err, client.ErrNotFound) || (err == nil && !rec.Status.Final())) {
+		ctx, cancel := context.WithDeadline(r.Context(), deadline)
 		rec, err = s.cl.WatchFinal(ctx, key)
 		cancel()
 		if errors.Is(err, client.ErrNoAnswer) && r.Context().Err() == nil {
@@ -50,9 +56,15 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *Token
 				err = client.ErrNotFound
 			}
 		}
+		if err == nil && !tok.Reaches(rec.Session) {
+			err = client.ErrNotFound
+		}
 	}
 	switch {
-	case errors.Is(err, client.ErrNotFound), err == nil && !tok.Reaches(rec.Session):
+	case errors.Is(err, client.ErrNotFound):
+		if wait > 0 && !sleepUntil(r.Context(), deadline) {
+			return // the caller left
+		}
 		fail(w, http.StatusNotFound, intent.CodeNotFound, "no operation %s", clip(key))
 		return
 	case errors.Is(err, intent.ErrInvalid): // a key the ledger cannot hold
@@ -63,6 +75,18 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *Token
 		return
 	}
 	writeJSON(w, http.StatusOK, "application/json", operation{Key: key, Record: rec})
+}
+
+// sleepUntil waits until t, or reports false when ctx ends first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // listOperations answers GET /v1/operations: a page of the records the
@@ -165,10 +189,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, tok *Token, body
 			return
 		}
 	}
-	wait, ok := s.wait(w, r)
-	if !ok {
-		return
-	}
+	wait := s.wait(w, r)
 	if !s.reachable(w, r, tok, key) {
 		return
 	}
@@ -220,25 +241,49 @@ type forgotten struct {
 	Record    dedup.Record `json:"record"`
 }
 
-// forget answers DELETE /v1/operations/{key}: the record is deleted so that
-// the operation may run again, and every worker drops the key from its
-// answer cache. An operation that may be firing now is refused (409).
+// forget answers DELETE /v1/operations/{key}[?force=true]: the record is
+// deleted so that the operation may run again, and every worker drops the
+// key from its answer cache. An unresolved operation is refused (409
+// unresolved) unless forced, and one that may be firing now (409 in_flight)
+// even so; a forced forget of one pending past its lease answers after one
+// more lease, once its record stayed unchanged.
 func (s *Server) forget(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
 	key := r.PathValue("key")
+	var opts []dedup.ForgetOption
+	for name, vs := range r.URL.Query() {
+		if name != "force" {
+			fail(w, http.StatusBadRequest, codeInvalidRequest, "unknown parameter %q: use force", clip(name))
+			return
+		}
+		force, err := strconv.ParseBool(vs[0])
+		if err != nil || len(vs) > 1 {
+			fail(w, http.StatusBadRequest, codeInvalidRequest, "force=%s: give true or false, once", clip(vs[0]))
+			return
+		}
+		if force {
+			opts = append(opts, dedup.Forced())
+		}
+	}
 	if tok.Namespace != AllNamespaces && !s.reachable(w, r, tok, key) {
 		return
 	}
-	rec, err := s.cl.Forget(r.Context(), key)
+	rec, err := s.cl.Forget(r.Context(), key, opts...)
 	switch {
 	case errors.Is(err, client.ErrInFlight):
 		retryAfter(w, time.Until(rec.LeaseUntil))
 		p := newProblem(http.StatusConflict, codeInFlight, err.Error())
 		p.Key = key
 		writeProblem(w, p)
+	case errors.Is(err, client.ErrUnresolved):
+		p := newProblem(http.StatusConflict, codeUnresolved, err.Error()+"; DELETE with ?force=true forgets it anyway")
+		p.Key = key
+		writeProblem(w, p)
 	case errors.Is(err, client.ErrNotFound):
 		fail(w, http.StatusNotFound, intent.CodeNotFound, "no operation %s (the workers were told to forget it anyway)", clip(key))
 	case errors.Is(err, intent.ErrInvalid):
 		fail(w, http.StatusBadRequest, codeInvalidRequest, "%v", err)
+	case err != nil && r.Context().Err() != nil:
+		return // the caller left during a forced forget's wait
 	case err != nil:
 		s.unavailable(w, err)
 	default:

@@ -12,15 +12,17 @@ import (
 
 // Error codes of the HTTP API besides the protocol's (intent.Code*).
 const (
-	codeInFlight       = "in_flight"       // the wait ran out while the operation is still running
-	codeNoAnswer       = "no_answer"       // no worker answered in time (a read, or a decision)
-	codeUnauthorized   = "unauthorized"    // no bearer token, or an unknown one
-	codeForbidden      = "forbidden"       // the token's role or namespace does not allow the request
-	codeInvalidRequest = "invalid_request" // a header or query parameter is malformed
-	codeUnavailable    = "unavailable"     // NATS, the workers or the ledger cannot be reached
-	codeTimeout        = "request_timeout" // the body did not arrive in time
-	codeMethod         = "method_not_allowed"
-	codeNotFoundRoute  = "no_route" // no such endpoint
+	codeInFlight        = "in_flight"       // the wait ran out while the operation is still running; a forget of one that may be firing
+	codeUnresolved      = "unresolved"      // a forget, not forced, of an unresolved operation
+	codeNoAnswer        = "no_answer"       // no worker answered in time (a read, or a decision)
+	codeUnauthorized    = "unauthorized"    // no bearer token, or an unknown one
+	codeForbidden       = "forbidden"       // the token's role or namespace does not allow the request
+	codeInvalidRequest  = "invalid_request" // a header or query parameter is malformed
+	codeUnavailable     = "unavailable"     // NATS, the workers or the ledger cannot be reached
+	codeTimeout         = "request_timeout" // the body did not arrive in time
+	codeMethod          = "method_not_allowed"
+	codeHeadersTooLarge = "headers_too_large" // the request line and headers are over 16 KiB
+	codeNotFoundRoute   = "no_route"          // no such endpoint
 )
 
 // problemTypePrefix names a problem type by its code: urn:idemgate:problem:<code>.
@@ -54,6 +56,7 @@ var titles = map[string]string{
 	intent.CodeNotFound:      "No such operation",
 	intent.CodeRateLimited:   "Rate limited",
 	codeInFlight:             "The operation is still in flight",
+	codeUnresolved:           "The operation is unresolved",
 	codeNoAnswer:             "No answer in time",
 	codeUnauthorized:         "A valid bearer token is required",
 	codeForbidden:            "Not allowed for this token",
@@ -61,6 +64,7 @@ var titles = map[string]string{
 	codeUnavailable:          "The idemgate installation cannot be reached",
 	codeTimeout:              "The request body did not arrive in time",
 	codeMethod:               "Method not allowed",
+	codeHeadersTooLarge:      "The request headers are too large",
 	codeNotFoundRoute:        "No such endpoint",
 }
 
@@ -142,12 +146,13 @@ func codeStatus(code string) int {
 // writeAnswer answers with an operation's answer: the result itself for
 // completed, awaiting_approval and uncertain, a problem carrying it
 // otherwise. A replay has Idempotent-Replayed: true; an answer of a ledger
-// tool has the operation's Location.
+// tool has the operation's Location, unless it is a rejection, which leaves
+// no record to find there.
 func writeAnswer(w http.ResponseWriter, res *intent.Result, ledger bool) {
 	if res.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	if ledger && res.Key != "" {
+	if ledger && res.Key != "" && res.Status != intent.StatusRejected {
 		w.Header().Set("Location", operationPath(res.Key))
 	}
 	status, isProblem := answerStatus(res)

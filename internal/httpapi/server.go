@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -71,7 +72,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 		Handler:           s.handler,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
+		MaxHeaderBytes:    hardHeaderBytes,
 		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
@@ -133,19 +134,17 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	route := func(pattern string, who access, h handlerFunc) {
 		mux.Handle(pattern, s.guard(who, h))
-		_, path, _ := strings.Cut(pattern, " ")
-		mux.Handle(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			fail(w, http.StatusMethodNotAllowed, codeMethod, "%s is not allowed on %s", r.Method, r.URL.Path)
-		}))
+		method, path, _ := strings.Cut(pattern, " ")
+		mux.Handle(path, methodNotAllowed(method))
 	}
 	// Each path is registered once with its methods, then once without a
 	// method for the 405 answer; /v1/operations/{key} has two methods.
 	mux.Handle("POST /v1/tools/{tool}", s.guard(anyToken, s.callTool))
-	mux.Handle("/v1/tools/{tool}", methodNotAllowed())
+	mux.Handle("/v1/tools/{tool}", methodNotAllowed(http.MethodPost))
 	route("GET /v1/tools", anyToken, s.listTools)
 	mux.Handle("GET /v1/operations/{key}", s.guard(anyToken, s.getOperation))
 	mux.Handle("DELETE /v1/operations/{key}", s.guard(operatorOnly, s.forget))
-	mux.Handle("/v1/operations/{key}", methodNotAllowed())
+	mux.Handle("/v1/operations/{key}", methodNotAllowed(http.MethodGet, http.MethodDelete))
 	route("GET /v1/operations", operatorOnly, s.listOperations)
 	route("POST /v1/operations/{key}/{decision}", operatorOnly, s.decide)
 	route("GET /v1/dead-letters", operatorOnly, s.deadLetters)
@@ -154,21 +153,31 @@ func (s *Server) routes() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
 	})
+	mux.Handle("/v1/openapi.json", methodNotAllowed(http.MethodGet))
 	mux.HandleFunc("GET /healthz", s.health)
+	mux.Handle("/healthz", methodNotAllowed(http.MethodGet))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, codeNotFoundRoute, "no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path)
 	})
 	return s.bound(mux)
 }
 
-func methodNotAllowed() http.Handler {
+// methodNotAllowed answers 405 with the methods the path allows (Allow, as
+// RFC 9110 requires; a GET route takes HEAD too).
+func methodNotAllowed(methods ...string) http.Handler {
+	if slices.Contains(methods, http.MethodGet) {
+		methods = append(methods, http.MethodHead)
+	}
+	allow := strings.Join(methods, ", ")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fail(w, http.StatusMethodNotAllowed, codeMethod, "%s is not allowed on %s", r.Method, r.URL.Path)
+		w.Header().Set("Allow", allow)
+		fail(w, http.StatusMethodNotAllowed, codeMethod, "%s is not allowed on %s: use %s", r.Method, r.URL.Path, allow)
 	})
 }
 
-// bound gives every request a deadline for its body (cleared once a
-// handler has read it) and a write deadline, and logs it.
+// bound refuses a request whose headers are over their limit (431), gives
+// every request a deadline for its body (cleared once a handler has read
+// it) and a write deadline, and logs it.
 func (s *Server) bound(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -176,7 +185,13 @@ func (s *Server) bound(next http.Handler) http.Handler {
 		_ = rc.SetReadDeadline(start.Add(s.cfg.BodyTimeout))
 		_ = rc.SetWriteDeadline(start.Add(s.cfg.BodyTimeout + s.cfg.MaxWait + 30*time.Second))
 		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r)
+		if n := headerBytes(r); n > maxHeaderBytes {
+			w.Header().Set("Connection", "close")
+			fail(sw, http.StatusRequestHeaderFieldsTooLarge, codeHeadersTooLarge,
+				"the request line and headers are %d bytes, the limit is %d", n, maxHeaderBytes)
+		} else {
+			next.ServeHTTP(sw, r)
+		}
 		lvl := zap.DebugLevel
 		if sw.status >= 500 {
 			lvl = zap.WarnLevel
@@ -184,6 +199,19 @@ func (s *Server) bound(next http.Handler) http.Handler {
 		s.log.Check(lvl, "request").Write(zap.String("method", r.Method), zap.String("path", r.URL.Path),
 			zap.Int("status", sw.status), zap.Duration("took", time.Since(start)), zap.String("remote", r.RemoteAddr))
 	})
+}
+
+// headerBytes is the size of r's request line and header fields as an
+// HTTP/1.1 client sent them (the Host header included), which
+// maxHeaderBytes bounds.
+func headerBytes(r *http.Request) int {
+	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2 + len("Host: ") + len(r.Host) + 2 + 2
+	for name, vs := range r.Header {
+		for _, v := range vs {
+			n += len(name) + 2 + len(v) + 2
+		}
+	}
+	return n
 }
 
 // statusWriter remembers the status a handler wrote.

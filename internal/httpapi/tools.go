@@ -24,63 +24,126 @@ const (
 	catalogueRetry = time.Second
 )
 
-// catalogue is the workers' tool catalogue, remembered for a while.
+// catalogue is the workers' tool catalogue, remembered for a while. One
+// request to the workers at a time refreshes it (single flight), and no
+// lock is held across that request: a call of a tool the catalogue knows
+// never waits for it, and calls that need the new answer wait for the one
+// request in flight.
 type catalogue struct {
-	cl     *client.Client
+	cl interface {
+		Tools(ctx context.Context) (intent.Catalog, error)
+	}
 	mu     sync.Mutex
 	cat    intent.Catalog
 	byName map[string]intent.ToolInfo
-	at     time.Time // when cat was fetched; zero before the first answer
+	at     time.Time   // when cat was fetched; zero before the first answer
+	asked  time.Time   // when the latest refresh started
+	flight *refreshing // the refresh in flight; nil when none
+}
+
+// refreshing is one request to the workers; done is closed once it ended,
+// with err its failure.
+type refreshing struct {
+	done chan struct{}
+	err  error
 }
 
 func newCatalogue(cl *client.Client) *catalogue { return &catalogue{cl: cl} }
 
 // get returns the catalogue, asking the workers when the one remembered is
-// older than maxAge. When they do not answer, the last answer is used; with
-// none it is an error.
+// older than maxAge (joining a request already in flight) and waiting for
+// their answer. When they do not answer, the last answer is used; with none
+// it is an error.
 func (c *catalogue) get(ctx context.Context, maxAge time.Duration) (intent.Catalog, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if !c.at.IsZero() && time.Since(c.at) < maxAge {
+		defer c.mu.Unlock()
 		return c.cat, nil
 	}
-	cat, err := c.cl.Tools(ctx)
-	if err != nil {
-		if !c.at.IsZero() {
-			return c.cat, nil
-		}
-		return intent.Catalog{}, err
-	}
-	c.cat, c.at, c.byName = cat, time.Now(), map[string]intent.ToolInfo{}
-	for _, t := range cat.Tools {
-		c.byName[t.Name] = t
-	}
-	return cat, nil
-}
-
-// tool returns the catalogue's entry for name; a name it lacks makes it ask
-// the workers again (at most once a second), in case the tool is new.
-func (c *catalogue) tool(ctx context.Context, name string) (intent.ToolInfo, bool, error) {
-	if _, err := c.get(ctx, catalogueFresh); err != nil {
-		return intent.ToolInfo{}, false, err
-	}
-	c.mu.Lock()
-	t, ok := c.byName[name]
+	f := c.refreshLocked()
 	c.mu.Unlock()
-	if ok {
-		return t, true, nil
-	}
-	if _, err := c.get(ctx, catalogueRetry); err != nil {
-		return intent.ToolInfo{}, false, err
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return intent.Catalog{}, ctx.Err()
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, ok = c.byName[name]
+	if c.at.IsZero() {
+		return intent.Catalog{}, f.err
+	}
+	return c.cat, nil
+}
+
+// refreshLocked returns the refresh in flight, starting one if there is
+// none. The request runs on its own goroutine, bounded by the client's
+// catalogue timeout, so that a caller who leaves does not end it for the
+// others. c.mu must be held.
+func (c *catalogue) refreshLocked() *refreshing {
+	if c.flight != nil {
+		return c.flight
+	}
+	f := &refreshing{done: make(chan struct{})}
+	c.flight, c.asked = f, time.Now()
+	go func() {
+		cat, err := c.cl.Tools(context.Background())
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if err == nil {
+			c.cat, c.at, c.byName = cat, time.Now(), map[string]intent.ToolInfo{}
+			for _, t := range cat.Tools {
+				c.byName[t.Name] = t
+			}
+		}
+		f.err, c.flight = err, nil
+		close(f.done)
+	}()
+	return f
+}
+
+// tool returns the catalogue's entry for name. A name it knows is answered
+// from the catalogue at once, even one older than catalogueFresh (which
+// starts a refresh, not waited for). A name it lacks makes it ask the
+// workers again, at most once per catalogueRetry, in case the tool is new,
+// and waits for that answer.
+func (c *catalogue) tool(ctx context.Context, name string) (intent.ToolInfo, bool, error) {
+	c.mu.Lock()
+	if t, ok := c.byName[name]; ok {
+		if time.Since(c.at) >= catalogueFresh {
+			c.refreshLocked()
+		}
+		c.mu.Unlock()
+		return t, true, nil
+	}
+	var f *refreshing
+	switch {
+	case c.flight != nil:
+		f = c.flight
+	case c.at.IsZero() || time.Since(c.asked) >= catalogueRetry:
+		f = c.refreshLocked()
+	}
+	c.mu.Unlock()
+	if f == nil {
+		return intent.ToolInfo{}, false, nil // asked less than catalogueRetry ago
+	}
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return intent.ToolInfo{}, false, ctx.Err()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() {
+		return intent.ToolInfo{}, false, f.err
+	}
+	t, ok := c.byName[name]
 	return t, ok, nil
 }
 
-// listTools answers GET /v1/tools: the workers' catalogue.
-func (s *Server) listTools(w http.ResponseWriter, r *http.Request, _ *Token, _ []byte) {
+// listTools answers GET /v1/tools: the workers' catalogue, with the
+// token's namespace in Idem-Namespace (a client deriving keys needs it: the
+// namespace scopes every session).
+func (s *Server) listTools(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
 	cat, err := s.tools.get(r.Context(), catalogueRetry)
 	if err != nil {
 		s.unavailable(w, err)
@@ -89,6 +152,7 @@ func (s *Server) listTools(w http.ResponseWriter, r *http.Request, _ *Token, _ [
 	if cat.Tools == nil {
 		cat.Tools = []intent.ToolInfo{}
 	}
+	w.Header().Set(HeaderNamespace, tok.Namespace)
 	writeJSON(w, http.StatusOK, "application/json", cat)
 }
 
@@ -101,10 +165,7 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *Token, bo
 		fail(w, http.StatusNotFound, intent.CodeUnknownTool, "no tool %q: tool names match [a-z0-9_-]{1,64}", clip(name))
 		return
 	}
-	wait, ok := s.wait(w, r)
-	if !ok {
-		return
-	}
+	wait := s.wait(w, r)
 	env, problem := s.envelope(r, tok, name, body)
 	if problem != nil {
 		writeProblem(w, problem)
@@ -145,7 +206,8 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *Token, bo
 		w.Header().Set("Location", operationPath(sub.Key))
 		retryAfter(w, time.Second)
 		p := newProblem(http.StatusConflict, codeInFlight, fmt.Sprintf(
-			"no answer within %s: the operation is still in flight; repeat the request (it is not fired again) or GET its Location", wait))
+			"no answer within %s: the operation is still in flight; repeat the request (it is not fired again), "+
+				"or GET its Location with ?wait=N, which waits for its record (a plain GET is 404 until a worker has claimed the intent)", wait))
 		p.Key = sub.Key
 		writeProblem(w, p)
 		return
@@ -168,20 +230,38 @@ func (s *Server) envelope(r *http.Request, tok *Token, tool string, body []byte)
 	invalid := func(format string, args ...any) *problem {
 		return newProblem(http.StatusBadRequest, intent.CodeInvalidIntent, fmt.Sprintf(format, args...))
 	}
+	// A header that cannot be read is the request's fault, not the intent's.
+	malformed := func(format string, args ...any) *problem {
+		return newProblem(http.StatusBadRequest, codeInvalidRequest, fmt.Sprintf(format, args...))
+	}
 	key, err := idempotencyKey(r.Header)
 	if err != nil {
-		return nil, invalid("%v", err)
+		return nil, malformed("%v", err)
 	}
 	sessions := r.Header.Values(HeaderSession)
 	if len(sessions) > 1 {
-		return nil, invalid("more than one %s header", HeaderSession)
+		return nil, malformed("more than one %s header", HeaderSession)
 	}
 	session := ""
 	if len(sessions) == 1 {
 		session = sessions[0]
 	}
 	if len(session) > maxSessionBytes {
-		return nil, invalid("%s is %d bytes, the limit is %d", HeaderSession, len(session), maxSessionBytes)
+		return nil, malformed("%s is %d bytes, the limit is %d", HeaderSession, len(session), maxSessionBytes)
+	}
+	for _, h := range []string{HeaderSession, HeaderCallID, HeaderCreatedAt} {
+		if len(r.Header.Values(h)) > 1 {
+			return nil, malformed("more than one %s header", h)
+		}
+		if v := r.Header.Get(h); !utf8.ValidString(v) {
+			return nil, malformed("%s is not valid UTF-8", h)
+		}
+	}
+	if !utf8.ValidString(key) {
+		return nil, malformed("%s is not valid UTF-8", HeaderIdempotencyKey)
+	}
+	if len(key) > intent.MaxKeyBytes {
+		return nil, malformed("%s is %d bytes, the limit is %d", HeaderIdempotencyKey, len(key), intent.MaxKeyBytes)
 	}
 	if len(bytesTrim(body)) == 0 {
 		body = []byte("{}")
@@ -204,11 +284,6 @@ func (s *Server) envelope(r *http.Request, tok *Token, tool string, body []byte)
 		}
 		if v != "" {
 			doc[field] = v
-		}
-	}
-	for field, v := range doc {
-		if s, ok := v.(string); ok && !utf8.ValidString(s) {
-			return nil, invalid("the %s (from its header) is not valid UTF-8", field)
 		}
 	}
 	data, err := json.Marshal(doc)
@@ -275,17 +350,14 @@ func (s *Server) unavailable(w http.ResponseWriter, err error) {
 
 // wait is how long the request waits for an answer: Prefer: wait=N bounded
 // by the maximum (and then reported in Preference-Applied), else the
-// default. A malformed preference is answered 400.
-func (s *Server) wait(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
-	d, set, err := preferredWait(r.Header)
-	if err != nil {
-		fail(w, http.StatusBadRequest, codeInvalidRequest, "%v", err)
-		return 0, false
-	}
+// default. A wait preference that is not a number of seconds is ignored
+// (RFC 7240), as if there were none.
+func (s *Server) wait(w http.ResponseWriter, r *http.Request) time.Duration {
+	d, set := preferredWait(r.Header)
 	if !set {
-		return s.cfg.DefaultWait, true
+		return s.cfg.DefaultWait
 	}
 	d = clampWait(d, s.cfg.MaxWait)
 	w.Header().Set("Preference-Applied", "wait="+formatSeconds(d))
-	return d, true
+	return d
 }

@@ -29,8 +29,11 @@ type answerCache struct {
 
 	mu    sync.Mutex
 	byKey map[string]*list.Element
-	lru   *list.List // of *cachedAnswer, most recently used first
-	bytes int
+	// byStored finds a derived key's entry by the key a compact ledger
+	// stores it under (intent.LayoutCompact), which operators name too.
+	byStored map[string]*list.Element
+	lru      *list.List // of *cachedAnswer, most recently used first
+	bytes    int
 }
 
 type cachedAnswer struct {
@@ -41,7 +44,8 @@ type cachedAnswer struct {
 }
 
 func newAnswerCache(ttl time.Duration, maxBytes int) *answerCache {
-	return &answerCache{ttl: ttl, maxBytes: maxBytes, now: time.Now, byKey: map[string]*list.Element{}, lru: list.New()}
+	return &answerCache{ttl: ttl, maxBytes: maxBytes, now: time.Now, byKey: map[string]*list.Element{},
+		byStored: map[string]*list.Element{}, lru: list.New()}
 }
 
 // cacheable reports whether a record in status s can answer later
@@ -89,14 +93,19 @@ func (c *answerCache) put(key string, rec dedup.Record) {
 		c.lru.MoveToFront(el)
 		return
 	}
-	c.byKey[key] = c.lru.PushFront(&cachedAnswer{key: key, rec: rec, until: c.now().Add(c.ttl), size: size})
+	el := c.lru.PushFront(&cachedAnswer{key: key, rec: rec, until: c.now().Add(c.ttl), size: size})
+	c.byKey[key] = el
+	if stored, ok := compactStored(key); ok {
+		c.byStored[stored] = el
+	}
 	c.bytes += size
 	for c.bytes > c.maxBytes {
 		c.removeLocked(c.lru.Back())
 	}
 }
 
-// forget drops key's entry, if there is one.
+// forget drops key's entry, if there is one, and the entry of the derived
+// key a compact ledger stores as key: an operator may name either.
 func (c *answerCache) forget(key string) {
 	if c == nil {
 		return
@@ -106,12 +115,28 @@ func (c *answerCache) forget(key string) {
 	if el, ok := c.byKey[key]; ok {
 		c.removeLocked(el)
 	}
+	if el, ok := c.byStored[key]; ok {
+		c.removeLocked(el)
+	}
 }
 
 func (c *answerCache) removeLocked(el *list.Element) {
 	a := c.lru.Remove(el).(*cachedAnswer)
 	delete(c.byKey, a.key)
+	if stored, ok := compactStored(a.key); ok && c.byStored[stored] == el {
+		delete(c.byStored, stored)
+	}
 	c.bytes -= a.size
+}
+
+// compactStored is the key a compact ledger stores key under, when key is
+// a derived one (the only kind it shortens).
+func compactStored(key string) (string, bool) {
+	if !intent.ValidKey(key) {
+		return "", false
+	}
+	stored, err := intent.LedgerKey(key, intent.LayoutCompact)
+	return stored, err == nil
 }
 
 // len is the number of entries, expired ones included until they are met.

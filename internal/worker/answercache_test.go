@@ -54,6 +54,34 @@ func TestAnswerCacheKeepsFinalRecordsForItsAge(t *testing.T) {
 	require.False(t, ok, "a nil cache is off")
 }
 
+// An operator forgets by the operation's key or by the key a compact
+// ledger stores it under (what listings show): either drops the entry.
+func TestAnswerCacheForgetsByStoredKey(t *testing.T) {
+	t.Parallel()
+	c := newAnswerCache(time.Minute, 1<<20)
+	key := "send_email." + strings.Repeat("ab", 32)
+	stored, err := intent.LedgerKey(key, intent.LayoutCompact)
+	require.NoError(t, err)
+	require.NotEqual(t, key, stored)
+	rec := dedup.Record{Status: intent.StatusCompleted}
+	for _, name := range []string{key, stored} {
+		c.put(key, rec)
+		c.put("my-own-key", rec)
+		c.forget(name)
+		_, ok := c.get(key)
+		require.False(t, ok, "forgotten by %s", name)
+		_, ok = c.get("my-own-key")
+		require.True(t, ok, "the others stay")
+	}
+	c.put(key, rec)
+	c.forget("my-own-key")
+	c.put("other", rec)
+	require.Equal(t, 2, c.len())
+	c.forget(stored)
+	require.Equal(t, 1, c.len(), "the index follows the entries")
+	require.Empty(t, c.byStored)
+}
+
 func TestAnswerCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	t.Parallel()
 	rec := dedup.Record{Status: intent.StatusCompleted, Result: json.RawMessage(`"` + strings.Repeat("x", 1000) + `"`)}

@@ -37,9 +37,11 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) verdict 
 		if known {
 			ttl = tool.Policy.ApprovalTTL
 		}
-		if !intent.ValidKey(c.Key) && intent.CompactLedgerKey(c.Key) {
+		if !intent.ValidKey(c.Key) && intent.CompactLedgerKey(c.Key) && len(cur.Intent) > 0 {
 			// The key as a compact ledger lists it: the firing forwards the
-			// operation's own key, derived again from the kept intent.
+			// operation's own key, derived again from the kept intent. (A
+			// record that keeps none never awaited approval: the ledger
+			// refuses the approval by the key as it is.)
 			full, err := fullKey(c.Key, cur, tool, known)
 			if err != nil {
 				return w.undecided(j, err)

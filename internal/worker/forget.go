@@ -11,6 +11,8 @@ import (
 // group — and drops each key published there from the answer cache: an
 // operator deleted the key's record so that the operation may run again,
 // and a cached answer would otherwise replay it for up to the cache's age.
+// The key is the operation's or, in a compact ledger, the one it is stored
+// under; the cache finds the entry by either.
 // The subscription ends when it is unsubscribed.
 func (w *Worker) serveForget() (*nats.Subscription, error) {
 	subject := w.res.names.ForgetSubject()

@@ -11,9 +11,15 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// ErrInFlight: Forget refused an operation that may be firing right now
-// (pending with a live lease, or approved).
-var ErrInFlight = errors.New("client: operation in flight")
+var (
+	// ErrInFlight: Forget refused an operation that may be firing right now
+	// (dedup.ErrInFlight: pending with a live lease, approved, or pending
+	// past its lease with a holder that is alive).
+	ErrInFlight = errors.New("client: operation in flight")
+	// ErrUnresolved: Forget, not forced, refused an unresolved operation
+	// (dedup.ErrUnresolved); the message says what forcing it risks.
+	ErrUnresolved = errors.New("client: operation unresolved")
+)
 
 // Records returns one page of the ledger's records that q selects, in the
 // order they were last written; pass the page's Next as q.After for the
@@ -34,12 +40,17 @@ func (c *Client) Records(ctx context.Context, q dedup.Query) (dedup.Page, error)
 // Forget deletes key's ledger record, so that the operation may run again,
 // and tells every worker to drop the key from its answer cache (a plain NATS
 // message on Names.ForgetSubject: a worker that misses it answers from its
-// cache for at most its answer-cache age). It returns the record removed. It
-// refuses an operation that may be firing now (ErrInFlight). When the key
+// cache for at most its answer-cache age). key is the operation's key or,
+// in a compact ledger, its stored key. It returns the record removed.
+//
+// A final record is forgotten. An unresolved one is refused with
+// ErrUnresolved unless opts has dedup.Forced(), and one that may be firing
+// now with ErrInFlight (see dedup.Ledger.Forget: a forced forget of a record
+// pending past its lease waits one more lease, bounded by ctx). When the key
 // has no record it still tells the workers, and returns ErrNotFound. It is
 // the client's one write to the ledger: its NATS user needs to delete on the
 // ledger's subjects (docs/security.md, the gateway role).
-func (c *Client) Forget(ctx context.Context, key string) (dedup.Record, error) {
+func (c *Client) Forget(ctx context.Context, key string, opts ...dedup.ForgetOption) (dedup.Record, error) {
 	if key == "" {
 		return dedup.Record{}, fmt.Errorf("client: %w: forget: no key", intent.ErrInvalid)
 	}
@@ -47,10 +58,12 @@ func (c *Client) Forget(ctx context.Context, key string) (dedup.Record, error) {
 	if err != nil {
 		return dedup.Record{}, err
 	}
-	rec, err := l.Forget(ctx, key)
+	rec, err := l.Forget(ctx, key, opts...)
 	switch {
 	case errors.Is(err, dedup.ErrInFlight):
 		return rec, fmt.Errorf("%w: %w", ErrInFlight, err)
+	case errors.Is(err, dedup.ErrUnresolved):
+		return rec, fmt.Errorf("%w: %w", ErrUnresolved, err)
 	case errors.Is(err, dedup.ErrNotFound):
 		err = fmt.Errorf("%w: %s", ErrNotFound, key)
 	case err != nil:

@@ -19,9 +19,10 @@ const maxDecideRounds = 8
 // with the approval in its record (the caller then fires). fingerprint, when
 // not empty, must equal the record's: an approval binds to the arguments the
 // operator saw. Approving an approved operation again changes nothing and is
-// not an error; so is approving one that is already firing or answered — the
-// record is returned as it is, so that the caller answers with it. It returns
-// ErrNotFound, ErrFingerprintMismatch, or ErrWrongState (denied, uncertain).
+// not an error; so is approving one that is already firing or answered after
+// its approval — the record is returned as it is, so that the caller answers
+// with it. It returns ErrNotFound, ErrFingerprintMismatch, or ErrWrongState
+// (denied, uncertain, or an operation that never awaited approval).
 func (l *Ledger) Approve(ctx context.Context, key, fingerprint, by, reason string, ttl time.Duration) (Record, uint64, error) {
 	if ttl <= 0 {
 		return Record{}, 0, fmt.Errorf("%w: approve %s: ttl %s: use a positive duration", ErrInvalid, key, ttl)
@@ -33,6 +34,9 @@ func (l *Ledger) Approve(ctx context.Context, key, fingerprint, by, reason strin
 		switch rec.Status {
 		case intent.StatusAwaitingApproval:
 		case intent.StatusApproved, intent.StatusPending, intent.StatusCompleted, intent.StatusFailed:
+			if rec.Decision == nil || rec.Decision.Op != intent.ControlApprove {
+				return false, fmt.Errorf("%w: %s, and it never awaited approval", ErrWrongState, rec.Status)
+			}
 			return false, nil // approved already: the same answer
 		default:
 			return false, fmt.Errorf("%w: %s", ErrWrongState, rec.Status)

@@ -11,34 +11,75 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// ErrInFlight: Forget found the operation firing or about to fire (pending
-// with a live lease, or approved); removing its record then would let a
-// retry fire it a second time. Wait for its outcome, or for the lease to
-// run out, and forget it then.
-var ErrInFlight = errors.New("dedup: operation in flight")
+var (
+	// ErrInFlight: Forget (or Migrate) found the operation firing or about
+	// to fire — pending with a live lease, approved, or pending past its
+	// lease with a holder that wrote its record again within one more lease
+	// (stalled, not gone). Removing its record then would let a retry fire it
+	// a second time. Wait for its outcome.
+	ErrInFlight = errors.New("dedup: operation in flight")
+
+	// ErrUnresolved: Forget, not forced (Forced), found the operation
+	// unresolved — pending, awaiting approval or uncertain. The error's
+	// message says what forgetting that record risks.
+	ErrUnresolved = errors.New("dedup: operation unresolved")
+)
+
+// ForgetOption changes what Forget accepts.
+type ForgetOption func(*forgetOptions)
+
+type forgetOptions struct {
+	forced bool
+}
+
+// Forced makes Forget delete an unresolved record too (pending, awaiting
+// approval, uncertain), which lets the next call of the operation fire it
+// again: an uncertain operation's holder may have fired it already, and an
+// operation awaiting approval loses its request. A pending record is deleted
+// only when nobody can be firing it — released after a transient failure,
+// or with a lease that ran out and a record that then stays unchanged for
+// one more lease on the caller's clock, as a takeover requires — so Forget
+// waits that long (bounded by ctx). A record that is approved, or pending
+// with a live lease, is refused (ErrInFlight) even so.
+func Forced() ForgetOption { return func(o *forgetOptions) { o.forced = true } }
 
 // Forget deletes key's record so that the operation may run again: the next
-// intent of the key claims it as if it were new. It refuses (ErrInFlight) a
-// record whose holder may be firing right now — pending with a live lease —
-// or that an operator approved, and returns ErrNotFound when the key has no
-// record. The delete is a compare-and-set on the revision it judged, so a
-// record that changed meanwhile is judged again. It returns the record it
+// intent of the key claims it as if it were new. It returns the record it
 // removed.
+//
+// A final record (completed, failed, denied) is deleted. An unresolved one is
+// refused with ErrUnresolved unless Forced; a record whose holder may be
+// firing right now — pending with a live lease, or approved — is refused with
+// ErrInFlight, forced or not. A pending record past its lease is not proof
+// that its holder is gone: a holder that is only stalled (a pause, a
+// partition from NATS) goes on firing when it wakes. So a forced Forget
+// watches it for one more lease first, as a takeover does, and refuses it
+// (ErrInFlight) when it changes meanwhile. It returns ErrNotFound when the
+// key has no record. The delete is a compare-and-set on the revision it
+// judged, so a record that changed meanwhile is judged again.
 //
 // Workers may still answer the key from their answer caches; a front door
 // also tells them to forget it (intent.Names.ForgetSubject).
-func (l *Ledger) Forget(ctx context.Context, key string) (Record, error) {
+func (l *Ledger) Forget(ctx context.Context, key string, opts ...ForgetOption) (Record, error) {
 	if p := l.at(key); p != l {
-		return p.Forget(ctx, key)
+		return p.Forget(ctx, key, opts...)
+	}
+	var o forgetOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
 	for round := range maxDecideRounds {
 		rec, rev, err := l.Get(ctx, key)
 		if err != nil {
 			return Record{}, fmt.Errorf("forget: %w", err)
 		}
-		if rec.Status == intent.StatusApproved ||
-			(rec.Status == intent.StatusPending && !rec.Released() && !rec.LeaseExpired(l.clock())) {
-			return rec, fmt.Errorf("forget %s: %w: %s until %s", key, ErrInFlight, rec.Status, rec.LeaseUntil.Format("15:04:05.000Z07:00"))
+		if err := forgettable(rec, l.clock(), o.forced); err != nil {
+			return rec, fmt.Errorf("forget %s: %w", key, err)
+		}
+		if abandoning(rec, l.clock()) {
+			if err := l.confirmGone(ctx, key, rec, rev); err != nil {
+				return rec, fmt.Errorf("forget %s: %w", key, err)
+			}
 		}
 		sk, err := l.stored(key)
 		if err != nil {
@@ -48,9 +89,7 @@ func (l *Ledger) Forget(ctx context.Context, key string) (Record, error) {
 		if err == nil {
 			return rec, nil
 		}
-		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) || (apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence &&
-			apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		if !wrongLastSequence(err) {
 			return Record{}, fmt.Errorf("forget %s: %w", key, err)
 		}
 		// Changed since the read (or, on a replicated bucket, a write of
@@ -60,4 +99,71 @@ func (l *Ledger) Forget(ctx context.Context, key string) (Record, error) {
 		}
 	}
 	return Record{}, fmt.Errorf("forget %s: %w", key, ErrContended)
+}
+
+// forgettable returns nil when rec may be deleted at now (forced or not), or
+// the error that says why not.
+func forgettable(rec Record, now time.Time, forced bool) error {
+	switch {
+	case rec.Status == intent.StatusApproved:
+		return fmt.Errorf("%w: approved: a worker fires it now; wait for its outcome", ErrInFlight)
+	case rec.Status == intent.StatusPending && !rec.Released() && !rec.LeaseExpired(now):
+		return fmt.Errorf("%w: pending: its holder %s has its lease until %s and may be firing it now; wait for its outcome",
+			ErrInFlight, rec.Holder, rec.LeaseUntil.Format(time.RFC3339Nano))
+	case rec.Status.Final() || forced:
+		return nil
+	case rec.Status == intent.StatusPending && rec.Released():
+		return fmt.Errorf("%w: pending: released after a transient failure, and the next call retries it anyway; "+
+			"forgetting it drops its count of attempts", ErrUnresolved)
+	case rec.Status == intent.StatusPending:
+		return fmt.Errorf("%w: pending: its holder %s's lease ran out at %s, but a holder that is only stalled (a pause, "+
+			"a partition) still fires it when it wakes, and forgetting the record lets the next call fire it a second time; "+
+			"forced, it is forgotten only once its record stays unchanged for one more lease (%s)",
+			ErrUnresolved, rec.Holder, rec.LeaseUntil.Format(time.RFC3339Nano), rec.leaseLength())
+	case rec.Status == intent.StatusAwaitingApproval:
+		return fmt.Errorf("%w: awaiting approval: forgetting it drops the request, and the next call asks again; deny it instead", ErrUnresolved)
+	case rec.Status == intent.StatusUncertain:
+		return fmt.Errorf("%w: uncertain: its holder may have fired it, and forgetting it lets the next call fire it again; "+
+			"resolve it instead with what happened downstream", ErrUnresolved)
+	}
+	return fmt.Errorf("%w: %s", ErrUnresolved, rec.Status)
+}
+
+// abandoning reports whether rec is pending with a holder whose lease ran
+// out at now: the holder may be gone, or only stalled.
+func abandoning(rec Record, now time.Time) bool {
+	return rec.Status == intent.StatusPending && !rec.Released() && rec.LeaseExpired(now)
+}
+
+// leaseLength is the length of the lease rec's holder took: a claim, a
+// takeover and an extension each write lease_until as updated_at plus the
+// lease, on the holder's clock. DefaultLease when the record does not say.
+func (r Record) leaseLength() time.Duration {
+	if d := r.LeaseUntil.Sub(r.UpdatedAt); d > 0 {
+		return d
+	}
+	return DefaultLease
+}
+
+// confirmGone watches key's record, at revision rev past its lease, for one
+// more lease (rec's) on this process's clock, and returns nil when it stayed
+// there — its holder is gone, as a takeover judges it (WaitChange) — or an
+// error matching ErrInFlight when it was written meanwhile: the holder is
+// alive. An error of ctx, or a ledger that could not be read, is returned
+// as it is: the grace proved nothing.
+func (l *Ledger) confirmGone(ctx context.Context, key string, rec Record, rev uint64) error {
+	grace := rec.leaseLength()
+	gctx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	changed, err := l.WaitChange(gctx, key, rev)
+	switch {
+	case err != nil:
+		return err
+	case changed:
+		return fmt.Errorf("%w: pending: its holder %s wrote its record within one more lease after its lease ran out: "+
+			"it is alive and may be firing it; wait for its outcome", ErrInFlight, rec.Holder)
+	case ctx.Err() != nil:
+		return fmt.Errorf("the record must stay unchanged for one more lease (%s) before it is forgotten: %w", grace, ctx.Err())
+	}
+	return nil
 }

@@ -276,32 +276,3 @@ func TestList(t *testing.T) {
 		})
 	}
 }
-
-// Forget deletes a settled record so that the key is claimed afresh; it
-// refuses an operation that may be firing now, and an unknown key.
-func TestForget(t *testing.T) {
-	t.Parallel()
-	b := newListBundle(t, []*server.Server{backends[0].start(t)[0]}, 1, "FORGET_TEST", intent.LayoutFull)
-	lease := b.claim(t, "send_email.f1", "send_email", "s")
-
-	_, err := b.ledger.Forget(b.ctx, "send_email.f1")
-	require.ErrorIs(t, err, dedup.ErrInFlight, "a live lease: the holder may be firing")
-	_, err = lease.Complete(b.ctx, json.RawMessage(`{"id":1}`), 1)
-	require.NoError(t, err)
-
-	rec, err := b.ledger.Forget(b.ctx, "send_email.f1")
-	require.NoError(t, err)
-	require.Equal(t, intent.StatusCompleted, rec.Status, "it returns what it removed")
-	_, _, err = b.ledger.Get(b.ctx, "send_email.f1")
-	require.ErrorIs(t, err, dedup.ErrNotFound)
-	b.claim(t, "send_email.f1", "send_email", "s") // Acquired again: it may run again
-
-	_, err = b.ledger.Forget(b.ctx, "send_email.none")
-	require.ErrorIs(t, err, dedup.ErrNotFound)
-
-	// An abandoned claim (its lease ran out) may be forgotten.
-	b.claim(t, "send_email.f2", "send_email", "s")
-	b.advance(2 * time.Minute)
-	_, err = b.ledger.Forget(b.ctx, "send_email.f2")
-	require.NoError(t, err)
-}

@@ -59,7 +59,10 @@ type MigrateReport struct {
 // the work stream's consumer: Migrate cannot see it). It refuses (with
 // ErrInFlight, writing nothing) while any record is pending with a live
 // lease or approved — a holder may be firing it — and refuses a key the new
-// layout cannot store (ErrInvalid).
+// layout cannot store (ErrInvalid). A record pending past its lease must
+// stay unchanged for one more lease first, as for a takeover (a holder that
+// is only stalled writes it again when it wakes), so Migrate then waits
+// that long before it changes anything.
 //
 // It marks the ledger (MigratingMetadata), so that nothing opens it
 // meanwhile; creates the new partitions' buckets with partition 0's
@@ -100,12 +103,16 @@ func Migrate(ctx context.Context, js jetstream.JetStream, bucket string, cfg Mig
 	// nothing in flight.
 	now := time.Now()
 	found := 0
+	var stale []staleLease
 	for _, p := range old.partitions() {
 		err := p.each(ctx, func(r Listed) error {
 			found++
 			if r.Status == intent.StatusApproved || (r.Status == intent.StatusPending && !r.Released() && !r.LeaseExpired(now)) {
 				return fmt.Errorf("migrate ledger %s: %w: %s is %s (lease until %s): stop the workers and let it settle first",
 					bucket, ErrInFlight, r.Key, r.Status, r.LeaseUntil.Format(time.RFC3339))
+			}
+			if abandoning(r.Record, now) {
+				stale = append(stale, staleLease{p, r})
 			}
 			if _, err := intent.LedgerKey(r.Key, to.layout); err != nil {
 				return fmt.Errorf("migrate ledger %s to layout %d: %w", bucket, to.layout, err)
@@ -115,6 +122,9 @@ func Migrate(ctx context.Context, js jetstream.JetStream, bucket string, cfg Mig
 		if err != nil {
 			return rep, err
 		}
+	}
+	if err := confirmAllGone(ctx, stale); err != nil {
+		return rep, fmt.Errorf("migrate ledger %s: %w", bucket, err)
 	}
 	if from == to && md[MigratingMetadata] == "" {
 		rep.Records = found
@@ -229,6 +239,55 @@ func (l *Ledger) moveIn(ctx context.Context, from *Ledger, stream jetstream.Stre
 		return resumed, true, fmt.Errorf("%s: purge its old copy: %w", r.Key, err)
 	}
 	return resumed, true, nil
+}
+
+// staleLease is a record pending past its lease, in its partition.
+type staleLease struct {
+	p *Ledger
+	r Listed
+}
+
+// confirmAllGone waits until every record of stale has stayed at its
+// revision for one more lease (its own) on this process's clock, and returns
+// an error matching ErrInFlight when one was written meanwhile: its holder
+// is alive. The grace counts only while the ledger answers: it is read at
+// eight points of the wait, and a read that fails ends it with that error.
+// One wait covers them all, and the revisions are read again at its end.
+func confirmAllGone(ctx context.Context, stale []staleLease) error {
+	if len(stale) == 0 {
+		return nil
+	}
+	start := time.Now()
+	var grace time.Duration
+	for _, s := range stale {
+		grace = max(grace, s.r.leaseLength())
+	}
+	probe := max(grace/8, 10*time.Millisecond)
+	changed := func(s staleLease) error {
+		e, err := s.p.read(ctx, s.r.Key)
+		if err != nil {
+			return fmt.Errorf("%s: ledger unreadable, grace not counted: %w", s.r.Key, err)
+		}
+		if e.rev != s.r.Revision {
+			return fmt.Errorf("%w: %s was pending past its lease (until %s) and its holder %s wrote it again within one more lease: "+
+				"it is alive; stop it and let the operation settle first", ErrInFlight, s.r.Key, s.r.LeaseUntil.Format(time.RFC3339), s.r.Holder)
+		}
+		return nil
+	}
+	for time.Since(start) < grace {
+		if err := pause(ctx, min(probe, grace-time.Since(start))); err != nil {
+			return fmt.Errorf("records pending past their lease must stay unchanged for one more lease (%s): %w", grace, err)
+		}
+		if err := changed(stale[0]); err != nil {
+			return err
+		}
+	}
+	for _, s := range stale {
+		if err := changed(s); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // each calls f for every live record of l (one bucket), in stream order,

@@ -32,7 +32,7 @@ func TestMigrate(t *testing.T) {
 	l, err := dedup.Open(ctx, js, cfg)
 	require.NoError(t, err)
 	// Pending records whose holders are gone: claimed an hour ago with a
-	// minute's lease.
+	// two seconds' lease (each run confirms them gone for one more lease).
 	past, err := dedup.Open(ctx, js, cfg, dedup.WithClock(func() time.Time { return time.Now().Add(-time.Hour) }))
 	require.NoError(t, err)
 
@@ -42,6 +42,7 @@ func TestMigrate(t *testing.T) {
 		keys[i] = partKey("send_email", 1000+i)
 		req := dedup.ClaimRequest{Key: keys[i], Tool: "send_email", Fingerprint: "fp-" + strconv.Itoa(i), Holder: "w1", Lease: time.Minute}
 		if i%4 == 3 {
+			req.Lease = 2 * time.Second
 			res, err := past.Claim(ctx, req)
 			require.NoError(t, err)
 			require.Equal(t, dedup.Acquired, res.Outcome)

@@ -8,8 +8,10 @@ answer back to the model as a tool result.
     make run                                   # in another terminal
     python3 clients/python/examples/agent_loop.py
 
-IDEMGATE_URL (default http://127.0.0.1:8080) and IDEMGATE_TOKEN (default: the
-file data/agent.token that make run writes) say where and as whom.
+IDEMGATE_URL (default http://127.0.0.1:8080, make run's GATEWAY_PORT) and
+IDEMGATE_TOKEN (default: the file data/agent.token that make run writes) say
+where and as whom: with make run on other ports, set IDEMGATE_URL, e.g.
+IDEMGATE_URL=http://127.0.0.1:8090 for GATEWAY_PORT=8090.
 """
 
 import json
@@ -20,7 +22,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from idemgate import (AwaitingApproval, Client, Completed, Conflict, Denied, Failed, IdemgateError,  # noqa: E402
-                      InFlight, Rejected, Uncertain)
+                      InFlight, Rejected, Uncertain, Unavailable)
 
 # What the model asks for, turn by turn (tool, args, the model's tool_call_id).
 SCRIPT = [
@@ -70,6 +72,9 @@ def main() -> int:
             answer = client.call(tool, args, session=session, call_id=call_id, wait=60)
         except IdemgateError as e:
             print(f"{call_id} {tool}: {e}", file=sys.stderr)
+            if isinstance(e, Unavailable) and e.status == 0:
+                print(f"no front door at {url}: started with other ports (GATEWAY_PORT=...)? "
+                      "set IDEMGATE_URL, e.g. IDEMGATE_URL=http://127.0.0.1:8090", file=sys.stderr)
             return 1
         kind = type(answer).__name__ + (" (replayed)" if getattr(answer, "replayed", False) else "")
         print(f"{call_id} {tool}: {kind} -> {tool_result(answer)}")

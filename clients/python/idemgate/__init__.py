@@ -7,13 +7,13 @@ Python standard library, and the protocol's key derivation
 
 from .canonical import InvalidJSON, canonicalize, loads
 from .client import (Answer, AwaitingApproval, BadRequest, Client, Completed, Conflict, Denied, Failed, Forbidden,
-                     IdemgateError, InFlight, NotFound, Page, RateLimited, Rejected, Unauthorized, Unavailable,
-                     Uncertain)
+                     IdemgateError, InFlight, NotFound, Page, RateLimited, Redirected, Rejected, Unauthorized,
+                     Unavailable, Uncertain)
 from .derive import Identity, KeySpec, derive, derive_envelope, parse_envelope
 
 __all__ = [
     "Client", "Answer", "Completed", "Failed", "Conflict", "Rejected", "Denied", "AwaitingApproval", "Uncertain",
     "InFlight", "Page", "IdemgateError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "RateLimited",
-    "Unavailable", "InvalidJSON", "canonicalize", "loads", "Identity", "KeySpec", "derive", "derive_envelope",
+    "Redirected", "Unavailable", "InvalidJSON", "canonicalize", "loads", "Identity", "KeySpec", "derive", "derive_envelope",
     "parse_envelope",
 ]

@@ -10,6 +10,11 @@
 A call is safe to repeat: the same operation fires at most once, so ``call``
 itself repeats a request whose answer did not come (a lost connection, a 409
 while the operation is in flight, a 429 or 503) until its wait runs out.
+
+The client follows no redirect: the front door never answers one, and
+following it would hand the bearer token (and a tool call's arguments) to
+whatever host the Location names. A 3xx raises ``Redirected``; point
+``base_url`` at the front door itself (https:// if it serves TLS).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from .derive import Identity, KeySpec, derive
 __all__ = [
     "Client", "Answer", "Completed", "Failed", "Conflict", "Rejected", "Denied", "AwaitingApproval", "Uncertain",
     "InFlight", "Page", "IdemgateError", "Unauthorized", "Forbidden", "NotFound", "RateLimited", "Unavailable",
-    "BadRequest",
+    "BadRequest", "Redirected",
 ]
 
 DEFAULT_WAIT = 180.0  # seconds: longer than a crashed worker's recovery at the default lease
@@ -152,6 +157,23 @@ class Unavailable(IdemgateError):
     """The front door, NATS or the workers cannot be reached (503, 504, a lost connection)."""
 
 
+class Redirected(IdemgateError):
+    """The server answered a redirect (3xx), which the client does not follow:
+    the bearer token goes to base_url's origin only. ``location`` is where it
+    pointed."""
+
+    def __init__(self, status, location: str | None, message: str):
+        super().__init__(status, message=message)
+        self.location = location
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: the 3xx reaches the caller as an HTTPError."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
 @dataclass
 class _Response:
     status: int
@@ -179,14 +201,16 @@ class Client:
     several threads (each request is its own connection)."""
 
     def __init__(self, base_url: str, token: str, *, namespace: str | None = None, timeout: float = 30.0):
-        """base_url is e.g. http://127.0.0.1:8080; namespace, when given, is the
-        token's namespace, which derive() needs to compute the keys the front
-        door computes; timeout bounds requests that do not wait for an answer."""
+        """base_url is e.g. http://127.0.0.1:8080; namespace is the token's
+        namespace, which derive() needs to compute the keys the front door
+        computes: learned from the front door when not given (and checked
+        when given); timeout bounds requests that do not wait for an answer."""
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.namespace = namespace
         self.timeout = timeout
         self._specs: dict[str, KeySpec] = {}
+        self._opener = urllib.request.build_opener(_NoRedirect)
 
     # -- transport --
 
@@ -201,10 +225,15 @@ class Client:
         for k, v in (headers or {}).items():
             req.add_header(k, v)
         try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
+            with self._opener.open(req, timeout=timeout or self.timeout) as resp:
                 return _Response(resp.status, resp.headers, self._decode(resp.read()))
         except urllib.error.HTTPError as e:
             with e:
+                if 300 <= e.code < 400:
+                    location = e.headers.get("Location")
+                    raise Redirected(e.code, location, f"{method} {path}: answered {e.code} to {location!r}, which the client "
+                                     "does not follow (it would take the token there): set base_url to the front door "
+                                     "itself") from None
                 return _Response(e.code, e.headers, self._decode(e.read()))
         except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
             raise Unavailable(0, message=f"{method} {path}: {getattr(e, 'reason', e)}") from e
@@ -323,10 +352,19 @@ class Client:
         return resp.body
 
     def tools(self) -> list[dict]:
-        """The workers' tool catalogue."""
+        """The workers' tool catalogue. The answer also tells the token's
+        namespace (Idem-Namespace), which derive() needs: it is remembered,
+        and a namespace given to the constructor that is not the token's
+        raises ValueError."""
         resp = self._request("GET", "/v1/tools")
         if resp.status != 200:
             self._raise(resp)
+        ns = resp.headers.get("Idem-Namespace")
+        if ns is not None:
+            if self.namespace is not None and self.namespace != ns:
+                raise ValueError(f"namespace={self.namespace!r} was given, but the token's namespace is {ns!r}: "
+                                 "derived keys would not be the front door's")
+            self.namespace = ns
         tools = resp.body["tools"]
         for t in tools:
             self._specs[t["name"]] = KeySpec.of(t)
@@ -335,11 +373,17 @@ class Client:
     def derive(self, tool: str, args: Mapping[str, Any] | None = None, *, session: str | None = None,
                key: str | None = None, created_at: str | None = None) -> Identity:
         """The key and fingerprint the front door derives for a call: the tool's
-        key spec from the catalogue, the session within the namespace."""
-        if tool not in self._specs:
+        key spec from the catalogue, the session within the token's namespace
+        (learned from the catalogue's answer). Raises ValueError when the
+        namespace is unknown (a front door that does not tell it: give the
+        constructor namespace=)."""
+        if tool not in self._specs or self.namespace is None:
             self.tools()
+        if self.namespace is None:
+            raise ValueError("the token's namespace is unknown, and every session is scoped by it: "
+                             "give Client(..., namespace=...) to derive the front door's keys")
         scoped = session or ""
-        if self.namespace and self.namespace != "*":
+        if self.namespace != "*":
             scoped = self.namespace + ("/" + session if session else "")
         return derive(tool, args, spec=self._specs.get(tool), session=scoped, key=key, created_at=created_at)
 
@@ -392,9 +436,19 @@ class Client:
         """Settles an uncertain operation: outcome "succeeded" (with result) or "failed"."""
         return self._decide("resolve", key, _drop_none({"outcome": outcome, "result": result, "reason": reason}), wait)
 
-    def forget(self, key: str) -> dict:
-        """Deletes a settled operation's record so that it may run again."""
-        resp = self._request("DELETE", "/v1/operations/" + urllib.parse.quote(key, safe=""))
+    def forget(self, key: str, *, force: bool = False, timeout: float | None = None) -> dict:
+        """Deletes a settled operation's record so that it may run again. An
+        unresolved one (pending, awaiting approval, uncertain) raises
+        IdemgateError with code "unresolved", whose detail says what forcing
+        risks, unless force; one that may be firing now raises code
+        "in_flight", forced or not. A forced forget of an operation pending
+        past its lease answers after one more lease (timeout defaults to the
+        client's plus 5 minutes)."""
+        path = "/v1/operations/" + urllib.parse.quote(key, safe="")
+        if force:
+            path += "?force=true"
+            timeout = timeout or self.timeout + 300
+        resp = self._request("DELETE", path, timeout=timeout)
         if resp.status != 200:
             self._raise(resp)
         return resp.body

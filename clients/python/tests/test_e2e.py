@@ -7,7 +7,7 @@ import concurrent.futures
 import os
 import unittest
 
-from idemgate import (AwaitingApproval, Client, Completed, Conflict, Forbidden, NotFound, Rejected)
+from idemgate import (AwaitingApproval, Client, Completed, Conflict, Forbidden, IdemgateError, NotFound, Rejected)
 
 URL = os.environ.get("IDEMGATE_URL")
 
@@ -91,6 +91,28 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(out["forgotten"], done.key)
         with self.assertRaises(NotFound):
             self.agent.operation(done.key)
+
+        # An unresolved operation is refused unless forced.
+        parked = self.agent.call("refund", {"order_id": "o-forget", "amount": 1})
+        self.assertIsInstance(parked, AwaitingApproval, parked)
+        with self.assertRaises(IdemgateError) as refused:
+            self.operator.forget(parked.key)
+        self.assertEqual((refused.exception.status, refused.exception.code), (409, "unresolved"))
+        self.assertIn("force", refused.exception.detail)
+        self.assertEqual(self.operator.forget(parked.key, force=True)["record"]["status"], "awaiting_approval")
+
+    def test_derive_learns_the_namespace(self):
+        # The other agent's client was given no namespace: it learns its
+        # token's from the front door, and derives the front door's key.
+        args = {"to": "cy@example.com", "subject": "Derived"}
+        done = self.other.call("send_email", args, session="run-9")
+        self.assertIsInstance(done, Completed, done)
+        self.assertEqual(self.other.derive("send_email", args, session="run-9").key, done.key)
+        self.assertIsNotNone(self.other.namespace)
+        # A namespace that is not the token's is refused, not used.
+        wrong = Client(URL, os.environ["IDEMGATE_TOKEN"], namespace=self.other.namespace)
+        with self.assertRaises(ValueError):
+            wrong.derive("send_email", args, session="run-9")
 
 
 if __name__ == "__main__":
