@@ -57,13 +57,19 @@ func WithReplyGrace(d time.Duration) Option { return func(o *options) { o.replyG
 // Client publishes intents and waits for their answers. It is safe for
 // concurrent use.
 type Client struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	names  intent.Names
-	grace  time.Duration
-	mu     sync.Mutex
-	specs  map[string]toolSpec
-	ledger *dedup.Reader // opened on first use
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	names intent.Names
+	grace time.Duration
+	mu    sync.Mutex
+	specs map[string]toolSpec
+	// ledger is the client's read side of the ledger, opened on first use
+	// and again after a migration changed its shape; shapeAt is when the
+	// shape it was opened in was last found to be the ledger's. shapeMu
+	// serialises those looks.
+	ledger  *dedup.Reader
+	shapeAt time.Time
+	shapeMu sync.Mutex
 	// forgetter is the one ledger the client writes with (Forget).
 	forgetter *dedup.Ledger
 }
@@ -401,11 +407,7 @@ func (s *Submission) relearn(ctx context.Context) error {
 // workers confirm the holder gone before they take it over). Publish dedup
 // must never make an operation un-retryable: the ledger is the guarantee.
 func (s *Submission) republishIfUnrecorded(ctx context.Context) error {
-	r, err := s.c.reader(ctx)
-	if err != nil {
-		return nil // the ledger watch reports it
-	}
-	rec, _, err := r.Get(ctx, s.Key)
+	rec, err := s.c.get(ctx, s.Key)
 	switch {
 	case errors.Is(err, dedup.ErrNotFound):
 	case err != nil:
@@ -436,14 +438,33 @@ func (s *Submission) fromRecord(rec dedup.Record) *intent.Result {
 // Get reads key's ledger record (from the stream leader). It returns
 // ErrNotFound when there is none.
 func (c *Client) Get(ctx context.Context, key string) (dedup.Record, error) {
+	rec, err := c.get(ctx, key)
+	if errors.Is(err, dedup.ErrNotFound) {
+		return rec, fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
+	return rec, err
+}
+
+// get reads key's record from the ledger as it is shaped now: a read that
+// misses looks at the ledger's recorded shape again, and reads once more
+// when a migration changed it.
+func (c *Client) get(ctx context.Context, key string) (dedup.Record, error) {
 	r, err := c.reader(ctx)
 	if err != nil {
 		return dedup.Record{}, err
 	}
 	rec, _, err := r.Get(ctx, key)
-	if errors.Is(err, dedup.ErrNotFound) {
-		return rec, fmt.Errorf("%w: %s", ErrNotFound, key)
+	if !errors.Is(err, dedup.ErrNotFound) {
+		return rec, err
 	}
+	now, rerr := c.readerAsOf(ctx, missRecheck, true)
+	if rerr != nil {
+		return dedup.Record{}, rerr
+	}
+	if now == r {
+		return rec, err
+	}
+	rec, _, err = now.Get(ctx, key)
 	return rec, err
 }
 
@@ -461,8 +482,10 @@ func (c *Client) Watch(ctx context.Context, key string) (dedup.Record, error) {
 
 // waitLedger waits for key's record to satisfy accept, watching the
 // ledger; a ledger that cannot be reached is watched again, backing off,
-// until ctx ends: a caller outlives an outage of the ledger. A ledger whose
-// key layout this client does not know is reported at once.
+// until ctx ends: a caller outlives an outage of the ledger. A migration of
+// the ledger (its shape changed, or marked as under way) moves the watch to
+// the key's new place once it is done. A ledger whose key layout this client
+// does not know is reported at once.
 func (c *Client) waitLedger(ctx context.Context, key string, accept func(dedup.Record) bool) (dedup.Record, error) {
 	pause := 250 * time.Millisecond
 	for {
@@ -472,9 +495,12 @@ func (c *Client) waitLedger(ctx context.Context, key string, accept func(dedup.R
 		}
 		if err == nil {
 			var rec dedup.Record
-			rec, _, err = r.WaitFor(ctx, key, accept)
-			if err == nil || errors.Is(err, dedup.ErrInvalid) {
+			rec, err = c.waitOn(ctx, r, key, accept)
+			switch {
+			case err == nil, errors.Is(err, dedup.ErrInvalid):
 				return rec, err
+			case errors.Is(err, errReshaped):
+				continue // opened again in its new shape: watch there at once
 			}
 		}
 		select {
@@ -486,17 +512,111 @@ func (c *Client) waitLedger(ctx context.Context, key string, accept func(dedup.R
 	}
 }
 
-// reader returns the client's read side of the ledger, opening it on first
-// use.
-func (c *Client) reader(ctx context.Context) (*dedup.Reader, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ledger != nil {
-		return c.ledger, nil
+// errReshaped: a watch ended because the ledger's shape is no longer the
+// one it watched in.
+var errReshaped = errors.New("client: the ledger's shape changed")
+
+// waitOn watches key on r until its record satisfies accept. Every
+// shapeRecheck it asks whether r is still the ledger's shape: a key whose
+// partition or KV key a migration moved would never be answered where it
+// was watched, so it ends the watch with errReshaped (or the migration's
+// error while one is under way).
+func (c *Client) waitOn(ctx context.Context, r *dedup.Reader, key string, accept func(dedup.Record) bool) (dedup.Record, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan ledgerAnswer, 1)
+	go func() {
+		rec, _, err := r.WaitFor(wctx, key, accept)
+		done <- ledgerAnswer{rec, err}
+	}()
+	tick := time.NewTicker(shapeRecheck)
+	defer tick.Stop()
+	for {
+		select {
+		case a := <-done:
+			return a.rec, a.err
+		case <-tick.C:
+			now, err := c.reader(ctx)
+			if errors.Is(err, dedup.ErrMigrating) || (err == nil && now != r) {
+				cancel()
+				if a := <-done; a.err == nil {
+					return a.rec, nil // answered meanwhile
+				}
+				if err != nil {
+					return dedup.Record{}, err
+				}
+				return dedup.Record{}, errReshaped
+			}
+		}
 	}
-	var err error
-	if c.ledger, err = dedup.OpenReader(ctx, c.js, c.names.Bucket); err != nil {
+}
+
+// How often a client looks at the shape the ledger records (its partition
+// count and key layout, which a migration changes under running clients):
+// shapeRecheck while it uses the ledger, missRecheck when a read misses.
+const (
+	shapeRecheck = 5 * time.Second
+	missRecheck  = 250 * time.Millisecond
+)
+
+// reader returns the client's read side of the ledger, opening it on first
+// use, and again when the ledger's recorded shape is no longer the one it
+// was opened in (looked at once per shapeRecheck).
+func (c *Client) reader(ctx context.Context) (*dedup.Reader, error) {
+	return c.readerAsOf(ctx, shapeRecheck, false)
+}
+
+// readerAsOf is reader, looking at the ledger's shape when it was last
+// looked at more than age ago. A caller that finds another's look under way
+// goes on with the reader it has, unless it waits for the look's outcome
+// (a read that missed); the first open is waited for.
+func (c *Client) readerAsOf(ctx context.Context, age time.Duration, wait bool) (*dedup.Reader, error) {
+	c.mu.Lock()
+	r, due := c.ledger, time.Since(c.shapeAt) > age
+	c.mu.Unlock()
+	if r != nil && !due {
+		return r, nil
+	}
+	if r != nil && !wait {
+		if !c.shapeMu.TryLock() {
+			return r, nil // another caller is looking
+		}
+	} else {
+		c.shapeMu.Lock()
+	}
+	defer c.shapeMu.Unlock()
+	c.mu.Lock()
+	r, due = c.ledger, time.Since(c.shapeAt) > age
+	c.mu.Unlock()
+	if r != nil && !due {
+		return r, nil // looked at while this caller waited
+	}
+	if r != nil {
+		same, err := r.Current(ctx)
+		switch {
+		case err == nil && same:
+			c.mu.Lock()
+			c.shapeAt = time.Now()
+			c.mu.Unlock()
+			return r, nil
+		case errors.Is(err, dedup.ErrMigrating):
+			c.mu.Lock()
+			c.ledger, c.forgetter = nil, nil // open it again once the migration is done
+			c.mu.Unlock()
+			return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
+		case err != nil:
+			return r, nil // cannot tell now: the reads say what is wrong
+		}
+	}
+	nr, err := dedup.OpenReader(ctx, c.js, c.names.Bucket)
+	if err != nil {
 		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
 	}
-	return c.ledger, nil
+	c.mu.Lock()
+	c.ledger, c.shapeAt = nr, time.Now()
+	if r != nil {
+		c.forgetter = nil // bound to the old shape too
+	}
+	c.mu.Unlock()
+	return nr, nil
 }
