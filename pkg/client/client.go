@@ -65,7 +65,7 @@ type Client struct {
 	specs map[string]toolSpec
 	// ledger is the client's read side of the ledger, opened on first use
 	// and again after a migration changed its shape; shapeAt is when the
-	// shape it was opened in was last found to be the ledger's. shapeMu
+	// latest look that found its shape to be the ledger's began. shapeMu
 	// serialises those looks.
 	ledger  *dedup.Reader
 	shapeAt time.Time
@@ -457,7 +457,7 @@ func (c *Client) get(ctx context.Context, key string) (dedup.Record, error) {
 	if !errors.Is(err, dedup.ErrNotFound) {
 		return rec, err
 	}
-	now, rerr := c.readerAsOf(ctx, missRecheck, true)
+	now, rerr := c.readerAsOf(ctx, time.Now(), true) // a look begun after the miss
 	if rerr != nil {
 		return dedup.Record{}, rerr
 	}
@@ -551,28 +551,26 @@ func (c *Client) waitOn(ctx context.Context, r *dedup.Reader, key string, accept
 	}
 }
 
-// How often a client looks at the shape the ledger records (its partition
-// count and key layout, which a migration changes under running clients):
-// shapeRecheck while it uses the ledger, missRecheck when a read misses.
-const (
-	shapeRecheck = 5 * time.Second
-	missRecheck  = 250 * time.Millisecond
-)
+// shapeRecheck is how often a client looks at the shape the ledger records
+// (its partition count and key layout, which a migration changes under
+// running clients) while it uses the ledger; a read that misses looks too.
+const shapeRecheck = 5 * time.Second
 
 // reader returns the client's read side of the ledger, opening it on first
 // use, and again when the ledger's recorded shape is no longer the one it
 // was opened in (looked at once per shapeRecheck).
 func (c *Client) reader(ctx context.Context) (*dedup.Reader, error) {
-	return c.readerAsOf(ctx, shapeRecheck, false)
+	return c.readerAsOf(ctx, time.Now().Add(-shapeRecheck), false)
 }
 
-// readerAsOf is reader, looking at the ledger's shape when it was last
-// looked at more than age ago. A caller that finds another's look under way
-// goes on with the reader it has, unless it waits for the look's outcome
-// (a read that missed); the first open is waited for.
-func (c *Client) readerAsOf(ctx context.Context, age time.Duration, wait bool) (*dedup.Reader, error) {
+// readerAsOf is reader, looking at the ledger's shape unless a look that
+// began at since or later found it unchanged (concurrent callers share one
+// look). A caller that finds another's look under way goes on with the
+// reader it has, unless it waits for the look's outcome (a read that
+// missed); the first open is waited for.
+func (c *Client) readerAsOf(ctx context.Context, since time.Time, wait bool) (*dedup.Reader, error) {
 	c.mu.Lock()
-	r, due := c.ledger, time.Since(c.shapeAt) > age
+	r, due := c.ledger, c.shapeAt.Before(since)
 	c.mu.Unlock()
 	if r != nil && !due {
 		return r, nil
@@ -586,17 +584,18 @@ func (c *Client) readerAsOf(ctx context.Context, age time.Duration, wait bool) (
 	}
 	defer c.shapeMu.Unlock()
 	c.mu.Lock()
-	r, due = c.ledger, time.Since(c.shapeAt) > age
+	r, due = c.ledger, c.shapeAt.Before(since)
 	c.mu.Unlock()
 	if r != nil && !due {
 		return r, nil // looked at while this caller waited
 	}
+	began := time.Now()
 	if r != nil {
 		same, err := r.Current(ctx)
 		switch {
 		case err == nil && same:
 			c.mu.Lock()
-			c.shapeAt = time.Now()
+			c.shapeAt = began
 			c.mu.Unlock()
 			return r, nil
 		case errors.Is(err, dedup.ErrMigrating):
@@ -613,7 +612,7 @@ func (c *Client) readerAsOf(ctx context.Context, age time.Duration, wait bool) (
 		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
 	}
 	c.mu.Lock()
-	c.ledger, c.shapeAt = nr, time.Now()
+	c.ledger, c.shapeAt = nr, began
 	if r != nil {
 		c.forgetter = nil // bound to the old shape too
 	}

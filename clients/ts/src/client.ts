@@ -69,8 +69,6 @@ export const HEADER_INTENT_SEQ = "Idem-Intent-Seq";
 /** How often the client looks at the ledger's recorded shape (partition count, key layout) while it uses the ledger: a migration changes it under a running client (5 s). */
 const SHAPE_RECHECK_MS = 5_000;
 
-/** At most how often a read that misses makes the client look at the ledger's shape again (250 ms). */
-const MISS_RECHECK_MS = 250;
 
 /** The ledger as the client opened it: its partitions' buckets, in partition order, and its key layout. */
 interface LedgerShape {
@@ -202,10 +200,10 @@ export class IdemClient {
   readonly #leases = new Map<string, number>();
   /** The ledger, opened on first use and again after a migration changed its shape. */
   #kv: Promise<LedgerShape> | undefined;
-  /** When the shape #kv was opened in was last found to be the ledger's (ms since the epoch). */
+  /** When the latest look that found the ledger in the shape #kv was opened in began (ms since the epoch). */
   #shapeAt = 0;
-  /** A look at the ledger's shape under way. */
-  #look: Promise<LedgerShape> | undefined;
+  /** A look at the ledger's shape under way, and when it began. */
+  #look: { began: number; shape: Promise<LedgerShape> } | undefined;
 
   /**
    * Returns a client on an open connection, which the caller keeps and closes.
@@ -442,7 +440,7 @@ export class IdemClient {
     if (e === null || e.operation !== "PUT") {
       // A miss may be a migration that moved the record: look at the
       // ledger's shape, and read its new place when it changed.
-      const now = await this.#ledger(MISS_RECHECK_MS);
+      const now = await this.#ledger(Date.now()); // a look begun after the miss
       if (now !== shape) {
         const { kv, stored } = placeOf(now, key, this.names.bucket);
         e = await kv.get(stored);
@@ -681,32 +679,39 @@ export class IdemClient {
   }
 
   /**
-   * The ledger, opened on first use; when the shape it was opened in was
-   * last found to be the ledger's more than `maxAgeMs` ago, the client looks
-   * at the shape partition 0's stream records, and opens the ledger again
-   * when a migration changed it. A look that cannot reach the server keeps
-   * the ledger as it is (its reads say what is wrong).
+   * The ledger, opened on first use; unless a look that began at `since` (ms
+   * since the epoch; default: 5 s ago) or later found the ledger in the
+   * shape it was opened in, the client looks at the shape partition 0's
+   * stream records, and opens the ledger again when a migration changed it.
+   * Concurrent callers share a look. A look that cannot reach the server
+   * keeps the ledger as it is (its reads say what is wrong).
    */
-  #ledger(maxAgeMs: number = SHAPE_RECHECK_MS): Promise<LedgerShape> {
+  #ledger(since: number = Date.now() - SHAPE_RECHECK_MS): Promise<LedgerShape> {
     if (this.#kv === undefined) {
+      const began = Date.now();
       this.#kv = this.#readShape()
-        .then((shape) => this.#open(shape))
+        .then((shape) => this.#open(shape, began))
         .catch((err: unknown) => {
           this.#kv = undefined;
           throw ledgerError(err, this.names.bucket);
         });
       return this.#kv;
     }
-    if (Date.now() - this.#shapeAt <= maxAgeMs) {
+    if (this.#shapeAt >= since) {
       return this.#kv;
     }
-    this.#look ??= this.#lookAgain(this.#kv).finally(() => {
-      this.#look = undefined;
+    if (this.#look !== undefined && this.#look.began >= since) {
+      return this.#look.shape;
+    }
+    const began = Date.now();
+    const look = this.#lookAgain(this.#kv, began).finally(() => {
+      if (this.#look?.shape === look) this.#look = undefined;
     });
-    return this.#look;
+    this.#look = { began, shape: look };
+    return look;
   }
 
-  async #lookAgain(opened: Promise<LedgerShape>): Promise<LedgerShape> {
+  async #lookAgain(opened: Promise<LedgerShape>, began: number): Promise<LedgerShape> {
     const had = await opened;
     let now: { partitions: number; layout: number };
     try {
@@ -719,10 +724,10 @@ export class IdemClient {
       return had; // cannot tell now
     }
     if (now.partitions === had.kvs.length && now.layout === had.layout) {
-      this.#shapeAt = Date.now();
+      this.#shapeAt = Math.max(this.#shapeAt, began);
       return had;
     }
-    const reopened = this.#open(now).catch((err: unknown) => {
+    const reopened = this.#open(now, began).catch((err: unknown) => {
       this.#kv = undefined;
       throw ledgerError(err, this.names.bucket);
     });
@@ -757,13 +762,13 @@ export class IdemClient {
     return { partitions: n, layout };
   }
 
-  /** Opens the buckets of a ledger of `shape`; they read from the stream leader (`allow_direct: false`). */
-  async #open(shape: { partitions: number; layout: number }): Promise<LedgerShape> {
+  /** Opens the buckets of a ledger of `shape`, read by a look that began at `began`; they read from the stream leader (`allow_direct: false`). */
+  async #open(shape: { partitions: number; layout: number }, began: number): Promise<LedgerShape> {
     const kvm = new Kvm(this.#js);
     const kvs = await Promise.all(
       Array.from({ length: shape.partitions }, (_, i) => kvm.open(partitionBucket(this.names.bucket, i), { allow_direct: false })),
     );
-    this.#shapeAt = Date.now();
+    this.#shapeAt = began;
     return { kvs, layout: shape.layout };
   }
 }
