@@ -54,7 +54,9 @@ func TestClientsRepublishUntilAnswered(t *testing.T) {
 	prepare("ts-run")
 
 	goDone, tsDone := make(chan submitted, 1), make(chan submitted, 1)
-	go func() { goDone <- submit(t, url, "--tool", "send_email", "--session", "go-run", "--args", args, "--wait", "50s") }()
+	go func() {
+		goDone <- submit(t, url, "--tool", "send_email", "--session", "go-run", "--args", args, "--wait", "50s")
+	}()
 	go func() {
 		tsDone <- tsSubmit(t, dir, url, "--tool", "send_email", "--session", "ts-run", "--args", args, "--wait", "50s")
 	}()

@@ -96,7 +96,7 @@ func TestClientFollowsAMigration(t *testing.T) {
 	}
 	before, err := dedup.Open(ctx, js, dedup.BucketConfig{Partitions: 1, Layout: intent.LayoutFull})
 	require.NoError(t, err)
-	done := "send_email.ea5b3b5ecc3fa233989582335bb7067cd6c904cb4d46baf4530950de5b22b7f6" // partition 6 of 8
+	done := "send_email.ea5b3b5ecc3fa233989582335bb7067cd6c904cb4d46baf4530950de5b22b7f6"  // partition 6 of 8
 	later := "send_email.ce38c54c4bbe279ce756074e2c49ff6aebe42475738cabac230b43af6fff4559" // partition 4 of 8
 	complete(before, done)
 
