@@ -95,6 +95,9 @@ func TestPushedAnswersAreBoundToTheOwnPublish(t *testing.T) {
 		return intent.Result{Key: s.Key, Tool: "send", Status: intent.StatusCompleted, Fingerprint: s.Fingerprint,
 			Result: json.RawMessage(result)}
 	}
+	noFingerprint := completed(`{"forged":"no header, no fingerprint"}`)
+	noFingerprint.Fingerprint = ""
+	b.push(t, inbox, "", noFingerprint)
 	b.push(t, inbox, "", completed(`{"forged":"no header"}`))
 	b.push(t, inbox, "x", completed(`{"forged":"not a number"}`))
 	b.push(t, inbox, strconv.FormatUint(s.Sequence+1, 10), completed(`{"forged":"another message"}`))

@@ -19,6 +19,7 @@ test("an answer counts only when bound to one of the submission's own stored pub
   const done: Partial<Result> = { key: KEY, fingerprint: FP, status: "completed" };
   assert.equal(answerBound("7", done, sub), true, "the right sequence");
   assert.equal(answerBound(undefined, done, sub), false, "no header");
+  assert.equal(answerBound(undefined, { key: KEY, status: "completed" }, sub), false, "no header, no fingerprint");
   assert.equal(answerBound("", done, sub), false, "an empty header");
   assert.equal(answerBound("8", done, sub), false, "another message's sequence");
   assert.equal(answerBound("07", done, sub), false, "not a sequence as a worker writes it");
