@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/natstest"
@@ -36,7 +37,7 @@ func setupAnswers(t *testing.T) *answerBundle {
 	nc := natstest.Connect(t, s.ClientURL())
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_INTENTS", Subjects: []string{"idem.intents.>"},
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_INTENTS", Subjects: []string{"idem.intents.>", "idem.control.>"},
 		Retention: jetstream.WorkQueuePolicy, Duplicates: time.Minute})
 	require.NoError(t, err)
 	ledger, err := dedup.Open(ctx, js, dedup.BucketConfig{})
@@ -148,4 +149,46 @@ func TestAnswerToTheDuplicatesSequenceIsDropped(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"recorded":true}`, string(res.Result), "the ledger's answer, not the pushed one")
 	require.True(t, res.Replayed, "another call's outcome")
+}
+
+// An operator's decision takes only the answer bound to the decision's own
+// message.
+func TestDecisionAnswerIsBoundToTheDecision(t *testing.T) {
+	t.Parallel()
+	b := setupAnswers(t)
+	decisions := make(chan *nats.Msg, 1)
+	_, err := b.nc.ChanSubscribe("idem.control.>", decisions)
+	require.NoError(t, err)
+	require.NoError(t, b.nc.Flush())
+	answered := make(chan *intent.Result, 1)
+	go func() {
+		res, err := b.cl.Decide(b.ctx, intent.ControlDeny, intent.Control{Key: "send." + strings.Repeat("a", 64), By: "ops"})
+		if !assert.NoError(t, err) {
+			res = nil
+		}
+		answered <- res
+	}()
+	var m *nats.Msg
+	select {
+	case m = <-decisions:
+	case <-b.ctx.Done():
+		t.Fatal("no decision published")
+	}
+	meta, err := jetstream.New(b.nc)
+	require.NoError(t, err)
+	stream, err := meta.Stream(b.ctx, "IDEM_INTENTS")
+	require.NoError(t, err)
+	info, err := stream.Info(b.ctx)
+	require.NoError(t, err)
+	own := strconv.FormatUint(info.State.LastSeq, 10) // the decision is the stream's last message
+	inbox := m.Header.Get(intent.HeaderReplyTo)
+	denied := func(msg string) intent.Result {
+		return intent.Result{Status: intent.StatusDenied, Error: &intent.Error{Code: intent.CodeDenied, Message: msg}}
+	}
+	b.push(t, inbox, "", denied("forged: no header"))
+	b.push(t, inbox, strconv.FormatUint(info.State.LastSeq+1, 10), denied("forged: another message"))
+	b.push(t, inbox, own, denied("own"))
+	res := <-answered
+	require.NotNil(t, res)
+	require.Equal(t, "own", res.Error.Message)
 }
