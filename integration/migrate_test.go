@@ -1,12 +1,18 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // submit migrate, black-box: refused while a worker consumes; with the
@@ -60,4 +66,93 @@ func TestSubmitMigrate(t *testing.T) {
 	// move nothing (the dedup tests show it).
 	again := submit(t, url, "migrate", "--partitions", "4", "--layout", "2")
 	require.Equal(t, 6, again.code, "%s %s", again.stdout, again.stderr)
+}
+
+// A front door that stays up across a migration (2 partitions of full keys
+// to 4 of compact keys) reads and waits in the new shape: a record it read
+// before is found in its new place, a wait on the ledger begun before the
+// migration for an operation that fires after it is answered, and a repeat
+// of an earlier call is answered from the ledger as a replay. A TypeScript
+// watch begun before the migration is answered too.
+func TestGatewayFollowsAMigration(t *testing.T) {
+	t.Parallel()
+	dir := tsClient(t)
+	url := jetStream(t)
+	hook := newSink(t, nil)
+	tools := writeTools(t, tsTools(hook.URL))
+	worker := startWorker(t, "w1", url, tools, "--ledger-partitions", "2", "--ledger-layout", "1")
+	gw := startGateway(t, url)
+
+	first := `{"to":"u1@example.com","subject":"Migrate"}`
+	done := gw.call(t, agentA, "send_email", first)
+	require.Equal(t, http.StatusOK, done.status, done.raw)
+	doneKey := done.answer(t).Key
+	read := gw.do(t, http.MethodGet, "/v1/operations/"+doneKey, agentA, "")
+	require.Equal(t, http.StatusOK, read.status, "read in the first shape: %s", read.raw)
+
+	// With the workers stopped, an operation waits in the stream, and a
+	// caller waits for its record through the front door.
+	require.NoError(t, worker.terminate(30*time.Second))
+	queued := gw.call(t, agentA, "send_email", `{"to":"u2@example.com","subject":"Migrate"}`, "Prefer", "wait=1")
+	requireProblem(t, queued, http.StatusConflict, "in_flight")
+	queuedKey := queued.str("key")
+	require.NotEmpty(t, queuedKey, queued.raw)
+	nc := connect(t, url)
+	js, err := jetstreamFor(nc)
+	require.NoError(t, err)
+	partition := dedup.PartitionBucket("IDEM_LEDGER", intent.Partition(queuedKey, 2))
+	watchers := func() int {
+		s, err := js.Stream(t.Context(), "KV_"+partition)
+		require.NoError(t, err)
+		info, err := s.Info(t.Context())
+		require.NoError(t, err)
+		return info.State.Consumers
+	}
+	before := watchers()
+	waited := make(chan response, 1)
+	go func() { waited <- getAsync(gw, "/v1/operations/"+queuedKey+"?wait=50", gw.tokens[agentA]) }()
+	tsWatched := make(chan submitted, 1)
+	go func() { tsWatched <- tsRunRaw(t, dir, "watch", queuedKey, "--servers", url, "--wait", "50s") }()
+	require.Eventually(t, func() bool { return watchers() >= before+2 }, time.Minute, 20*time.Millisecond,
+		"the front door and the TypeScript client watch the key in its first shape")
+
+	migrated := submit(t, url, "migrate", "--partitions", "4", "--layout", "2")
+	require.Equal(t, 0, migrated.code, "%s %s", migrated.stdout, migrated.stderr)
+
+	again := gw.do(t, http.MethodGet, "/v1/operations/"+doneKey, agentA, "")
+	require.Equal(t, http.StatusOK, again.status, "found in its new place: %s", again.raw)
+	require.Equal(t, string(intent.StatusCompleted), again.str("status"))
+
+	startWorker(t, "w2", url, tools)
+	w := <-waited
+	require.Equal(t, http.StatusOK, w.status, "the wait begun before the migration is answered: %s", w.raw)
+	require.Equal(t, string(intent.StatusCompleted), w.str("status"), w.raw)
+	ts := <-tsWatched
+	require.Equal(t, 0, ts.code, "the TypeScript watch is answered: %s %s", ts.stdout, ts.stderr)
+
+	replay := gw.call(t, agentA, "send_email", first, "Prefer", "wait=50")
+	require.Equal(t, http.StatusOK, replay.status, replay.raw)
+	require.True(t, replay.answer(t).Replayed, replay.raw)
+	require.Equal(t, 2, hook.count(), "each operation fired once")
+}
+
+// getAsync GETs path from the front door as the holder of token, for a
+// goroutine: failures are in the response (status 0, the error as raw).
+func getAsync(g *gateway, path, token string) response {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, g.url+path, nil)
+	if err != nil {
+		return response{raw: err.Error()}
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return response{raw: err.Error()}
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	r := response{status: resp.StatusCode, header: resp.Header, raw: string(data)}
+	_ = json.Unmarshal(data, &r.body)
+	return r
 }

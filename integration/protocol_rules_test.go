@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +19,9 @@ import (
 // rule it names.
 
 // publishWithIdentity publishes data on subject with the client identity
-// headers set to key and fp, and returns a function waiting for the answer.
-func publishWithIdentity(t *testing.T, nc *nats.Conn, subject string, data []byte, key, fp string) func(time.Duration) intent.Result {
+// headers set to key and fp, and returns its stream sequence and a function
+// waiting for the answer (its Idem-Intent-Seq header, and the answer).
+func publishWithIdentity(t *testing.T, nc *nats.Conn, subject string, data []byte, key, fp string) (uint64, func(time.Duration) (string, intent.Result)) {
 	t.Helper()
 	inbox := nc.NewRespInbox()
 	sub, err := nc.SubscribeSync(inbox)
@@ -31,21 +33,22 @@ func publishWithIdentity(t *testing.T, nc *nats.Conn, subject string, data []byt
 	msg.Header.Set(intent.HeaderFingerprint, fp)
 	js, err := jetstreamFor(nc)
 	require.NoError(t, err)
-	_, err = js.PublishMsg(t.Context(), msg)
+	ack, err := js.PublishMsg(t.Context(), msg)
 	require.NoError(t, err)
-	return func(d time.Duration) intent.Result {
+	return ack.Sequence, func(d time.Duration) (string, intent.Result) {
 		t.Helper()
 		defer func() { _ = sub.Unsubscribe() }()
 		m, err := sub.NextMsg(d)
 		require.NoError(t, err, "no answer on %s", subject)
-		return decodeResult(t, m.Data)
+		return m.Header.Get(intent.HeaderIntentSeq), decodeResult(t, m.Data)
 	}
 }
 
 // A worker that derives another key or fingerprint than the client's
-// headers rejects the intent with key_mismatch, naming both, and answers
-// with the client's key and fingerprint, so the client takes the answer.
-// Nothing fires.
+// headers rejects the intent with key_mismatch, naming both. The answer
+// carries the worker's own derivation, never the headers' (anyone may copy
+// another caller's), and is bound to the intent by its stream sequence
+// (Idem-Intent-Seq), by which the client matches it. Nothing fires.
 func TestKeyMismatchIsRejected(t *testing.T) {
 	t.Parallel()
 	url := jetStream(t)
@@ -53,22 +56,32 @@ func TestKeyMismatchIsRejected(t *testing.T) {
 	startWorker(t, "w1", url, writeTools(t, webhookTools(hook.URL, "30s")))
 	nc := connect(t, url)
 	wrongKey, wrongFP := "send_email."+strings.Repeat("0", 64), strings.Repeat("0", 64)
-	res := publishWithIdentity(t, nc, "idem.intents.send_email", []byte(`{"tool":"send_email","args":{"to":"a@example.com"}}`), wrongKey, wrongFP)(30 * time.Second)
+	seq, wait := publishWithIdentity(t, nc, "idem.intents.send_email", []byte(`{"tool":"send_email","args":{"to":"a@example.com"}}`), wrongKey, wrongFP)
+	bound, res := wait(30 * time.Second)
+	require.Equal(t, strconv.FormatUint(seq, 10), bound, "bound to the intent's stream sequence")
 	require.Equal(t, intent.StatusRejected, res.Status)
 	require.Equal(t, intent.CodeKeyMismatch, res.Error.Code)
-	require.Equal(t, wrongKey, res.Key, "the client's key, so that the client matches the answer")
-	require.Equal(t, wrongFP, res.Fingerprint)
+	require.True(t, strings.HasPrefix(res.Key, "send_email."), "the worker's key: %q", res.Key)
+	require.NotEqual(t, wrongKey, res.Key, "never the header's")
+	require.NotEqual(t, wrongFP, res.Fingerprint)
 	require.Contains(t, res.Error.Message, wrongKey)
-	require.Contains(t, res.Error.Message, "send_email.", "the worker's key is named too")
+	require.Contains(t, res.Error.Message, res.Key, "the worker's key is named too")
 	require.False(t, res.Replayed)
 	require.Equal(t, 0, hook.count())
+
+	// Before a key is derived, the answer names none, whatever the headers say.
+	seq, wait = publishWithIdentity(t, nc, "idem.intents.send_email", []byte(`{"tool":"send_email","args":{},"x":1}`), wrongKey, wrongFP)
+	bound, res = wait(30 * time.Second)
+	require.Equal(t, strconv.FormatUint(seq, 10), bound)
+	require.Equal(t, intent.CodeInvalidIntent, res.Error.Code)
+	require.Empty(t, res.Key)
+	require.Empty(t, res.Fingerprint)
 }
 
-// A rejection given before the worker could derive a key carries the
-// Idem-Key header's value as its key, so the client takes it: a TypeScript
-// submit of an unknown tool is answered at once (exit 5), not after its
-// wait.
-func TestRejectionBeforeDerivationCarriesTheClientKey(t *testing.T) {
+// A rejection given before the worker could derive a key names no key; the
+// client takes it by its Idem-Intent-Seq: a TypeScript submit of an unknown
+// tool is answered at once (exit 5), not after its wait.
+func TestRejectionBeforeDerivationIsBoundBySequence(t *testing.T) {
 	t.Parallel()
 	dir := tsClient(t)
 	url := jetStream(t)

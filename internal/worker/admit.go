@@ -180,28 +180,14 @@ func derivable(env *intent.Envelope, spec intent.KeySpec) error {
 func (w *Worker) reject(j *job, tool, code string, err error) verdict {
 	w.log.Info("intent rejected", zap.String("subject", j.msg.Subject()), zap.String("code", code), zap.Error(err))
 	w.m.badInputs.WithLabelValues(w.m.tool(tool), code).Inc()
+	// The identity is the worker's own derivation, or none: never the
+	// headers', which anyone may copy from another caller's intent. The
+	// client matches the answer by its Idem-Intent-Seq (see answer).
 	res := intent.Rejected(code, err.Error())
 	res.Key, res.Tool, res.Fingerprint = j.id.Key, tool, j.id.Fingerprint
 	if j.env != nil {
 		res.CallID = j.env.CallID
 	}
-	if res.Key == "" || code == intent.CodeKeyMismatch {
-		// The client matches an answer by the key it derived.
-		res.Key, res.Fingerprint = clientIdentity(j.msg.Headers())
-	}
 	w.answer(j, res)
 	return term(code + ": " + err.Error())
-}
-
-// clientIdentity is the key and fingerprint an intent's client said it
-// derived (intent.HeaderKey, HeaderFingerprint among its headers h), when
-// they have the right shape.
-func clientIdentity(h nats.Header) (key, fingerprint string) {
-	if k := h.Get(intent.HeaderKey); intent.ValidKey(k) {
-		key = k
-	}
-	if fp := h.Get(intent.HeaderFingerprint); len(fp) == 64 {
-		fingerprint = fp
-	}
-	return key, fingerprint
 }

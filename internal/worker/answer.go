@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,14 +15,19 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// answer publishes res to the intent's reply subject, if it named one.
-// Replies are at most once: callers without one watch the ledger.
+// answer publishes res to the intent's reply subject, if it named one,
+// bound to the message it answers: its Idem-Intent-Seq is that message's
+// stream sequence (for an approval, the decision's, whose Idem-Reply-To it
+// is), which its publisher's PubAck gave it and no one else's did. Replies
+// are at most once: callers without one watch the ledger.
 func (w *Worker) answer(j *job, res intent.Result) {
 	j.answered = true
+	var seq uint64
 	if j.meta != nil {
 		w.m.endToEnd.WithLabelValues(w.m.tool(res.Tool)).Observe(since(j.meta.Timestamp))
+		seq = j.meta.Sequence.Stream
 	}
-	w.reply(j.ctx, j.msg.Subject(), j.replyTo, res)
+	w.reply(j.ctx, j.msg.Subject(), j.replyTo, seq, res)
 	if w.cfg.OnStages != nil {
 		j.stages.Key, j.stages.Answered = res.Key, time.Now()
 		if j.meta != nil {
@@ -31,9 +37,10 @@ func (w *Worker) answer(j *job, res intent.Result) {
 	}
 }
 
-// reply publishes res on replyTo, the reply subject of an intent published
-// on subject, when replyTo is allowed; ctx's span, if any, goes with it.
-func (w *Worker) reply(ctx context.Context, subject, replyTo string, res intent.Result) {
+// reply publishes res on replyTo, the reply subject of the message of
+// stream sequence seq published on subject, when replyTo is allowed; ctx's
+// span, if any, goes with it.
+func (w *Worker) reply(ctx context.Context, subject, replyTo string, seq uint64, res intent.Result) {
 	if replyTo == "" {
 		return
 	}
@@ -52,6 +59,9 @@ func (w *Worker) reply(ctx context.Context, subject, replyTo string, res intent.
 	}
 	out := nats.NewMsg(replyTo)
 	out.Data = data
+	if seq > 0 {
+		out.Header.Set(intent.HeaderIntentSeq, strconv.FormatUint(seq, 10))
+	}
 	if ctx != nil {
 		otel.GetTextMapPropagator().Inject(ctx, tracing.Header(out.Header))
 	}

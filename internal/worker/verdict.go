@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/pkg/intent"
-	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 )
 
@@ -73,7 +72,7 @@ func (w *Worker) settle(j *job, v verdict) {
 		}
 		w.m.deadLetters.WithLabelValues(w.m.tool(w.res.names.ToolFromSubject(msg.Subject()))).Inc()
 		if !j.answered {
-			w.answer(j, deadLettered(j.id, msg.Headers(), j.env, meta.NumDelivered, v.reason))
+			w.answer(j, deadLettered(j.id, j.env, meta.NumDelivered, v.reason))
 		}
 		err = msg.TermWithReason(v.reason)
 	}
@@ -83,18 +82,15 @@ func (w *Worker) settle(j *job, v verdict) {
 	}
 }
 
-// deadLettered is the answer to the caller of an intent (env, with headers
-// h, derived as id where it was) dead-lettered before it was answered:
-// nothing is recorded for it, and the operation may be retried with the same
-// key (a retry that is a publish duplicate is published again under a fresh
-// message id: docs/protocol.md).
-func deadLettered(id intent.Identity, h nats.Header, env *intent.Envelope, delivered uint64, reason string) intent.Result {
+// deadLettered is the answer to the caller of an intent (env, derived as
+// id where it was) dead-lettered before it was answered: nothing is recorded
+// for it, and the operation may be retried with the same key (a retry that
+// is a publish duplicate is published again under a fresh message id:
+// docs/protocol.md). Its identity is the worker's derivation, or none.
+func deadLettered(id intent.Identity, env *intent.Envelope, delivered uint64, reason string) intent.Result {
 	res := intent.Rejected(intent.CodeDeadLettered, fmt.Sprintf(
 		"the intent was not handled in %d deliveries and was dead-lettered (%s): its operation may be retried with the same key", delivered, reason))
 	res.Key, res.Fingerprint = id.Key, id.Fingerprint
-	if res.Key == "" {
-		res.Key, res.Fingerprint = clientIdentity(h)
-	}
 	if env != nil {
 		res.Tool, res.CallID = env.Tool, env.CallID
 	}

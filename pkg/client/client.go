@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -55,13 +57,19 @@ func WithReplyGrace(d time.Duration) Option { return func(o *options) { o.replyG
 // Client publishes intents and waits for their answers. It is safe for
 // concurrent use.
 type Client struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	names  intent.Names
-	grace  time.Duration
-	mu     sync.Mutex
-	specs  map[string]toolSpec
-	ledger *dedup.Reader // opened on first use
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	names intent.Names
+	grace time.Duration
+	mu    sync.Mutex
+	specs map[string]toolSpec
+	// ledger is the client's read side of the ledger, opened on first use
+	// and again after a migration changed its shape; shapeAt is when the
+	// latest look that found its shape to be the ledger's began. shapeMu
+	// serialises those looks.
+	ledger  *dedup.Reader
+	shapeAt time.Time
+	shapeMu sync.Mutex
 	// forgetter is the one ledger the client writes with (Forget).
 	forgetter *dedup.Ledger
 }
@@ -103,8 +111,17 @@ type Submission struct {
 	msg  *nats.Msg // as published, for a publish again under a fresh message id
 	// relearned: the key spec was asked again after a key_mismatch answer.
 	relearned bool
-	ch        chan *nats.Msg
-	sub       *nats.Subscription
+	// retry: the publish was a duplicate, so the submission republishes
+	// under the retry rule (docs/protocol.md 7.2) until it is answered.
+	retry bool
+	// own are the stream sequences of the submission's stored publishes
+	// (its first, a republish, a relearned one; not a Duplicate's, which
+	// names another's message): a pushed answer is the submission's only
+	// when its Idem-Intent-Seq is one of them, and a record claimed by one
+	// is this call's outcome (7.4).
+	own []uint64
+	ch  chan *nats.Msg
+	sub *nats.Subscription
 }
 
 // Submit publishes env and waits for its answer until ctx is done. A duplicate
@@ -138,7 +155,7 @@ func (c *Client) Publish(ctx context.Context, env *intent.Envelope) (*Submission
 	if err != nil {
 		return nil, fmt.Errorf("client: encode intent: %w", err)
 	}
-	s := &Submission{Key: id.Key, Fingerprint: id.Fingerprint, c: c, tool: env.Tool, call: env.CallID, spec: ts, ch: make(chan *nats.Msg, 4)}
+	s := &Submission{Key: id.Key, Fingerprint: id.Fingerprint, c: c, tool: env.Tool, call: env.CallID, spec: ts, ch: make(chan *nats.Msg, inboxBuffer)}
 	inbox := c.nc.NewRespInbox()
 	s.sub, err = c.nc.ChanSubscribe(inbox, s.ch)
 	if err != nil {
@@ -156,27 +173,41 @@ func (c *Client) Publish(ctx context.Context, env *intent.Envelope) (*Submission
 		// ledger fires every intent, so its repeats must reach a worker.
 		msgID = id.Key
 	}
-	if err := s.publish(ctx, msgID); err != nil {
+	ack, err := s.publish(ctx, msgID)
+	if err != nil {
 		_ = s.sub.Unsubscribe()
 		return nil, err
 	}
+	s.Duplicate, s.Sequence = ack.Duplicate, ack.Sequence
+	s.retry = ack.Duplicate && !ts.noLedger
 	return s, nil
 }
 
+// inboxBuffer is how many pushed messages a submission's inbox holds while
+// it is not read (during a publish under the retry rule, whose answer may
+// come before its PubAck): past it, NATS drops them, and the ledger answers.
+const inboxBuffer = 64
+
 // publish publishes the submission's intent under message id msgID (none
-// when empty) and notes what JetStream said of it.
-func (s *Submission) publish(ctx context.Context, msgID string) error {
+// when empty) and notes a stored publish's sequence as the submission's own.
+func (s *Submission) publish(ctx context.Context, msgID string) (*jetstream.PubAck, error) {
 	var opts []jetstream.PublishOpt
 	if msgID != "" {
 		opts = append(opts, jetstream.WithMsgID(msgID))
 	}
 	ack, err := s.c.publish(ctx, s.msg, opts...)
 	if err != nil {
-		return fmt.Errorf("client: publish %s: %w", s.msg.Subject, err)
+		return nil, fmt.Errorf("client: publish %s: %w", s.msg.Subject, err)
 	}
-	s.Duplicate, s.Sequence = ack.Duplicate, ack.Sequence
-	return nil
+	if !ack.Duplicate {
+		s.own = append(s.own, ack.Sequence)
+	}
+	return ack, nil
 }
+
+// owns reports whether seq is the stream sequence of one of the
+// submission's stored publishes.
+func (s *Submission) owns(seq uint64) bool { return seq != 0 && slices.Contains(s.own, seq) }
 
 // errCodeMsgIDInProcess is JetStream's answer to a publish whose Nats-Msg-Id
 // another publish is storing right now (seen on replicated streams with
@@ -205,9 +236,14 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, opts ...jetstream.P
 
 // Wait returns the submission's answer: the pushed reply, or — when the
 // publish was a duplicate or no reply came within the grace period — the
-// record watched on the ledger key. A ledger record with another fingerprint
-// is answered as a conflict (publish dedup hides a conflict from the
-// workers). Wait returns at the first answer, awaiting_approval and uncertain
+// record watched on the ledger key. A pushed reply counts only when it is
+// bound to one of the submission's own stored publishes (its
+// Idem-Intent-Seq header, docs/protocol.md 7.1); every other message on the
+// inbox is dropped. A ledger record with another fingerprint is answered as
+// a conflict (publish dedup hides a conflict from the workers). A duplicate
+// whose key shows no record that will answer is published again under a
+// fresh message id after the grace, then after twice the grace, and so on
+// (7.2). Wait returns at the first answer, awaiting_approval and uncertain
 // included; WaitFinal goes on to the final one. It returns ErrNoAnswer when
 // ctx ends first.
 func (s *Submission) Wait(ctx context.Context) (*intent.Result, error) { return s.wait(ctx, false) }
@@ -226,50 +262,60 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 	// watched: a watch is a consumer on the ledger's stream, so it starts
 	// only when the pushed reply is not enough.
 	var fromLedger chan ledgerAnswer
+	stopWatch := func() {}
 	watchLedger := func() {
 		if fromLedger != nil || s.spec.noLedger {
 			return
 		}
-		fromLedger = make(chan ledgerAnswer, 1)
+		wctx, stop := context.WithCancel(ctx)
+		ch := make(chan ledgerAnswer, 1)
+		fromLedger, stopWatch = ch, stop
+		key, fp := s.Key, s.Fingerprint // the watch must not read what relearn changes
 		go func() {
-			rec, err := s.c.waitLedger(ctx, s.Key, func(rec dedup.Record) bool { return enough(s.fromRecord(rec).Status) })
-			fromLedger <- ledgerAnswer{rec, err}
+			rec, err := s.c.waitLedger(wctx, key, func(rec dedup.Record) bool { return enough(recordStatus(rec, fp)) })
+			ch <- ledgerAnswer{rec, err}
 		}()
 	}
+	defer func() { stopWatch() }()
 	if s.Duplicate {
 		watchLedger()
 	}
+	replied := false // an answer bound to this submission came: no more republishing
 	grace := s.c.grace
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
 	for {
 		select {
 		case m := <-s.ch:
-			var res intent.Result
-			if err := json.Unmarshal(m.Data, &res); err != nil {
-				return nil, fmt.Errorf("client: undecodable answer: %w", err)
-			}
-			if !s.answers(&res) {
-				continue // another operation's answer: the reply subject is no proof of identity
+			res, ok := s.pushed(m)
+			if !ok {
+				continue // not this submission's: the reply subject is no proof of identity
 			}
 			if res.Status == intent.StatusRejected && res.Error != nil && res.Error.Code == intent.CodeKeyMismatch && !s.relearned && s.spec.learned {
 				// The tool's key spec changed since the catalogue was asked:
 				// ask again and send the intent under the workers' key.
+				stopWatch() // of the old key
+				fromLedger = nil
 				if err := s.relearn(ctx); err != nil {
 					return nil, err
 				}
+				if s.Duplicate {
+					watchLedger()
+				}
 				continue
 			}
+			replied = true
 			if enough(res.Status) {
-				return &res, nil
+				return res, nil
 			}
 			watchLedger() // the final answer comes from the ledger
 		case <-timer.C:
 			watchLedger()
-			if s.Duplicate && !s.spec.noLedger {
+			if s.retry && !replied {
 				// The publish was a duplicate of an intent that may have
-				// ended without a record (rate limited, dead-lettered): the
-				// copy dedup swallowed would never be answered.
+				// ended without a record (rate limited, dead-lettered), and
+				// so may a republished copy whose reply was lost: a copy
+				// dedup swallowed would never be answered.
 				if err := s.republishIfUnrecorded(ctx); err != nil {
 					return nil, err
 				}
@@ -290,8 +336,42 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 	}
 }
 
+// pushed decodes m, a message on the submission's inbox, and reports
+// whether it answers this submission (docs/protocol.md 7.1): its
+// Idem-Intent-Seq header names one of the submission's own stored
+// publishes, and, unless it is a rejection (which a worker may give before
+// it could derive a key), its key is the submission's and its fingerprint,
+// when it has one, too. Anyone who learns the inbox can name it as the
+// reply subject of an intent of their own; the sequence a worker answers
+// with is that intent's, never this submission's.
+func (s *Submission) pushed(m *nats.Msg) (*intent.Result, bool) {
+	seq, err := strconv.ParseUint(m.Header.Get(intent.HeaderIntentSeq), 10, 64)
+	if err != nil || !s.owns(seq) {
+		return nil, false
+	}
+	var res intent.Result
+	if err := json.Unmarshal(m.Data, &res); err != nil {
+		return nil, false
+	}
+	if res.Status != intent.StatusRejected && (res.Key != s.Key || (res.Fingerprint != "" && res.Fingerprint != s.Fingerprint)) {
+		return nil, false
+	}
+	return &res, true
+}
+
+// recordStatus is the status of the answer a record gives a caller whose
+// intent has fingerprint fp: conflict when the record's is another.
+func recordStatus(rec dedup.Record, fp string) intent.Status {
+	if rec.Fingerprint != fp {
+		return intent.StatusConflict
+	}
+	return rec.Status
+}
+
 // relearn asks the catalogue for the tool's key spec again, derives the
-// intent's key under it and publishes the intent again, once.
+// intent's key under it and publishes the intent again, once. The
+// submission's earlier publishes were under the stale key: their sequences
+// no longer answer it.
 func (s *Submission) relearn(ctx context.Context) error {
 	s.relearned = true
 	s.c.forgetSpec(s.tool)
@@ -311,13 +391,14 @@ func (s *Submission) relearn(ctx context.Context) error {
 	if !s.spec.noLedger {
 		msgID = id.Key
 	}
-	return s.publish(ctx, msgID)
-}
-
-// answers reports whether res answers this submission: its key is the
-// submission's and its fingerprint, when it has one, too.
-func (s *Submission) answers(res *intent.Result) bool {
-	return res.Key == s.Key && (res.Fingerprint == "" || res.Fingerprint == s.Fingerprint)
+	s.own = nil
+	ack, err := s.publish(ctx, msgID)
+	if err != nil {
+		return err
+	}
+	s.Duplicate, s.Sequence = ack.Duplicate, ack.Sequence
+	s.retry = ack.Duplicate && !s.spec.noLedger
+	return nil
 }
 
 // republishIfUnrecorded publishes the intent again under a fresh message id
@@ -326,20 +407,17 @@ func (s *Submission) answers(res *intent.Result) bool {
 // workers confirm the holder gone before they take it over). Publish dedup
 // must never make an operation un-retryable: the ledger is the guarantee.
 func (s *Submission) republishIfUnrecorded(ctx context.Context) error {
-	r, err := s.c.reader(ctx)
-	if err != nil {
-		return nil // the ledger watch reports it
-	}
-	rec, _, err := r.Get(ctx, s.Key)
+	rec, err := s.c.get(ctx, s.Key)
 	switch {
 	case errors.Is(err, dedup.ErrNotFound):
 	case err != nil:
-		return nil // unreachable now: try again at the next grace
+		return nil // unreachable now (the ledger watch reports a lasting error): try again at the next grace
 	case rec.Status == intent.StatusPending && rec.LeaseExpired(time.Now().Add(-s.spec.lease())):
 	default:
 		return nil
 	}
-	return s.publish(ctx, s.Key+":"+nuid.Next())
+	_, err = s.publish(ctx, s.Key+":"+nuid.Next())
+	return err
 }
 
 // ledgerAnswer is what a watch of the ledger key came to.
@@ -350,24 +428,43 @@ type ledgerAnswer struct {
 
 // fromRecord is the answer a ledger record gives this submission: a
 // conflict when its fingerprint is not the submission's (publish dedup
-// hides a conflict from the workers).
+// hides a conflict from the workers), a replay unless one of the
+// submission's own publishes claimed it (7.4).
 func (s *Submission) fromRecord(rec dedup.Record) *intent.Result {
-	res := rec.Answer(dedup.Caller{Key: s.Key, Fingerprint: s.Fingerprint, Tool: s.tool, CallID: s.call},
-		s.Duplicate || rec.IntentSeq != s.Sequence)
+	res := rec.Answer(dedup.Caller{Key: s.Key, Fingerprint: s.Fingerprint, Tool: s.tool, CallID: s.call}, !s.owns(rec.IntentSeq))
 	return &res
 }
 
 // Get reads key's ledger record (from the stream leader). It returns
 // ErrNotFound when there is none.
 func (c *Client) Get(ctx context.Context, key string) (dedup.Record, error) {
+	rec, err := c.get(ctx, key)
+	if errors.Is(err, dedup.ErrNotFound) {
+		return rec, fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
+	return rec, err
+}
+
+// get reads key's record from the ledger as it is shaped now: a read that
+// misses looks at the ledger's recorded shape again, and reads once more
+// when a migration changed it.
+func (c *Client) get(ctx context.Context, key string) (dedup.Record, error) {
 	r, err := c.reader(ctx)
 	if err != nil {
 		return dedup.Record{}, err
 	}
 	rec, _, err := r.Get(ctx, key)
-	if errors.Is(err, dedup.ErrNotFound) {
-		return rec, fmt.Errorf("%w: %s", ErrNotFound, key)
+	if !errors.Is(err, dedup.ErrNotFound) {
+		return rec, err
 	}
+	now, rerr := c.readerAsOf(ctx, time.Now(), true) // a look begun after the miss
+	if rerr != nil {
+		return dedup.Record{}, rerr
+	}
+	if now == r {
+		return rec, err
+	}
+	rec, _, err = now.Get(ctx, key)
 	return rec, err
 }
 
@@ -385,8 +482,10 @@ func (c *Client) Watch(ctx context.Context, key string) (dedup.Record, error) {
 
 // waitLedger waits for key's record to satisfy accept, watching the
 // ledger; a ledger that cannot be reached is watched again, backing off,
-// until ctx ends: a caller outlives an outage of the ledger. A ledger whose
-// key layout this client does not know is reported at once.
+// until ctx ends: a caller outlives an outage of the ledger. A migration of
+// the ledger (its shape changed, or marked as under way) moves the watch to
+// the key's new place once it is done. A ledger whose key layout this client
+// does not know is reported at once.
 func (c *Client) waitLedger(ctx context.Context, key string, accept func(dedup.Record) bool) (dedup.Record, error) {
 	pause := 250 * time.Millisecond
 	for {
@@ -396,9 +495,12 @@ func (c *Client) waitLedger(ctx context.Context, key string, accept func(dedup.R
 		}
 		if err == nil {
 			var rec dedup.Record
-			rec, _, err = r.WaitFor(ctx, key, accept)
-			if err == nil || errors.Is(err, dedup.ErrInvalid) {
+			rec, err = c.waitOn(ctx, r, key, accept)
+			switch {
+			case err == nil, errors.Is(err, dedup.ErrInvalid):
 				return rec, err
+			case errors.Is(err, errReshaped):
+				continue // opened again in its new shape: watch there at once
 			}
 		}
 		select {
@@ -410,17 +512,110 @@ func (c *Client) waitLedger(ctx context.Context, key string, accept func(dedup.R
 	}
 }
 
-// reader returns the client's read side of the ledger, opening it on first
-// use.
-func (c *Client) reader(ctx context.Context) (*dedup.Reader, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ledger != nil {
-		return c.ledger, nil
+// errReshaped: a watch ended because the ledger's shape is no longer the
+// one it watched in.
+var errReshaped = errors.New("client: the ledger's shape changed")
+
+// waitOn watches key on r until its record satisfies accept. Every
+// shapeRecheck it asks whether r is still the ledger's shape: a key whose
+// partition or KV key a migration moved would never be answered where it
+// was watched, so it ends the watch with errReshaped (or the migration's
+// error while one is under way).
+func (c *Client) waitOn(ctx context.Context, r *dedup.Reader, key string, accept func(dedup.Record) bool) (dedup.Record, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan ledgerAnswer, 1)
+	go func() {
+		rec, _, err := r.WaitFor(wctx, key, accept)
+		done <- ledgerAnswer{rec, err}
+	}()
+	tick := time.NewTicker(shapeRecheck)
+	defer tick.Stop()
+	for {
+		select {
+		case a := <-done:
+			return a.rec, a.err
+		case <-tick.C:
+			now, err := c.reader(ctx)
+			if errors.Is(err, dedup.ErrMigrating) || (err == nil && now != r) {
+				cancel()
+				if a := <-done; a.err == nil {
+					return a.rec, nil // answered meanwhile
+				}
+				if err != nil {
+					return dedup.Record{}, err
+				}
+				return dedup.Record{}, errReshaped
+			}
+		}
 	}
-	var err error
-	if c.ledger, err = dedup.OpenReader(ctx, c.js, c.names.Bucket); err != nil {
+}
+
+// shapeRecheck is how often a client looks at the shape the ledger records
+// (its partition count and key layout, which a migration changes under
+// running clients) while it uses the ledger; a read that misses looks too.
+const shapeRecheck = 5 * time.Second
+
+// reader returns the client's read side of the ledger, opening it on first
+// use, and again when the ledger's recorded shape is no longer the one it
+// was opened in (looked at once per shapeRecheck).
+func (c *Client) reader(ctx context.Context) (*dedup.Reader, error) {
+	return c.readerAsOf(ctx, time.Now().Add(-shapeRecheck), false)
+}
+
+// readerAsOf is reader, looking at the ledger's shape unless a look that
+// began at since or later found it unchanged (concurrent callers share one
+// look). A caller that finds another's look under way goes on with the
+// reader it has, unless it waits for the look's outcome (a read that
+// missed); the first open is waited for.
+func (c *Client) readerAsOf(ctx context.Context, since time.Time, wait bool) (*dedup.Reader, error) {
+	c.mu.Lock()
+	r, due := c.ledger, c.shapeAt.Before(since)
+	c.mu.Unlock()
+	if r != nil && !due {
+		return r, nil
+	}
+	if r != nil && !wait {
+		if !c.shapeMu.TryLock() {
+			return r, nil // another caller is looking
+		}
+	} else {
+		c.shapeMu.Lock()
+	}
+	defer c.shapeMu.Unlock()
+	c.mu.Lock()
+	r, due = c.ledger, c.shapeAt.Before(since)
+	c.mu.Unlock()
+	if r != nil && !due {
+		return r, nil // looked at while this caller waited
+	}
+	began := time.Now()
+	if r != nil {
+		same, err := r.Current(ctx)
+		switch {
+		case err == nil && same:
+			c.mu.Lock()
+			c.shapeAt = began
+			c.mu.Unlock()
+			return r, nil
+		case errors.Is(err, dedup.ErrMigrating):
+			c.mu.Lock()
+			c.ledger, c.forgetter = nil, nil // open it again once the migration is done
+			c.mu.Unlock()
+			return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
+		case err != nil:
+			return r, nil // cannot tell now: the reads say what is wrong
+		}
+	}
+	nr, err := dedup.OpenReader(ctx, c.js, c.names.Bucket)
+	if err != nil {
 		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
 	}
-	return c.ledger, nil
+	c.mu.Lock()
+	c.ledger, c.shapeAt = nr, began
+	if r != nil {
+		c.forgetter = nil // bound to the old shape too
+	}
+	c.mu.Unlock()
+	return nr, nil
 }

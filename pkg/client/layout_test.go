@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -71,4 +72,60 @@ func TestClientReadsTheRecordedLayout(t *testing.T) {
 	_, err = fresh.Watch(wctx, key)
 	require.ErrorIs(t, err, dedup.ErrLayout, "refused at once, not waited on")
 	require.NoError(t, wctx.Err())
+}
+
+// A client that stays up across a migration of the ledger (more
+// partitions, compact keys) reads it in its new shape: a record read
+// before is found again (the read that misses looks at the shape), a
+// listing shows every partition's records, and a watch begun before the
+// migration, on a key whose place it moved, is answered from the new
+// place.
+func TestClientFollowsAMigration(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	js, err := jetstream.New(natstest.Connect(t, s.ClientURL()))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	complete := func(l *dedup.Ledger, key string) {
+		t.Helper()
+		res, err := l.Claim(ctx, dedup.ClaimRequest{Key: key, Tool: "send_email", Fingerprint: "fp", Holder: "w1"})
+		require.NoError(t, err)
+		_, err = res.Lease.Complete(ctx, json.RawMessage(`{"key":"`+key+`"}`), 1)
+		require.NoError(t, err)
+	}
+	before, err := dedup.Open(ctx, js, dedup.BucketConfig{Partitions: 1, Layout: intent.LayoutFull})
+	require.NoError(t, err)
+	done := "send_email.ea5b3b5ecc3fa233989582335bb7067cd6c904cb4d46baf4530950de5b22b7f6"  // partition 6 of 8
+	later := "send_email.ce38c54c4bbe279ce756074e2c49ff6aebe42475738cabac230b43af6fff4559" // partition 4 of 8
+	complete(before, done)
+
+	cl, err := client.New(natstest.Connect(t, s.ClientURL()))
+	require.NoError(t, err)
+	_, err = cl.Get(ctx, done)
+	require.NoError(t, err, "read in the ledger's first shape")
+	watched := make(chan error, 1)
+	go func() {
+		rec, err := cl.Watch(ctx, later)
+		if err == nil && string(rec.Result) != `{"key":"`+later+`"}` {
+			err = fmt.Errorf("watch answered %s", rec.Result)
+		}
+		watched <- err
+	}()
+
+	rep, err := dedup.Migrate(ctx, js, "IDEM_LEDGER", dedup.MigrateConfig{Partitions: 8, Layout: intent.LayoutCompact})
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Moved)
+
+	rec, err := cl.Get(ctx, done)
+	require.NoError(t, err, "found in its new place")
+	require.Equal(t, intent.StatusCompleted, rec.Status)
+	after, err := dedup.Open(ctx, js, dedup.BucketConfig{})
+	require.NoError(t, err)
+	require.Equal(t, 8, after.Partitions())
+	complete(after, later)
+	require.NoError(t, <-watched, "the watch follows the key to its new place")
+	page, err := cl.Records(ctx, dedup.Query{})
+	require.NoError(t, err)
+	require.Len(t, page.Records, 2, "a listing reads every partition")
 }

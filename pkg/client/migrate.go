@@ -20,8 +20,9 @@ var ErrWorkersRunning = errors.New("client: workers are running")
 // requests of a worker waiting for intents, it refuses with
 // ErrWorkersRunning and changes nothing. Stop every worker first (intents
 // published meanwhile wait in the stream), and start them again once it
-// returns; clients and front doors should be stopped too, as they read the
-// ledger by its old shape until they reopen it.
+// returns. Clients may stay up: a Client looks at the ledger's shape again
+// when a read misses and while it waits, and reads and waits in the new
+// one.
 func (c *Client) MigrateLedger(ctx context.Context, cfg dedup.MigrateConfig) (dedup.MigrateReport, error) {
 	cons, err := c.js.Consumer(ctx, c.names.Stream, c.names.Consumer)
 	switch {

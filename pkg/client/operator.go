@@ -20,7 +20,10 @@ import (
 // worker's answer: for an approval, the result of the firing it let happen;
 // for the others, the operation's new state. A decision that does not apply
 // (no such key, wrong state, other arguments) is answered with status
-// rejected and an error code, not returned as an error.
+// rejected and an error code, not returned as an error. Only an answer bound
+// to the decision's own message (its Idem-Intent-Seq header, the sequence
+// the decision's PubAck gave, docs/protocol.md 7.1) counts: every other
+// message on the inbox is dropped.
 func (c *Client) Decide(ctx context.Context, op string, d intent.Control) (*intent.Result, error) {
 	data, err := json.Marshal(d)
 	if err != nil {
@@ -29,7 +32,7 @@ func (c *Client) Decide(ctx context.Context, op string, d intent.Control) (*inte
 	if _, err := intent.DecodeControl(op, data); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	ch := make(chan *nats.Msg, 1)
+	ch := make(chan *nats.Msg, inboxBuffer)
 	inbox := c.nc.NewRespInbox()
 	sub, err := c.nc.ChanSubscribe(inbox, ch)
 	if err != nil {
@@ -39,18 +42,25 @@ func (c *Client) Decide(ctx context.Context, op string, d intent.Control) (*inte
 	msg := nats.NewMsg(c.names.ControlSubject(op))
 	msg.Data = data
 	msg.Header.Set(intent.HeaderReplyTo, inbox)
-	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+	ack, err := c.js.PublishMsg(ctx, msg)
+	if err != nil {
 		return nil, fmt.Errorf("client: publish %s: %w", msg.Subject, err)
 	}
-	select {
-	case m := <-ch:
-		var res intent.Result
-		if err := json.Unmarshal(m.Data, &res); err != nil {
-			return nil, fmt.Errorf("client: undecodable answer: %w", err)
+	want := strconv.FormatUint(ack.Sequence, 10)
+	for {
+		select {
+		case m := <-ch:
+			if m.Header.Get(intent.HeaderIntentSeq) != want {
+				continue // not the answer to this decision
+			}
+			var res intent.Result
+			if err := json.Unmarshal(m.Data, &res); err != nil {
+				continue
+			}
+			return &res, nil
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w to %s of %s: %w", ErrNoAnswer, op, d.Key, ctx.Err())
 		}
-		return &res, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w to %s of %s: %w", ErrNoAnswer, op, d.Key, ctx.Err())
 	}
 }
 

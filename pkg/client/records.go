@@ -111,8 +111,12 @@ func (c *Client) WatchFinal(ctx context.Context, key string) (dedup.Record, erro
 }
 
 // writer returns a ledger the client may write with (Forget only), opening
-// it on first use.
+// it on first use, and again once the reader found the ledger's shape
+// changed (see reader).
 func (c *Client) writer(ctx context.Context) (*dedup.Ledger, error) {
+	if _, err := c.reader(ctx); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.forgetter != nil {

@@ -30,6 +30,20 @@ func (r *Reader) Get(ctx context.Context, key string) (Record, uint64, error) {
 	return r.l.Get(ctx, key)
 }
 
+// Current reports whether the ledger still has the shape r was opened with
+// (OpenReader): the partition count and key layout its partition 0 records.
+// A migration (Migrate) changes them under a running reader, whose reads
+// then miss and whose watches are never answered: open it again when
+// Current reports false (also when the ledger is gone). While a migration
+// is marked, it returns an error matching ErrMigrating.
+func (r *Reader) Current(ctx context.Context) (bool, error) {
+	n, layout, err := recorded(ctx, r.l.js, r.l.kv.Bucket())
+	if err != nil {
+		return false, err
+	}
+	return n == r.l.Partitions() && layout == r.l.layout, nil
+}
+
 // List returns one page of the ledger's records that q selects (see
 // Ledger.List).
 func (r *Reader) List(ctx context.Context, q Query) (Page, error) {

@@ -17,10 +17,15 @@ const (
 	HeaderReplyTo = "Idem-Reply-To"
 	// HeaderKey and HeaderFingerprint carry the key and fingerprint the
 	// client derived. A worker that derives others rejects the intent
-	// (CodeKeyMismatch); an answer given before the worker derived a key
-	// carries HeaderKey's value as its key, so the client can match it.
+	// (CodeKeyMismatch). An answer never copies them: they are the caller's
+	// word, and anyone may send another caller's.
 	HeaderKey         = "Idem-Key"
 	HeaderFingerprint = "Idem-Fingerprint"
+	// HeaderIntentSeq is set by a worker on every answer it pushes: the
+	// stream sequence of the message whose Idem-Reply-To it answers (an
+	// intent, or an operator decision). A client takes a pushed answer only
+	// when it is the sequence of one of its own stored publishes.
+	HeaderIntentSeq = "Idem-Intent-Seq"
 	// HeaderIntentTime is the time a window tool's key is derived from when
 	// the envelope has no created_at, in place of the message's own
 	// timestamp: a dead letter keeps its original's, so that a replay

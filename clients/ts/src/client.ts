@@ -58,6 +58,24 @@ export const HEADER_KEY = "Idem-Key";
 /** The header carrying the fingerprint the client derived; checked as {@link HEADER_KEY} is. */
 export const HEADER_FINGERPRINT = "Idem-Fingerprint";
 
+/**
+ * The header a worker sets on every answer it pushes: the stream sequence of
+ * the message (intent or decision) whose `Idem-Reply-To` it answers. A client
+ * takes a pushed answer only when it is the sequence of one of its own stored
+ * publishes (docs/protocol.md 7.1).
+ */
+export const HEADER_INTENT_SEQ = "Idem-Intent-Seq";
+
+/** How often the client looks at the ledger's recorded shape (partition count, key layout) while it uses the ledger: a migration changes it under a running client (5 s). */
+const SHAPE_RECHECK_MS = 5_000;
+
+
+/** The ledger as the client opened it: its partitions' buckets, in partition order, and its key layout. */
+interface LedgerShape {
+  kvs: KV[];
+  layout: number;
+}
+
 /** One tool as the workers' catalogue reports it. */
 export interface ToolInfo {
   /** The tool name. */
@@ -180,7 +198,12 @@ export class IdemClient {
   readonly #noLedger = new Set<string>();
   /** Each tool's lease from the catalogue, in ms. */
   readonly #leases = new Map<string, number>();
-  #kv: Promise<{ kvs: KV[]; layout: number }> | undefined;
+  /** The ledger, opened on first use and again after a migration changed its shape. */
+  #kv: Promise<LedgerShape> | undefined;
+  /** When the latest look that found the ledger in the shape #kv was opened in began (ms since the epoch). */
+  #shapeAt = 0;
+  /** A look at the ledger's shape under way, and when it began. */
+  #look: { began: number; shape: Promise<LedgerShape> } | undefined;
 
   /**
    * Returns a client on an open connection, which the caller keeps and closes.
@@ -367,24 +390,28 @@ export class IdemClient {
     const sub = this.nc.subscribe(inbox, { timeout: timeoutMs });
     const h = headers();
     h.set(HEADER_REPLY_TO, inbox);
-    h.set(HEADER_KEY, decision.key);
+    let ack: PubAck;
     try {
-      await this.#js.publish(this.names.controlPrefix + op, payload, { headers: h });
+      ack = await this.#js.publish(this.names.controlPrefix + op, payload, { headers: h });
     } catch (err) {
       sub.unsubscribe();
       throw new IdemError("publish_failed", `publish ${this.names.controlPrefix}${op}: ${String(err)}`, { cause: err });
     }
     try {
       for await (const m of sub) {
-        let res: Result;
+        // Only the answer bound to this decision's own message counts: anyone
+        // who learns the inbox can name it as another message's reply subject.
+        if (m.headers?.get(HEADER_INTENT_SEQ) !== String(ack.seq)) {
+          continue;
+        }
+        let res: unknown;
         try {
-          res = JSON.parse(m.string()) as Result;
+          res = JSON.parse(m.string());
         } catch {
           continue; // not an answer: dropped
         }
-        // An answer about another key is not this decision's: dropped.
-        if (typeof res === "object" && res !== null && res.key === decision.key) {
-          return res;
+        if (typeof res === "object" && res !== null) {
+          return res as Result;
         }
       }
     } catch (err) {
@@ -407,8 +434,18 @@ export class IdemClient {
    * @throws {@link NotFoundError} when there is none
    */
   async get(key: string): Promise<LedgerRecord> {
-    const { kv, stored } = await this.ledger(key);
-    const e = await kv.get(stored);
+    const shape = await this.#ledger();
+    const place = placeOf(shape, key, this.names.bucket);
+    let e = await place.kv.get(place.stored);
+    if (e === null || e.operation !== "PUT") {
+      // A miss may be a migration that moved the record: look at the
+      // ledger's shape, and read its new place when it changed.
+      const now = await this.#ledger(Date.now()); // a look begun after the miss
+      if (now !== shape) {
+        const { kv, stored } = placeOf(now, key, this.names.bucket);
+        e = await kv.get(stored);
+      }
+    }
     if (e === null || e.operation !== "PUT") {
       throw new NotFoundError(key);
     }
@@ -446,19 +483,94 @@ export class IdemClient {
   }
 
   private async watchUntil(key: string, timeoutMs: number, accept: (rec: LedgerRecord) => boolean): Promise<LedgerRecord> {
-    const { kv, stored } = await this.ledger(key);
-    const w = await kv.watch({ key: stored });
-    const timer = setTimeout(() => w.stop(), timeoutMs);
+    const watch = this.followKey(key, (rec) => rec !== undefined && accept(rec));
+    const timer = setTimeout(() => watch.stop(), timeoutMs);
     try {
-      const rec = await firstAnswer(w, accept);
+      const rec = await watch.done;
       if (rec === undefined) {
         throw new NoAnswerError(key, `no answer for ${key} within ${timeoutMs} ms`);
       }
       return rec;
     } finally {
       clearTimeout(timer);
-      w.stop();
+      watch.stop();
     }
+  }
+
+  /**
+   * Watches the ledger record of `key` and calls `each` with every version
+   * of it (undefined when it is deleted or purged) until `each` returns
+   * true, or `stop` is called. The watch follows the key: while it runs, the
+   * client looks at the ledger's recorded shape every 5 s, and when a
+   * migration changed it (docs/protocol.md 6.1, 6.2) watches the key's new
+   * place; a migration under way is waited out.
+   *
+   * @internal used by {@link IdemClient.watch} and {@link Submission}
+   * @param key - the operation's key
+   * @param each - called with each record; true ends the watch
+   * @returns `done`, the record `each` accepted (undefined once stopped), and `stop`
+   */
+  followKey(key: string, each: (rec: LedgerRecord | undefined) => boolean | Promise<boolean>): { done: Promise<LedgerRecord | undefined>; stop: () => void } {
+    let stopped = false;
+    let current: QueuedIterator<KvWatchEntry> | undefined;
+    let wake: (() => void) | undefined;
+    const stop = (): void => {
+      stopped = true;
+      current?.stop();
+      wake?.();
+    };
+    const done = (async (): Promise<LedgerRecord | undefined> => {
+      let pause = 250;
+      while (!stopped) {
+        let shape: LedgerShape;
+        try {
+          shape = await this.#ledger();
+        } catch (err) {
+          if (!(err instanceof IdemError) || err.code !== "ledger_migrating") {
+            throw err;
+          }
+          await new Promise<void>((resolve) => {
+            wake = resolve;
+            setTimeout(resolve, pause);
+          });
+          pause = Math.min(pause * 2, 5_000);
+          continue;
+        }
+        pause = 250;
+        const { kv, stored } = placeOf(shape, key, this.names.bucket);
+        const w = await kv.watch({ key: stored });
+        current = w;
+        if (stopped) {
+          w.stop();
+          break;
+        }
+        // A key whose place a migration moved is never answered where it
+        // was watched: look at the shape, and watch again when it changed.
+        const look = setInterval(() => {
+          this.#ledger().then(
+            (now) => {
+              if (now !== shape) w.stop();
+            },
+            (err: unknown) => {
+              if (err instanceof IdemError && err.code === "ledger_migrating") w.stop();
+            },
+          );
+        }, SHAPE_RECHECK_MS);
+        try {
+          for await (const e of w) {
+            const rec = e.operation === "PUT" ? decodeRecord(e.value) : undefined;
+            if (await each(rec)) {
+              return rec;
+            }
+          }
+        } finally {
+          clearInterval(look);
+          w.stop();
+        }
+      }
+      return undefined;
+    })();
+    return { done, stop };
   }
 
   /**
@@ -558,26 +670,73 @@ export class IdemClient {
    *
    * @param key - the operation's key
    * @returns the bucket and the KV key
-   * @throws {@link IdemError} (`no_ledger`; `unknown_layout` for a layout
-   * this client does not know; `bad_key` for a key the layout cannot store)
+   * @throws {@link IdemError} (`no_ledger`; `ledger_migrating` while a
+   * migration is under way; `unknown_layout` for a layout this client does
+   * not know; `bad_key` for a key the layout cannot store)
    */
   async ledger(key: string): Promise<{ kv: KV; stored: string }> {
-    const { layout } = await this.#ledger();
-    return { kv: await this.bucket(key), stored: ledgerKey(key, layout) };
+    return placeOf(await this.#ledger(), key, this.names.bucket);
   }
 
-  #ledger(): Promise<{ kvs: KV[]; layout: number }> {
-    this.#kv ??= this.#openPartitions().catch((err: unknown) => {
-      this.#kv = undefined;
-      if (err instanceof IdemError) {
+  /**
+   * The ledger, opened on first use; unless a look that began at `since` (ms
+   * since the epoch; default: 5 s ago) or later found the ledger in the
+   * shape it was opened in, the client looks at the shape partition 0's
+   * stream records, and opens the ledger again when a migration changed it.
+   * Concurrent callers share a look. A look that cannot reach the server
+   * keeps the ledger as it is (its reads say what is wrong).
+   */
+  #ledger(since: number = Date.now() - SHAPE_RECHECK_MS): Promise<LedgerShape> {
+    if (this.#kv === undefined) {
+      const began = Date.now();
+      this.#kv = this.#readShape()
+        .then((shape) => this.#open(shape, began))
+        .catch((err: unknown) => {
+          this.#kv = undefined;
+          throw ledgerError(err, this.names.bucket);
+        });
+      return this.#kv;
+    }
+    if (this.#shapeAt >= since) {
+      return this.#kv;
+    }
+    if (this.#look !== undefined && this.#look.began >= since) {
+      return this.#look.shape;
+    }
+    const began = Date.now();
+    const look = this.#lookAgain(this.#kv, began).finally(() => {
+      if (this.#look?.shape === look) this.#look = undefined;
+    });
+    this.#look = { began, shape: look };
+    return look;
+  }
+
+  async #lookAgain(opened: Promise<LedgerShape>, began: number): Promise<LedgerShape> {
+    const had = await opened;
+    let now: { partitions: number; layout: number };
+    try {
+      now = await this.#readShape();
+    } catch (err) {
+      if (err instanceof IdemError && (err.code === "ledger_migrating" || err.code === "unknown_layout")) {
+        this.#kv = undefined; // open it again once the migration is done
         throw err;
       }
-      throw new IdemError("no_ledger", `ledger bucket ${this.names.bucket}: ${String(err)}`, { cause: err });
+      return had; // cannot tell now
+    }
+    if (now.partitions === had.kvs.length && now.layout === had.layout) {
+      this.#shapeAt = Math.max(this.#shapeAt, began);
+      return had;
+    }
+    const reopened = this.#open(now, began).catch((err: unknown) => {
+      this.#kv = undefined;
+      throw ledgerError(err, this.names.bucket);
     });
-    return this.#kv;
+    this.#kv = reopened;
+    return reopened;
   }
 
-  async #openPartitions(): Promise<{ kvs: KV[]; layout: number }> {
+  /** The shape partition 0's stream records: its partition count and key layout. */
+  async #readShape(): Promise<{ partitions: number; layout: number }> {
     const jsm = await jetstreamManager(this.nc);
     const info = await jsm.streams.info(`KV_${this.names.bucket}`);
     const recorded = info.config.metadata?.[PARTITIONS_METADATA];
@@ -587,7 +746,10 @@ export class IdemClient {
     }
     const migrating = info.config.metadata?.["idemgate.migrating"];
     if (migrating !== undefined) {
-      throw new IdemError("no_ledger", `ledger ${this.names.bucket} is being migrated (stream metadata idemgate.migrating=${migrating}): try again once the migration finished`);
+      throw new IdemError(
+        "ledger_migrating",
+        `ledger ${this.names.bucket} is being migrated (stream metadata idemgate.migrating=${migrating}): try again once the migration finished`,
+      );
     }
     const recordedLayout = info.config.metadata?.[LAYOUT_METADATA];
     const layout = recordedLayout === undefined ? LAYOUT_FULL : Number(recordedLayout);
@@ -597,10 +759,32 @@ export class IdemClient {
         `ledger ${this.names.bucket} records key layout ${JSON.stringify(recordedLayout)} (stream metadata ${LAYOUT_METADATA}), which this client does not know: upgrade it`,
       );
     }
-    const kvm = new Kvm(this.#js);
-    const kvs = await Promise.all(Array.from({ length: n }, (_, i) => kvm.open(partitionBucket(this.names.bucket, i), { allow_direct: false })));
-    return { kvs, layout };
+    return { partitions: n, layout };
   }
+
+  /** Opens the buckets of a ledger of `shape`, read by a look that began at `began`; they read from the stream leader (`allow_direct: false`). */
+  async #open(shape: { partitions: number; layout: number }, began: number): Promise<LedgerShape> {
+    const kvm = new Kvm(this.#js);
+    const kvs = await Promise.all(
+      Array.from({ length: shape.partitions }, (_, i) => kvm.open(partitionBucket(this.names.bucket, i), { allow_direct: false })),
+    );
+    this.#shapeAt = began;
+    return { kvs, layout: shape.layout };
+  }
+}
+
+/** An error opening the ledger, as the client throws it: an {@link IdemError}, else `no_ledger` with the cause. */
+function ledgerError(err: unknown, bucket: string): IdemError {
+  return err instanceof IdemError ? err : new IdemError("no_ledger", `ledger bucket ${bucket}: ${String(err)}`, { cause: err });
+}
+
+/** The bucket and KV key of `key` in a ledger of `shape`. */
+function placeOf(shape: LedgerShape, key: string, bucket: string): { kv: KV; stored: string } {
+  const kv = shape.kvs[partition(key, shape.kvs.length)];
+  if (kv === undefined) {
+    throw new IdemError("no_ledger", `ledger bucket ${bucket}: no partition for ${key}`);
+  }
+  return { kv, stored: ledgerKey(key, shape.layout) };
 }
 
 /** An intent in the dead-letter stream, as `submit dlq list` prints it. */
@@ -649,20 +833,6 @@ function deadLetterOf(m: StoredMsg): DeadLetter {
   return d;
 }
 
-/** Reads w until a record that `accept`s arrives and returns it; undefined when w ends first. */
-async function firstAnswer(w: QueuedIterator<KvWatchEntry>, accept: (rec: LedgerRecord) => boolean): Promise<LedgerRecord | undefined> {
-  for await (const e of w) {
-    if (e.operation !== "PUT") {
-      continue;
-    }
-    const rec = decodeRecord(e.value);
-    if (rec !== undefined && accept(rec)) {
-      return rec;
-    }
-  }
-  return undefined;
-}
-
 /** JetStream's err_code for a publish whose Nats-Msg-Id another publish is storing right now. */
 const ERR_MSG_ID_IN_PROCESS = 10158;
 
@@ -701,18 +871,46 @@ interface SubmissionOptions {
 }
 
 /**
- * Reports whether an answer belongs to the submission of `key` and
- * `fingerprint`: its `key` equals the submission's and its `fingerprint`,
- * when present, too. The reply subject is no proof of identity (anyone who
- * learns an inbox can publish to it), so every other answer is dropped.
+ * Reports whether an answer names the operation of `key` and `fingerprint`:
+ * its `key` equals the submission's and its `fingerprint`, when present,
+ * too. A pushed answer must also be bound to the submission's own publish
+ * ({@link answerBound}).
  *
  * @param res - a decoded answer
  * @param key - the submission's key
  * @param fingerprint - the submission's fingerprint
- * @returns true when the answer is this submission's
+ * @returns true when the answer names this operation
  */
 export function answerMatches(res: Partial<Result>, key: string, fingerprint: string): boolean {
   return res.key === key && (res.fingerprint === undefined || res.fingerprint === "" || res.fingerprint === fingerprint);
+}
+
+/**
+ * Reports whether a pushed answer belongs to a submission (docs/protocol.md
+ * 7.1): its `Idem-Intent-Seq` header is the stream sequence of one of the
+ * submission's own stored publishes (`own`: the sequences of its PubAcks
+ * without `duplicate`; a duplicate's names another caller's message), and,
+ * unless it is a rejection (which a worker may give before it could derive
+ * a key), it names the submission's operation ({@link answerMatches}). The
+ * reply subject is no proof of identity: anyone who learns an inbox can name
+ * it as the reply subject of an intent of their own, and a worker answers
+ * that intent with its own sequence.
+ *
+ * @param intentSeq - the answer's `Idem-Intent-Seq` header (undefined or "" when absent)
+ * @param res - the decoded answer
+ * @param sub - the submission's key, fingerprint and own sequences
+ * @returns true when the answer is this submission's
+ */
+export function answerBound(
+  intentSeq: string | undefined,
+  res: Partial<Result>,
+  sub: { key: string; fingerprint: string; own: ReadonlySet<number> },
+): boolean {
+  const seq = intentSeq !== undefined && /^[1-9][0-9]{0,19}$/.test(intentSeq) ? Number(intentSeq) : 0;
+  if (!sub.own.has(seq)) {
+    return false;
+  }
+  return res.status === "rejected" || answerMatches(res, sub.key, sub.fingerprint);
 }
 
 /** One published intent awaiting its answer. */
@@ -727,7 +925,7 @@ export class Submission {
   readonly sequence: number;
   /** How many times the intent was published again with a fresh `Nats-Msg-Id` (protocol section 7: a duplicate with no record). */
   republished = 0;
-  /** Answers dropped because their key or fingerprint was not this submission's. */
+  /** Messages on the inbox dropped because they were not answers bound to this submission's own publishes. */
   dropped = 0;
   readonly #client: IdemClient;
   readonly #sub: Subscription;
@@ -810,7 +1008,7 @@ export class Submission {
         (latest.status === "pending" && Date.parse(latest.lease_until ?? "") + this.#opts.leaseMs < Date.now());
       /** A reply of this submission arrived. */
       let replied = false;
-      let watcher: QueuedIterator<KvWatchEntry> | undefined;
+      let stopWatch: (() => void) | undefined;
       const timers: NodeJS.Timeout[] = [];
       const finish = (outcome: { res: Result } | { err: unknown }): void => {
         if (settled) {
@@ -819,7 +1017,7 @@ export class Submission {
         settled = true;
         timers.forEach(clearTimeout);
         this.#sub.unsubscribe();
-        watcher?.stop();
+        stopWatch?.();
         if ("res" in outcome) {
           resolve(outcome.res);
         } else {
@@ -831,54 +1029,72 @@ export class Submission {
           return; // a tool without the ledger is answered by its reply only
         }
         watching = true;
-        try {
-          const { kv, stored } = await this.#client.ledger(this.key);
-          const w = await kv.watch({ key: stored });
-          if (settled) {
-            w.stop();
-            return;
+        const w = this.#client.followKey(this.key, async (rec) => {
+          latest = rec; // undefined: deleted or purged, the key is free again
+          // A record of another fingerprint is a conflict: final.
+          if (rec === undefined || !isAnswered(rec.status) || (!enough(rec.status) && rec.fingerprint === this.fingerprint)) {
+            return false;
           }
-          watcher = w;
-          for await (const e of w) {
-            if (e.operation !== "PUT") {
-              latest = undefined; // deleted or purged: the key is free again
-              continue;
-            }
-            const rec = decodeRecord(e.value);
-            latest = rec;
-            // A record of another fingerprint is a conflict: final.
-            if (rec !== undefined && isAnswered(rec.status) && (enough(rec.status) || rec.fingerprint !== this.fingerprint)) {
-              if (acking !== undefined) {
-                await acking;
-              }
-              finish({ res: this.fromRecord(rec) });
-              return;
-            }
+          if (acking !== undefined) {
+            await acking;
+          }
+          return true;
+        });
+        stopWatch = w.stop;
+        try {
+          const rec = await w.done;
+          if (rec !== undefined) {
+            finish({ res: this.fromRecord(rec) });
           }
         } catch (err) {
           finish({ err });
         }
       };
+      // Answers bound to no publish of this submission known yet, held while
+      // a republish is being acknowledged: its answer can come before its
+      // PubAck, and is this submission's once the sequence is known.
+      let publishing = 0;
+      const held: { intentSeq: string | undefined; res: Result }[] = [];
+      const consider = (intentSeq: string | undefined, res: Result): void => {
+        if (settled) {
+          return;
+        }
+        if (!answerBound(intentSeq, res, { key: this.key, fingerprint: this.fingerprint, own: this.#own })) {
+          if (publishing > 0) {
+            held.push({ intentSeq, res });
+          } else {
+            this.dropped++;
+          }
+          return;
+        }
+        replied = true;
+        if (enough(res.status)) {
+          finish({ res });
+          return;
+        }
+        void startWatch(); // the final answer comes from the ledger
+      };
+      const acknowledged = (): void => {
+        publishing--;
+        for (const h of held.splice(0)) {
+          consider(h.intentSeq, h.res);
+        }
+      };
       const readReply = async (): Promise<void> => {
         try {
           for await (const m of this.#sub) {
-            let res: Result;
+            let res: unknown;
             try {
-              res = JSON.parse(m.string()) as Result;
+              res = JSON.parse(m.string());
             } catch {
               this.dropped++; // not an answer at all: not this submission's
               continue;
             }
-            if (typeof res !== "object" || res === null || !answerMatches(res, this.key, this.fingerprint)) {
+            if (typeof res !== "object" || res === null) {
               this.dropped++;
               continue;
             }
-            replied = true;
-            if (enough(res.status)) {
-              finish({ res });
-              return;
-            }
-            void startWatch(); // the final answer comes from the ledger
+            consider(m.headers?.get(HEADER_INTENT_SEQ), res as Result);
           }
         } catch (err) {
           finish({ err });
@@ -898,6 +1114,7 @@ export class Submission {
               republishLater(delay * 2); // the record will answer; look again later
               return;
             }
+            publishing++;
             const sent = this.#opts.republish();
             sent.then(
               (ack) => {
@@ -905,9 +1122,13 @@ export class Submission {
                 if (!ack.duplicate) {
                   this.#own.add(ack.seq);
                 }
+                acknowledged();
                 republishLater(delay * 2);
               },
-              (err: unknown) => finish({ err: new IdemError("publish_failed", `republish ${this.key}: ${String(err)}`, { cause: err }) }),
+              (err: unknown) => {
+                acknowledged();
+                finish({ err: new IdemError("publish_failed", `republish ${this.key}: ${String(err)}`, { cause: err }) });
+              },
             );
             acking = sent.catch(() => undefined); // after the reactions above: the sequence is known then
           }, delay),

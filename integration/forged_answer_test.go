@@ -1,0 +1,166 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// An attacker who learned a victim's inbox, key and fingerprint (keys are
+// derivable, inboxes leak) publishes intents of its own naming them in
+// Idem-Reply-To, Idem-Key and Idem-Fingerprint: one that is not JSON, one
+// with an unknown field, one whose arguments derive another key. The
+// workers answer each on the victim's inbox (rejected: invalid_intent, or
+// key_mismatch). Every client — submit (Go), the TypeScript client, the
+// HTTP front door and the MCP server — drops those answers, which are bound
+// to the attacker's messages, keeps waiting, and reports its own operation's
+// real completed answer once the slow downstream lets it finish.
+func TestForgedAnswersDoNotReachTheVictims(t *testing.T) {
+	t.Parallel()
+	dir := tsClient(t)
+	url := jetStream(t)
+	release := make(chan struct{})
+	var once sync.Once
+	hook := newSink(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		select { // slow: every victim waits while the attacker acts
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"sent":true,"n":%d}`, n)
+	})
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	startWorker(t, "w1", url, writeTools(t, tsTools(hook.URL)))
+	gw := startGateway(t, url)
+	session := stdioSession(t, url, nil)
+
+	// The attacker's view of the victims' intents (in production: a leaked
+	// inbox and a derivable key).
+	spy := connect(t, url)
+	seen := make(chan *nats.Msg, 64)
+	sub, err := spy.ChanSubscribe("idem.intents.send_email", seen)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, spy.Flush())
+
+	args := func(who string) string { return fmt.Sprintf(`{"to":"%s@example.com","subject":"Welcome"}`, who) }
+	type outcome struct {
+		who    string
+		status intent.Status
+		res    string
+		err    string
+	}
+	outcomes := make(chan outcome, 4)
+	go func() {
+		s := submit(t, url, "--tool", "send_email", "--args", args("go"), "--wait", "120s")
+		outcomes <- outcome{"go", s.res.Status, string(s.res.Result), fmt.Sprintf("exit %d: %s %s", s.code, s.stdout, s.stderr)}
+	}()
+	go func() {
+		s := tsSubmit(t, dir, url, "--tool", "send_email", "--args", args("ts"), "--wait", "120s")
+		outcomes <- outcome{"ts", s.res.Status, string(s.res.Result), fmt.Sprintf("exit %d: %s %s", s.code, s.stdout, s.stderr)}
+	}()
+	go func() {
+		o := outcome{who: "http"}
+		defer func() { outcomes <- o }()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, gw.url+"/v1/tools/send_email", strings.NewReader(args("http")))
+		if err != nil {
+			o.err = err.Error()
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+gw.tokens[agentA])
+		req.Header.Set("Prefer", "wait=120")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			o.err = err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		var res intent.Result
+		_ = json.Unmarshal(body, &res)
+		o.status, o.res, o.err = res.Status, string(res.Result), fmt.Sprintf("HTTP %d: %s", resp.StatusCode, body)
+	}()
+	go func() {
+		o := outcome{who: "mcp"}
+		defer func() { outcomes <- o }()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: "send_email", Arguments: json.RawMessage(args("mcp"))})
+		if err != nil {
+			o.err = err.Error()
+			return
+		}
+		var op struct{ Status intent.Status }
+		data, _ := json.Marshal(res.Meta["io.idemgate/operation"])
+		_ = json.Unmarshal(data, &op)
+		o.status, o.res, o.err = op.Status, mcpText(res), fmt.Sprintf("error %v: %s", res.IsError, mcpText(res))
+		if res.IsError {
+			o.status = ""
+		}
+	}()
+
+	attacker := connect(t, url)
+	js, err := jetstreamFor(attacker)
+	require.NoError(t, err)
+	garbage := [][]byte{
+		[]byte(`{"tool":"send_email","args":`), // not JSON
+		[]byte(`{"tool":"send_email","args":{"to":"x@example.com","subject":"Welcome"},"priority":"high"}`), // an unknown field
+		[]byte(`{"tool":"send_email","args":{"to":"mallory@example.com","subject":"Welcome"}}`),             // another key
+	}
+	for victims := 0; victims < 4; {
+		var m *nats.Msg
+		select {
+		case m = <-seen:
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("only %d victims published", victims)
+		}
+		if !strings.Contains(string(m.Data), `@example.com`) || strings.Contains(string(m.Data), "mallory") || strings.Contains(string(m.Data), "x@example.com") {
+			continue // the attacker's own
+		}
+		victims++
+		inbox := m.Header.Get(intent.HeaderReplyTo)
+		require.NotEmpty(t, inbox, "%s", m.Data)
+		watch, err := spy.SubscribeSync(inbox) // to see the forged answers arrive
+		require.NoError(t, err)
+		require.NoError(t, spy.Flush())
+		for _, body := range garbage {
+			forged := nats.NewMsg("idem.intents.send_email")
+			forged.Data = body
+			for _, h := range []string{intent.HeaderReplyTo, intent.HeaderKey, intent.HeaderFingerprint} {
+				forged.Header.Set(h, m.Header.Get(h))
+			}
+			_, err := js.PublishMsg(t.Context(), forged)
+			require.NoError(t, err)
+		}
+		for range garbage {
+			a, err := watch.NextMsg(time.Minute)
+			require.NoError(t, err, "the workers answer the attacker's intents on the victim's inbox (%s)", m.Data)
+			require.Contains(t, string(a.Data), `"rejected"`)
+		}
+		require.NoError(t, watch.Unsubscribe())
+	}
+	unblock()
+
+	for range 4 {
+		o := <-outcomes
+		require.Equal(t, intent.StatusCompleted, o.status, "%s: %s", o.who, o.err)
+		require.Contains(t, strings.Join(strings.Fields(o.res), ""), `"sent":true`, "%s: the real answer: %s", o.who, o.err)
+	}
+	require.Equal(t, 4, hook.count(), "each victim's operation fired once; the attacker's none")
+}
