@@ -81,7 +81,7 @@ func (c *common) parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
 		return err
 	}
-	return envflag.Apply(fs, "IDEMGATE", map[string]string{"nats-url": "NATS_URL", "creds": "NATS_CREDS"})
+	return envflag.Apply(fs, "IDEMGATE", map[string]string{"nats-url": "NATS_URL", "creds": "NATS_CREDS"}, "force", "yes")
 }
 
 func (c *common) connect() (*nats.Conn, *client.Client, error) {
@@ -144,8 +144,8 @@ Examples:
   K=$(submit key -q --tool send_email --args '{"to":"ada@example.com","subject":"Hi"}' --session run-7)
   submit watch "$K"
 
-Every flag can also be set as IDEMGATE_<FLAG> in the environment; NATS_URL and
-NATS_CREDS work as for the nats CLI.
+Every flag but --force and --yes can also be set as IDEMGATE_<FLAG> in the
+environment; NATS_URL and NATS_CREDS work as for the nats CLI.
 `
 
 // subcommands are the words submit takes before its flags.

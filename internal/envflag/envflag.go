@@ -17,10 +17,16 @@ func Name(prefix, name string) string {
 
 // Apply sets every flag of fs that was not given on the command line from its
 // environment variable (see Name), and from the extra aliases (flag name →
-// variable, e.g. "nats-url" → "NATS_URL") when that is unset. Call it after
-// fs.Parse.
-func Apply(fs *flag.FlagSet, prefix string, aliases map[string]string) error {
+// variable, e.g. "nats-url" → "NATS_URL") when that is unset. The flags
+// named in commandLineOnly are never taken from the environment: a flag that
+// confirms a dangerous act (forget --force, approve --yes) must be typed for
+// that one command, not left set in a shell for every later one. Call it
+// after fs.Parse.
+func Apply(fs *flag.FlagSet, prefix string, aliases map[string]string, commandLineOnly ...string) error {
 	set := map[string]bool{}
+	for _, name := range commandLineOnly {
+		set[name] = true
+	}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {

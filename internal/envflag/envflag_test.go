@@ -73,3 +73,18 @@ func TestConfigFileErrorsHaveLines(t *testing.T) {
 	require.ErrorContains(t, err, `worker.yaml:2: unknown setting "ack-wiat"`)
 	require.ErrorContains(t, err, `worker.yaml:3: max-deliver: "lots"`)
 }
+
+func TestCommandLineOnlyFlagsIgnoreTheEnvironment(t *testing.T) {
+	t.Setenv("TEST_FORCE", "true")
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	force := fs.Bool("force", false, "")
+	require.NoError(t, fs.Parse(nil))
+	require.NoError(t, Apply(fs, "TEST", nil, "force"))
+	require.False(t, *force, "a confirming flag left in the environment confirms nothing")
+
+	fs = flag.NewFlagSet("y", flag.ContinueOnError)
+	force = fs.Bool("force", false, "")
+	require.NoError(t, fs.Parse([]string{"--force"}))
+	require.NoError(t, Apply(fs, "TEST", nil, "force"))
+	require.True(t, *force, "the command line still sets it")
+}
