@@ -276,8 +276,11 @@ func expandUpstreams(c *collector, ups []*upstream, tools []*Tool) {
 		if err := u.list(c); err != nil {
 			problem, hint := "could not list its tools: "+err.Error(), "check the command or url, and that the server starts"
 			var de *DestinationError
+			if errors.Is(err, errRedirect) {
+				hint = "give the upstream's final URL: redirects are not followed"
+			}
 			if errors.As(err, &de) {
-				problem = fmt.Sprintf("could not list its tools: %s: %v", u.conn.up.URL, de)
+				problem = fmt.Sprintf("could not list its tools: %s: %v", u.conn.up, de)
 				hint = fmt.Sprintf("add allow_private: [%s] to this upstream, or start the worker with --webhook-allow %s", singlePrefix(de.Addr), singlePrefix(de.Addr))
 			}
 			c.add(u.line, "mcp_upstreams."+u.name, problem, hint)
