@@ -588,6 +588,7 @@ func TestSMTPStartTLSRequired(t *testing.T) {
 	tool := parseTool(t, fmt.Sprintf(`tools:
   send_email:
     effect: smtp
+    key_args: [to, subject]
     smtp:
       addr: %s
       from: billing@example.com
@@ -651,6 +652,7 @@ func TestSMTPAuth(t *testing.T) {
 		return fmt.Sprintf(`tools:
   send_email:
     effect: smtp
+    key_args: [to, subject]
     smtp:
       addr: %s
       from: billing@example.com
@@ -917,13 +919,13 @@ func TestParseSMTP(t *testing.T) {
 	require.IsType(t, &effects.SMTP{}, tool.Effect)
 	require.Equal(t, 3*20*time.Second+2*10*time.Second, tool.MaxDuration)
 
-	bare := parseTool(t, "tools:\n  t:\n    effect: smtp\n    smtp: {addr: 'relay:25', from: a@example.com}\n")
+	bare := parseTool(t, "tools:\n  t:\n    effect: smtp\n    key_args: [to]\n    smtp: {addr: 'relay:25', from: a@example.com}\n")
 	require.Equal(t, 4*effects.DefaultSMTPTimeout+3*effects.DefaultMaxInterval, bare.MaxDuration)
 }
 
 func TestParseSMTPErrors(t *testing.T) {
 	t.Parallel()
-	const head = "tools:\n  t:\n    effect: smtp\n"
+	const head = "tools:\n  t:\n    effect: smtp\n    key_args: [to]\n"
 	for _, tc := range []struct {
 		name string
 		file string
@@ -931,33 +933,33 @@ func TestParseSMTPErrors(t *testing.T) {
 	}{
 		{"Missing", head, []string{`tools.yaml:2: t.smtp: is missing (add smtp: with at least addr: and from:)`}},
 		{"NoAddrNoFrom", head + "    smtp:\n      helo: h\n", []string{
-			`tools.yaml:4: t.smtp.addr: is missing (write e.g. smtp.internal:587)`,
-			`tools.yaml:4: t.smtp.from: is missing`,
+			`tools.yaml:5: t.smtp.addr: is missing (write e.g. smtp.internal:587)`,
+			`tools.yaml:5: t.smtp.from: is missing`,
 		}},
 		{"BadStartTLS", head + "    smtp:\n      addr: relay:25\n      from: a@example.com\n      starttls: yes\n", []string{
-			`tools.yaml:7: t.smtp.starttls: "yes" is not one of required, opportunistic, off`,
+			`tools.yaml:8: t.smtp.starttls: "yes" is not one of required, opportunistic, off`,
 		}},
 		{"InsecureSkipVerify", head + "    smtp:\n      addr: relay:25\n      from: a@example.com\n      tls_insecure_skip_verify: true\n", []string{
-			`tools.yaml:7: t.smtp.tls_insecure_skip_verify: unknown field`,
+			`tools.yaml:8: t.smtp.tls_insecure_skip_verify: unknown field`,
 		}},
 		{"CAFileMissing", head + "    smtp:\n      addr: relay:25\n      from: a@example.com\n      ca_file: /nonexistent/ca.pem\n", []string{
-			`tools.yaml:7: t.smtp.ca_file: cannot be read:`,
+			`tools.yaml:8: t.smtp.ca_file: cannot be read:`,
 		}},
 		{"PasswordEnvUnset", head + "    smtp:\n      addr: relay:25\n      from: a@example.com\n      username: u\n      password_env: IDEMGATE_TEST_SURELY_UNSET\n", []string{
-			`tools.yaml:8: t.smtp.password_env: the environment variable IDEMGATE_TEST_SURELY_UNSET is not set`,
+			`tools.yaml:9: t.smtp.password_env: the environment variable IDEMGATE_TEST_SURELY_UNSET is not set`,
 		}},
 		{"PasswordEnvBadName", head + "    smtp:\n      addr: relay:25\n      from: a@example.com\n      username: u\n      password_env: hunter2!\n", []string{
-			`tools.yaml:8: t.smtp.password_env: "hunter2!" is not an environment variable name`,
+			`tools.yaml:9: t.smtp.password_env: "hunter2!" is not an environment variable name`,
 		}},
 		{"UsernameWithoutPassword", head + "    smtp:\n      addr: relay:25\n      from: a@example.com\n      username: u\n", []string{
-			`tools.yaml:4: t.smtp.password_env: is missing`,
+			`tools.yaml:5: t.smtp.password_env: is missing`,
 		}},
 		{"ClearTextAuth", head + "    smtp:\n      addr: relay.example.com:25\n      from: a@example.com\n      starttls: off\n      username: u\n      password_env: PATH\n", []string{
-			`tools.yaml:8: t.smtp.username: the password would cross the network in the clear to relay.example.com`,
+			`tools.yaml:9: t.smtp.username: the password would cross the network in the clear to relay.example.com`,
 		}},
 		{"ZeroTimeout", head + "    smtp:\n      addr: relay:25\n      from: a@example.com\n      timeout: 0s\n      retry: {max_attempts: 0}\n", []string{
-			`tools.yaml:7: t.smtp.timeout: must be positive`,
-			`tools.yaml:8: t.smtp.retry.max_attempts: must be positive`,
+			`tools.yaml:8: t.smtp.timeout: must be positive`,
+			`tools.yaml:9: t.smtp.retry.max_attempts: must be positive`,
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

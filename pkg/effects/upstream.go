@@ -100,12 +100,12 @@ func (u *upstream) list(c *collector) error {
 		}
 		before := len(own.errs)
 		ov, hasOv := u.overrides[mt.Name]
-		line := 0
+		line := u.line // problems of a tool without an entry point at the upstream
 		if hasOv {
 			line = ov.key.Line
 		}
 		key := &yaml.Node{Kind: yaml.ScalarNode, Value: name, Line: line}
-		t := parseTool(own, u.o, key, u.synthesize(mt, ov, hasOv))
+		t := parseTool(own, u.o, key, u.synthesize(mt, ov, hasOv), "mcp_upstreams."+u.name+".tools."+mt.Name)
 		if t == nil {
 			for _, e := range own.errs[before:] {
 				problems = append(problems, e.Error())
