@@ -47,6 +47,7 @@ func TestBackPressureDelaysNeverLoses(t *testing.T) {
 	startWorker(t, "w1", url, writeTools(t, fmt.Sprintf(`tools:
   one_at_a_time:
     effect: webhook
+    key_args: [n]
     max_in_flight: 1
     webhook: {url: %s, timeout: 30s}
 `, hook.URL)), "--max-deliver", "3", "--retry-delay", "100ms", "--max-retry-delay", "100ms")
@@ -157,6 +158,7 @@ func lastDeliveryScene(t *testing.T, url, hookURL string, order int) (tools stri
 	tools = writeTools(t, fmt.Sprintf(`tools:
   charge:
     effect: webhook
+    key_args: [order]
     lease: 1s
     webhook: {url: %s, timeout: 60s}
 `, hookURL))
@@ -190,6 +192,7 @@ func TestLongLedgerOutageDoesNotFireTwice(t *testing.T) {
 	startWorker(t, "w1", url, writeTools(t, fmt.Sprintf(`tools:
   charge:
     effect: webhook
+    key_args: [order]
     lease: 2s
     webhook: {url: %s, timeout: 30s}
 `, hook.URL)), "--ack-wait", "2s")
@@ -213,8 +216,8 @@ func TestUnresolvedRecordsOutliveTheTTL(t *testing.T) {
 	url := jetStream(t)
 	hook := newSink(t, nil)
 	startWorker(t, "w1", url, writeTools(t, fmt.Sprintf(`tools:
-  refund: {effect: webhook, approval: required, webhook: {url: %[1]s}}
-  notify: {effect: webhook, webhook: {url: %[1]s}}
+  refund: {effect: webhook, key_args: [order], approval: required, webhook: {url: %[1]s}}
+  notify: {effect: webhook, key_args: [order], webhook: {url: %[1]s}}
 `, hook.URL)), "--ledger-ttl", "3s", "--dup-window", "1s", "--answer-cache", "0")
 	parked := submit(t, url, "--tool", "refund", "--args", `{"order":9}`, "--wait", "30s")
 	require.Equal(t, intent.StatusAwaitingApproval, parked.res.Status, parked.stdout+parked.stderr)
@@ -252,7 +255,7 @@ func TestDeadLetterReplayKeepsAWindowKey(t *testing.T) {
 	require.NoError(t, w1.terminate(20*time.Second))
 
 	startWorker(t, "w2", url, writeTools(t, fmt.Sprintf(`tools:
-  weekly: {effect: webhook, window: 2s, webhook: {url: %s}}
+  weekly: {effect: webhook, key_args: all, window: 2s, webhook: {url: %s}}
 `, hook.URL)))
 	time.Sleep(time.Until(published.Add(2500 * time.Millisecond))) // the window passed
 	var seq string
@@ -290,8 +293,8 @@ func TestForeignAnswerIsDropped(t *testing.T) {
 		fmt.Fprintf(w, `{"path":%q}`, r.URL.Path)
 	})
 	startWorker(t, "w1", url, writeTools(t, fmt.Sprintf(`tools:
-  slow: {effect: webhook, webhook: {url: %[1]s/slow}}
-  fast: {effect: webhook, webhook: {url: %[1]s/fast}}
+  slow: {effect: webhook, key_args: [n], webhook: {url: %[1]s/slow}}
+  fast: {effect: webhook, key_args: [n], webhook: {url: %[1]s/fast}}
 `, hook.URL)))
 	nc := connect(t, url)
 	seen := make(chan *nats.Msg, 1)
@@ -329,7 +332,7 @@ func TestReplayedMeansAnotherCallCausedIt(t *testing.T) {
 	url := jetStream(t)
 	hook := newSink(t, nil)
 	startWorker(t, "w1", url, writeTools(t, fmt.Sprintf(`tools:
-  refund: {effect: webhook, approval: required, webhook: {url: %[1]s}}
+  refund: {effect: webhook, key_args: [order], approval: required, webhook: {url: %[1]s}}
   send_email: {effect: webhook, key_args: [to], webhook: {url: %[1]s}}
 `, hook.URL)))
 	own := submit(t, url, "--tool", "refund", "--args", `{"order":2}`, "--wait", "30s")
@@ -386,7 +389,7 @@ func TestEmbeddedIPv4DestinationsAreRefused(t *testing.T) {
 	var tools strings.Builder
 	tools.WriteString("tools:\n")
 	for name, addr := range forms {
-		fmt.Fprintf(&tools, "  %s: {effect: webhook, webhook: {url: \"http://[%s]:%d/\", retry: {max_attempts: 1}}}\n", name, addr, port)
+		fmt.Fprintf(&tools, "  %s: {effect: webhook, key_args: [n], webhook: {url: \"http://[%s]:%d/\", retry: {max_attempts: 1}}}\n", name, addr, port)
 	}
 	startWorker(t, "w1", url, writeTools(t, tools.String()), "--max-deliver", "2", "--retry-delay", "100ms")
 	for name, addr := range forms {

@@ -96,6 +96,7 @@ func httpTools(t *testing.T, url string) string {
 	text := strings.ReplaceAll(string(demo), "http://127.0.0.1:8787", url) + fmt.Sprintf(`
   slow_job:
     effect: webhook
+    key_args: [n]
     webhook: {url: %[1]s/slow, timeout: 60s}
   slow_read:
     effect: webhook
@@ -103,6 +104,7 @@ func httpTools(t *testing.T, url string) string {
     webhook: {url: %[1]s/slow-read, timeout: 60s}
   strict:
     effect: webhook
+    key_args: [to]
     webhook: {url: %[1]s/fail}
 `, url)
 	return writeTools(t, text)
@@ -691,6 +693,7 @@ func TestHTTPUncertainAndResolve(t *testing.T) {
 	tools := writeTools(t, fmt.Sprintf(`tools:
   wire_money:
     effect: webhook
+    key_args: [to, cents]
     lease: 1s
     on_abandoned: hold
     webhook: {url: %s/slow, timeout: 60s}

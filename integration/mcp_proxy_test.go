@@ -101,6 +101,7 @@ func startProxy(t *testing.T) proxyBundle {
     command: [%q]
     tools:
       charge: {key_args: [order], lease: 5s}
+      balance: {class: read}
 `, self))
 	p := launchWorker(t, "w1", []string{"--tools", tools, "--holder", "w1", "--log-level", "debug", "--nats-url", b.url}, []string{upstreamEnv + "=" + b.dir})
 	p.waitLog(t, "worker consuming", 30*time.Second)

@@ -30,6 +30,7 @@ func mcpTools(sink string) string {
       type: object
       properties: {title: {type: string}}
       required: [title]
+      additionalProperties: false
     webhook: {url: %[1]s/tickets}
   get_order:
     effect: webhook

@@ -22,9 +22,12 @@ import (
 
 // webhookTools is a tools file with one webhook tool aimed at url.
 func webhookTools(url string, lease string) string {
+	// key_args: all: the tests send all kinds of args, each object its own
+	// operation.
 	return fmt.Sprintf(`tools:
   send_email:
     effect: webhook
+    key_args: all
     lease: %s
     webhook:
       url: %s

@@ -81,6 +81,7 @@ func TestApprovalGate(t *testing.T) {
 	tools := writeTools(t, fmt.Sprintf(`tools:
   refund:
     effect: webhook
+    key_args: [order]
     approval: required
     approval_ttl: 10m
     webhook: {url: %s}
@@ -161,6 +162,7 @@ func TestAbandonedHoldAndResolve(t *testing.T) {
 	tools := writeTools(t, fmt.Sprintf(`tools:
   wire_money:
     effect: webhook
+    key_args: [to, cents]
     lease: 1s
     on_abandoned: hold
     webhook: {url: %s, timeout: 60s}
@@ -271,8 +273,8 @@ func TestDeadLetters(t *testing.T) {
 	// Configure the missing tool, replay the dead letter: it is served.
 	require.NoError(t, w.terminate(20*time.Second))
 	startWorker(t, "w2", url, writeTools(t, fmt.Sprintf(`tools:
-  send_email: {effect: webhook, webhook: {url: %[1]s}}
-  new_tool: {effect: webhook, webhook: {url: %[1]s}}
+  send_email: {effect: webhook, key_args: all, webhook: {url: %[1]s}}
+  new_tool: {effect: webhook, key_args: [n], webhook: {url: %[1]s}}
 `, hook.URL)))
 	seq := fmt.Sprint(newTool["seq"])
 	replay := submit(t, url, "dlq", "replay", seq)

@@ -248,7 +248,7 @@ func (s *secureServer) connect(t *testing.T, user string, extra ...nats.Option) 
 // prefix, and a noop tool.
 func (s *secureServer) startSecureWorker(t *testing.T, user string) *proc {
 	t.Helper()
-	tools := writeTools(t, "tools:\n  echo:\n    effect: noop\n")
+	tools := writeTools(t, "tools:\n  echo:\n    effect: noop\n    key_args: all\n")
 	args := []string{
 		"--tools", tools, "--holder", user, "--log-level", "debug",
 		"--nats-url", s.url, "--tls-ca", s.ca.certPEM, "--nats-user", user, "--inbox-prefix", "_INBOX.worker",

@@ -122,7 +122,7 @@ func TestMakeRun(t *testing.T) {
 func TestWorkerStoreDirLock(t *testing.T) {
 	t.Parallel()
 	store := t.TempDir()
-	tools := writeTools(t, "tools:\n  echo: {effect: noop}\n")
+	tools := writeTools(t, "tools:\n  echo: {effect: noop, key_args: all}\n")
 	first := launchWorker(t, "w1", []string{"--tools", tools, "--store-dir", store, "--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, nil)
 	first.waitLog(t, "worker consuming", 30*time.Second)
 	second := launchWorker(t, "w2", []string{"--tools", tools, "--store-dir", store, "--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, nil)

@@ -260,6 +260,7 @@ func TestTSWaitsForTheFinalAnswer(t *testing.T) {
 	startWorker(t, "w1", url, writeTools(t, fmt.Sprintf(`tools:
   refund:
     effect: webhook
+    key_args: [order]
     approval: required
     webhook: {url: %s}
 `, hook.URL)))

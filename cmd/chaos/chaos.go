@@ -180,8 +180,11 @@ func (r *chaosRun) toolsFile() string {
 	var b strings.Builder
 	b.WriteString("tools:\n")
 	tool := func(name, path, extra string) {
+		// key_args: all: the load derives each operation's key from all its
+		// args (load.go), as the workers must.
 		fmt.Fprintf(&b, `  %s:
     effect: webhook
+    key_args: all
     lease: %s
 %s    webhook:
       url: http://%s/%s

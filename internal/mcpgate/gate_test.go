@@ -41,6 +41,7 @@ const testTools = `tools:
       additionalProperties: false
   create_ticket:
     effect: noop
+    key_args: [title]
     description: Open a support ticket.
   get_order:
     effect: noop
@@ -61,6 +62,7 @@ const testTools = `tools:
     approver: user
   slow:
     effect: noop
+    key_args: all
     noop: {delay: 3s}
 `
 

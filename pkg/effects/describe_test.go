@@ -24,7 +24,7 @@ func TestDescriptionParse(t *testing.T) {
       required: [order_id, amount]
       additionalProperties: false
   lookup: {effect: noop, class: read}
-  plain: {effect: noop}
+  plain: {effect: noop, key_args: [id]}
 `))
 	require.NoError(t, err)
 	refund, _ := reg.Lookup("refund")
@@ -56,7 +56,7 @@ func TestDescriptionErrors(t *testing.T) {
 		{"scalar", "{effect: noop, schema: yes}", `tools.yaml:2: t.schema: is not a JSON Schema`},
 		{"closed schema without the key arg", "{effect: noop, key_args: [id], schema: {type: object, properties: {n: {}}, additionalProperties: false}}", `tools.yaml:2: t.schema: does not declare "id"`},
 		{"destructive read", "{effect: noop, class: read, destructive: true}", `tools.yaml:2: t.destructive: a read never changes anything`},
-		{"approver value", "{effect: noop, approval: required, approver: boss}", `tools.yaml:2: t.approver: unknown approver "boss" (use operator or user)`},
+		{"approver value", "{effect: noop, key_args: [id], approval: required, approver: boss}", `tools.yaml:2: t.approver: unknown approver "boss" (use operator or user)`},
 		{"approver alone", "{effect: noop, approver: user}", `tools.yaml:2: t.approver: is set but approval is not required`},
 		{"description type", "{effect: noop, description: [a]}", `tools.yaml:2: t.description: is a list, want a string`},
 	}
@@ -71,6 +71,6 @@ func TestDescriptionErrors(t *testing.T) {
 
 func TestSchemaErrorHasItsLine(t *testing.T) {
 	t.Parallel()
-	_, err := Parse([]byte("tools:\n  a: {effect: noop}\n  b:\n    effect: noop\n    schema:\n      type: array\n"))
+	_, err := Parse([]byte("tools:\n  a: {effect: noop, key_args: [id]}\n  b:\n    effect: noop\n    schema:\n      type: array\n"))
 	require.ErrorContains(t, err, "tools.yaml:5: b.schema: has type \"array\"")
 }

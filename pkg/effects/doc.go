@@ -46,11 +46,14 @@
 // and that kind's settings. Parse and LoadFile build a Registry from it and
 // report every problem at once, each as a *ConfigError with the file, line,
 // field and a hint; unknown fields are problems, so a typo never passes
-// silently. Settings that load but likely misbehave — a key arg that looks
+// silently. So is an unsafe tool whose key a model could choose: keyed by
+// all its args, with no closed schema to refuse an arg the model invents;
+// it needs key_args, a closed schema or key_args: all. Settings that load but likely misbehave — a key arg that looks
 // like a timestamp, a webhook to an address it will refuse — are kept as
 // warnings (Registry.Warnings), with their lines. An intent for a tool that
 // is not configured gets Registry.UnknownTool's error, which names the
-// closest configured tool. NewRegistry builds one from tools written in code.
+// closest configured tool. NewRegistry builds one from tools written in code,
+// as they are: the file's rules, this one included, are the loader's.
 //
 // The built-in kinds are webhook (Webhook), smtp (SMTP), mcp (MCP: a tool
 // of another MCP server; a file's mcp_upstreams entries serve an upstream's

@@ -13,7 +13,9 @@ import (
 )
 
 // An MCP server's tools served as tools of the file (mcp_upstreams), and a
-// tool of the file's own that names one of them by hand. The upstream here
+// tool of the file's own that names one of them by hand. The file decides
+// each tool's class: balance's readOnlyHint is the upstream's claim, and it
+// is a read only because the file says so. The upstream here
 // is an in-process server over streamable HTTP; it is on 127.0.0.1, which a
 // url upstream reaches only when allow_private (or the worker's
 // --webhook-allow) lists it.
@@ -50,6 +52,7 @@ mcp_upstreams:
     prefix: pay_
     tools:
       charge: {key_args: [order], approval: required}
+      balance: {class: read}
 tools:
   charge_card:
     effect: mcp

@@ -66,6 +66,7 @@ func ExampleWithNATSConn() {
 tools:
   charge:
     effect: nats
+    key_args: [order_id]
     nats:
       subject: billing.charge
       timeout: 5s

@@ -19,6 +19,7 @@ tools:
     lease: 10s
   demo_fixed:
     effect: noop
+    key_args: all
     noop: {result: {ok: true}}
 `))
 	if err != nil {
@@ -49,6 +50,7 @@ func ExampleParse_errors() {
 tools:
   send_email:
     effect: webhook
+    key_args: [to, subject]
     lease: 30
     webhook:
       url: http://127.0.0.1:8080/hooks/email
@@ -56,8 +58,8 @@ tools:
 `), effects.WithFilename("tools.yaml"))
 	fmt.Println(err)
 	// Output:
-	// tools.yaml:5: send_email.lease: "30" is not a duration (write e.g. 30s)
-	// tools.yaml:8: send_email.webhook.timout: unknown field (did you mean timeout?)
+	// tools.yaml:6: send_email.lease: "30" is not a duration (write e.g. 30s)
+	// tools.yaml:9: send_email.webhook.timout: unknown field (did you mean timeout?)
 }
 
 // Effects written in code are registered without a tools file.
@@ -88,6 +90,7 @@ func ExampleWithAllowPrivate() {
 tools:
   create_ticket:
     effect: webhook
+    key_args: [title]
     webhook: {url: "http://127.0.0.1:8787/tickets"}
 `)
 	strict, err := effects.Parse(file)

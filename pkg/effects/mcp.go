@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os/exec"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -58,14 +59,81 @@ type MCPUpstream struct {
 	AllowPrivate []netip.Prefix
 }
 
-// String is the URL, or the command's words joined by spaces: the upstream's
-// name in the catalogue.
+// String names the upstream without what may be a secret: a URL without its
+// user, password, query and fragment (https://mcp.example.com/mcp), or a
+// command's program and the count of its arguments (npx [2 arguments not
+// shown]). A URL upstream's credential can only go in its URL, and a
+// command's in its arguments (--api-key ...). It is the upstream's name in
+// the catalogue, which every agent reads, and in every message and log.
 func (u MCPUpstream) String() string {
-	if u.URL != "" {
-		return u.URL
+	switch {
+	case u.URL != "":
+		return displayURL(u.URL)
+	case len(u.Command) == 0:
+		return ""
+	case len(u.Command) == 1:
+		return u.Command[0]
+	case len(u.Command) == 2:
+		return u.Command[0] + " [1 argument not shown]"
 	}
-	return strings.Join(u.Command, " ")
+	return fmt.Sprintf("%s [%d arguments not shown]", u.Command[0], len(u.Command)-1)
 }
+
+// displayURL is raw without its user, password, query and fragment, for
+// messages; "(an invalid URL)" when it does not parse.
+func displayURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an invalid URL)"
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+}
+
+// urlSecrets are the parts of a URL a message never quotes: its password,
+// user and query values (and the whole query and fragment), longest first,
+// as secretsOf collects a webhook's. Under four bytes they are left out.
+func urlSecrets(raw string) []string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	add := func(v string) {
+		if len(v) >= 4 {
+			out = append(out, v)
+		}
+	}
+	if u.User != nil {
+		add(u.User.Username())
+		if pw, ok := u.User.Password(); ok {
+			add(pw)
+		}
+	}
+	add(u.RawQuery)
+	add(u.Fragment)
+	for _, vs := range u.Query() {
+		for _, v := range vs {
+			add(v)
+			add(url.QueryEscape(v))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// redactedError is an error whose message had secrets removed; errors.Is
+// and errors.As still see the error it wraps.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// errRedirect is what a URL upstream's HTTP client answers a redirect with:
+// it is never followed.
+var errRedirect = errors.New("the upstream answered with a redirect, which is not followed")
 
 // Validate reports what is wrong with u.
 func (u MCPUpstream) Validate() error {
@@ -75,7 +143,7 @@ func (u MCPUpstream) Validate() error {
 	case u.URL != "":
 		p, err := url.Parse(u.URL)
 		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return fmt.Errorf("url %q is not an http or https URL with a host", u.URL)
+			return fmt.Errorf("url %s is not an http or https URL with a host", displayURL(u.URL))
 		}
 	case len(u.Command) == 0 || u.Command[0] == "":
 		return errors.New("give the server's command (a list: program, then arguments) or its url")
@@ -104,6 +172,7 @@ type MCPConn struct {
 	up       MCPUpstream
 	onChange func()       // the upstream's tools changed
 	http     *http.Client // a URL upstream's, dialling through its NetGuard
+	secrets  []string     // what messages never quote (see hide)
 
 	mu     sync.Mutex
 	cs     *mcp.ClientSession
@@ -116,9 +185,50 @@ type MCPConn struct {
 func NewMCPConn(up MCPUpstream, onChange func()) *MCPConn {
 	c := &MCPConn{up: up, onChange: onChange}
 	if up.URL != "" {
-		c.http = &http.Client{Transport: NewNetGuard(up.AllowPrivate...).transport(DefaultMCPTimeout)}
+		c.http = &http.Client{
+			Transport: NewNetGuard(up.AllowPrivate...).transport(DefaultMCPTimeout),
+			// A redirect would move a tools/call, with the model's arguments
+			// and the key, to a host the tools file does not name.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return errRedirect },
+		}
+		c.secrets = urlSecrets(up.URL)
 	}
 	return c
+}
+
+// hide returns err with the upstream's secrets taken out of its message:
+// the URL's credentials, query and fragment wherever the message quotes the
+// URL or any of them (an HTTP client's error names the URL it requested,
+// and an upstream may echo what it was sent). nil stays nil.
+func (c *MCPConn) hide(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := c.hideText(err.Error())
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+// hideText is hide for a message.
+func (c *MCPConn) hideText(msg string) string {
+	if c.up.URL == "" {
+		return msg
+	}
+	forms := []string{c.up.URL}
+	if u, err := url.Parse(c.up.URL); err == nil && u.User != nil {
+		// The forms an error may quote: url.URL.Redacted's, and the HTTP
+		// client's, which writes the password as ***.
+		forms = append(forms, u.Redacted())
+		if _, ok := u.User.Password(); ok {
+			forms = append(forms, strings.Replace(u.String(), u.User.String()+"@", u.User.Username()+":***@", 1))
+		}
+	}
+	for _, f := range forms {
+		msg = strings.ReplaceAll(msg, f, displayURL(c.up.URL))
+	}
+	return redact(msg, c.secrets)
 }
 
 // Upstream is the server the connection reaches.
@@ -150,7 +260,7 @@ func (c *MCPConn) Session(ctx context.Context) (*mcp.ClientSession, error) {
 	cl := mcp.NewClient(&mcp.Implementation{Name: "idemgate", Version: "0.1.0"}, opts)
 	cs, err := cl.Connect(ctx, t, nil)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", c.up, err)
+		return nil, c.hide(fmt.Errorf("connect to %s: %w", c.up, err))
 	}
 	c.cs = cs
 	return cs, nil
@@ -179,7 +289,7 @@ func (c *MCPConn) Tools(ctx context.Context) ([]*mcp.Tool, error) {
 			if !isRPCError(err) {
 				c.drop(cs)
 			}
-			return nil, fmt.Errorf("list the tools of %s: %w", c.up, err)
+			return nil, c.hide(fmt.Errorf("list the tools of %s: %w", c.up, err))
 		}
 		out = append(out, t)
 	}
@@ -246,12 +356,12 @@ func (m *MCP) Fire(ctx context.Context, call Call) (Outcome, error) {
 		res, err := cs.CallTool(actx, &mcp.CallToolParams{Name: m.tool, Arguments: json.RawMessage(call.Args), Meta: meta})
 		switch {
 		case err != nil && isRPCError(err):
-			return nil, Permanentf("", "%s: %v", what, err)
+			return nil, Permanentf("", "%s: %v", what, m.conn.hide(err))
 		case err != nil:
 			m.conn.drop(cs)
-			return nil, refused(what, fmt.Errorf("%s: %w", what, err))
+			return nil, refused(what, m.conn.hide(fmt.Errorf("%s: %w", what, err)))
 		case res.IsError:
-			return nil, Permanentf("", "%s answered an error: %s", what, contentText(res.Content))
+			return nil, Permanentf("", "%s answered an error: %s", what, m.conn.hideText(contentText(res.Content)))
 		}
 		out := struct {
 			Content           []mcp.Content `json:"content"`
@@ -268,16 +378,20 @@ func (m *MCP) Fire(ctx context.Context, call Call) (Outcome, error) {
 	})
 }
 
-// refused makes a connection the upstream's NetGuard refused a permanent
-// failure (nothing was sent, and a retry would be refused again); it returns
+// refused makes a connection the upstream's NetGuard refused, and a
+// redirect, permanent failures (a retry would meet them again); it returns
 // any other error as it is.
 func refused(what string, err error) error {
 	var de *DestinationError
-	if !errors.As(err, &de) {
-		return err
+	switch {
+	case errors.As(err, &de):
+		return &PermanentError{Code: intent.CodeEffectFailed, Err: de, Message: fmt.Sprintf(
+			"%s: %v (nothing was sent; list it in the upstream's allow_private or the worker's --webhook-allow to allow it)", what, de)}
+	case errors.Is(err, errRedirect):
+		return &PermanentError{Code: intent.CodeEffectFailed, Err: err, Message: fmt.Sprintf(
+			"%s: %v: configure the final URL (the request may have reached the upstream; nothing was sent where it pointed)", what, errRedirect)}
 	}
-	return &PermanentError{Code: intent.CodeEffectFailed, Err: de, Message: fmt.Sprintf(
-		"%s: %v (nothing was sent; list it in the upstream's allow_private or the worker's --webhook-allow to allow it)", what, de)}
+	return err
 }
 
 // MaxDuration bounds one Fire: every attempt's timeout and the waits.

@@ -1,13 +1,17 @@
 package effects
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,8 +88,9 @@ func TestMCPUpstreamTools(t *testing.T) {
     url: `+u.http.URL+`
     tools:
       charge: {key_args: [order], approval: required}
+      decline: {class: idempotent}
 tools:
-  lookup: {effect: noop}
+  lookup: {effect: noop, class: read}
 `), loopback)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, reg.Close()) })
@@ -122,11 +127,19 @@ tools:
 	require.True(t, ok, "an isError result is permanent: %v", err)
 	require.Contains(t, pe.Message, "card declined")
 
-	// A tool added upstream is listed (notifications/tools/list_changed).
-	u.srv.AddTool(&mcp.Tool{Name: "refund", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return &mcp.CallToolResult{}, nil
-	})
+	// A tool added upstream is listed (notifications/tools/list_changed),
+	// under the rules of the file: one whose key a model could choose (an
+	// open schema, no key_args in the file) is left out.
+	open := map[string]any{"type": "object"}
+	closed := map[string]any{"type": "object", "properties": map[string]any{"order": map[string]any{"type": "string"}}, "additionalProperties": false}
+	for name, schema := range map[string]any{"refund": closed, "void": open} {
+		u.srv.AddTool(&mcp.Tool{Name: name, InputSchema: schema}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	}
 	require.Eventually(t, func() bool { _, ok := reg.Lookup("refund"); return ok }, 10*time.Second, 20*time.Millisecond)
+	_, ok = reg.Lookup("void")
+	require.False(t, ok, "void was listed with refund, and left out")
 	u.srv.RemoveTools("decline")
 	require.Eventually(t, func() bool { _, ok := reg.Lookup("decline"); return !ok }, 10*time.Second, 20*time.Millisecond)
 
@@ -199,6 +212,7 @@ func TestMCPURLUpstreamGuard(t *testing.T) {
 	// An mcp_upstreams entry is listed when the file loads: refused, the
 	// file does not load, and the error says how to allow it.
 	entry := "mcp_upstreams:\n  pay:\n    url: " + u.http.URL + "\n"
+	const overrides = "    tools: {charge: {key_args: [order]}, decline: {class: idempotent}, lookup: {class: read}}\n"
 	_, err := Parse([]byte(entry))
 	require.ErrorIs(t, err, ErrConfig)
 	require.EqualError(t, err, "tools.yaml:2: mcp_upstreams.pay: could not list its tools: "+u.http.URL+
@@ -206,8 +220,10 @@ func TestMCPURLUpstreamGuard(t *testing.T) {
 	require.Zero(t, u.requests.Load(), "the refused upstream got no request")
 
 	for name, reg := range map[string]func() (*Registry, error){
-		"allow_private": func() (*Registry, error) { return Parse([]byte(entry + "    allow_private: [127.0.0.1/32]\n")) },
-		"worker-wide":   func() (*Registry, error) { return Parse([]byte(entry), loopback) },
+		"allow_private": func() (*Registry, error) {
+			return Parse([]byte(entry + "    allow_private: [127.0.0.1/32]\n" + overrides))
+		},
+		"worker-wide": func() (*Registry, error) { return Parse([]byte(entry+overrides), loopback) },
 	} {
 		r, err := reg()
 		require.NoError(t, err, name)
@@ -285,4 +301,137 @@ func TestMCPURLUpstreamGuard(t *testing.T) {
 	require.ErrorContains(t, err, `tools.yaml:4: mcp_upstreams.pay.allow_private[0]: "intranet" is not an IP address or CIDR prefix`)
 	_, err = Parse([]byte("tools:\n  t: {effect: mcp, mcp: {upstream: pay, tool: x, allow_private: [10.0.0.0/8]}}\n"))
 	require.ErrorContains(t, err, "t.mcp.allow_private: is given with upstream")
+}
+
+// The tools file decides a tool's class: an upstream's readOnlyHint (or
+// idempotentHint) is its own claim, which a listing may change at any
+// time, so its tool is unsafe, through the ledger, unless the file says
+// otherwise — and the file is warned about the hint it ignores.
+func TestMCPUpstreamHintsDoNotSetTheClass(t *testing.T) {
+	t.Parallel()
+	srv := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
+	closed := map[string]any{"type": "object", "properties": map[string]any{"id": map[string]any{"type": "string"}}, "additionalProperties": false}
+	for _, name := range []string{"peek", "peek_pinned", "touch"} {
+		a := &mcp.ToolAnnotations{ReadOnlyHint: name != "touch", IdempotentHint: name == "touch"}
+		srv.AddTool(&mcp.Tool{Name: name, InputSchema: closed, Annotations: a}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{}, nil
+		})
+	}
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	reg, err := Parse([]byte("mcp_upstreams:\n  up:\n    url: "+hs.URL+"\n    tools:\n      peek_pinned: {class: read}\n"), loopback)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = reg.Close() })
+	for name, want := range map[string]Class{"peek": ClassUnsafe, "touch": ClassUnsafe, "peek_pinned": ClassRead} {
+		tool, ok := reg.Lookup(name)
+		require.True(t, ok, name)
+		require.Equal(t, want, tool.Policy.Class, name)
+		require.Equal(t, want != ClassRead, tool.Policy.Ledger, name)
+	}
+	var warns []string
+	for _, w := range reg.Warnings() {
+		warns = append(warns, w.String())
+	}
+	require.Len(t, warns, 2, strings.Join(warns, "\n"))
+	require.Contains(t, strings.Join(warns, "\n"), "tools.yaml:2: mcp_upstreams.up.tools.peek: the upstream marks it readOnlyHint, and the tools file gives no class: it is served unsafe, through the ledger (if a repeat is harmless, write class: read in mcp_upstreams.up.tools.peek")
+	require.Contains(t, strings.Join(warns, "\n"), "mcp_upstreams.up.tools.touch: the upstream marks it idempotentHint")
+}
+
+// What may be a secret of an upstream — a URL's user, password, query and
+// fragment, a command's arguments — is in no name the catalogue shows and
+// in no message a failure records.
+func TestMCPUpstreamSecretsAreNotShown(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "npx [3 arguments not shown]", MCPUpstream{Command: []string{"npx", "srv", "--api-key", "k-s3cret"}}.String())
+	require.Equal(t, "srv [1 argument not shown]", MCPUpstream{Command: []string{"srv", "k-s3cret"}}.String())
+	require.Equal(t, "srv", MCPUpstream{Command: []string{"srv"}}.String())
+	require.Equal(t, "https://mcp.example.com/v1/mcp", MCPUpstream{URL: "https://agent:pw-s3cret@mcp.example.com/v1/mcp?token=tok-s3cret#frag-s3cret"}.String())
+
+	u := newTestUpstream(t)
+	secretURL := strings.Replace(u.http.URL, "http://", "http://agent-user:pw-s3cret@", 1) + "/mcp?token=tok-s3cret&x=1"
+	reg, err := Parse([]byte("tools:\n  pay: {effect: mcp, key_args: [order], mcp: {url: '"+secretURL+"', tool: decline, retry: {max_attempts: 2, initial_interval: 1ms, max_interval: 1ms}}}\n"), loopback)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = reg.Close() })
+	pay, _ := reg.Lookup("pay")
+	require.Equal(t, u.http.URL+"/mcp", pay.Effect.(*MCP).Upstream().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	hidden := func(t *testing.T, msg string) {
+		t.Helper()
+		for _, s := range []string{"pw-s3cret", "tok-s3cret", "agent-user", "token="} {
+			require.NotContains(t, msg, s)
+		}
+	}
+	_, err = pay.Effect.Fire(ctx, Call{Key: "pay.k", Tool: "pay", Args: json.RawMessage(`{"order":"1"}`)})
+	require.Error(t, err)
+	hidden(t, err.Error())
+
+	// A broken transport: the HTTP client's error names the URL it asked.
+	u.http.CloseClientConnections()
+	u.http.Close()
+	_, err = pay.Effect.Fire(ctx, Call{Key: "pay.k2", Tool: "pay", Args: json.RawMessage(`{"order":"2"}`)})
+	require.ErrorIs(t, err, ErrExhausted)
+	require.Contains(t, err.Error(), u.http.URL+"/mcp")
+	hidden(t, err.Error())
+
+	// An upstream that cannot be listed when the file loads.
+	_, err = Parse([]byte("mcp_upstreams:\n  pay: {url: '"+secretURL+"'}\n"), loopback)
+	require.ErrorContains(t, err, "mcp_upstreams.pay: could not list its tools")
+	hidden(t, err.Error())
+	_, err = Parse([]byte("mcp_upstreams:\n  pay: {url: 'ftp://agent-user:pw-s3cret@host/?token=tok-s3cret'}\n"))
+	require.ErrorContains(t, err, "is not an http or https URL")
+	hidden(t, err.Error())
+}
+
+// A redirect from a URL upstream is never followed: a tools/call answered
+// 307 fails for good, and the host the redirect names gets nothing.
+func TestMCPUpstreamRedirectIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	elsewhere := newTestUpstream(t) // a real MCP server: it would answer a followed call
+	u := newTestUpstream(t)
+	var redirected atomic.Int64
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), `"tools/call"`) {
+			redirected.Add(1)
+			http.Redirect(w, r, elsewhere.http.URL+"/mcp?moved=1", http.StatusTemporaryRedirect)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		u.http.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	reg, err := Parse([]byte("tools:\n  pay: {effect: mcp, key_args: [order], mcp: {url: '"+front.URL+"/mcp', tool: charge}}\n"), loopback)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = reg.Close() })
+	pay, _ := reg.Lookup("pay")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := pay.Effect.Fire(ctx, Call{Key: "pay.k", Tool: "pay", Args: json.RawMessage(`{"order":"1"}`)})
+	pe, ok := IsPermanent(err)
+	require.True(t, ok, "a redirect is permanent: %v", err)
+	require.Contains(t, pe.Message, "answered with a redirect, which is not followed: configure the final URL")
+	require.Equal(t, 1, out.Invocations, "not retried")
+	require.EqualValues(t, 1, redirected.Load())
+	require.Zero(t, elsewhere.requests.Load(), "the host the redirect names got nothing")
+	n, _ := elsewhere.charges()
+	require.Zero(t, n)
+
+	// An mcp_upstreams entry that redirects cannot be listed.
+	all := httptest.NewServer(http.RedirectHandler(elsewhere.http.URL+"/mcp", http.StatusTemporaryRedirect))
+	t.Cleanup(all.Close)
+	_, err = Parse([]byte("mcp_upstreams:\n  pay: {url: '"+all.URL+"'}\n"), loopback)
+	require.ErrorContains(t, err, "give the upstream's final URL: redirects are not followed")
+	require.Zero(t, elsewhere.requests.Load())
+}
+
+// An error quoting the URL as the HTTP client does (password as ***) names
+// it as the catalogue does.
+func TestMCPConnHidesTheURLAsQuoted(t *testing.T) {
+	t.Parallel()
+	c := NewMCPConn(MCPUpstream{URL: "http://agent-user:pw-s3cret@127.0.0.1:9/mcp?token=tok-s3cret"}, nil)
+	err := c.hide(fmt.Errorf("connect: %w", &url.Error{Op: "Post", URL: "http://agent-user:***@127.0.0.1:9/mcp?token=tok-s3cret", Err: errors.New("connection refused")}))
+	require.EqualError(t, err, `connect: Post "http://127.0.0.1:9/mcp": connection refused`)
+	var ue *url.Error
+	require.ErrorAs(t, err, &ue, "the chain is kept")
 }

@@ -384,7 +384,7 @@ func TestParseNATSService(t *testing.T) {
 func TestParseNATSServiceErrors(t *testing.T) {
 	t.Parallel()
 	b := setupNATS(t, "", nil)
-	const head = "tools:\n  t:\n    effect: nats\n"
+	const head = "tools:\n  t:\n    effect: nats\n    key_args: [id]\n"
 	for _, tc := range []struct {
 		name string
 		file string
@@ -392,13 +392,13 @@ func TestParseNATSServiceErrors(t *testing.T) {
 		want []string
 	}{
 		{"Missing", head, b.nc, []string{`tools.yaml:2: t.nats: is missing (add nats: with at least subject: ...)`}},
-		{"NoSubject", head + "    nats:\n      timeout: 1s\n", b.nc, []string{`tools.yaml:4: t.nats.subject: is missing (write e.g. subject: billing.charge)`}},
-		{"Wildcard", head + "    nats:\n      subject: billing.>\n", b.nc, []string{`tools.yaml:5: t.nats.subject: "billing.>" holds a wildcard`}},
-		{"ReservedHeader", head + "    nats:\n      subject: s\n      headers:\n        Idem-Tool: x\n", b.nc, []string{`tools.yaml:7: t.nats.headers.Idem-Tool: is set by the effect itself (remove it)`}},
-		{"ZeroTimeout", head + "    nats:\n      subject: s\n      timeout: 0s\n", b.nc, []string{`tools.yaml:6: t.nats.timeout: must be positive`}},
-		{"UnknownField", head + "    nats:\n      subject: s\n      queue: workers\n", b.nc, []string{`tools.yaml:6: t.nats.queue: unknown field`}},
-		{"BadRetry", head + "    nats:\n      subject: s\n      retry:\n        max_attempts: lots\n", b.nc, []string{`tools.yaml:7: t.nats.retry.max_attempts: "lots" is not a whole number`}},
-		{"NoConnection", head + "    nats: {subject: s}\n", nil, []string{`tools.yaml:4: t.nats: no NATS connection`}},
+		{"NoSubject", head + "    nats:\n      timeout: 1s\n", b.nc, []string{`tools.yaml:5: t.nats.subject: is missing (write e.g. subject: billing.charge)`}},
+		{"Wildcard", head + "    nats:\n      subject: billing.>\n", b.nc, []string{`tools.yaml:6: t.nats.subject: "billing.>" holds a wildcard`}},
+		{"ReservedHeader", head + "    nats:\n      subject: s\n      headers:\n        Idem-Tool: x\n", b.nc, []string{`tools.yaml:8: t.nats.headers.Idem-Tool: is set by the effect itself (remove it)`}},
+		{"ZeroTimeout", head + "    nats:\n      subject: s\n      timeout: 0s\n", b.nc, []string{`tools.yaml:7: t.nats.timeout: must be positive`}},
+		{"UnknownField", head + "    nats:\n      subject: s\n      queue: workers\n", b.nc, []string{`tools.yaml:7: t.nats.queue: unknown field`}},
+		{"BadRetry", head + "    nats:\n      subject: s\n      retry:\n        max_attempts: lots\n", b.nc, []string{`tools.yaml:8: t.nats.retry.max_attempts: "lots" is not a whole number`}},
+		{"NoConnection", head + "    nats: {subject: s}\n", nil, []string{`tools.yaml:5: t.nats: no NATS connection`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -164,7 +164,7 @@ func TestToolsFileAllowPrivate(t *testing.T) {
 	t.Parallel()
 	b := setupWebhook(t, status(http.StatusOK))
 	file := func(allow string) []byte {
-		return []byte("tools:\n  t:\n    effect: webhook\n    webhook:\n      url: " + b.srv.URL + "/x\n      retry: {max_attempts: 1}\n" + allow)
+		return []byte("tools:\n  t:\n    effect: webhook\n    key_args: [id]\n    webhook:\n      url: " + b.srv.URL + "/x\n      retry: {max_attempts: 1}\n" + allow)
 	}
 	fire := func(t *testing.T, reg *effects.Registry) error {
 		t.Helper()
@@ -189,7 +189,7 @@ func TestToolsFileAllowPrivate(t *testing.T) {
 	require.NoError(t, fire(t, reg))
 
 	_, err = effects.Parse(file("      allow_private: [127.0.0.1/32, intranet]\n"))
-	require.ErrorContains(t, err, `tools.yaml:7: t.webhook.allow_private[1]: "intranet" is not an IP address or CIDR prefix (write e.g. 127.0.0.1/32 or 10.0.0.0/8)`)
+	require.ErrorContains(t, err, `tools.yaml:8: t.webhook.allow_private[1]: "intranet" is not an IP address or CIDR prefix (write e.g. 127.0.0.1/32 or 10.0.0.0/8)`)
 	_, err = effects.Parse(file("      allow_private: 10.0.0.0/8\n"))
 	require.ErrorContains(t, err, "t.webhook.allow_private: is \"10.0.0.0/8\", want a list")
 }

@@ -15,8 +15,8 @@ func TestPolicyParse(t *testing.T) {
   lookup: {effect: noop, class: read}
   set_status: {effect: noop, class: idempotent}
   set_flag: {effect: noop, class: idempotent, ledger: false}
-  plain: {effect: noop}
-  charge: {effect: noop, class: unsafe, approval: required, approval_ttl: 15m, on_abandoned: hold, max_in_flight: 4}
+  plain: {effect: noop, key_args: [id]}
+  charge: {effect: noop, class: unsafe, key_args: [order], approval: required, approval_ttl: 15m, on_abandoned: hold, max_in_flight: 4}
 `))
 	require.NoError(t, err)
 	want := map[string]Policy{
@@ -71,7 +71,7 @@ func TestTooManyTools(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("tools:\n")
 	for i := range MaxTools + 1 {
-		fmt.Fprintf(&b, "  t%d: {effect: noop}\n", i)
+		fmt.Fprintf(&b, "  t%d: {effect: noop, key_args: [id]}\n", i)
 	}
 	_, err := Parse([]byte(b.String()))
 	require.ErrorContains(t, err, fmt.Sprintf("tools.yaml:%d: tools: %d tools, more than the limit of %d", MaxTools+2, MaxTools+1, MaxTools))

@@ -279,7 +279,11 @@ const MaxTools = 1000
 // Parse builds a registry from a tools file (the format is in docs/tools.md).
 // It reports every problem it finds, not just the first: the error joins one
 // *ConfigError per problem (each matches ErrConfig), in line order, each with
-// the line, the field and a hint.
+// the line, the field and a hint. An unsafe tool keyed by all its args whose
+// schema does not refuse an arg it does not declare (none, or one without
+// additionalProperties: false) is a problem unless it says key_args: all:
+// a model could choose its key (docs/tools.md, "An unsafe tool names its
+// operation").
 func Parse(data []byte, opts ...Option) (*Registry, error) {
 	o := &options{file: "tools.yaml", factories: make(map[string]factory, len(builtin))}
 	for k, f := range builtin {
@@ -305,7 +309,7 @@ func Parse(data []byte, opts ...Option) (*Registry, error) {
 		return nil, c.err()
 	}
 	for _, name := range entries {
-		if t := parseTool(c, o, name.key, name.val); t != nil {
+		if t := parseTool(c, o, name.key, name.val, ""); t != nil {
 			tools = append(tools, t)
 		}
 	}
@@ -402,8 +406,10 @@ func toolsEntries(c *collector, root *section, upstreams bool) []field {
 	return out
 }
 
-// parseTool reads one tool; nil when it has problems.
-func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
+// parseTool reads one tool; nil when it has problems. entry is where the
+// tool's fields are written, for hints: "" for an entry of tools, else the
+// override's path (mcp_upstreams.<name>.tools.<tool>).
+func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) *Tool {
 	before := len(c.errs)
 	name := keyNode.Value
 	if keyNode.Kind != yaml.ScalarNode || !toolNamePattern.MatchString(name) {
@@ -431,7 +437,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
 		s.Invalid("effect", fmt.Sprintf("unknown effect %q", t.Kind), hint)
 	}
 
-	keyArgs, keyArgLines := argList(s, "key_args")
+	keyArgs, keyArgLines := keyArgList(s)
 	volatile, _ := argList(s, "volatile_args")
 	for _, a := range keyArgs {
 		if slices.Contains(volatile, a) {
@@ -458,6 +464,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
 
 	t.Policy = parsePolicy(s)
 	parseDescription(s, t)
+	requireIdentity(s, t, entry)
 	t.Lease = s.Duration("lease", DefaultLease)
 	if t.Lease < MinLease {
 		s.Invalid("lease", fmt.Sprintf("%s is under the minimum of %s", formatDuration(t.Lease), MinLease), "write e.g. lease: 30s")
@@ -503,6 +510,27 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node) *Tool {
 		t.MaxDuration = b.MaxDuration()
 	}
 	return t
+}
+
+// keyArgList reads key_args: a list of argument names (see argList), or
+// the word all, which says that every argument names the operation (the
+// default spelled out; see requireIdentity).
+func keyArgList(s *section) (names []string, lines []int) {
+	if f, ok := s.fields["key_args"]; ok {
+		if v := resolve(f.val); v.Kind == yaml.ScalarNode && !isNull(v) {
+			s.take("key_args")
+			if v.Value != "all" {
+				s.Invalid("key_args", fmt.Sprintf("%q is neither a list of argument names nor all", v.Value),
+					"write e.g. key_args: [order_id], or key_args: all when every argument names the operation")
+			}
+			return nil, nil
+		}
+	}
+	names, lines = argList(s, "key_args")
+	if s.Has("key_args") && len(names) == 0 && resolve(s.fields["key_args"].val).Kind == yaml.SequenceNode {
+		s.Invalid("key_args", "is an empty list", "list the arguments that name the operation, e.g. key_args: [order_id], or write key_args: all")
+	}
+	return names, lines
 }
 
 // argList reads a list of top-level argument names, non-empty and unique,

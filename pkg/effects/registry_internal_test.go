@@ -23,7 +23,7 @@ func TestParseWithFactory(t *testing.T) {
 			return Outcome{Result: json.RawMessage(`"sent"`), Invocations: 1}, nil
 		}), nil
 	}
-	r, err := Parse([]byte("tools:\n  t:\n    effect: queue\n    queue: {subject: svc.send}\n"), withFactory("queue", factory))
+	r, err := Parse([]byte("tools:\n  t:\n    effect: queue\n    queue: {subject: svc.send}\n    key_args: [id]\n"), withFactory("queue", factory))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
 	tool, ok := r.Lookup("t")

@@ -32,11 +32,14 @@ tools:
       retry: {max_attempts: 2, initial_interval: 100ms, max_interval: 1s}
   demo_echo:
     effect: noop
+    key_args: all
   fixed:
     effect: noop
+    key_args: [id]
     noop: {delay: 0s, result: {"ok": true, n: [1, 2.5, null]}}
   bare_hook:
     effect: webhook
+    class: idempotent
     webhook:
       url: https://hooks.example.com/x
 `
@@ -103,22 +106,22 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{
 			name: "DurationWithoutUnit",
-			file: "tools:\n  send_email:\n    effect: webhook\n    webhook:\n      url: http://h/x\n      timeout: 10\n",
+			file: "tools:\n  send_email:\n    effect: webhook\n    webhook:\n      url: http://h/x\n      timeout: 10\n    key_args: [a]\n",
 			want: []string{`tools.yaml:6: send_email.webhook.timeout: "10" is not a duration (write e.g. 10s)`},
 		},
 		{
 			name: "DurationInDays",
-			file: "tools:\n  t:\n    effect: noop\n    window: 7d\n",
+			file: "tools:\n  t:\n    effect: noop\n    window: 7d\n    key_args: [a]\n",
 			want: []string{`tools.yaml:4: t.window: "7d" is not a duration (write days in hours, e.g. 168h for 7d)`},
 		},
 		{
 			name: "UnknownField",
-			file: "tools:\n  t:\n    effect: webhook\n    webhook:\n      url: http://h/x\n      timout: 5s\n",
+			file: "tools:\n  t:\n    effect: webhook\n    webhook:\n      url: http://h/x\n      timout: 5s\n    key_args: [a]\n",
 			want: []string{`tools.yaml:6: t.webhook.timout: unknown field (did you mean timeout?)`},
 		},
 		{
 			name: "UnknownToolField",
-			file: "tools:\n  t:\n    effect: noop\n    keyargs: [a]\n",
+			file: "tools:\n  t:\n    effect: noop\n    keyargs: [a]\n    key_args: [a]\n",
 			want: []string{`tools.yaml:4: t.keyargs: unknown field (did you mean key_args?)`},
 		},
 		{
@@ -128,72 +131,72 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name: "UnknownNestedField",
-			file: "tools:\n  t:\n    effect: webhook\n    webhook:\n      url: http://h/x\n      retry: {max_attempts: 3, jitter: 0.5}\n",
+			file: "tools:\n  t:\n    effect: webhook\n    webhook:\n      url: http://h/x\n      retry: {max_attempts: 3, jitter: 0.5}\n    key_args: [a]\n",
 			want: []string{`tools.yaml:6: t.webhook.retry.jitter: unknown field (known fields: initial_interval, max_attempts, max_interval)`},
 		},
 		{
 			name: "UnknownEffect",
-			file: "tools:\n  t:\n    effect: webhok\n    webhook: {url: http://h/x}\n",
+			file: "tools:\n  t:\n    effect: webhok\n    webhook: {url: http://h/x}\n    key_args: [a]\n",
 			want: []string{`tools.yaml:3: t.effect: unknown effect "webhok" (did you mean webhook?)`},
 		},
 		{
 			name: "OtherKindsSettings",
-			file: "tools:\n  t:\n    effect: noop\n    webhook: {url: http://h/x}\n",
+			file: "tools:\n  t:\n    effect: noop\n    webhook: {url: http://h/x}\n    key_args: [a]\n",
 			want: []string{`tools.yaml:4: t.webhook: settings for effect webhook, but this tool's effect is noop (remove the webhook block or change effect)`},
 		},
 		{
 			name: "MissingEffect",
-			file: "tools:\n  t:\n    lease: 5s\n",
+			file: "tools:\n  t:\n    lease: 5s\n    key_args: [a]\n",
 			want: []string{`tools.yaml:2: t.effect: is missing (add effect: one of mcp, noop, smtp, webhook)`},
 		},
 		{
 			name: "MissingWebhookSettings",
-			file: "tools:\n  t:\n    effect: webhook\n",
+			file: "tools:\n  t:\n    effect: webhook\n    key_args: [a]\n",
 			want: []string{`tools.yaml:2: t.webhook: is missing (add webhook: with at least url: http://...)`},
 		},
 		{
 			name: "MissingURL",
-			file: "tools:\n  t:\n    effect: webhook\n    webhook:\n      method: POST\n",
+			file: "tools:\n  t:\n    effect: webhook\n    webhook:\n      method: POST\n    key_args: [a]\n",
 			want: []string{`tools.yaml:4: t.webhook.url: is missing (write e.g. http://127.0.0.1:8080/hooks/email)`},
 		},
 		{
 			name: "BadURL",
-			file: "tools:\n  t:\n    effect: webhook\n    webhook:\n      url: ftp://h/x\n",
+			file: "tools:\n  t:\n    effect: webhook\n    webhook:\n      url: ftp://h/x\n    key_args: [a]\n",
 			want: []string{`tools.yaml:5: t.webhook.url: "ftp://h/x" is not an http or https URL`},
 		},
 		{
 			name: "BadToolName",
-			file: "tools:\n  Send-Email:\n    effect: noop\n",
+			file: "tools:\n  Send-Email:\n    effect: noop\n    key_args: [a]\n",
 			want: []string{`tools.yaml:2: tools: tool name "Send-Email" is invalid (use 1-64 of a-z, 0-9, '_' and '-')`},
 		},
 		{
 			name: "DuplicateTool",
-			file: "tools:\n  t:\n    effect: noop\n  t:\n    effect: noop\n",
-			want: []string{`tools.yaml:4: t: tool defined twice (first at line 2)`},
+			file: "tools:\n  t:\n    effect: noop\n    key_args: [a]\n  t:\n    effect: noop\n",
+			want: []string{`tools.yaml:5: t: tool defined twice (first at line 2)`},
 		},
 		{
 			name: "DuplicateField",
-			file: "tools:\n  t:\n    effect: noop\n    effect: webhook\n",
+			file: "tools:\n  t:\n    effect: noop\n    effect: webhook\n    key_args: [a]\n",
 			want: []string{`tools.yaml:4: t.effect: is repeated (first at line 3)`},
 		},
 		{
 			name: "WindowNotWholeSeconds",
-			file: "tools:\n  t:\n    effect: noop\n    window: 1500ms\n",
+			file: "tools:\n  t:\n    effect: noop\n    window: 1500ms\n    key_args: [a]\n",
 			want: []string{`tools.yaml:4: t.window: 1.5s is not a whole number of seconds`},
 		},
 		{
 			name: "WindowZero",
-			file: "tools:\n  t:\n    effect: noop\n    window: 0s\n",
+			file: "tools:\n  t:\n    effect: noop\n    window: 0s\n    key_args: [a]\n",
 			want: []string{`tools.yaml:4: t.window: must be at least 1s (remove window`},
 		},
 		{
 			name: "LeaseTooShort",
-			file: "tools:\n  t:\n    effect: noop\n    lease: 500ms\n",
+			file: "tools:\n  t:\n    effect: noop\n    lease: 500ms\n    key_args: [a]\n",
 			want: []string{`tools.yaml:4: t.lease: 500ms is under the minimum of 1s`},
 		},
 		{
 			name: "NegativeDuration",
-			file: "tools:\n  t:\n    effect: noop\n    lease: -5s\n",
+			file: "tools:\n  t:\n    effect: noop\n    lease: -5s\n    key_args: [a]\n",
 			want: []string{`tools.yaml:4: t.lease: -5s is negative`},
 		},
 		{
@@ -204,7 +207,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			name: "KeyArgsNotAList",
 			file: "tools:\n  t:\n    effect: noop\n    key_args: to\n",
-			want: []string{`tools.yaml:4: t.key_args: is "to", want a list (write e.g. key_args: [a, b])`},
+			want: []string{`tools.yaml:4: t.key_args: "to" is neither a list of argument names nor all (write e.g. key_args: [order_id], or key_args: all when every argument names the operation)`},
 		},
 		{
 			name: "VolatileKeyArg",
@@ -213,27 +216,27 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name: "WrongTypes",
-			file: "tools:\n  t:\n    effect: webhook\n    webhook:\n      url: http://h/x\n      headers: [a]\n      retry:\n        max_attempts: many\n",
+			file: "tools:\n  t:\n    effect: webhook\n    webhook:\n      url: http://h/x\n      headers: [a]\n      retry:\n        max_attempts: many\n    key_args: [a]\n",
 			want: []string{`tools.yaml:6: t.webhook.headers: is a list, want a mapping`, `tools.yaml:8: t.webhook.retry.max_attempts: "many" is not a whole number (write e.g. max_attempts: 4)`},
 		},
 		{
 			name: "ExplicitZero",
-			file: "tools:\n  t:\n    effect: webhook\n    webhook:\n      url: http://h/x\n      retry: {max_attempts: 0}\n",
+			file: "tools:\n  t:\n    effect: webhook\n    webhook:\n      url: http://h/x\n      retry: {max_attempts: 0}\n    key_args: [a]\n",
 			want: []string{`tools.yaml:6: t.webhook.retry.max_attempts: must be positive`},
 		},
 		{
 			name: "ReservedHeader",
-			file: "tools:\n  t:\n    effect: webhook\n    webhook:\n      url: http://h/x\n      headers:\n        Idempotency-Key: fixed\n",
+			file: "tools:\n  t:\n    effect: webhook\n    webhook:\n      url: http://h/x\n      headers:\n        Idempotency-Key: fixed\n    key_args: [a]\n",
 			want: []string{`tools.yaml:7: t.webhook.headers.Idempotency-Key: is set by the webhook itself (remove it)`},
 		},
 		{
 			name: "EmptyValue",
-			file: "tools:\n  t:\n    effect: noop\n    lease:\n",
+			file: "tools:\n  t:\n    effect: noop\n    lease:\n    key_args: [a]\n",
 			want: []string{`tools.yaml:4: t.lease: is empty, want a duration`},
 		},
 		{
 			name: "NoopBadResult",
-			file: "tools:\n  t:\n    effect: noop\n    noop:\n      result: {1: a}\n",
+			file: "tools:\n  t:\n    effect: noop\n    noop:\n      result: {1: a}\n    key_args: [a]\n",
 			want: []string{`tools.yaml:5: t.noop.result: cannot be written as JSON`},
 		},
 		{
@@ -258,11 +261,11 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name: "MultipleCollected",
-			file: "tools:\n  a:\n    effect: noop\n    lease: 10\n  b:\n    effect: webhook\n    webhook:\n      url: http://h/x\n      timeout: 10\n      retries: 3\n",
+			file: "tools:\n  a:\n    effect: noop\n    lease: 10\n    key_args: [a]\n  b:\n    effect: webhook\n    webhook:\n      url: http://h/x\n      timeout: 10\n      retries: 3\n    key_args: [a]\n",
 			want: []string{
 				`tools.yaml:4: a.lease: "10" is not a duration (write e.g. 30s)`,
-				`tools.yaml:9: b.webhook.timeout: "10" is not a duration (write e.g. 10s)`,
-				`tools.yaml:10: b.webhook.retries: unknown field (did you mean retry?)`,
+				`tools.yaml:10: b.webhook.timeout: "10" is not a duration (write e.g. 10s)`,
+				`tools.yaml:11: b.webhook.retries: unknown field (did you mean retry?)`,
 			},
 		},
 	} {
@@ -294,7 +297,7 @@ func TestLoadFile(t *testing.T) {
 	require.Len(t, r.Names(), 4)
 
 	bad := filepath.Join(dir, "bad.yaml")
-	require.NoError(t, os.WriteFile(bad, []byte("tools:\n  t:\n    effect: noop\n    lease: 10\n"), 0o600))
+	require.NoError(t, os.WriteFile(bad, []byte("tools:\n  t:\n    effect: noop\n    lease: 10\n    key_args: [a]\n"), 0o600))
 	_, err = effects.LoadFile(bad)
 	require.ErrorContains(t, err, bad+":4: t.lease:")
 

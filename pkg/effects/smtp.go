@@ -41,7 +41,10 @@ const HeaderMailTool = "X-Idem-Tool"
 //	         multipart/alternative; alone, it is text/html.
 //
 // Addresses may carry a display name ("Ann <ann@example.com>") and must be
-// ASCII. Other args are ignored (they may still enter the key). An args
+// ASCII, with a dot-atom local part and a host name or [IPv4] literal (RFC
+// 5321 4.1.2): they are written as they are in MAIL FROM and RCPT TO, so a
+// quoted local part, whose spaces and '>' would end the path there, is
+// refused. Other args are ignored (they may still enter the key). An args
 // problem (to missing, a bad address, a field of the wrong type, more than
 // MaxSMTPRecipients recipients) is a *PermanentError: nothing is sent.
 //

@@ -90,6 +90,9 @@ func addressArg(fields map[string]json.RawMessage, name string) ([]*mail.Address
 			if !isASCII(a.Address) {
 				return nil, Permanentf(intent.CodeEffectFailed, "smtp: %s: %q is not an ASCII address (international addresses are not supported)", where, a.Address)
 			}
+			if p := envelopeProblem(a.Address); p != "" {
+				return nil, Permanentf(intent.CodeEffectFailed, "smtp: %s: %q cannot be sent: %s", where, a.Address, p)
+			}
 		}
 		out = append(out, list...)
 	}

@@ -136,6 +136,8 @@ func (c SMTPConfig) build() (*SMTP, []problem) {
 		add("from", fmt.Sprintf("%q is not an email address", c.From), fromHint)
 	} else if !isASCII(a.Address) {
 		add("from", fmt.Sprintf("%q is not an ASCII address", a.Address), "international addresses are not supported")
+	} else if p := envelopeProblem(a.Address); p != "" {
+		add("from", fmt.Sprintf("%q cannot be sent as the envelope sender: %s", a.Address, p), fromHint)
 	} else {
 		s.from, s.fromHdr = a.Address, a.String()
 		s.domain = a.Address[strings.LastIndexByte(a.Address, '@')+1:]

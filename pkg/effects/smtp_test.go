@@ -68,6 +68,9 @@ type mailBundle struct {
 	txns atomic.Int32
 	mu   sync.Mutex
 	msgs []delivered
+	// envelope is every MAIL FROM and RCPT TO the relay accepted, as it
+	// parsed them: "MAIL <from>", "RCPT <to> NOTIFY=... ORCPT=...".
+	envelope []string
 	// data gets a value for every message read, before the relay answers.
 	data chan int
 }
@@ -94,6 +97,18 @@ func withUsers(users map[string]string, insecure bool) mailOption {
 		b.users = users
 		s.AllowInsecureAuth = insecure
 	}
+}
+
+// withDSN makes the relay offer DSN (RFC 3461): it then takes NOTIFY and
+// ORCPT parameters on RCPT TO.
+func withDSN() mailOption {
+	return func(_ *mailBundle, s *gosmtp.Server) { s.EnableDSN = true }
+}
+
+func (b *mailBundle) envelopeSeen() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.envelope...)
 }
 
 func withReply(reply func(n int, step string) error) mailOption {
@@ -159,14 +174,27 @@ func (s *mailSession) Mail(from string, _ *gosmtp.MailOptions) error {
 	}
 	s.txn = int(s.b.txns.Add(1)) - 1
 	s.from = from
+	s.b.mu.Lock()
+	s.b.envelope = append(s.b.envelope, "MAIL "+from)
+	s.b.mu.Unlock()
 	return s.answer("MAIL")
 }
 
-func (s *mailSession) Rcpt(to string, _ *gosmtp.RcptOptions) error {
+func (s *mailSession) Rcpt(to string, opts *gosmtp.RcptOptions) error {
 	if err := s.answer("RCPT " + to); err != nil {
 		return err
 	}
 	s.rcpts = append(s.rcpts, to)
+	seen := "RCPT " + to
+	if opts != nil && len(opts.Notify) > 0 {
+		seen += fmt.Sprintf(" NOTIFY=%v", opts.Notify)
+	}
+	if opts != nil && opts.OriginalRecipient != "" {
+		seen += fmt.Sprintf(" ORCPT=%s;%s", opts.OriginalRecipientType, opts.OriginalRecipient)
+	}
+	s.b.mu.Lock()
+	s.b.envelope = append(s.b.envelope, seen)
+	s.b.mu.Unlock()
 	return nil
 }
 
@@ -250,6 +278,42 @@ type mailResult struct {
 	MessageID string   `json:"message_id"`
 	Accepted  []string `json:"accepted"`
 	SMTP      string   `json:"smtp"`
+}
+
+// An address whose quoted local part holds "> NOTIFY=... ORCPT=..." would,
+// written unquoted in RCPT TO, end the path early and give the relay
+// another recipient (and DSN parameters) than the To header shows. The
+// relay receives no envelope command at all: nothing is sent.
+func TestSMTPRefusesAddressesThatBreakTheEnvelope(t *testing.T) {
+	t.Parallel()
+	b := setupMail(t, withDSN())
+	s := newSMTP(t, effects.SMTPConfig{Addr: b.addr})
+	for _, to := range []string{
+		`"victim@evil.example> NOTIFY=SUCCESS ORCPT=rfc822;x"@good.example`,
+		`"a b"@good.example`,
+		`"victim@evil.example>"@good.example`,
+		`ann@good_example.com`,
+	} {
+		call := mailCall
+		call.Args = json.RawMessage(fmt.Sprintf(`{"to":%q,"subject":"hi"}`, to))
+		out, err := s.Fire(context.Background(), call)
+		pe, ok := effects.IsPermanent(err)
+		require.True(t, ok, "%s: %v", to, err)
+		require.Contains(t, pe.Message, "cannot be sent", to)
+		require.Zero(t, out.Invocations, "%s: no transaction was started", to)
+	}
+	require.Empty(t, b.envelopeSeen(), "the relay saw no MAIL FROM or RCPT TO")
+	require.Zero(t, b.txns.Load())
+
+	// Plain addresses, tags and address literals go through as they are.
+	call := mailCall
+	call.Args = json.RawMessage(`{"to":["Ann <ann.lee+billing@good.example>","ops@[192.0.2.1]"],"subject":"hi"}`)
+	_, err := s.Fire(context.Background(), call)
+	require.NoError(t, err)
+	require.Equal(t, []string{"MAIL billing@example.com", "RCPT ann.lee+billing@good.example", "RCPT ops@[192.0.2.1]"}, b.envelopeSeen())
+
+	_, err = effects.NewSMTP(effects.SMTPConfig{Addr: b.addr, From: `"billing@evil.example> RET=FULL"@example.com`})
+	require.ErrorContains(t, err, "cannot be sent as the envelope sender")
 }
 
 func TestSMTPSendsTheMessage(t *testing.T) {
@@ -524,6 +588,7 @@ func TestSMTPStartTLSRequired(t *testing.T) {
 	tool := parseTool(t, fmt.Sprintf(`tools:
   send_email:
     effect: smtp
+    key_args: [to, subject]
     smtp:
       addr: %s
       from: billing@example.com
@@ -587,6 +652,7 @@ func TestSMTPAuth(t *testing.T) {
 		return fmt.Sprintf(`tools:
   send_email:
     effect: smtp
+    key_args: [to, subject]
     smtp:
       addr: %s
       from: billing@example.com
@@ -853,13 +919,13 @@ func TestParseSMTP(t *testing.T) {
 	require.IsType(t, &effects.SMTP{}, tool.Effect)
 	require.Equal(t, 3*20*time.Second+2*10*time.Second, tool.MaxDuration)
 
-	bare := parseTool(t, "tools:\n  t:\n    effect: smtp\n    smtp: {addr: 'relay:25', from: a@example.com}\n")
+	bare := parseTool(t, "tools:\n  t:\n    effect: smtp\n    key_args: [to]\n    smtp: {addr: 'relay:25', from: a@example.com}\n")
 	require.Equal(t, 4*effects.DefaultSMTPTimeout+3*effects.DefaultMaxInterval, bare.MaxDuration)
 }
 
 func TestParseSMTPErrors(t *testing.T) {
 	t.Parallel()
-	const head = "tools:\n  t:\n    effect: smtp\n"
+	const head = "tools:\n  t:\n    effect: smtp\n    key_args: [to]\n"
 	for _, tc := range []struct {
 		name string
 		file string
@@ -867,33 +933,33 @@ func TestParseSMTPErrors(t *testing.T) {
 	}{
 		{"Missing", head, []string{`tools.yaml:2: t.smtp: is missing (add smtp: with at least addr: and from:)`}},
 		{"NoAddrNoFrom", head + "    smtp:\n      helo: h\n", []string{
-			`tools.yaml:4: t.smtp.addr: is missing (write e.g. smtp.internal:587)`,
-			`tools.yaml:4: t.smtp.from: is missing`,
+			`tools.yaml:5: t.smtp.addr: is missing (write e.g. smtp.internal:587)`,
+			`tools.yaml:5: t.smtp.from: is missing`,
 		}},
 		{"BadStartTLS", head + "    smtp:\n      addr: relay:25\n      from: a@example.com\n      starttls: yes\n", []string{
-			`tools.yaml:7: t.smtp.starttls: "yes" is not one of required, opportunistic, off`,
+			`tools.yaml:8: t.smtp.starttls: "yes" is not one of required, opportunistic, off`,
 		}},
 		{"InsecureSkipVerify", head + "    smtp:\n      addr: relay:25\n      from: a@example.com\n      tls_insecure_skip_verify: true\n", []string{
-			`tools.yaml:7: t.smtp.tls_insecure_skip_verify: unknown field`,
+			`tools.yaml:8: t.smtp.tls_insecure_skip_verify: unknown field`,
 		}},
 		{"CAFileMissing", head + "    smtp:\n      addr: relay:25\n      from: a@example.com\n      ca_file: /nonexistent/ca.pem\n", []string{
-			`tools.yaml:7: t.smtp.ca_file: cannot be read:`,
+			`tools.yaml:8: t.smtp.ca_file: cannot be read:`,
 		}},
 		{"PasswordEnvUnset", head + "    smtp:\n      addr: relay:25\n      from: a@example.com\n      username: u\n      password_env: IDEMGATE_TEST_SURELY_UNSET\n", []string{
-			`tools.yaml:8: t.smtp.password_env: the environment variable IDEMGATE_TEST_SURELY_UNSET is not set`,
+			`tools.yaml:9: t.smtp.password_env: the environment variable IDEMGATE_TEST_SURELY_UNSET is not set`,
 		}},
 		{"PasswordEnvBadName", head + "    smtp:\n      addr: relay:25\n      from: a@example.com\n      username: u\n      password_env: hunter2!\n", []string{
-			`tools.yaml:8: t.smtp.password_env: "hunter2!" is not an environment variable name`,
+			`tools.yaml:9: t.smtp.password_env: "hunter2!" is not an environment variable name`,
 		}},
 		{"UsernameWithoutPassword", head + "    smtp:\n      addr: relay:25\n      from: a@example.com\n      username: u\n", []string{
-			`tools.yaml:4: t.smtp.password_env: is missing`,
+			`tools.yaml:5: t.smtp.password_env: is missing`,
 		}},
 		{"ClearTextAuth", head + "    smtp:\n      addr: relay.example.com:25\n      from: a@example.com\n      starttls: off\n      username: u\n      password_env: PATH\n", []string{
-			`tools.yaml:8: t.smtp.username: the password would cross the network in the clear to relay.example.com`,
+			`tools.yaml:9: t.smtp.username: the password would cross the network in the clear to relay.example.com`,
 		}},
 		{"ZeroTimeout", head + "    smtp:\n      addr: relay:25\n      from: a@example.com\n      timeout: 0s\n      retry: {max_attempts: 0}\n", []string{
-			`tools.yaml:7: t.smtp.timeout: must be positive`,
-			`tools.yaml:8: t.smtp.retry.max_attempts: must be positive`,
+			`tools.yaml:8: t.smtp.timeout: must be positive`,
+			`tools.yaml:9: t.smtp.retry.max_attempts: must be positive`,
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

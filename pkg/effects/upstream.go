@@ -100,12 +100,12 @@ func (u *upstream) list(c *collector) error {
 		}
 		before := len(own.errs)
 		ov, hasOv := u.overrides[mt.Name]
-		line := 0
+		line := u.line // problems of a tool without an entry point at the upstream
 		if hasOv {
 			line = ov.key.Line
 		}
 		key := &yaml.Node{Kind: yaml.ScalarNode, Value: name, Line: line}
-		t := parseTool(own, u.o, key, u.synthesize(mt, ov, hasOv))
+		t := parseTool(own, u.o, key, u.synthesize(mt, ov, hasOv), "mcp_upstreams."+u.name+".tools."+mt.Name)
 		if t == nil {
 			for _, e := range own.errs[before:] {
 				problems = append(problems, e.Error())
@@ -113,6 +113,9 @@ func (u *upstream) list(c *collector) error {
 			continue
 		}
 		tools[name] = t
+		if c != nil {
+			u.warnHint(c, mt, ov, hasOv, t)
+		}
 	}
 	for ov := range u.overrides {
 		found := false
@@ -129,22 +132,16 @@ func (u *upstream) list(c *collector) error {
 	return nil
 }
 
-// synthesize is the tools-file entry of an upstream tool: its class from
-// its annotations (readOnlyHint: read, idempotentHint: idempotent,
-// otherwise unsafe), its description, input schema and destructiveHint, the
-// mcp effect calling it, then the fields of its override, which win.
+// synthesize is the tools-file entry of an upstream tool: its description,
+// input schema and destructiveHint, the mcp effect calling it, then the
+// fields of its override, which win. Its class is the override's, else
+// unsafe: an upstream's readOnlyHint or idempotentHint is its own claim,
+// which it may change at any listing, and a class decides whether the
+// ledger is used at all, so only the tools file sets it.
 func (u *upstream) synthesize(mt *mcp.Tool, ov field, hasOv bool) *yaml.Node {
 	class, destructive := ClassUnsafe, true
-	if a := mt.Annotations; a != nil {
-		switch {
-		case a.ReadOnlyHint:
-			class = ClassRead
-		case a.IdempotentHint:
-			class = ClassIdempotent
-		}
-		if a.DestructiveHint != nil {
-			destructive = *a.DestructiveHint
-		}
+	if a := mt.Annotations; a != nil && a.DestructiveHint != nil {
+		destructive = *a.DestructiveHint
 	}
 	fields := map[string]*yaml.Node{}
 	var order []string
@@ -191,6 +188,34 @@ func (u *upstream) synthesize(mt *mcp.Tool, ov field, hasOv bool) *yaml.Node {
 		}
 	}
 	return out
+}
+
+// warnHint warns when the upstream calls its tool a read or idempotent and
+// the file does not say: the tool is served as the file says (unsafe by
+// default), whatever the upstream claims.
+func (u *upstream) warnHint(c *collector, mt *mcp.Tool, ov field, hasOv bool, t *Tool) {
+	a := mt.Annotations
+	if a == nil || (!a.ReadOnlyHint && !a.IdempotentHint) {
+		return
+	}
+	line := u.line
+	if hasOv {
+		line = ov.key.Line
+		if n := resolve(ov.val); n.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if resolve(n.Content[i]).Value == "class" {
+					return
+				}
+			}
+		}
+	}
+	hint, class := "readOnlyHint", ClassRead
+	if !a.ReadOnlyHint {
+		hint, class = "idempotentHint", ClassIdempotent
+	}
+	entry := "mcp_upstreams." + u.name + ".tools." + mt.Name
+	c.warn(line, entry, fmt.Sprintf("the upstream marks it %s, and the tools file gives no class: it is served %s, through the ledger", hint, t.Policy.Class),
+		fmt.Sprintf("if a repeat is harmless, write class: %s in %s; only the tools file decides a tool's class", class, entry))
 }
 
 // changed lists the tools again after the upstream reported a change.
@@ -276,8 +301,11 @@ func expandUpstreams(c *collector, ups []*upstream, tools []*Tool) {
 		if err := u.list(c); err != nil {
 			problem, hint := "could not list its tools: "+err.Error(), "check the command or url, and that the server starts"
 			var de *DestinationError
+			if errors.Is(err, errRedirect) {
+				hint = "give the upstream's final URL: redirects are not followed"
+			}
 			if errors.As(err, &de) {
-				problem = fmt.Sprintf("could not list its tools: %s: %v", u.conn.up.URL, de)
+				problem = fmt.Sprintf("could not list its tools: %s: %v", u.conn.up, de)
 				hint = fmt.Sprintf("add allow_private: [%s] to this upstream, or start the worker with --webhook-allow %s", singlePrefix(de.Addr), singlePrefix(de.Addr))
 			}
 			c.add(u.line, "mcp_upstreams."+u.name, problem, hint)

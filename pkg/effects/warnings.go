@@ -245,7 +245,7 @@ func warnPrivateURL(s *section, raw string, allow []netip.Prefix, what string) {
 	}
 	var de *DestinationError
 	if err := NewNetGuard(allow...).Check(addr); errors.As(err, &de) {
-		s.Warn("url", fmt.Sprintf("%s names %s, a %s address: every request would be refused when the tool fires", raw, addr, de.What),
+		s.Warn("url", fmt.Sprintf("%s names %s, a %s address: every request would be refused when the tool fires", displayURL(raw), addr, de.What),
 			fmt.Sprintf("add allow_private: [%s] to this %s, or start the worker with --webhook-allow %s", singlePrefix(addr), what, singlePrefix(addr)))
 	}
 }

@@ -48,18 +48,23 @@ func TestRegistryWarnings(t *testing.T) {
     key_args: [date, party]
   local_hook:
     effect: webhook
+    class: idempotent
     webhook: {url: "http://127.0.0.1:8787/x"}
   private_hook:
     effect: webhook
+    class: idempotent
     webhook: {url: "https://10.1.2.3/x"}
   localhost_hook:
     effect: webhook
+    class: idempotent
     webhook: {url: "http://localhost:9000/x"}
   allowed_hook:
     effect: webhook
+    class: idempotent
     webhook: {url: "http://127.0.0.1:8787/x", allow_private: [127.0.0.1/32]}
   public_hook:
     effect: webhook
+    class: idempotent
     webhook: {url: "https://hooks.example.com/x"}
 `)
 	var got []string
@@ -72,16 +77,17 @@ func TestRegistryWarnings(t *testing.T) {
 	require.Contains(t, got[2], `tools.yaml:9: charge.key_args[2]: "trace_id" looks like a trace id`)
 	require.Contains(t, got[3], `tools.yaml:12: book_table.key_args[0]: "date" looks like a timestamp`)
 	require.Contains(t, got[3], "ignore this warning")
-	require.Contains(t, got[4], `tools.yaml:15: local_hook.webhook.url: http://127.0.0.1:8787/x names 127.0.0.1, a loopback address`)
+	require.Contains(t, got[4], `tools.yaml:16: local_hook.webhook.url: http://127.0.0.1:8787/x names 127.0.0.1, a loopback address`)
 	require.Contains(t, got[4], "allow_private: [127.0.0.1/32]")
-	require.Contains(t, got[5], `tools.yaml:18: private_hook.webhook.url:`)
+	require.Contains(t, got[5], `tools.yaml:20: private_hook.webhook.url:`)
 	require.Contains(t, got[5], "a private address")
-	require.Contains(t, got[6], `tools.yaml:21: localhost_hook.webhook.url:`)
+	require.Contains(t, got[6], `tools.yaml:24: localhost_hook.webhook.url:`)
 
 	// The worker's --webhook-allow covers them: no webhook warning.
 	r = parse(t, `tools:
   local_hook:
     effect: webhook
+    class: idempotent
     webhook: {url: "http://127.0.0.1:8787/x"}
 `, effects.WithAllowPrivate(netip.MustParsePrefix("127.0.0.0/8")))
 	require.Empty(t, r.Warnings())
@@ -90,6 +96,7 @@ func TestRegistryWarnings(t *testing.T) {
 	r = parse(t, `tools:
   create_ticket:
     effect: noop
+    key_args: all
     volatile_args: [requested_at]
   send_email:
     effect: noop
@@ -102,9 +109,9 @@ func TestRegistryWarnings(t *testing.T) {
 func TestUnknownTool(t *testing.T) {
 	t.Parallel()
 	r := parse(t, `tools:
-  send_email: {effect: noop}
-  create_ticket: {effect: noop}
-  refund: {effect: noop}
+  send_email: {effect: noop, key_args: [to]}
+  create_ticket: {effect: noop, key_args: [title]}
+  refund: {effect: noop, key_args: [order_id]}
 `)
 	for name, want := range map[string]string{
 		"send_emial": "send_email", "send-email": "send_email", "SendEmail": "send_email", "create_tickets": "create_ticket",

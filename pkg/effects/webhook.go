@@ -186,8 +186,8 @@ func (c WebhookConfig) problems() []problem {
 			add(field, fmt.Sprintf("%q is not a header name", name), "use letters, digits and '-', e.g. Authorization")
 		case isReservedHeader(name):
 			add(field, "is set by the webhook itself", "remove it")
-		case strings.ContainsAny(value, "\r\n\x00"):
-			add(field, "holds a line break or NUL", "write the value on one line")
+		case !sendableHeaderValue(value):
+			add(field, "holds a line break or another control character", "write the value on one line, without control characters")
 		}
 	}
 	if c.Timeout < 0 {
@@ -204,6 +204,34 @@ func isReservedHeader(name string) bool {
 		}
 	}
 	return strings.HasPrefix(canon, "Idem-")
+}
+
+// sendableHeaderValue reports whether the HTTP client sends v as a header
+// value: no control character but a tab (RFC 9110 field-value; Go's
+// httpguts.ValidHeaderFieldValue).
+func sendableHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// unsendableHeader returns the name of a header of h the HTTP client would
+// refuse to send.
+func unsendableHeader(h http.Header) (string, bool) {
+	for name, vs := range h {
+		if !validHeaderName(name) {
+			return name, true
+		}
+		for _, v := range vs {
+			if !sendableHeaderValue(v) {
+				return name, true
+			}
+		}
+	}
+	return "", false
 }
 
 func validHeaderName(name string) bool {
@@ -281,6 +309,11 @@ func (w *Webhook) send(ctx context.Context, call Call, body []byte) (json.RawMes
 	}
 	for k, v := range call.Trace {
 		req.Header.Set(k, v)
+	}
+	if name, bad := unsendableHeader(req.Header); bad {
+		// The HTTP client would refuse the request before sending it, on
+		// every attempt: retrying cannot help.
+		return nil, -1, Permanentf(intent.CodeEffectFailed, "webhook %s %s: the %s header's value holds a control character, which HTTP does not allow: the request cannot be sent (nothing was sent)", w.method, w.target, name)
 	}
 
 	resp, err := w.client.Do(req)

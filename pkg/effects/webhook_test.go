@@ -276,6 +276,28 @@ func TestWebhookRedirectIsPermanent(t *testing.T) {
 	require.Len(t, b.requests(), 1)
 }
 
+// A request the HTTP client refuses to send (a header value with a line
+// break) fails at once and for good: retrying would be refused again, and
+// nothing reached the downstream.
+func TestWebhookUnsendableHeaderIsPermanent(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, status(http.StatusOK))
+	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL})
+	for _, call := range []effects.Call{
+		{Tool: "t", Key: "t.k", Args: []byte(`{}`), Session: "run-7\r\nX-Evil: 1"},
+		{Tool: "t", Key: "t.k", Args: []byte(`{}`), CallID: "call\x00"},
+	} {
+		out, err := w.Fire(context.Background(), call)
+		require.Equal(t, 1, out.Invocations)
+		pe, ok := effects.IsPermanent(err)
+		require.True(t, ok, "%v", err)
+		require.Equal(t, "effect_failed", pe.Code)
+		require.Contains(t, pe.Message, "holds a control character")
+		require.Contains(t, pe.Message, "nothing was sent")
+	}
+	require.Empty(t, b.requests())
+}
+
 func TestWebhookExhaustedIsTransient(t *testing.T) {
 	t.Parallel()
 	b := setupWebhook(t, status(http.StatusServiceUnavailable))

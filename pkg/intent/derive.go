@@ -131,6 +131,12 @@ func checkEnvelope(env *Envelope, canonArgs []byte, spec KeySpec) (value, error)
 			return value{}, err
 		}
 	}
+	if err := CheckHeaderText("session", env.Session); err != nil {
+		return value{}, err
+	}
+	if err := CheckHeaderText("call_id", env.CallID); err != nil {
+		return value{}, err
+	}
 	if len(spec.KeyArgs) == 0 && len(spec.VolatileArgs) == 0 && canonArgs != nil && bytes.Equal(canonArgs, env.Args) {
 		return value{kind: kindRaw, raw: env.Args}, nil
 	}

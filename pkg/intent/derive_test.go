@@ -118,6 +118,8 @@ func TestDeriveRejects(t *testing.T) {
 		{"args not JSON", &Envelope{Tool: "t", Args: json.RawMessage(`{"a":}`)}, KeySpec{}, time.Time{}, ErrInvalid, "args: intent: invalid: at byte 5"},
 		{"args with a big integer", &Envelope{Tool: "t", Args: json.RawMessage(`{"id":18446744073709551615}`)}, KeySpec{}, time.Time{}, ErrInvalid, "beyond ±2^53"},
 		{"long override", &Envelope{Tool: "t", Args: json.RawMessage(`{}`), Key: strings.Repeat("k", 300)}, KeySpec{}, time.Time{}, ErrInvalid, `"key" is 300 bytes`},
+		{"line break in session", &Envelope{Tool: "t", Args: json.RawMessage(`{}`), Session: "a\nb"}, KeySpec{}, time.Time{}, ErrInvalid, `field "session" holds the control character U+000A at byte 1`},
+		{"control character in call_id", &Envelope{Tool: "t", Args: json.RawMessage(`{}`), CallID: "\x01"}, KeySpec{}, time.Time{}, ErrInvalid, `field "call_id" holds the control character U+0001 at byte 0`},
 		{"window with no time", ok, KeySpec{Window: time.Hour}, time.Time{}, ErrInvalid, `tool "t" is keyed by a 1h0m0s window and the intent has no created_at or message time`},
 		{"negative window", ok, KeySpec{Window: -time.Hour}, time.Time{}, ErrInvalidSpec, "window -1h0m0s is negative"},
 		{"sub-second window", ok, KeySpec{Window: 500 * time.Millisecond}, time.Now(), ErrInvalidSpec, "window 500ms is not a whole number of seconds"},

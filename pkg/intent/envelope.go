@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Defaults of Limits.
@@ -34,13 +35,15 @@ type Envelope struct {
 	// none; MarshalJSON writes "{}" for nil).
 	Args json.RawMessage `json:"args"`
 	// Session scopes the key to a run, conversation or tenant. Optional;
-	// absent and "" are the same scope.
+	// absent and "" are the same scope. It holds no control character (see
+	// CheckHeaderText).
 	Session string `json:"session,omitempty"`
 	// Key overrides the derived key's material: 1 to MaxKeyBytes bytes.
 	// Optional.
 	Key string `json:"key,omitempty"`
 	// CallID is the model's tool_call_id, carried for tracing only; it never
-	// enters a key or fingerprint. Optional.
+	// enters a key or fingerprint. Optional; no control character (see
+	// CheckHeaderText).
 	CallID string `json:"call_id,omitempty"`
 	// CreatedAt is when the caller created the intent, used only by tools
 	// keyed by a time window. Optional; the zero time means absent.
@@ -97,7 +100,8 @@ var envelopeFields = []string{"tool", "args", "session", "key", "call_id", "crea
 // session, key, call_id and created_at, each at most once. tool is required
 // and valid (ValidTool); args is required and an object; session, key,
 // call_id and created_at are strings when present (null is rejected); key,
-// when present, is 1 to MaxKeyBytes bytes; created_at is an RFC 3339 time.
+// when present, is 1 to MaxKeyBytes bytes; session and call_id hold no
+// control character (CheckHeaderText); created_at is an RFC 3339 time.
 // Every error but ErrTooLarge wraps ErrInvalid.
 func Decode(data []byte, lim Limits) (*Envelope, error) {
 	lim = lim.withDefaults()
@@ -143,6 +147,10 @@ func Decode(data []byte, lim Limits) (*Envelope, error) {
 			haveTool = true
 		case "key":
 			if err := checkKeyOverride(s); err != nil {
+				return nil, err
+			}
+		case "session", "call_id":
+			if err := CheckHeaderText(m.name, s); err != nil {
 				return nil, err
 			}
 		case "created_at":
@@ -198,6 +206,21 @@ func checkKeyOverride(k string) error {
 		return invalidf(`field "key" is empty: omit it to derive the key from the args`)
 	case len(k) > MaxKeyBytes:
 		return invalidf(`field "key" is %d bytes, the limit is %d`, len(k), MaxKeyBytes)
+	}
+	return nil
+}
+
+// CheckHeaderText returns an error wrapping ErrInvalid when value, the
+// envelope's field name (session or call_id), holds a control character
+// (Unicode category Cc: U+0000 to U+001F, U+007F to U+009F). Effects forward
+// both fields as header values (an HTTP header, a NATS header), where a line
+// break or a NUL cannot go: an intent holding one could never be sent, so it
+// is refused before anything is recorded.
+func CheckHeaderText(field, value string) error {
+	for i, r := range value {
+		if unicode.IsControl(r) {
+			return invalidf("field %q holds the control character U+%04X at byte %d: it is sent as a header value, which holds none", field, r, i)
+		}
 	}
 	return nil
 }

@@ -28,6 +28,13 @@ func TestDecode(t *testing.T) {
 	require.Equal(t, "call_abc", env.CallID)
 	require.True(t, env.CreatedAt.Equal(time.Date(2025, 3, 4, 3, 6, 7, 5e8, time.UTC)))
 
+	// Control characters are refused in session and call_id only: args and
+	// a key override may hold them.
+	env, err = Decode([]byte(`{"tool":"t","args":{"text":"a\nb"},"key":"k\n1","session":"caf\u00e9 \u2028 run","call_id":"call 1"}`), Limits{})
+	require.NoError(t, err)
+	require.Equal(t, "k\n1", env.Key)
+	require.Equal(t, "café \u2028 run", env.Session)
+
 	env, err = Decode([]byte(`{"args":{},"tool":"noop"}`), Limits{})
 	require.NoError(t, err)
 	require.Equal(t, &Envelope{Tool: "noop", Args: json.RawMessage(`{}`)}, env)
@@ -75,6 +82,11 @@ func TestDecodeRejects(t *testing.T) {
 		{"null session", `{"tool":"t","args":{},"session":null}`, Limits{}, ErrInvalid, `field "session" must be a string, got null (omit the field instead of sending null)`},
 		{"number session", `{"tool":"t","args":{},"session":7}`, Limits{}, ErrInvalid, `field "session" must be a string, got a number`},
 		{"null call_id", `{"tool":"t","args":{},"call_id":null}`, Limits{}, ErrInvalid, `field "call_id" must be a string, got null`},
+		{"line break in session", `{"tool":"t","args":{},"session":"run-7\r\nX-Evil: 1"}`, Limits{}, ErrInvalid, `field "session" holds the control character U+000D at byte 5`},
+		{"NUL in session", `{"tool":"t","args":{},"session":"a\u0000"}`, Limits{}, ErrInvalid, `field "session" holds the control character U+0000 at byte 1`},
+		{"tab in call_id", `{"tool":"t","args":{},"call_id":"call\t1"}`, Limits{}, ErrInvalid, `field "call_id" holds the control character U+0009 at byte 4`},
+		{"DEL in call_id", `{"tool":"t","args":{},"call_id":"c\u007f"}`, Limits{}, ErrInvalid, `field "call_id" holds the control character U+007F`},
+		{"C1 control in call_id", `{"tool":"t","args":{},"call_id":"c\u0085"}`, Limits{}, ErrInvalid, `field "call_id" holds the control character U+0085`},
 		{"null key", `{"tool":"t","args":{},"key":null}`, Limits{}, ErrInvalid, `field "key" must be a string, got null`},
 		{"empty key", `{"tool":"t","args":{},"key":""}`, Limits{}, ErrInvalid, `field "key" is empty: omit it to derive the key from the args`},
 		{"long key", `{"tool":"t","args":{},"key":"` + strings.Repeat("k", 257) + `"}`, Limits{}, ErrInvalid, `field "key" is 257 bytes, the limit is 256`},
