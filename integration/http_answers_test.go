@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -63,7 +64,14 @@ func TestHTTPAnswersAsDocumented(t *testing.T) {
 	requireProblem(t, rejected, http.StatusBadRequest, intent.CodeInvalidIntent)
 	require.Equal(t, intent.StatusRejected, rejected.answer(t).Status, "answered by a worker: %s", rejected.raw)
 	require.Empty(t, rejected.header.Get("Location"), rejected.raw)
-	requireProblem(t, g.do(t, http.MethodGet, "/v1/operations/"+rejected.str("key"), agentA, ""), http.StatusNotFound, intent.CodeNotFound)
+	id, err := intent.Derive(&intent.Envelope{Tool: "strict_form", Args: json.RawMessage(`{"to":5}`), Session: "team-a"},
+		intent.KeySpec{KeyArgs: []string{"to"}}, time.Now())
+	require.NoError(t, err)
+	requireProblem(t, g.do(t, http.MethodGet, "/v1/operations/"+id.Key, agentA, ""), http.StatusNotFound, intent.CodeNotFound)
+	good, err := intent.Derive(&intent.Envelope{Tool: "strict_form", Args: json.RawMessage(`{"to":"x"}`), Session: "team-a"},
+		intent.KeySpec{KeyArgs: []string{"to"}}, time.Now())
+	require.NoError(t, err)
+	require.Equal(t, good.Key, g.call(t, agentA, "strict_form", `{"to":"x"}`).str("key"), "the key derived here is the gateway's")
 
 	// A wait preference that is not a number of seconds is ignored.
 	for _, prefer := range []string{"wait=abc", "wait=-1", "wait=soon, wait=5"} {
