@@ -146,6 +146,9 @@ var invalidCases = []invalidVector{
 	{Name: "number beyond float64", Envelope: `{"tool":"noop","args":{"n":1e400}}`},
 	{Name: "trailing data", Envelope: `{"tool":"noop","args":{}} {}`},
 	{Name: "not an object", Envelope: `"noop"`},
+	{Name: "line break in session", Envelope: `{"tool":"noop","args":{},"session":"run-7\nX-Injected: 1"}`},
+	{Name: "NUL in call_id", Envelope: `{"tool":"noop","args":{},"call_id":"call\u0000"}`},
+	{Name: "C1 control in session", Envelope: `{"tool":"noop","args":{},"session":"run\u0085"}`},
 }
 
 // derived fills the outputs of a vector from its inputs.

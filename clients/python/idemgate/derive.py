@@ -92,6 +92,7 @@ def derive(tool: str, args: Mapping[str, Any] | None = None, *, spec: KeySpec | 
         raise _invalid(f"tool {tool!r} must match [a-z0-9_-]{{1,64}}")
     args = _check_args(dict(args or {}))
     session = session or ""
+    _check_header_text("session", session)
     material: dict[str, Any] = {"v": 1, "tool": tool, "session": session}
     if key is not None:
         if not 1 <= len(key.encode("utf-8")) <= MAX_KEY_BYTES:
@@ -135,11 +136,24 @@ def parse_envelope(text: str | bytes) -> dict[str, Any]:
     for name in ("session", "key", "call_id", "created_at"):
         if name in env and not isinstance(env[name], str):
             raise _invalid(f"field {name!r} must be a string (omit it instead of sending null)")
+    for name in ("session", "call_id"):
+        if name in env:
+            _check_header_text(name, env[name])
     if "key" in env and not 1 <= len(env["key"].encode("utf-8")) <= MAX_KEY_BYTES:
         raise _invalid(f"field 'key' must be 1 to {MAX_KEY_BYTES} bytes")
     if "created_at" in env:
         unix_seconds(env["created_at"])
     return env
+
+
+def _check_header_text(name: str, value: str) -> None:
+    """Refuses a control character (Unicode Cc) in session or call_id: effects forward both as header values."""
+    for i, ch in enumerate(value):
+        c = ord(ch)
+        if c <= 0x1F or 0x7F <= c <= 0x9F:
+            at = len(value[:i].encode("utf-8", "surrogatepass"))
+            raise _invalid(f"field {name!r} holds the control character U+{c:04X} at byte {at}: "
+                           "it is sent as a header value, which holds none")
 
 
 def derive_envelope(text: str | bytes, spec: KeySpec | None = None, msg_time: str | None = None) -> Identity:

@@ -204,11 +204,34 @@ function checkFields(env: Envelope): void {
       throw new InvalidIntentError(`field ${JSON.stringify(name)} holds a lone surrogate`);
     }
   }
+  for (const name of ["session", "call_id"] as const) {
+    const v = env[name];
+    if (v !== undefined) {
+      checkHeaderText(name, v);
+    }
+  }
   if (env.key !== undefined) {
     checkKeyOverride(env.key);
   }
   if (env.created_at !== undefined) {
     parseRFC3339(env.created_at);
+  }
+}
+
+/**
+ * Refuses a control character (Unicode Cc: U+0000 to U+001F, U+007F to
+ * U+009F) in `session` or `call_id`: effects forward both as header values,
+ * where none can go (docs/protocol.md, 1).
+ */
+function checkHeaderText(name: string, v: string): void {
+  let i = 0;
+  for (const ch of v) {
+    const c = ch.codePointAt(0)!;
+    if (c <= 0x1f || (c >= 0x7f && c <= 0x9f)) {
+      const hex = c.toString(16).toUpperCase().padStart(4, "0");
+      throw new InvalidIntentError(`field ${JSON.stringify(name)} holds the control character U+${hex} at byte ${i}: it is sent as a header value, which holds none`);
+    }
+    i += Buffer.byteLength(ch);
   }
 }
 
