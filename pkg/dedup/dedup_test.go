@@ -57,21 +57,27 @@ type mode struct {
 	r1Only bool
 }
 
+// suiteAckWait is the suite's batch acknowledgement wait: long, since a
+// batch acknowledged late on a loaded machine would otherwise be settled by
+// a read, which is not what most of the suite tests (lostack_test.go tests
+// the default's).
+const suiteAckWait = 30 * time.Second
+
 var modes = []mode{
 	{name: "Unbatched", bucket: "LEDGER_TEST"},
 	// Min 1: even a lone write goes out as an atomic batch, so that every
 	// suite test runs the batch protocol.
 	{name: "Batched", bucket: "LEDGER_BATCH", atomic: true, batched: true,
-		opts: []dedup.Option{dedup.WithBatching(dedup.BatchConfig{Min: 1})}},
+		opts: []dedup.Option{dedup.WithBatching(dedup.BatchConfig{Min: 1, AckWait: suiteAckWait})}},
 	// Four partitions, each with its own group commit: every operation
 	// must reach its key's partition.
 	{name: "Partitioned", bucket: "LEDGER_PARTS", atomic: true, batched: true, partitions: 4,
-		opts: []dedup.Option{dedup.WithBatching(dedup.BatchConfig{Min: 1})}},
+		opts: []dedup.Option{dedup.WithBatching(dedup.BatchConfig{Min: 1, AckWait: suiteAckWait})}},
 	// Keys stored as they are (layout 1, a ledger made before compact
 	// keys), partitioned and batched so that every path that builds a KV
 	// subject runs; on one server, to keep the suite short.
 	{name: "FullKeys", bucket: "LEDGER_FULL", atomic: true, batched: true, partitions: 2, layout: intent.LayoutFull, r1Only: true,
-		opts: []dedup.Option{dedup.WithBatching(dedup.BatchConfig{Min: 1})}},
+		opts: []dedup.Option{dedup.WithBatching(dedup.BatchConfig{Min: 1, AckWait: suiteAckWait})}},
 }
 
 // TestLedger runs the ledger suite on a single server (R1 bucket) and on a
@@ -157,10 +163,14 @@ type testBundle struct {
 
 func (e *env) setup(t *testing.T) *testBundle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
+	// The suite's servers share the machine's cores with every other
+	// package's tests: a request may take long, and no step of the suite
+	// asserts how long. The test's own context (the test binary's
+	// -timeout) bounds it.
+	ctx := t.Context()
 	openPlain := func(i int, opts ...dedup.Option) *dedup.Ledger {
-		js := jetStream(t, e.servers[i%len(e.servers)].ClientURL())
+		js, err := jetstream.New(natstest.Connect(t, e.servers[i%len(e.servers)].ClientURL()), jetstream.WithDefaultTimeout(time.Minute))
+		require.NoError(t, err)
 		l, err := dedup.Bind(ctx, js, e.mode.bucket, opts...)
 		require.NoError(t, err)
 		require.Equal(t, max(1, e.mode.partitions), l.Partitions())
@@ -926,8 +936,11 @@ func TestSentinels(t *testing.T) {
 func TestManyWaitersAtOnce(t *testing.T) {
 	t.Parallel()
 	s := natstest.RunServer(t)
-	js := jetStream(t, s.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// 1100 watches start at once: on a loaded machine a consumer create may
+	// take longer than the default request timeout.
+	js, err := jetstream.New(natstest.Connect(t, s.ClientURL()), jetstream.WithDefaultTimeout(time.Minute))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	kv, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: "MANY"})
 	require.NoError(t, err)
