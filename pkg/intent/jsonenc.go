@@ -142,6 +142,11 @@ func (r Result) AppendJSON(dst []byte) ([]byte, error) {
 			return nil, fmt.Errorf("answer completed_at: %w", err)
 		}
 	}
+	if len(r.Receipt) > 0 {
+		if dst, err = AppendJSONRaw(AppendJSONMember(dst, "receipt"), r.Receipt); err != nil {
+			return nil, fmt.Errorf("answer receipt: %w", err)
+		}
+	}
 	return append(dst, '}'), nil
 }
 
