@@ -31,7 +31,7 @@ func TestRecordEncodingIsEncodingJSONs(t *testing.T) {
 			Holder: strs[pick(len(strs))], LeaseUntil: times[pick(len(times))], Attempt: rng.IntN(5) - 1, Attempts: rng.IntN(1 << 20),
 			Result: raws[pick(len(raws))], IntentSeq: rng.Uint64() >> uint(pick(64)), CallID: strs[pick(len(strs))],
 			Intent: raws[pick(len(raws))], CreatedAt: times[pick(len(times))], UpdatedAt: times[pick(len(times))],
-			CompletedAt: times[pick(len(times))],
+			CompletedAt: times[pick(len(times))], Receipt: raws[pick(len(raws))],
 		}
 		if pick(2) == 0 {
 			r.Error = &intent.Error{Code: strs[pick(len(strs))], Message: strs[pick(len(strs))]}
