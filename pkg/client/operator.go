@@ -48,7 +48,7 @@ func (c *Client) Decide(ctx context.Context, op string, d intent.Control) (*inte
 		if err := json.Unmarshal(m.Data, &res); err != nil {
 			return nil, fmt.Errorf("client: undecodable answer: %w", err)
 		}
-		return &res, nil
+		return &res, c.checkReceipt(&res)
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w to %s of %s: %w", ErrNoAnswer, op, d.Key, ctx.Err())
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -38,8 +40,13 @@ func (c *Client) Records(ctx context.Context, q dedup.Query) (dedup.Page, error)
 // refuses an operation that may be firing now (ErrInFlight). When the key
 // has no record it still tells the workers, and returns ErrNotFound. It is
 // the client's one write to the ledger: its NATS user needs to delete on the
-// ledger's subjects (docs/security.md, the gateway role).
-func (c *Client) Forget(ctx context.Context, key string) (dedup.Record, error) {
+// ledger's subjects (docs/security.md, the gateway role). ForgetBy names
+// who forgets and why, for the audit trail.
+func (c *Client) Forget(ctx context.Context, key string, opts ...ForgetOption) (dedup.Record, error) {
+	var fo forgetOptions
+	for _, opt := range opts {
+		opt(&fo)
+	}
 	if key == "" {
 		return dedup.Record{}, fmt.Errorf("client: %w: forget: no key", intent.ErrInvalid)
 	}
@@ -56,16 +63,23 @@ func (c *Client) Forget(ctx context.Context, key string) (dedup.Record, error) {
 	case err != nil:
 		return rec, fmt.Errorf("client: %w", err)
 	}
-	if berr := c.broadcastForget(ctx, key); berr != nil {
+	if berr := c.broadcastForget(ctx, key, fo); berr != nil {
 		return rec, berr
 	}
 	return rec, err
 }
 
-// broadcastForget tells every worker to drop key from its answer cache.
-func (c *Client) broadcastForget(ctx context.Context, key string) error {
+// broadcastForget tells every worker to drop key from its answer cache
+// (and one of them to record the forget in the audit trail).
+func (c *Client) broadcastForget(ctx context.Context, key string, fo forgetOptions) error {
 	msg := nats.NewMsg(c.names.ForgetSubject())
 	msg.Data = []byte(key)
+	if fo.by != "" {
+		msg.Header.Set(audit.HeaderBy, headerValue(fo.by))
+	}
+	if fo.reason != "" {
+		msg.Header.Set(audit.HeaderReason, headerValue(fo.reason))
+	}
 	if err := c.nc.PublishMsg(msg); err != nil {
 		return fmt.Errorf("client: tell the workers to forget %s: %w", key, err)
 	}
@@ -110,4 +124,15 @@ func (c *Client) writer(ctx context.Context) (*dedup.Ledger, error) {
 		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
 	}
 	return c.forgetter, nil
+}
+
+// headerValue is s fit for a NATS header: control characters (a line
+// break would end the header) become spaces.
+func headerValue(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
 }
