@@ -82,6 +82,8 @@ func cmdForget(ctx context.Context, args []string, stdout, stderr io.Writer) (in
 	fs := newFlagSet("submit forget", "submit forget KEY [flags]", args, stdout, stderr)
 	var c common
 	c.register(fs)
+	by := fs.String("by", "", "who forgets the operation (recorded in the audit trail)")
+	reason := fs.String("reason", "", "why, for the audit trail")
 	if err := c.parse(fs, args); err != nil {
 		return exitError, err
 	}
@@ -95,7 +97,7 @@ func cmdForget(ctx context.Context, args []string, stdout, stderr io.Writer) (in
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	rec, err := cl.Forget(ctx, fs.Arg(0))
+	rec, err := cl.Forget(ctx, fs.Arg(0), client.ForgetBy(*by, *reason))
 	if errors.Is(err, client.ErrInFlight) {
 		return exitOpen, err
 	}

@@ -124,9 +124,15 @@ Subcommands:
   dlq list | dlq replay SEQ        the dead-letter stream: list, or publish one again
   list [--status open] [--tool T] [--session S] [--older-than D] [--past-lease] [--limit N] [--after SEQ] [--all]
                                    ledger records, one JSON object per line (--status open: every unresolved one)
-  forget KEY                       delete a settled operation's record so that it may run again
+  forget KEY [--by WHO] [--reason R]
+                                   delete a settled operation's record so that it may run again
   migrate [--partitions N] [--layout 2]
                                    grow the ledger's partitions, or convert it to compact keys, with every worker stopped
+  audit export [--partition N] [--since T] [--until T] [-o FILE]
+                                   the audit trail as JSON lines (docs/audit.md)
+  audit verify FILE [--keys KEYS]  check every signature and every partition's chain; names the first break
+  audit show KEY [--json]          one operation's history from the audit trail
+  audit keys                       the workers' published public keys, as a keys file
   help                             this text
 
 Exit status:
@@ -135,6 +141,7 @@ Exit status:
   4  conflict: the key was used with other arguments
   5  failed, rejected or denied (--jsonl: some line was invalid or not completed)
   6  awaiting approval or uncertain (watch KEY, or --wait-final, to wait on)
+  7  audit verify: the trail does not verify (the first break is printed)
   2  no answer in time (the operation may still complete: submit watch KEY)
   1  any other error (bad flags or input, no server, ...)
 
@@ -148,7 +155,7 @@ NATS_CREDS work as for the nats CLI.
 `
 
 // subcommands are the words submit takes before its flags.
-var subcommands = []string{"key", "watch", "get", "tools", intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, "dlq", "list", "forget", "migrate", "help"}
+var subcommands = []string{"key", "watch", "get", "tools", intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, "dlq", "list", "forget", "migrate", "audit", "help"}
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var err error
@@ -176,6 +183,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			code, err = cmdForget(ctx, args[1:], stdout, stderr)
 		case "migrate":
 			code, err = cmdMigrate(ctx, args[1:], stdout, stderr)
+		case "audit":
+			code, err = cmdAudit(ctx, args[1:], stdout, stderr)
 		default:
 			code, err = cmdSubmit(ctx, args, stdin, stdout, stderr)
 		}
