@@ -228,7 +228,7 @@ func (s *Server) forget(w http.ResponseWriter, r *http.Request, tok *Token, _ []
 	if tok.Namespace != AllNamespaces && !s.reachable(w, r, tok, key) {
 		return
 	}
-	rec, err := s.cl.Forget(r.Context(), key)
+	rec, err := s.cl.Forget(r.Context(), key, client.ForgetBy(tok.Name, r.URL.Query().Get("reason")))
 	switch {
 	case errors.Is(err, client.ErrInFlight):
 		retryAfter(w, time.Until(rec.LeaseUntil))
