@@ -154,6 +154,7 @@ type workerOpts struct {
 	syncIntents   bool
 	onStages      func(worker.Stages)
 	drain         time.Duration
+	noAudit       bool // the audit trail off (worker.Config.DisableAudit)
 }
 
 // workerGroup is Workers workers, each on its own connection, running the
@@ -244,6 +245,7 @@ func (b *bench) startWorkers(ctx context.Context, e *env, o workerOpts) (*worker
 			AnswerCache:         cmp.Or(o.answerCache, worker.NoAnswerCache),
 			AsyncIntents:        !o.syncIntents,
 			OnStages:            o.onStages,
+			DisableAudit:        o.noAudit,
 		})
 		if err != nil {
 			_ = g.stop()
