@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -385,5 +387,72 @@ func TestErrorsAreDistinct(t *testing.T) {
 		for j, b := range all {
 			require.Equal(t, i == j, errors.Is(a, b))
 		}
+	}
+}
+
+// Events signed together each verify alone, with one signature; a proof
+// moved to another event of the batch, or changed, does not.
+func TestSignBatch(t *testing.T) {
+	t.Parallel()
+	s := newSigner(t)
+	keys := keysOf(t, s)
+	for n := 1; n <= 9; n++ {
+		events := make([]Event, n)
+		for i := range events {
+			events[i] = Outcome(fmt.Sprintf("t.k%d", i), "t", "", "fp", intent.StatusCompleted, json.RawMessage(`{"i":1}`), nil, 1, uint64(i+1), at0)
+		}
+		signed := s.SignBatch(events)
+		var sigs []string
+		for i, raw := range signed {
+			ev, err := VerifyEvent(raw, keys)
+			require.NoError(t, err, "n=%d i=%d", n, i)
+			require.Equal(t, fmt.Sprintf("t.k%d", i), ev.Key)
+			sigs = append(sigs, ev.Sig)
+			if n == 1 {
+				require.NotContains(t, string(raw), `"proof"`)
+			}
+		}
+		for _, sig := range sigs {
+			require.Equal(t, sigs[0], sig, "one signature per batch")
+		}
+		if n < 2 {
+			continue
+		}
+		var a, b map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(signed[0], &a))
+		require.NoError(t, json.Unmarshal(signed[1], &b))
+		a["proof"] = b["proof"]
+		moved, _ := json.Marshal(a)
+		_, err := VerifyEvent(moved, keys)
+		require.ErrorIs(t, err, ErrBadSignature, "n=%d: another event's proof", n)
+		flipped := strings.Replace(string(signed[0]), `"R`, `"L`, 1)
+		flipped = strings.Replace(flipped, `"proof":["L`, `"proof":["R`, 1)
+		if flipped != string(signed[0]) {
+			_, err = VerifyEvent([]byte(flipped), keys)
+			require.Error(t, err, "n=%d: a step's side changed", n)
+		}
+	}
+}
+
+// Callers signing at once share signatures, and each gets its own event
+// back, verified.
+func TestBatchSignerConcurrent(t *testing.T) {
+	t.Parallel()
+	s := newSigner(t)
+	keys := keysOf(t, s)
+	bs := NewBatchSigner(s)
+	const n = 200
+	out := make([]json.RawMessage, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			out[i] = bs.Sign(Event{Kind: KindOutcome, Key: fmt.Sprintf("t.k%d", i), Status: intent.StatusCompleted, At: at0})
+		})
+	}
+	wg.Wait()
+	for i, raw := range out {
+		ev, err := VerifyEvent(raw, keys)
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("t.k%d", i), ev.Key)
 	}
 }

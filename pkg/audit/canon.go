@@ -3,7 +3,6 @@ package audit
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,93 +11,61 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// object builds the RFC 8785 form of a JSON object whose member names are
-// ASCII (every name this package writes): members sorted by name, values in
-// canonical form. It writes what intent.Canonicalize writes for the same
-// object, without parsing it.
-type object struct {
-	buf     []byte // every value, one after another
-	members []span
+// encoder writes the members of a JSON object in canonical form, its
+// caller calling it in the order of the members' names; a zero value is
+// left out.
+type encoder struct {
+	b    []byte
+	more bool // a member was written
 }
 
-// span is one member: its name and where its value lies in buf.
-type span struct {
-	name       string
-	start, end int
-}
-
-func (o *object) add(name string, start int) {
-	o.members = append(o.members, span{name: name, start: start, end: len(o.buf)})
-}
-
-// str adds a string member; an empty string is left out.
-func (o *object) str(name, v string) {
-	if v == "" {
-		return
+func (w *encoder) name(name string) {
+	if w.more {
+		w.b = append(w.b, ',')
 	}
-	start := len(o.buf)
-	o.buf = appendString(o.buf, v)
-	o.add(name, start)
+	w.more = true
+	w.b = append(w.b, '"')
+	w.b = append(w.b, name...)
+	w.b = append(w.b, '"', ':')
 }
 
-// num adds an integer member; zero is left out.
-func (o *object) num(name string, v int64) {
-	if v == 0 {
-		return
+func (w *encoder) str(name, v string) {
+	if v != "" {
+		w.name(name)
+		w.b = appendString(w.b, v)
 	}
-	start := len(o.buf)
-	o.buf = strconv.AppendInt(o.buf, v, 10)
-	o.add(name, start)
 }
 
-// unum adds an unsigned integer member; zero is left out.
-func (o *object) unum(name string, v uint64) {
-	if v == 0 {
-		return
+func (w *encoder) int(name string, v int64) {
+	if v != 0 {
+		w.name(name)
+		w.b = strconv.AppendInt(w.b, v, 10)
 	}
-	start := len(o.buf)
-	o.buf = strconv.AppendUint(o.buf, v, 10)
-	o.add(name, start)
 }
 
-// time adds a time member as RFC 3339 in UTC with nanoseconds; the zero
-// time is left out.
-func (o *object) time(name string, t time.Time) {
-	if t.IsZero() {
-		return
+func (w *encoder) uint(name string, v uint64) {
+	if v != 0 {
+		w.name(name)
+		w.b = strconv.AppendUint(w.b, v, 10)
 	}
-	start := len(o.buf)
-	o.buf = append(o.buf, '"')
-	o.buf = t.UTC().AppendFormat(o.buf, time.RFC3339Nano)
-	o.buf = append(o.buf, '"')
-	o.add(name, start)
 }
 
-// raw adds a member whose value is canonical JSON already; empty is left
-// out.
-func (o *object) raw(name string, canonical []byte) {
-	if len(canonical) == 0 {
-		return
+// time writes t as RFC 3339 in UTC with nanoseconds.
+func (w *encoder) time(name string, t time.Time) {
+	if !t.IsZero() {
+		w.name(name)
+		w.b = append(w.b, '"')
+		w.b = t.UTC().AppendFormat(w.b, time.RFC3339Nano)
+		w.b = append(w.b, '"')
 	}
-	start := len(o.buf)
-	o.buf = append(o.buf, canonical...)
-	o.add(name, start)
 }
 
-// appendTo appends the object in canonical form to b.
-func (o *object) appendTo(b []byte) []byte {
-	slices.SortFunc(o.members, func(x, y span) int { return strings.Compare(x.name, y.name) })
-	b = append(b, '{')
-	for i, m := range o.members {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '"')
-		b = append(b, m.name...)
-		b = append(b, '"', ':')
-		b = append(b, o.buf[m.start:m.end]...)
+// raw writes canonical JSON as it is.
+func (w *encoder) raw(name string, canonical []byte) {
+	if len(canonical) > 0 {
+		w.name(name)
+		w.b = append(w.b, canonical...)
 	}
-	return append(b, '}')
 }
 
 // appendString appends s as an RFC 8785 string: only '"', '\\' and the
@@ -139,11 +106,11 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// withoutMember returns the canonical form of the JSON object data without
-// its member name, and that member's value (nil when it has none). data is
-// checked as intent.Canonicalize checks it: a repeated member name, invalid
-// UTF-8 or a number beyond ±2^53 is refused.
-func withoutMember(data []byte, name string) (canonical []byte, value json.RawMessage, err error) {
+// withoutMembers returns the canonical form of the JSON object data
+// without the members names, and those members' values (by name; absent
+// ones are not in it). data is checked as intent.Canonicalize checks it: a
+// repeated member name, invalid UTF-8 or a number beyond ±2^53 is refused.
+func withoutMembers(data []byte, names ...string) (canonical []byte, removed map[string]json.RawMessage, err error) {
 	if _, err := intent.Canonicalize(data); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -151,8 +118,13 @@ func withoutMember(data []byte, name string) (canonical []byte, value json.RawMe
 	if err := json.Unmarshal(data, &members); err != nil || members == nil {
 		return nil, nil, fmt.Errorf("%w: not a JSON object", ErrInvalid)
 	}
-	value = members[name]
-	delete(members, name)
+	removed = map[string]json.RawMessage{}
+	for _, name := range names {
+		if v, ok := members[name]; ok {
+			removed[name] = v
+			delete(members, name)
+		}
+	}
 	rest, err := json.Marshal(members)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -161,5 +133,5 @@ func withoutMember(data []byte, name string) (canonical []byte, value json.RawMe
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return canonical, value, nil
+	return canonical, removed, nil
 }

@@ -100,7 +100,7 @@ type parsedEntry struct {
 
 // parseEntry reads one line of the trail. The error matches ErrInvalid.
 func parseEntry(line []byte) (parsedEntry, error) {
-	unsealed, _, err := withoutMember(line, "seal")
+	unsealed, _, err := withoutMembers(line, "seal")
 	if err != nil {
 		return parsedEntry{}, err
 	}

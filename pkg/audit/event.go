@@ -26,7 +26,8 @@ const (
 	// out (reason, previous_holder, previous_attempt).
 	KindTakeover Kind = "takeover"
 	// KindFired: the holder handed the operation to its effect (effect,
-	// destination, forwarded_key, attempt).
+	// destination, forwarded_key, attempt), which forwards the key
+	// downstream.
 	KindFired Kind = "fired"
 	// KindReleased: the effect failed transiently; the holder gave the key
 	// back for a retry (attempts, error_code, error_digest).
@@ -105,8 +106,8 @@ type Event struct {
 	By string `json:"by,omitempty"`
 	// Effect is the tool's effect kind (webhook, smtp, ...); Destination
 	// where it fires, when the effect names it; ForwardedKey what it sends
-	// downstream to identify the operation (the key, or an email's
-	// Message-ID).
+	// downstream to identify the operation when that is not the key itself
+	// (an email's Message-ID). Every effect forwards the key.
 	Effect       string `json:"effect,omitempty"`
 	Destination  string `json:"destination,omitempty"`
 	ForwardedKey string `json:"forwarded_key,omitempty"`
@@ -121,62 +122,80 @@ type Event struct {
 	To      time.Time `json:"to,omitzero"`
 	// At is when the event happened, on its writer's clock.
 	At time.Time `json:"at"`
-	// Signer is the id of the key that signed the event, and Sig the
-	// signature (base64url, no padding), on signed events only.
-	Signer string `json:"signer,omitempty"`
-	Sig    string `json:"sig,omitempty"`
+	// Signer is the id of the key that signed the event, Sig the signature
+	// (base64url, no padding) and Proof the event's path to the signed
+	// Merkle root when it was signed with others (see SignBatch), on signed
+	// events only.
+	Signer string   `json:"signer,omitempty"`
+	Sig    string   `json:"sig,omitempty"`
+	Proof  []string `json:"proof,omitempty"`
 }
 
-// object returns e's members, "sig" left out.
-func (e *Event) object() *object {
-	o := &object{buf: make([]byte, 0, 384+len(e.Args))}
-	o.num("v", Version)
-	o.str("kind", string(e.Kind))
-	o.str("key", e.Key)
-	o.str("tool", e.Tool)
-	o.str("session", e.Session)
-	o.str("fingerprint", e.Fingerprint)
-	o.str("holder", e.Holder)
-	o.num("attempt", int64(e.Attempt))
-	o.num("attempts", int64(e.Attempts))
-	o.unum("intent_seq", e.IntentSeq)
-	o.str("status", string(e.Status))
-	o.str("result_digest", e.ResultDigest)
-	o.str("error_code", e.ErrorCode)
-	o.str("error_digest", e.ErrorDigest)
-	o.str("record_fingerprint", e.RecordFingerprint)
-	o.str("previous_holder", e.PreviousHolder)
-	o.num("previous_attempt", int64(e.PreviousAttempt))
-	o.str("reason", e.Reason)
-	o.str("op", e.Op)
-	o.str("by", e.By)
-	o.str("effect", e.Effect)
-	o.str("destination", e.Destination)
-	o.str("forwarded_key", e.ForwardedKey)
-	o.str("args_digest", e.ArgsDigest)
+// appendCanonical appends e's canonical JSON (RFC 8785) to b: its members
+// in the order of their names (written out below, which RFC 8785's order
+// is for these ASCII names), zero values left out, "sig" and "proof" only
+// when withSig.
+func (e *Event) appendCanonical(b []byte, withSig bool) []byte {
+	w := encoder{b: append(b, '{')}
 	if len(e.Args) > 0 {
 		if c, err := intent.Canonicalize(e.Args); err == nil {
-			o.raw("args", c)
+			w.raw("args", c)
 		}
 	}
-	o.unum("dropped", e.Dropped)
-	o.time("from", e.From)
-	o.time("to", e.To)
+	w.str("args_digest", e.ArgsDigest)
 	at := e.At
 	if at.IsZero() {
 		at = time.Unix(0, 0)
 	}
-	o.time("at", at)
-	o.str("signer", e.Signer)
-	return o
+	w.time("at", at)
+	w.int("attempt", int64(e.Attempt))
+	w.int("attempts", int64(e.Attempts))
+	w.str("by", e.By)
+	w.str("destination", e.Destination)
+	w.uint("dropped", e.Dropped)
+	w.str("effect", e.Effect)
+	w.str("error_code", e.ErrorCode)
+	w.str("error_digest", e.ErrorDigest)
+	w.str("fingerprint", e.Fingerprint)
+	w.str("forwarded_key", e.ForwardedKey)
+	w.time("from", e.From)
+	w.str("holder", e.Holder)
+	w.uint("intent_seq", e.IntentSeq)
+	w.str("key", e.Key)
+	w.str("kind", string(e.Kind))
+	w.str("op", e.Op)
+	w.int("previous_attempt", int64(e.PreviousAttempt))
+	w.str("previous_holder", e.PreviousHolder)
+	if withSig && len(e.Proof) > 0 {
+		w.name("proof")
+		w.b = append(w.b, '[')
+		for i, step := range e.Proof {
+			if i > 0 {
+				w.b = append(w.b, ',')
+			}
+			w.b = appendString(w.b, step)
+		}
+		w.b = append(w.b, ']')
+	}
+	w.str("reason", e.Reason)
+	w.str("record_fingerprint", e.RecordFingerprint)
+	w.str("result_digest", e.ResultDigest)
+	w.str("session", e.Session)
+	if withSig {
+		w.str("sig", e.Sig)
+	}
+	w.str("signer", e.Signer)
+	w.str("status", string(e.Status))
+	w.time("to", e.To)
+	w.str("tool", e.Tool)
+	w.int("v", Version)
+	return append(w.b, '}')
 }
 
 // Canonical returns e's canonical JSON (RFC 8785) with its signature, if
 // it has one. Its "v" is always Version.
 func (e *Event) Canonical() []byte {
-	o := e.object()
-	o.str("sig", e.Sig)
-	return o.appendTo(nil)
+	return e.appendCanonical(make([]byte, 0, 320+len(e.Args)), true)
 }
 
 // Digest is hex(sha256(data)): the digests events carry.
@@ -199,15 +218,10 @@ func ResultDigest(result json.RawMessage) (string, bool) {
 // ErrorDigest is the digest of an answer's error as events carry it:
 // hex(sha256(JCS({"code":..., "message":...}))).
 func ErrorDigest(e intent.Error) string {
-	o := &object{}
 	// Both members always: an empty message is still a member.
-	start := len(o.buf)
-	o.buf = appendString(o.buf, e.Code)
-	o.add("code", start)
-	start = len(o.buf)
-	o.buf = appendString(o.buf, e.Message)
-	o.add("message", start)
-	return Digest(o.appendTo(nil))
+	b := appendString(append(make([]byte, 0, 32+len(e.Code)+len(e.Message)), `{"code":`...), e.Code)
+	b = appendString(append(b, `,"message":`...), e.Message)
+	return Digest(append(b, '}'))
 }
 
 // Outcome is the outcome event of a record of key as written (its status,

@@ -165,7 +165,7 @@ func (t *Trail) Stats() TrailStats {
 
 // Append queues e (unsigned: the append's seal vouches for it) for the
 // chain of ledger partition p. It never blocks.
-func (t *Trail) Append(p int, e Event) { t.enqueue(p, item{ev: e}) }
+func (t *Trail) Append(p int, e Event) { t.enqueue(p, item{raw: e.Canonical(), at: e.At}) }
 
 // AppendSigned queues a signed event (Signer.Sign's, a receipt) for the
 // chain of ledger partition p, as it is. It never blocks.
@@ -175,21 +175,22 @@ func (t *Trail) AppendSigned(p int, signed json.RawMessage) {
 	}
 }
 
-// item is one queued event: unsigned (ev), or signed and encoded (raw).
+// item is one queued event, encoded, and when it happened (zero for a
+// signed event: read from it when it is dropped).
 type item struct {
-	ev  Event
 	raw []byte
+	at  time.Time
 }
 
-func (it *item) at() time.Time {
-	if it.raw != nil {
-		var at struct {
+func (it *item) when() time.Time {
+	if it.at.IsZero() {
+		var e struct {
 			At time.Time `json:"at"`
 		}
-		_ = json.Unmarshal(it.raw, &at)
-		return at.At
+		_ = json.Unmarshal(it.raw, &e)
+		it.at = e.At
 	}
-	return it.ev.At
+	return it.at
 }
 
 func (t *Trail) enqueue(p int, it item) {
@@ -198,12 +199,12 @@ func (t *Trail) enqueue(p int, it item) {
 	}
 	w := t.parts[p]
 	if t.closing.Load() {
-		w.drop(1, it.at(), it.at())
+		w.drop(1, it.when(), it.when())
 		return
 	}
 	if t.queued.Add(1) > int64(t.cfg.Queue) {
 		t.queued.Add(-1)
-		w.drop(1, it.at(), it.at())
+		w.drop(1, it.when(), it.when())
 		return
 	}
 	w.mu.Lock()
@@ -290,11 +291,7 @@ func (w *chainWriter) flush() {
 			events = append(events, gap.Canonical())
 		}
 		for i := range items {
-			if items[i].raw != nil {
-				events = append(events, items[i].raw)
-			} else {
-				events = append(events, items[i].ev.Canonical())
-			}
+			events = append(events, items[i].raw)
 		}
 		err := w.append(events)
 		w.t.queued.Add(-int64(len(items)))
@@ -314,11 +311,7 @@ func (w *chainWriter) take() ([]item, *Event) {
 	defer w.mu.Unlock()
 	n, size := 0, 0
 	for n < len(w.queue) && n < w.t.cfg.MaxBatch && size < maxBatchBytes/2 {
-		if w.queue[n].raw != nil {
-			size += len(w.queue[n].raw)
-		} else {
-			size += 400 + len(w.queue[n].ev.Args)
-		}
+		size += len(w.queue[n].raw)
 		n++
 	}
 	items := w.queue[:n:n]
