@@ -92,9 +92,9 @@ func WithConfirmedTakeover() Option {
 }
 
 // ReceiptFunc returns the receipt of a record about to be written with a
-// final outcome (see WithReceipts): rec is the record as it will be stored,
-// its CompletedAt the outcome's time; ctx is the writing call's. It must be
-// quick, and safe for concurrent use.
+// final outcome (see WithReceipts): a JSON object, stored as it is; rec is
+// the record as it will be stored, its CompletedAt the outcome's time; ctx
+// is the writing call's. It must be quick, and safe for concurrent use.
 type ReceiptFunc func(ctx context.Context, key string, rec Record) json.RawMessage
 
 // WithReceipts makes every write of a final outcome — Lease.Complete,

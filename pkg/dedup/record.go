@@ -60,6 +60,7 @@ type Record struct {
 	// (completed, failed, denied), made by WithReceipts' function when the
 	// outcome was written; every answer from the record carries it (see
 	// pkg/audit). Empty on other records, and when the ledger signs none.
+	// It is stored as it is: a JSON object, checked only to be one.
 	Receipt json.RawMessage `json:"receipt,omitempty"`
 }
 

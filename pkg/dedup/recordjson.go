@@ -89,7 +89,7 @@ func (r Record) appendJSON(b []byte) ([]byte, error) {
 		}
 	}
 	if len(r.Receipt) > 0 {
-		if b, err = intent.AppendJSONRaw(member(b, "receipt"), r.Receipt); err != nil {
+		if b, err = intent.AppendJSONSigned(member(b, "receipt"), r.Receipt); err != nil {
 			return nil, fmt.Errorf("receipt: %w", err)
 		}
 	}
