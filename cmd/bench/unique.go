@@ -85,13 +85,13 @@ func (b *bench) runUniqueWith(ctx context.Context, e *env, n int, names dupNames
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		want := int32(1)
+		want, detail := int32(1), g.auditDetail()
 		if replayed {
-			want = 0
+			want, detail = 0, ""
 		}
 		checks = append(checks, verify{name: name, runs: runs, want: want, a: a})
 		b.add(row{name: name, ops: float64(n) / took.Seconds(), cpu: cpu / time.Duration(n), ref: ref,
-			detail: fmt.Sprintf("%d %s in %s", n, what, took.Round(time.Millisecond))})
+			detail: fmt.Sprintf("%d %s in %s", n, what, took.Round(time.Millisecond)) + detail})
 		return nil
 	}
 	if err := pass(names.unique, ref, "intents", true, false); err != nil {

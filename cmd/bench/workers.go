@@ -184,6 +184,20 @@ func (g *workerGroup) batchStats() dedup.BatchStats {
 	return sum
 }
 
+// auditDetail says how many receipts one signature covered and how many
+// audit appends the events took ("" with the trail off).
+func (g *workerGroup) auditDetail() string {
+	var events, appends, receipts, sigs uint64
+	for _, w := range g.workers {
+		st, r, s := w.AuditStats()
+		events, appends, receipts, sigs = events+st.Appended, appends+st.Appends, receipts+r, sigs+s
+	}
+	if sigs == 0 || appends == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; audit: %.1f receipts per signature, %.0f events per append", float64(receipts)/float64(sigs), float64(events)/float64(appends))
+}
+
 // batchDetail says what the group commit did, for a row's detail ("" when
 // it did nothing).
 func batchDetail(st dedup.BatchStats) string {

@@ -22,7 +22,9 @@ import (
 // each event where it happens, through a trail that never blocks an
 // operation, and the receipt of every final outcome the worker records.
 type auditor struct {
-	signer *audit.Signer
+	// signer signs receipts, those made at once together (one signature
+	// for them all: see audit.SignBatch).
+	signer *audit.BatchSigner
 	trail  *audit.Trail
 	parts  int
 	holder string
@@ -60,17 +62,25 @@ func newAuditor(ctx context.Context, res *resources, cfg Config, log *zap.Logger
 	if err != nil {
 		return nil, err
 	}
-	return &auditor{signer: signer, trail: trail, parts: len(res.kvs), holder: cfg.Holder, names: res.names, log: log}, nil
+	return &auditor{signer: audit.NewBatchSigner(signer), trail: trail, parts: len(res.kvs), holder: cfg.Holder, names: res.names, log: log}, nil
 }
 
 func (a *auditor) partition(key string) int { return intent.Partition(key, a.parts) }
 
-// stats are the trail's counts (zero without a trail).
-func (a *auditor) stats() audit.TrailStats {
+// auditCounts are the trail's counts and the receipts signed.
+type auditCounts struct {
+	trail                audit.TrailStats
+	receipts, signatures uint64
+}
+
+// stats are the auditor's counts (zero without one).
+func (a *auditor) stats() auditCounts {
 	if a == nil {
-		return audit.TrailStats{}
+		return auditCounts{}
 	}
-	return a.trail.Stats()
+	c := auditCounts{trail: a.trail.Stats()}
+	c.receipts, c.signatures = a.signer.Stats()
+	return c
 }
 
 // receiptCapture collects the receipt a ledger write signed, for a caller
@@ -129,8 +139,7 @@ func (a *auditor) fired(j *job, lease *dedup.Lease) {
 		return
 	}
 	rec := lease.Record()
-	ev := audit.Event{Kind: audit.KindFired, Key: j.id.Key, Tool: j.env.Tool, Holder: a.holder, Attempt: rec.Attempt,
-		Effect: j.tool.Kind, ForwardedKey: j.id.Key, At: time.Now()}
+	ev := audit.Event{Kind: audit.KindFired, Key: j.id.Key, Holder: a.holder, Attempt: rec.Attempt, Effect: j.tool.Kind, At: time.Now()}
 	switch e := j.tool.Effect.(type) {
 	case *effects.MCP:
 		ev.Destination = e.Upstream().String() + " " + e.UpstreamTool()
@@ -145,7 +154,7 @@ func (a *auditor) released(j *job, attempts int, cause error) {
 	if a == nil {
 		return
 	}
-	ev := audit.Event{Kind: audit.KindReleased, Key: j.id.Key, Tool: j.env.Tool, Holder: a.holder, Attempts: attempts, At: time.Now()}
+	ev := audit.Event{Kind: audit.KindReleased, Key: j.id.Key, Holder: a.holder, Attempts: attempts, At: time.Now()}
 	if cause != nil {
 		e := intent.Error{Code: "transient", Message: cause.Error()}
 		ev.ErrorCode, ev.ErrorDigest = e.Code, audit.ErrorDigest(e)
@@ -237,27 +246,33 @@ var (
 		"Audit events dropped (the trail unreachable and its queue full, or the worker stopping): the trail shows a gap entry for them.", nil, nil)
 	auditMovedDesc = prometheus.NewDesc("idemgate_audit_appends_moved_total",
 		"Audit appends built again because another worker appended to the same partition first.", nil, nil)
-	auditQueuedDesc = prometheus.NewDesc("idemgate_audit_queued", "Audit events in memory, waiting to be written.", nil, nil)
+	auditQueuedDesc   = prometheus.NewDesc("idemgate_audit_queued", "Audit events in memory, waiting to be written.", nil, nil)
+	auditReceiptsDesc = prometheus.NewDesc("idemgate_audit_receipts_total", "Receipts signed (final outcomes and conflicts).", nil, nil)
+	auditSigsDesc     = prometheus.NewDesc("idemgate_audit_receipt_signatures_total",
+		"Signatures made for receipts: receipts made at once share one (over idemgate_audit_receipts_total, the receipts per signature).", nil, nil)
 )
 
 // auditCollector exports the trail's counts.
 type auditCollector struct{ m *Metrics }
 
 func (c auditCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{auditAppendedDesc, auditDroppedDesc, auditMovedDesc, auditQueuedDesc} {
+	for _, d := range []*prometheus.Desc{auditAppendedDesc, auditDroppedDesc, auditMovedDesc, auditQueuedDesc, auditReceiptsDesc, auditSigsDesc} {
 		ch <- d
 	}
 }
 
 func (c auditCollector) Collect(ch chan<- prometheus.Metric) {
-	var st audit.TrailStats
+	var c2 auditCounts
 	if f := c.m.auditStats.Load(); f != nil {
-		st = (*f)()
+		c2 = (*f)()
 	}
+	st := c2.trail
 	ch <- prometheus.MustNewConstMetric(auditAppendedDesc, prometheus.CounterValue, float64(st.Appended))
 	ch <- prometheus.MustNewConstMetric(auditDroppedDesc, prometheus.CounterValue, float64(st.Dropped))
 	ch <- prometheus.MustNewConstMetric(auditMovedDesc, prometheus.CounterValue, float64(st.Moved))
 	ch <- prometheus.MustNewConstMetric(auditQueuedDesc, prometheus.GaugeValue, float64(st.Queued))
+	ch <- prometheus.MustNewConstMetric(auditReceiptsDesc, prometheus.CounterValue, float64(c2.receipts))
+	ch <- prometheus.MustNewConstMetric(auditSigsDesc, prometheus.CounterValue, float64(c2.signatures))
 }
 
 // auditFlush bounds how long a stopping worker writes the audit events

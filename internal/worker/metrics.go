@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup"
 )
 
@@ -40,7 +39,7 @@ type Metrics struct {
 	// until the worker is built.
 	batchStats atomic.Pointer[func() dedup.BatchStats]
 	// auditStats reads the audit trail's counts at scrape time (audit.go).
-	auditStats atomic.Pointer[func() audit.TrailStats]
+	auditStats atomic.Pointer[func() auditCounts]
 }
 
 // NewMetrics creates the worker's metrics and registers them with reg (nil:

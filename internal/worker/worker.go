@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/internal/tracing"
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -129,6 +130,14 @@ func (w *Worker) Names() intent.Names { return w.res.names }
 // LedgerBatchStats reports what the ledger's group commit did so far (all
 // zero when it is off).
 func (w *Worker) LedgerBatchStats() dedup.BatchStats { return w.ledger.BatchStats() }
+
+// AuditStats reports what the audit trail did so far, and how many
+// receipts were signed with how many signatures (all zero with
+// Config.DisableAudit).
+func (w *Worker) AuditStats() (trail audit.TrailStats, receipts, signatures uint64) {
+	c := w.audit.stats()
+	return c.trail, c.receipts, c.signatures
+}
 
 // Run consumes intents until ctx is done, then drains: it takes no new
 // intents, lets the effects in flight finish for up to drain, and returns.
