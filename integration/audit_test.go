@@ -390,3 +390,40 @@ func TestAuditOutageLosesNoOperation(t *testing.T) {
 	require.Positive(t, dropped, "ten operations made 30 events; the queue held 4")
 	require.Contains(t, v.stdout, "verified:")
 }
+
+// The TypeScript client verifies receipts with the keys it is given: an
+// answer signed by the workers' key passes, and with keys that do not vouch
+// for it the client refuses the answer.
+func TestTSVerifiesReceipts(t *testing.T) {
+	t.Parallel()
+	dir := tsClient(t)
+	url := jetStream(t)
+	startWorker(t, "w1", url, writeTools(t, `tools:
+  echo:
+    effect: noop
+    key_args: [n]
+`))
+	keysFile := filepath.Join(t.TempDir(), "keys.json")
+	ks := submit(t, url, "audit", "keys")
+	require.Equal(t, 0, ks.code, ks.stderr)
+	require.NoError(t, os.WriteFile(keysFile, []byte(ks.stdout), 0o644))
+
+	ok := tsSubmit(t, dir, url, "--tool", "echo", "--args", `{"n":1}`, "--receipt-keys", keysFile, "--wait", "30000")
+	require.Equal(t, 0, ok.code, ok.stdout+ok.stderr)
+	require.NotEmpty(t, ok.res.Receipt)
+	replay := tsSubmit(t, dir, url, "--tool", "echo", "--args", `{"n":1}`, "--receipt-keys", keysFile, "--wait", "30000")
+	require.Equal(t, 3, replay.code, "a replay's receipt verifies too: %s", replay.stdout+replay.stderr)
+	require.JSONEq(t, string(ok.res.Receipt), string(replay.res.Receipt))
+
+	stranger, err := audit.GenerateSigner()
+	require.NoError(t, err)
+	other, err := audit.NewKeySet(stranger.Public("stranger", time.Time{}))
+	require.NoError(t, err)
+	data, err := json.Marshal(other)
+	require.NoError(t, err)
+	otherFile := filepath.Join(t.TempDir(), "other.json")
+	require.NoError(t, os.WriteFile(otherFile, data, 0o644))
+	bad := tsSubmit(t, dir, url, "--tool", "echo", "--args", `{"n":1}`, "--receipt-keys", otherFile, "--wait", "30000")
+	require.Equal(t, 1, bad.code, bad.stdout+bad.stderr)
+	require.Contains(t, bad.stderr, "unknown_signer")
+}
