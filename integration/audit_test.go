@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -426,4 +427,35 @@ func TestTSVerifiesReceipts(t *testing.T) {
 	bad := tsSubmit(t, dir, url, "--tool", "echo", "--args", `{"n":1}`, "--receipt-keys", otherFile, "--wait", "30000")
 	require.Equal(t, 1, bad.code, bad.stdout+bad.stderr)
 	require.Contains(t, bad.stderr, "unknown_signer")
+}
+
+// Under the hardened permissions (deployments/nats/secure) the worker
+// writes the trail and publishes its key, and the operator exports,
+// verifies and reads it, each refused nothing.
+func TestSecureAuditTrail(t *testing.T) {
+	t.Parallel()
+	s := startSecure(t, "users.conf")
+	w := s.startSecureWorker(t, "worker")
+	agent := s.connect(t, "agent-1")
+	key := submitAs(t, agent, `{"n":"audited"}`).Key
+	run := func(args ...string) submitted {
+		t.Helper()
+		full := append(args, "--nats-url", s.url, "--tls-ca", s.ca.certPEM, "--nats-user", "operator", "--inbox-prefix", "_INBOX.operator")
+		cmd := exec.Command(bin("submit"), full...)
+		cmd.Env = append(os.Environ(), "IDEMGATE_NATS_PASSWORD="+s.password(t, "operator"))
+		return runClient(t, cmd)
+	}
+	var show submitted
+	require.Eventually(t, func() bool {
+		show = run("audit", "show", key)
+		return strings.Contains(show.stdout, "outcome")
+	}, 30*time.Second, 100*time.Millisecond, "the operation's history: %s", show.stderr)
+	file := filepath.Join(t.TempDir(), "trail.jsonl")
+	exp := run("audit", "export", "-o", file)
+	require.Equal(t, 0, exp.code, exp.stderr)
+	v := run("audit", "verify", file)
+	require.Equal(t, 0, v.code, v.stdout+v.stderr)
+	require.Contains(t, v.stdout, "verified:")
+	require.Empty(t, s.violations(), "the worker and the operator were refused nothing")
+	require.NotContains(t, w.log.String(), "could not publish the audit key")
 }

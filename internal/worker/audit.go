@@ -42,6 +42,9 @@ func newAuditor(ctx context.Context, res *resources, cfg Config, log *zap.Logger
 	} else {
 		var created bool
 		signer, created, err = audit.LoadOrCreateSigner(cfg.AuditKey)
+		if err != nil && !errors.Is(err, audit.ErrInvalid) {
+			err = fmt.Errorf("%w: make the audit key's directory writable, or give an existing Ed25519 key (cmd/worker --audit-key; openssl genpkey -algorithm ed25519)", err)
+		}
 		if created {
 			log.Info("made an audit signing key: publish its public key (submit audit keys) for auditors",
 				zap.String("file", cfg.AuditKey), zap.String("key_id", signer.ID()))
