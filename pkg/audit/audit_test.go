@@ -455,4 +455,7 @@ func TestBatchSignerConcurrent(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, fmt.Sprintf("t.k%d", i), ev.Key)
 	}
+	events, sigs := bs.Stats()
+	require.Equal(t, uint64(n), events)
+	require.Less(t, sigs, events, "callers at once share signatures")
 }

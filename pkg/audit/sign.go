@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,28 +126,25 @@ func (s *Signer) SignBatch(events []Event) []json.RawMessage {
 	return out
 }
 
-// Batching of a BatchSigner: while receipts keep coming (the last
-// signature ended less than batchWindow ago), a signer waits up to
-// batchWindow for batchTarget events before it signs; otherwise it signs
-// at once.
-const (
-	batchWindow = 500 * time.Microsecond
-	batchTarget = 64
-)
+// batchHot is how recently a BatchSigner must have signed for a caller to
+// expect company: receipts are coming, so before it signs it lets the other
+// goroutines run once (they may be about to queue theirs). Otherwise it
+// signs at once.
+const batchHot = 500 * time.Microsecond
 
 // BatchSigner signs the events of concurrent callers together, with one
 // signature (Signer.SignBatch): one caller at a time signs, for itself and
 // every caller queued behind it, then hands the signing to the next caller
-// queued. While events keep coming it first waits a moment (at most half a
-// millisecond) for more, so that under load one signature covers many;
-// alone, an event is signed at once. It is safe for concurrent use.
+// queued. While receipts keep coming it first yields to the other
+// goroutines, so that under load one signature covers many; alone, an
+// event is signed at once. It never waits on a clock. It is safe for
+// concurrent use.
 type BatchSigner struct {
 	s       *Signer
 	mu      sync.Mutex
 	queue   []*signing
-	busy    bool          // a caller is signing
-	wake    chan struct{} // closed when enough events wait; nil when nobody waits for them
-	lastEnd time.Time     // when the last signature was made
+	busy    bool      // a caller is signing
+	lastEnd time.Time // when the last signature was made
 	// Counts, for Stats.
 	events, signatures atomic.Uint64
 }
@@ -171,10 +169,6 @@ func (b *BatchSigner) Sign(e Event) json.RawMessage {
 	me := &signing{ev: e, done: make(chan struct{}, 1)}
 	b.mu.Lock()
 	b.queue = append(b.queue, me)
-	if b.wake != nil && len(b.queue) >= batchTarget {
-		close(b.wake)
-		b.wake = nil
-	}
 	if b.busy {
 		b.mu.Unlock()
 		<-me.done
@@ -184,18 +178,10 @@ func (b *BatchSigner) Sign(e Event) json.RawMessage {
 		b.mu.Lock() // handed the signing
 	}
 	b.busy = true
-	if time.Since(b.lastEnd) < batchWindow && len(b.queue) < batchTarget {
-		wake := make(chan struct{})
-		b.wake = wake
+	if time.Since(b.lastEnd) < batchHot {
 		b.mu.Unlock()
-		t := time.NewTimer(batchWindow)
-		select {
-		case <-wake:
-		case <-t.C:
-		}
-		t.Stop()
+		runtime.Gosched()
 		b.mu.Lock()
-		b.wake = nil
 	}
 	batch := b.queue
 	b.queue = nil
