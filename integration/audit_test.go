@@ -210,6 +210,7 @@ func TestAuditTrailRecordsAndVerifies(t *testing.T) {
 			require.Equal(t, "alice", e.Event.By)
 			require.Equal(t, "customer called", e.Event.Reason)
 		case audit.KindForgotten:
+			require.Equal(t, parked.res.Fingerprint, e.Event.Fingerprint, "the deleted record's")
 			require.Equal(t, "bob", e.Event.By)
 			require.Equal(t, "charge again", e.Event.Reason)
 		case audit.KindClaimed:

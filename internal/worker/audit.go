@@ -215,15 +215,15 @@ func (a *auditor) decided(op string, c intent.Control, rec dedup.Record, wrote *
 }
 
 // serveForgotten subscribes to Names.ForgetSubject in a queue group, so
-// that one worker records each forget an operator announces there (by,
-// reason in the message's headers): once the key's record is gone from
-// the ledger, as the announcement says.
+// that one worker records each forget an operator announces there (the
+// deleted record's fingerprint, by and reason in the message's headers):
+// once the key's record is gone from the ledger, as the announcement says.
 func (w *Worker) serveForgotten() (*nats.Subscription, error) {
 	subject := w.res.names.ForgetSubject()
 	sub, err := w.nc.QueueSubscribe(subject, w.res.names.Consumer+"_AUDIT", func(m *nats.Msg) {
-		key := string(m.Data)
-		if key == "" {
-			return
+		key, fp := string(m.Data), m.Header.Get(audit.HeaderFingerprint)
+		if key == "" || fp == "" {
+			return // no record was deleted
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -233,7 +233,7 @@ func (w *Worker) serveForgotten() (*nats.Subscription, error) {
 			w.log.Debug("forget announced, but the record is there; not recorded", zap.String("key", key), zap.Error(err))
 			return
 		}
-		w.audit.trail.Append(w.audit.partition(key), audit.Event{Kind: audit.KindForgotten, Key: key, Holder: w.audit.holder,
+		w.audit.trail.Append(w.audit.partition(key), audit.Event{Kind: audit.KindForgotten, Key: key, Fingerprint: fp, Holder: w.audit.holder,
 			By: m.Header.Get(audit.HeaderBy), Reason: m.Header.Get(audit.HeaderReason), At: time.Now()})
 	})
 	if err != nil {

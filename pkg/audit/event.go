@@ -241,9 +241,11 @@ func Outcome(key string, tool, session, fingerprint string, status intent.Status
 }
 
 // Headers of an operator's announcement of a forget (on
-// intent.Names.ForgetSubject): who forgot the key and why, for the
-// forgotten event a worker records.
+// intent.Names.ForgetSubject), for the forgotten event a worker records:
+// who forgot the key and why, and the fingerprint of the record deleted (an
+// announcement without it deleted none, and is not recorded).
 const (
-	HeaderBy     = "Idem-By"
-	HeaderReason = "Idem-Reason"
+	HeaderBy          = "Idem-By"
+	HeaderReason      = "Idem-Reason"
+	HeaderFingerprint = "Idem-Forgotten-Fingerprint"
 )

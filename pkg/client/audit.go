@@ -43,7 +43,10 @@ func (c *Client) checkReceipt(res *intent.Result) error {
 // ForgetOption adds to an operator's Forget.
 type ForgetOption func(*forgetOptions)
 
-type forgetOptions struct{ by, reason string }
+type forgetOptions struct {
+	by, reason string
+	deleted    string // the fingerprint of the record deleted; "" when none was
+}
 
 // ForgetBy names who forgets the operation and why, for the audit trail's
 // forgotten event.

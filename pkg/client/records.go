@@ -63,6 +63,9 @@ func (c *Client) Forget(ctx context.Context, key string, opts ...ForgetOption) (
 	case err != nil:
 		return rec, fmt.Errorf("client: %w", err)
 	}
+	if err == nil {
+		fo.deleted = rec.Fingerprint
+	}
 	if berr := c.broadcastForget(ctx, key, fo); berr != nil {
 		return rec, berr
 	}
@@ -79,6 +82,9 @@ func (c *Client) broadcastForget(ctx context.Context, key string, fo forgetOptio
 	}
 	if fo.reason != "" {
 		msg.Header.Set(audit.HeaderReason, headerValue(fo.reason))
+	}
+	if fo.deleted != "" {
+		msg.Header.Set(audit.HeaderFingerprint, headerValue(fo.deleted))
 	}
 	if err := c.nc.PublishMsg(msg); err != nil {
 		return fmt.Errorf("client: tell the workers to forget %s: %w", key, err)
