@@ -25,6 +25,9 @@ const (
 	DefaultQueue = 65536
 	// DefaultMaxBatch is the most events one append writes.
 	DefaultMaxBatch = 512
+	// DefaultQueueBytes bounds the bytes of the events a trail holds in
+	// memory (events of a tool with audit_args carry its args).
+	DefaultQueueBytes = 64 << 20
 )
 
 // maxBatchBytes bounds the data of one append (under the server's
@@ -55,6 +58,8 @@ type TrailConfig struct {
 	// Queue bounds the events held in memory, written or about to be.
 	// Default: DefaultQueue.
 	Queue int
+	// QueueBytes bounds their bytes. Default: DefaultQueueBytes.
+	QueueBytes int64
 	// MaxBatch bounds the events of one append. Default: DefaultMaxBatch.
 	MaxBatch int
 	// Log receives warnings and notices. Default: none.
@@ -74,8 +79,8 @@ type TrailStats struct {
 // in a hash chain of its own. Appending never blocks and never fails: an
 // event is queued in memory and written in the background, in batches, one
 // append per batch, sealed (see Entry). While the stream cannot be reached
-// events queue up to TrailConfig.Queue; beyond it they are dropped and
-// counted, and the partition's next append starts with a gap event saying
+// events queue up to TrailConfig.Queue (and QueueBytes); beyond it they are
+// dropped and counted, and the partition's next append starts with a gap event saying
 // how many and from when to when, so that a verifier sees a gap, not
 // tampering. Several writers (workers) append to one chain: each append
 // expects the chain's last message (JetStream's expected last subject
@@ -88,11 +93,12 @@ type Trail struct {
 	parts []*chainWriter
 	id    string // prefix of the message ids of this trail's appends
 
-	queued   atomic.Int64
-	appended atomic.Uint64
-	appends  atomic.Uint64
-	dropped  atomic.Uint64
-	moved    atomic.Uint64
+	queued      atomic.Int64
+	queuedBytes atomic.Int64
+	appended    atomic.Uint64
+	appends     atomic.Uint64
+	dropped     atomic.Uint64
+	moved       atomic.Uint64
 
 	// life ends when Close gives up on what is still queued.
 	life    context.Context
@@ -118,11 +124,14 @@ func NewTrail(js jetstream.JetStream, cfg TrailConfig) (*Trail, error) {
 		return nil, fmt.Errorf("%w: trail: no holder", ErrInvalid)
 	case cfg.Names.AuditStream == "":
 		return nil, fmt.Errorf("%w: trail: no names (intent.NewNames)", ErrInvalid)
-	case cfg.Queue < 0 || cfg.MaxBatch < 0:
-		return nil, fmt.Errorf("%w: trail: queue %d, batch %d: use positive sizes, or 0 for the defaults", ErrInvalid, cfg.Queue, cfg.MaxBatch)
+	case cfg.Queue < 0 || cfg.MaxBatch < 0 || cfg.QueueBytes < 0:
+		return nil, fmt.Errorf("%w: trail: queue %d (%d bytes), batch %d: use positive sizes, or 0 for the defaults", ErrInvalid, cfg.Queue, cfg.QueueBytes, cfg.MaxBatch)
 	}
 	if cfg.Queue == 0 {
 		cfg.Queue = DefaultQueue
+	}
+	if cfg.QueueBytes == 0 {
+		cfg.QueueBytes = DefaultQueueBytes
 	}
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = DefaultMaxBatch
@@ -202,8 +211,10 @@ func (t *Trail) enqueue(p int, it item) {
 		w.drop(1, it.when(), it.when())
 		return
 	}
-	if t.queued.Add(1) > int64(t.cfg.Queue) {
+	size := int64(len(it.raw))
+	if t.queued.Add(1) > int64(t.cfg.Queue) || t.queuedBytes.Add(size) > t.cfg.QueueBytes {
 		t.queued.Add(-1)
+		t.queuedBytes.Add(-size)
 		w.drop(1, it.when(), it.when())
 		return
 	}
@@ -266,12 +277,12 @@ func (w *chainWriter) run() {
 		case <-w.t.stop:
 			w.flush()
 			w.mu.Lock()
-			lost := len(w.queue)
+			lost := w.queue
 			w.queue = nil
 			w.mu.Unlock()
-			if lost > 0 {
-				w.t.queued.Add(-int64(lost))
-				w.t.dropped.Add(uint64(lost))
+			if len(lost) > 0 {
+				w.t.release(lost)
+				w.t.dropped.Add(uint64(len(lost)))
 			}
 			return
 		}
@@ -294,7 +305,7 @@ func (w *chainWriter) flush() {
 			events = append(events, items[i].raw)
 		}
 		err := w.append(events)
-		w.t.queued.Add(-int64(len(items)))
+		w.t.release(items)
 		if err != nil {
 			// The trail is closing and its time is up: these are lost.
 			w.t.dropped.Add(uint64(len(items)))
@@ -302,6 +313,16 @@ func (w *chainWriter) flush() {
 		}
 		w.t.appended.Add(uint64(len(items)))
 	}
+}
+
+// release counts items out of the queue.
+func (t *Trail) release(items []item) {
+	var size int64
+	for i := range items {
+		size += int64(len(items[i].raw))
+	}
+	t.queued.Add(-int64(len(items)))
+	t.queuedBytes.Add(-size)
 }
 
 // take takes the next batch from the queue, and the gap event of the
