@@ -52,11 +52,13 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-# Fuzz the envelope decoder, the canonicalizer and key derivation (FUZZTIME each).
+# Fuzz the envelope decoder, the canonicalizer and key derivation, and the
+# audit trail's verifier (FUZZTIME each).
 FUZZTIME ?= 2m
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzCanonicalize$$' -fuzztime=$(FUZZTIME) ./pkg/intent/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./pkg/intent/
+	$(GO) test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
 
 # The full chaos runs (docs/reliability.md): CHAOS_INTENTS intents on one
 # JetStream process, then on a 3-node cluster at R3, with every fault. Each

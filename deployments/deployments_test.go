@@ -747,6 +747,19 @@ func TestKubernetesWorkerDeployment(t *testing.T) {
 		}
 		require.True(t, fromSecret, "NATS_CREDS %s lies in a mounted Secret", creds)
 	}
+	// The audit key too: a read-only root file system leaves the worker no
+	// place to make one.
+	auditKey := args["audit-key"]
+	require.NotEmpty(t, auditKey, "--audit-key names the signing key")
+	fromSecret := false
+	for _, m := range c.VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name == m.Name && v.Secret != nil && strings.HasPrefix(auditKey, strings.TrimSuffix(m.MountPath, "/")+"/") {
+				fromSecret = true
+			}
+		}
+	}
+	require.True(t, fromSecret, "--audit-key %s lies in a mounted Secret", auditKey)
 
 	drain := defaultDrain
 	if v, ok := env["IDEMGATE_DRAIN_TIMEOUT"]; ok {

@@ -54,7 +54,7 @@ func TestBenchShort(t *testing.T) {
 			require.Truef(t, finitePositive(f), "row %s: figure %v", r.name, f)
 		}
 	}
-	want := []string{"baseline", "unique", "dup", "dup-ledger", "unique@600", "dup@600", "unique-client", "dup-client", "latency", "memory",
+	want := []string{"baseline", "unique", "dup", "dup-ledger", "unique-no-audit", "unique@600", "dup@600", "unique-client", "dup-client", "latency", "memory",
 		"baseline-always@64", "baseline-always-async@64", "ledger-always@64"}
 	for _, m := range durableModes {
 		want = append(want, m.name+"@64")

@@ -11,7 +11,7 @@ import (
 )
 
 // Scenarios, in the order they run.
-var allScenarios = []string{"baseline", "unique", "dup", "dup-large", "client", "latency", "durable", "memory"}
+var allScenarios = []string{"baseline", "unique", "dup", "audit", "dup-large", "client", "latency", "durable", "memory"}
 
 // config is one bench invocation.
 type config struct {

@@ -124,6 +124,10 @@ func (b *bench) print() {
 		b.atLeast("unique >= 0.36 x baseline", x, 0.36)
 		b.cpuBound("unique", "baseline")
 	}
+	if x, ok := b.ratio("unique", "unique-no-audit"); ok {
+		b.atLeast("unique >= 0.90 x unique-no-audit (audit trail)", x, 0.90)
+		b.cpuBound("unique", "unique-no-audit")
+	}
 	if x, ok := b.ratio("dup-ledger", "unique"); ok {
 		b.atLeast("dup-ledger >= 1.5 x unique", x, 1.5)
 		b.cpuBound("dup-ledger", "unique")

@@ -72,6 +72,9 @@ func run(ctx context.Context, cfg config, out io.Writer) (*bench, error) {
 		if cfg.wants("unique") || cfg.wants("dup") {
 			plan = append(plan, step{"unique", b.uniqueAndDup})
 		}
+		if cfg.wants("audit") {
+			plan = append(plan, step{"audit", b.auditCost})
+		}
 	}
 	for _, s := range []step{{"dup-large", b.dupLarge}, {"client", b.client}, {"latency", b.latency}, {"durable", b.durable}, {"memory", b.memory}} {
 		if cfg.wants(s.name) {

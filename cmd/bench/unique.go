@@ -46,7 +46,26 @@ type dupNames struct{ unique, dup, ledger string }
 // the answer cache, then, when names.ledger is set, through workers without
 // it), adding a row each.
 func (b *bench) runUnique(ctx context.Context, e *env, n int, names dupNames) error {
+	return b.runUniqueWith(ctx, e, n, names, b.defaultOpts(e), "baseline")
+}
+
+// auditCost measures the unique row's intents with the audit trail off
+// (unique-no-audit), on a fresh store: against the unique row (the trail
+// on, as a worker runs), what the trail costs per operation.
+func (b *bench) auditCost(ctx context.Context) error {
+	e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, b.cfg.Sync)
+	if err != nil {
+		return err
+	}
+	defer e.close()
 	o := b.defaultOpts(e)
+	o.noAudit = true
+	return b.runUniqueWith(ctx, e, b.cfg.N, dupNames{unique: "unique-no-audit"}, o, "unique")
+}
+
+// runUniqueWith is runUnique with the workers' options o; the unique row
+// is compared with row ref.
+func (b *bench) runUniqueWith(ctx context.Context, e *env, n int, names dupNames, o workerOpts, ref string) error {
 	r, err := b.prepare(ctx, e, names.unique, n, b.cfg.Inflight, o)
 	if err != nil {
 		return err
@@ -66,16 +85,16 @@ func (b *bench) runUnique(ctx context.Context, e *env, n int, names dupNames) er
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		want := int32(1)
+		want, detail := int32(1), g.auditDetail()
 		if replayed {
-			want = 0
+			want, detail = 0, ""
 		}
 		checks = append(checks, verify{name: name, runs: runs, want: want, a: a})
 		b.add(row{name: name, ops: float64(n) / took.Seconds(), cpu: cpu / time.Duration(n), ref: ref,
-			detail: fmt.Sprintf("%d %s in %s", n, what, took.Round(time.Millisecond))})
+			detail: fmt.Sprintf("%d %s in %s", n, what, took.Round(time.Millisecond)) + detail})
 		return nil
 	}
-	if err := pass(names.unique, "baseline", "intents", true, false); err != nil {
+	if err := pass(names.unique, ref, "intents", true, false); err != nil {
 		return err
 	}
 	if names.dup != "" {

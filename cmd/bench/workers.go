@@ -154,6 +154,7 @@ type workerOpts struct {
 	syncIntents   bool
 	onStages      func(worker.Stages)
 	drain         time.Duration
+	noAudit       bool // the audit trail off (worker.Config.DisableAudit)
 }
 
 // workerGroup is Workers workers, each on its own connection, running the
@@ -181,6 +182,20 @@ func (g *workerGroup) batchStats() dedup.BatchStats {
 		sum = sum.Add(w.LedgerBatchStats())
 	}
 	return sum
+}
+
+// auditDetail says how many receipts one signature covered and how many
+// audit appends the events took ("" with the trail off).
+func (g *workerGroup) auditDetail() string {
+	var events, appends, receipts, sigs uint64
+	for _, w := range g.workers {
+		st, r, s := w.AuditStats()
+		events, appends, receipts, sigs = events+st.Appended, appends+st.Appends, receipts+r, sigs+s
+	}
+	if sigs == 0 || appends == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; audit: %.1f receipts per signature, %.0f events per append", float64(receipts)/float64(sigs), float64(events)/float64(appends))
 }
 
 // batchDetail says what the group commit did, for a row's detail ("" when
@@ -244,6 +259,7 @@ func (b *bench) startWorkers(ctx context.Context, e *env, o workerOpts) (*worker
 			AnswerCache:         cmp.Or(o.answerCache, worker.NoAnswerCache),
 			AsyncIntents:        !o.syncIntents,
 			OnStages:            o.onStages,
+			DisableAudit:        o.noAudit,
 		})
 		if err != nil {
 			_ = g.stop()

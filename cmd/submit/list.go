@@ -87,6 +87,8 @@ func cmdForget(ctx context.Context, args []string, stdout, stderr io.Writer) (in
 		"A pending one is forgotten only once its record stays unchanged for one more lease after its lease ran out (its holder is gone); "+
 		"one that may be firing now is refused")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long (a forced forget of a pending operation waits one more lease)")
+	by := fs.String("by", "", "who forgets the operation (recorded in the audit trail)")
+	reason := fs.String("reason", "", "why, for the audit trail")
 	if err := c.parse(fs, args); err != nil {
 		return exitError, err
 	}
@@ -100,9 +102,9 @@ func cmdForget(ctx context.Context, args []string, stdout, stderr io.Writer) (in
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	var opts []dedup.ForgetOption
+	opts := []client.ForgetOption{client.ForgetBy(*by, *reason)}
 	if *force {
-		opts = append(opts, dedup.Forced())
+		opts = append(opts, client.Forced())
 	}
 	rec, err := cl.Forget(ctx, fs.Arg(0), opts...)
 	switch {

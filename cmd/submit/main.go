@@ -124,10 +124,16 @@ Subcommands:
   dlq list | dlq replay SEQ        the dead-letter stream: list, or publish one again
   list [--status open] [--tool T] [--session S] [--older-than D] [--past-lease] [--limit N] [--after SEQ] [--all]
                                    ledger records, one JSON object per line (--status open: every unresolved one)
-  forget KEY [--force]             delete a settled operation's record so that it may run again
+  forget KEY [--force] [--by WHO] [--reason R]
+                                   delete a settled operation's record so that it may run again
                                    (--force: an unresolved one too, once nobody can be firing it)
   migrate [--partitions N] [--layout 2]
                                    grow the ledger's partitions, or convert it to compact keys, with every worker stopped
+  audit export [--partition N] [--since T] [--until T] [-o FILE]
+                                   the audit trail as JSON lines (docs/audit.md)
+  audit verify FILE [--keys KEYS]  check every signature and every partition's chain; names the first break
+  audit show KEY [--json]          one operation's history from the audit trail
+  audit keys                       the workers' published public keys, as a keys file
   help                             this text
 
 Exit status:
@@ -136,6 +142,7 @@ Exit status:
   4  conflict: the key was used with other arguments
   5  failed, rejected or denied (--jsonl: some line was invalid or not completed)
   6  awaiting approval or uncertain (watch KEY, or --wait-final, to wait on)
+  7  audit verify: the trail does not verify (the first break is printed)
   2  no answer in time (the operation may still complete: submit watch KEY)
   1  any other error (bad flags or input, no server, ...)
 
@@ -149,7 +156,7 @@ environment; NATS_URL and NATS_CREDS work as for the nats CLI.
 `
 
 // subcommands are the words submit takes before its flags.
-var subcommands = []string{"key", "watch", "get", "tools", intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, "dlq", "list", "forget", "migrate", "help"}
+var subcommands = []string{"key", "watch", "get", "tools", intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, "dlq", "list", "forget", "migrate", "audit", "help"}
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var err error
@@ -177,6 +184,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			code, err = cmdForget(ctx, args[1:], stdout, stderr)
 		case "migrate":
 			code, err = cmdMigrate(ctx, args[1:], stdout, stderr)
+		case "audit":
+			code, err = cmdAudit(ctx, args[1:], stdout, stderr)
 		default:
 			code, err = cmdSubmit(ctx, args, stdin, stdout, stderr)
 		}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"github.com/idemgate/idemgate/internal/natsrv"
 	"github.com/idemgate/idemgate/internal/tracing"
 	"github.com/idemgate/idemgate/internal/worker"
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -92,6 +94,7 @@ func run(args []string) error {
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 		configFile  = fs.String("config", "", "a YAML file of settings (flag names to values); the command line and the environment win over it (env IDEMGATE_CONFIG)")
 		adminAddr   = fs.String("admin-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (empty: off)")
+		auditKey    = fs.String("audit-key", "", "file of the Ed25519 key (PKCS #8 PEM) this worker signs its audit trail and receipts with; made on first start when missing (default: audit.key beside --store-dir's directory, e.g. data/audit.key)")
 		otlp        = fs.String("otlp-endpoint", "", "export spans to this OTLP/HTTP endpoint, e.g. http://collector:4318 (env OTEL_EXPORTER_OTLP_ENDPOINT; empty: trace context is propagated, no spans exported)")
 	)
 	fs.StringVar(&cfg.Prefix, "prefix", intent.DefaultPrefix, "names prefix: stream <P>_INTENTS on <p>.intents.>, consumer <P>_WORKERS, bucket <P>_LEDGER")
@@ -114,6 +117,8 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.AnswerCache, "answer-cache", worker.DefaultAnswerCache, "how long a duplicate is answered from this worker's memory of a final record it wrote or read, without a ledger read (0: off); a record deleted from the ledger meanwhile is answered until then")
 	fs.Float64Var(&cfg.SessionRate, "session-rate", 0, "intents per second one session may send to this worker; over it they are answered rate_limited (0: no limit)")
 	fs.IntVar(&cfg.SessionBurst, "session-burst", 0, "intents a session may send at once above --session-rate (default: the rate, at least 1)")
+	fs.DurationVar(&cfg.AuditRetention, "audit-retention", audit.DefaultRetention, "how long the audit stream keeps the trail (at least --ledger-ttl; docs/audit.md)")
+	fs.IntVar(&cfg.AuditQueue, "audit-queue", audit.DefaultQueue, "audit events held in memory while the trail is written or unreachable; beyond it they are dropped and the trail shows a gap")
 	fs.DurationVar(&cfg.LedgerScan, "ledger-scan", worker.DefaultLedgerScan, "how often one worker reads the whole ledger to count its unresolved records (idemgate_ledger_unresolved_*) and give records written without a TTL theirs (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -129,6 +134,10 @@ func run(args []string) error {
 
 	if cfg.LedgerScan == 0 {
 		cfg.LedgerScan = worker.NoLedgerScan // 0 on the command line: off
+	}
+	cfg.AuditKey = *auditKey
+	if cfg.AuditKey == "" {
+		cfg.AuditKey = filepath.Join(filepath.Dir(filepath.Clean(*storeDir)), "audit.key")
 	}
 	if cfg.AnswerCache == 0 {
 		cfg.AnswerCache = worker.NoAnswerCache // 0 on the command line: off

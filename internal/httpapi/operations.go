@@ -241,29 +241,40 @@ type forgotten struct {
 	Record    dedup.Record `json:"record"`
 }
 
-// forget answers DELETE /v1/operations/{key}[?force=true]: the record is
-// deleted so that the operation may run again, and every worker drops the
-// key from its answer cache. An unresolved operation is refused (409
-// unresolved) unless forced, and one that may be firing now (409 in_flight)
-// even so; a forced forget of one pending past its lease answers after one
-// more lease, once its record stayed unchanged.
+// forget answers DELETE /v1/operations/{key}[?force=true][&reason=...]: the
+// record is deleted so that the operation may run again, and every worker
+// drops the key from its answer cache; the audit trail records the token's
+// name and the reason. An unresolved operation is refused (409 unresolved)
+// unless forced, and one that may be firing now (409 in_flight) even so; a
+// forced forget of one pending past its lease answers after one more lease,
+// once its record stayed unchanged.
 func (s *Server) forget(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
 	key := r.PathValue("key")
-	var opts []dedup.ForgetOption
+	reason := ""
+	opts := []client.ForgetOption{}
 	for name, vs := range r.URL.Query() {
-		if name != "force" {
-			fail(w, http.StatusBadRequest, codeInvalidRequest, "unknown parameter %q: use force", clip(name))
+		if len(vs) > 1 {
+			fail(w, http.StatusBadRequest, codeInvalidRequest, "%s: give it once", clip(name))
 			return
 		}
-		force, err := strconv.ParseBool(vs[0])
-		if err != nil || len(vs) > 1 {
-			fail(w, http.StatusBadRequest, codeInvalidRequest, "force=%s: give true or false, once", clip(vs[0]))
+		switch name {
+		case "force":
+			force, err := strconv.ParseBool(vs[0])
+			if err != nil {
+				fail(w, http.StatusBadRequest, codeInvalidRequest, "force=%s: give true or false", clip(vs[0]))
+				return
+			}
+			if force {
+				opts = append(opts, client.Forced())
+			}
+		case "reason":
+			reason = vs[0]
+		default:
+			fail(w, http.StatusBadRequest, codeInvalidRequest, "unknown parameter %q: use force or reason", clip(name))
 			return
-		}
-		if force {
-			opts = append(opts, dedup.Forced())
 		}
 	}
+	opts = append(opts, client.ForgetBy(tok.Name, reason))
 	if tok.Namespace != AllNamespaces && !s.reachable(w, r, tok, key) {
 		return
 	}

@@ -50,6 +50,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) verdict {
 		w.mark(&j.stages.Claimed)
 		switch c.Outcome {
 		case dedup.Acquired, dedup.TookOver:
+			w.audit.claimed(j, c, req.Confirmed != 0)
 			v, again := w.actOnLease(stop, work, j, c)
 			if again {
 				continue
@@ -104,12 +105,14 @@ func (w *Worker) claim(stop, work context.Context, j *job) verdict {
 // that as Conflict, Done otherwise), else the record's outcome — a replay
 // unless j's own call caused it (the same intent delivered again).
 func (w *Worker) replay(j *job, rec dedup.Record) verdict {
+	res := w.fromRecord(j, rec, rec.IntentSeq != j.seq)
 	if rec.Fingerprint != j.id.Fingerprint {
 		w.m.conflicts.WithLabelValues(j.env.Tool).Inc()
+		res.Receipt = w.audit.conflict(j, res)
 	} else {
 		w.m.replays.WithLabelValues(j.env.Tool).Inc()
 	}
-	w.answer(j, w.fromRecord(j, rec, rec.IntentSeq != j.seq))
+	w.answer(j, res)
 	return ack()
 }
 

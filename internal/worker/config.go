@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -191,6 +192,29 @@ type Config struct {
 	// is delivered again later. Default: AckWait.
 	MaxWait time.Duration
 
+	// AuditKey is the file of the Ed25519 private key the worker signs its
+	// audit trail and receipts with (PKCS #8 PEM); a missing file is made,
+	// with a new key. Default: "", a new key each start, kept in memory
+	// only (cmd/worker keeps one beside its store).
+	AuditKey string
+
+	// AuditRetention is how long the audit stream keeps the trail; at least
+	// LedgerTTL, so that the history of every record still answered is
+	// there. Default: 30 days (audit.DefaultRetention).
+	AuditRetention time.Duration
+
+	// AuditQueue bounds the audit events a worker holds in memory while
+	// the trail is written, or cannot be; beyond it events are dropped,
+	// counted, and shown as a gap in the trail. Default: 65536
+	// (audit.DefaultQueue).
+	AuditQueue int
+
+	// DisableAudit turns the audit trail off: nothing is recorded, and
+	// answers carry no receipt. It exists to measure what the trail costs
+	// (cmd/bench's audit scenario); an installation keeps it on. Default:
+	// false.
+	DisableAudit bool
+
 	// LedgerScan is how often the ledger is read whole, by one worker a
 	// round: it counts the unresolved records by state and age (the
 	// idemgate_ledger_unresolved_* metrics) and gives final records written
@@ -249,6 +273,12 @@ func (c *Config) setDefaults() {
 	if c.LedgerScan == 0 {
 		c.LedgerScan = DefaultLedgerScan
 	}
+	if c.AuditRetention == 0 {
+		c.AuditRetention = audit.DefaultRetention
+	}
+	if c.AuditQueue == 0 {
+		c.AuditQueue = audit.DefaultQueue
+	}
 	if c.AnswerCacheBytes == 0 {
 		c.AnswerCacheBytes = DefaultAnswerCacheBytes
 	}
@@ -306,6 +336,12 @@ func (c *Config) validate() error {
 	}
 	if c.AnswerCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("answer cache bytes %d: must not be negative", c.AnswerCacheBytes))
+	}
+	if c.AuditRetention < c.LedgerTTL {
+		errs = append(errs, fmt.Errorf("audit retention %s: must be at least the ledger TTL (%s), so that the trail keeps the history of every record still answered", c.AuditRetention, c.LedgerTTL))
+	}
+	if c.AuditQueue < 1 {
+		errs = append(errs, fmt.Errorf("audit queue %d: must be at least 1", c.AuditQueue))
 	}
 	if c.MaxRetryDelay < c.RetryDelay {
 		errs = append(errs, fmt.Errorf("max retry delay %s: must be at least the retry delay (%s)", c.MaxRetryDelay, c.RetryDelay))

@@ -26,6 +26,7 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) verdict 
 	w.log.Info("operator decision", zap.String("op", op), zap.String("key", c.Key), zap.String("by", c.By))
 	w.m.decisions.WithLabelValues(op).Inc()
 	var rec dedup.Record
+	dctx, wrote := captureReceipt(stop)
 	switch op {
 	case intent.ControlApprove:
 		cur, _, err := w.ledger.Get(stop, c.Key)
@@ -51,6 +52,7 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) verdict 
 		if rec, _, err = w.ledger.Approve(stop, c.Key, c.Fingerprint, c.By, c.Reason, ttl); err != nil {
 			return w.undecided(j, err)
 		}
+		w.audit.decided(op, c, rec, nil)
 		if known && len(rec.Intent) > 0 && (rec.Status == intent.StatusApproved || rec.Status == intent.StatusPending) {
 			env, err := intent.Decode(rec.Intent, intent.Limits{MaxBytes: len(rec.Intent) + 1})
 			if err != nil {
@@ -62,13 +64,16 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) verdict 
 			return w.claim(stop, work, j) // claim the approved key and fire, or wait for who does
 		}
 	case intent.ControlDeny:
-		if rec, _, err = w.ledger.Deny(stop, c.Key, c.By, c.Reason); err != nil {
+		if rec, _, err = w.ledger.Deny(dctx, c.Key, c.By, c.Reason); err != nil {
 			return w.undecided(j, err)
 		}
 	case intent.ControlResolve:
-		if rec, _, err = w.ledger.Resolve(stop, c.Key, c.Outcome == intent.OutcomeSucceeded, c.Result, c.By, c.Reason); err != nil {
+		if rec, _, err = w.ledger.Resolve(dctx, c.Key, c.Outcome == intent.OutcomeSucceeded, c.Result, c.By, c.Reason); err != nil {
 			return w.undecided(j, err)
 		}
+	}
+	if op != intent.ControlApprove {
+		w.audit.decided(op, c, rec, wrote)
 	}
 	w.answer(j, w.fromRecord(j, rec, false)) // the decision's own outcome
 	return ack()

@@ -54,6 +54,7 @@ func (w *Worker) actOnLease(stop, work context.Context, j *job, c dedup.ClaimRes
 		w.log.Warn("record state", zap.String("key", j.id.Key), zap.Error(err))
 		return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable"), false
 	}
+	w.audit.recorded(j.id.Key, parked)
 	w.answer(j, w.fromRecord(j, parked, false)) // this call parked it
 	return ack(), false
 }
@@ -106,6 +107,7 @@ type firing struct {
 func (w *Worker) runEffect(f *firing) {
 	defer w.recoverFiring(f)
 	f.claimed = time.Now()
+	w.audit.fired(f.j, f.lease)
 	f.out, f.err = w.invoke(f.ectx, f.j, f.lease)
 	if w.pool == nil {
 		w.concludeFiring(f)
@@ -180,6 +182,7 @@ func (w *Worker) conclude(stop, work context.Context, j *job, lease *dedup.Lease
 		if err := lease.Release(work, attempts); err != nil && !errors.Is(err, dedup.ErrLeaseLost) {
 			w.log.Warn("release", zap.String("key", j.id.Key), zap.Error(err))
 		}
+		w.audit.released(j, attempts, o.cause)
 		return nak(w.retryDelay(j.meta.NumDelivered), "effect failed transiently")
 	}
 
@@ -187,6 +190,7 @@ func (w *Worker) conclude(stop, work context.Context, j *job, lease *dedup.Lease
 	switch {
 	case err == nil:
 		w.m.claimToDone.WithLabelValues(j.env.Tool).Observe(time.Since(claimed).Seconds())
+		w.audit.recorded(j.id.Key, rec)
 		w.answers.put(j.id.Key, rec)
 		w.answer(j, w.fromRecord(j, rec, false))
 		return ack()

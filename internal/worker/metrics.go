@@ -38,6 +38,8 @@ type Metrics struct {
 	// batchStats reads the worker's group-commit counts at scrape time; nil
 	// until the worker is built.
 	batchStats atomic.Pointer[func() dedup.BatchStats]
+	// auditStats reads the audit trail's counts at scrape time (audit.go).
+	auditStats atomic.Pointer[func() auditCounts]
 }
 
 // NewMetrics creates the worker's metrics and registers them with reg (nil:
@@ -76,7 +78,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.received, m.fired, m.replays, m.cacheHits, m.coalesced, m.conflicts, m.failures, m.takeovers,
 			m.badInputs, m.deadLetters, m.decisions, m.limited, m.effectTime, m.claimToDone, m.endToEnd, m.inFlight, m.badReplies,
-			m.unresolved, m.unresolvedOldest, m.scans, m.retained, batchCollector{m})
+			m.unresolved, m.unresolvedOldest, m.scans, m.retained, batchCollector{m}, auditCollector{m})
 	}
 	return m
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -123,6 +124,9 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", names.Consumer, err)
+	}
+	if _, err := audit.EnsureStream(ctx, js, names, audit.StreamConfig{Replicas: cfg.Replicas, Retention: cfg.AuditRetention}); err != nil {
+		return nil, err
 	}
 	kvs, layout, err := dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{
 		Bucket:     names.Bucket,

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/internal/tracing"
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -54,6 +55,8 @@ type Worker struct {
 	// queued counts the intents waiting for a capped tool that gave their
 	// handler's slot back (see toolSlot); at most MaxAckPending.
 	queued chan struct{}
+	// audit writes the audit trail and signs receipts (audit.go).
+	audit *auditor
 	// pool runs the handlers while Run consumes (nil before).
 	pool  *handlerPool
 	ready chan struct{}
@@ -89,6 +92,13 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 		return nil, fmt.Errorf("worker: setup: %w", err)
 	}
 	lopts := []dedup.Option{dedup.WithConfirmedTakeover(), dedup.WithRetention(cfg.LedgerTTL), dedup.WithLayout(res.layout)}
+	var auditor *auditor
+	if !cfg.DisableAudit {
+		if auditor, err = newAuditor(ctx, res, cfg, log); err != nil {
+			return nil, fmt.Errorf("worker: audit: %w", err)
+		}
+		lopts = append(lopts, dedup.WithReceipts(auditor.receipt))
+	}
 	if cfg.LedgerBatch != NoLedgerBatch {
 		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch, InFlight: cfg.LedgerBatchInFlight}))
 	}
@@ -100,9 +110,10 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 		return nil, fmt.Errorf("worker: ledger: %w", err)
 	}
 	spreadLeaders(ctx, ledger, log)
-	stats := ledger.BatchStats
+	stats, auditStats := ledger.BatchStats, auditor.stats
 	cfg.Metrics.batchStats.Store(&stats)
-	w := &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, m: cfg.Metrics, ready: make(chan struct{}), beats: newHeartbeats(),
+	cfg.Metrics.auditStats.Store(&auditStats)
+	w := &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, audit: auditor, m: cfg.Metrics, ready: make(chan struct{}), beats: newHeartbeats(),
 		limits: newSessionLimits(cfg.SessionRate, cfg.SessionBurst), slots: newToolSlots(tools), queued: make(chan struct{}, cfg.MaxAckPending)}
 	if cfg.AnswerCache > 0 {
 		w.answers = newAnswerCache(cfg.AnswerCache, cfg.AnswerCacheBytes)
@@ -120,6 +131,14 @@ func (w *Worker) Names() intent.Names { return w.res.names }
 // zero when it is off).
 func (w *Worker) LedgerBatchStats() dedup.BatchStats { return w.ledger.BatchStats() }
 
+// AuditStats reports what the audit trail did so far, and how many
+// receipts were signed with how many signatures (all zero with
+// Config.DisableAudit).
+func (w *Worker) AuditStats() (trail audit.TrailStats, receipts, signatures uint64) {
+	c := w.audit.stats()
+	return c.trail, c.receipts, c.signatures
+}
+
 // Run consumes intents until ctx is done, then drains: it takes no new
 // intents, lets the effects in flight finish for up to drain, and returns.
 // Intents still unsettled after drain are left to redelivery (their claims
@@ -135,6 +154,17 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer func() { _ = forget.Unsubscribe() }()
+	// The trail outlives every handler: it is closed after the drain, and
+	// writes what they queued.
+	if w.audit != nil {
+		w.audit.trail.Start()
+		defer w.closeTrail()
+		forgotten, err := w.serveForgotten()
+		if err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		defer func() { _ = forgotten.Unsubscribe() }()
+	}
 	it, err := w.res.consumer.Messages(jetstream.PullMaxMessages(w.cfg.Concurrency))
 	if err != nil {
 		return fmt.Errorf("worker: consume %s: %w", w.res.names.Consumer, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -32,9 +33,10 @@ var (
 const DefaultReplyGrace = 3 * time.Second
 
 type options struct {
-	prefix     string
-	specs      map[string]toolSpec
-	replyGrace time.Duration
+	prefix      string
+	specs       map[string]toolSpec
+	replyGrace  time.Duration
+	receiptKeys *audit.KeySet
 }
 
 // Option configures a Client.
@@ -72,6 +74,8 @@ type Client struct {
 	shapeMu sync.Mutex
 	// forgetter is the one ledger the client writes with (Forget).
 	forgetter *dedup.Ledger
+	// receiptKeys verify answers' receipts (WithReceiptKeys); nil: none.
+	receiptKeys *audit.KeySet
 }
 
 // New returns a client on nc.
@@ -88,7 +92,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	return &Client{nc: nc, js: js, names: names, grace: o.replyGrace, specs: o.specs}, nil
+	return &Client{nc: nc, js: js, names: names, grace: o.replyGrace, specs: o.specs, receiptKeys: o.receiptKeys}, nil
 }
 
 // Names returns the names the client uses.
@@ -245,13 +249,26 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, opts ...jetstream.P
 // fresh message id after the grace, then after twice the grace, and so on
 // (7.2). Wait returns at the first answer, awaiting_approval and uncertain
 // included; WaitFinal goes on to the final one. It returns ErrNoAnswer when
-// ctx ends first.
-func (s *Submission) Wait(ctx context.Context) (*intent.Result, error) { return s.wait(ctx, false) }
+// ctx ends first. With WithReceiptKeys, an answer whose receipt does not
+// verify is returned with an error matching ErrBadReceipt.
+func (s *Submission) Wait(ctx context.Context) (*intent.Result, error) {
+	return s.verified(s.wait(ctx, false))
+}
 
 // WaitFinal is Wait that goes on past awaiting_approval and uncertain
 // answers, watching the ledger, until the operation's final answer
 // (completed, failed, denied, conflict, rejected).
-func (s *Submission) WaitFinal(ctx context.Context) (*intent.Result, error) { return s.wait(ctx, true) }
+func (s *Submission) WaitFinal(ctx context.Context) (*intent.Result, error) {
+	return s.verified(s.wait(ctx, true))
+}
+
+// verified checks the receipt of an answer wait returned.
+func (s *Submission) verified(res *intent.Result, err error) (*intent.Result, error) {
+	if err != nil {
+		return res, err
+	}
+	return res, s.c.checkReceipt(res)
+}
 
 func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, error) {
 	defer func() { _ = s.sub.Unsubscribe() }()

@@ -57,7 +57,7 @@ func (c *Client) Decide(ctx context.Context, op string, d intent.Control) (*inte
 			if err := json.Unmarshal(m.Data, &res); err != nil {
 				continue
 			}
-			return &res, nil
+			return &res, c.checkReceipt(&res)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w to %s of %s: %w", ErrNoAnswer, op, d.Key, ctx.Err())
 		}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -44,13 +46,18 @@ func (c *Client) Records(ctx context.Context, q dedup.Query) (dedup.Page, error)
 // in a compact ledger, its stored key. It returns the record removed.
 //
 // A final record is forgotten. An unresolved one is refused with
-// ErrUnresolved unless opts has dedup.Forced(), and one that may be firing
+// ErrUnresolved unless opts has Forced(), and one that may be firing
 // now with ErrInFlight (see dedup.Ledger.Forget: a forced forget of a record
 // pending past its lease waits one more lease, bounded by ctx). When the key
 // has no record it still tells the workers, and returns ErrNotFound. It is
 // the client's one write to the ledger: its NATS user needs to delete on the
-// ledger's subjects (docs/security.md, the gateway role).
-func (c *Client) Forget(ctx context.Context, key string, opts ...dedup.ForgetOption) (dedup.Record, error) {
+// ledger's subjects (docs/security.md, the gateway role). ForgetBy names
+// who forgets and why, for the audit trail.
+func (c *Client) Forget(ctx context.Context, key string, opts ...ForgetOption) (dedup.Record, error) {
+	var fo forgetOptions
+	for _, opt := range opts {
+		opt(&fo)
+	}
 	if key == "" {
 		return dedup.Record{}, fmt.Errorf("client: %w: forget: no key", intent.ErrInvalid)
 	}
@@ -58,7 +65,11 @@ func (c *Client) Forget(ctx context.Context, key string, opts ...dedup.ForgetOpt
 	if err != nil {
 		return dedup.Record{}, err
 	}
-	rec, err := l.Forget(ctx, key, opts...)
+	var lopts []dedup.ForgetOption
+	if fo.force {
+		lopts = append(lopts, dedup.Forced())
+	}
+	rec, err := l.Forget(ctx, key, lopts...)
 	switch {
 	case errors.Is(err, dedup.ErrInFlight):
 		return rec, fmt.Errorf("%w: %w", ErrInFlight, err)
@@ -69,16 +80,50 @@ func (c *Client) Forget(ctx context.Context, key string, opts ...dedup.ForgetOpt
 	case err != nil:
 		return rec, fmt.Errorf("client: %w", err)
 	}
-	if berr := c.broadcastForget(ctx, key); berr != nil {
+	if err == nil {
+		fo.deleted = rec.Fingerprint
+	}
+	if berr := c.broadcastForget(ctx, key, fo); berr != nil {
 		return rec, berr
 	}
 	return rec, err
 }
 
-// broadcastForget tells every worker to drop key from its answer cache.
-func (c *Client) broadcastForget(ctx context.Context, key string) error {
+// ForgetOption adds to an operator's Forget.
+type ForgetOption func(*forgetOptions)
+
+type forgetOptions struct {
+	force      bool
+	by, reason string
+	deleted    string // the fingerprint of the record deleted; "" when none was
+}
+
+// Forced forgets an unresolved operation too (pending, awaiting approval,
+// uncertain): its next call may fire it again. A pending one is forgotten
+// only once its record stays unchanged for one more lease after its lease ran
+// out (dedup.Forced); one that may be firing now is still refused.
+func Forced() ForgetOption { return func(o *forgetOptions) { o.force = true } }
+
+// ForgetBy names who forgets the operation and why, for the audit trail's
+// forgotten event.
+func ForgetBy(by, reason string) ForgetOption {
+	return func(o *forgetOptions) { o.by, o.reason = by, reason }
+}
+
+// broadcastForget tells every worker to drop key from its answer cache
+// (and one of them to record the forget in the audit trail).
+func (c *Client) broadcastForget(ctx context.Context, key string, fo forgetOptions) error {
 	msg := nats.NewMsg(c.names.ForgetSubject())
 	msg.Data = []byte(key)
+	if fo.by != "" {
+		msg.Header.Set(audit.HeaderBy, headerValue(fo.by))
+	}
+	if fo.reason != "" {
+		msg.Header.Set(audit.HeaderReason, headerValue(fo.reason))
+	}
+	if fo.deleted != "" {
+		msg.Header.Set(audit.HeaderFingerprint, headerValue(fo.deleted))
+	}
 	if err := c.nc.PublishMsg(msg); err != nil {
 		return fmt.Errorf("client: tell the workers to forget %s: %w", key, err)
 	}
@@ -127,4 +172,15 @@ func (c *Client) writer(ctx context.Context) (*dedup.Ledger, error) {
 		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
 	}
 	return c.forgetter, nil
+}
+
+// headerValue is s fit for a NATS header: control characters (a line
+// break would end the header) become spaces.
+func headerValue(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
 }

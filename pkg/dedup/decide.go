@@ -122,6 +122,7 @@ func (l *Ledger) decide(ctx context.Context, op, key string, change func(*Record
 		if !changed {
 			return rec, rev, nil
 		}
+		l.seal(ctx, key, &rec)
 		newRev, err := l.transition(ctx, key, rev, rec)
 		if errors.Is(err, ErrRevisionMismatch) {
 			continue

@@ -161,6 +161,7 @@ func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time
 	next := ls.rec
 	change(&next, now)
 	next.UpdatedAt = now
+	ls.ledger.seal(ctx, ls.key, &next)
 	rev, err := ls.ledger.cas(ctx, ls.key, ls.rev, next)
 	if errors.Is(err, ErrRevisionMismatch) {
 		moved, adopted, rerr := ls.reconcile(ctx)
@@ -181,6 +182,7 @@ func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time
 			next = ls.rec
 			change(&next, now)
 			next.UpdatedAt = now
+			ls.ledger.seal(ctx, ls.key, &next)
 			rev, err = ls.ledger.cas(ctx, ls.key, ls.rev, next)
 		}
 	}

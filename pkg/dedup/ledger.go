@@ -43,6 +43,8 @@ type Ledger struct {
 
 	confirmTakeover bool // set by WithConfirmedTakeover
 
+	receipts ReceiptFunc // set by WithReceipts
+
 	batchCfg *BatchConfig // set by WithBatching
 	batch    *batcher     // nil: every write goes out on its own
 
@@ -87,6 +89,29 @@ func WithLayout(layout int) Option {
 // really gone. Without the option an expired lease is taken over at once.
 func WithConfirmedTakeover() Option {
 	return func(l *Ledger) { l.confirmTakeover = true }
+}
+
+// ReceiptFunc returns the receipt of a record about to be written with a
+// final outcome (see WithReceipts): a JSON object, stored as it is; rec is
+// the record as it will be stored, its CompletedAt the outcome's time; ctx
+// is the writing call's. It must be quick, and safe for concurrent use.
+type ReceiptFunc func(ctx context.Context, key string, rec Record) json.RawMessage
+
+// WithReceipts makes every write of a final outcome — Lease.Complete,
+// Lease.Fail, Deny, Resolve — store receipt's return in the record's
+// Receipt, so that every answer from the record carries it. Default: no
+// receipts.
+func WithReceipts(receipt ReceiptFunc) Option {
+	return func(l *Ledger) { l.receipts = receipt }
+}
+
+// seal sets r's receipt for a write of r: the ReceiptFunc's when r is
+// final, none otherwise.
+func (l *Ledger) seal(ctx context.Context, key string, r *Record) {
+	r.Receipt = nil
+	if l.receipts != nil && r.Status.Final() {
+		r.Receipt = l.receipts(ctx, key, *r)
+	}
 }
 
 // New returns a Ledger over kv, a bucket of js (typically one EnsureBucket

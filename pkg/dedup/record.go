@@ -56,6 +56,12 @@ type Record struct {
 	UpdatedAt time.Time `json:"updated_at"`
 	// CompletedAt is when the record reached completed or failed; zero before.
 	CompletedAt time.Time `json:"completed_at,omitzero"`
+	// Receipt is the signed audit event of a final record's outcome
+	// (completed, failed, denied), made by WithReceipts' function when the
+	// outcome was written; every answer from the record carries it (see
+	// pkg/audit). Empty on other records, and when the ledger signs none.
+	// It is stored as it is: a JSON object, checked only to be one.
+	Receipt json.RawMessage `json:"receipt,omitempty"`
 }
 
 // LeaseExpired reports whether r is unanswered and its lease deadline is not
@@ -144,7 +150,16 @@ func (r Record) Answer(c Caller, replayed bool) intent.Result {
 		Error:       r.Error,
 		CallID:      c.CallID,
 		CompletedAt: at,
+		Receipt:     r.receiptOf(),
 	}
+}
+
+// receiptOf is the receipt an answer from r carries: r's, when r is final.
+func (r Record) receiptOf() json.RawMessage {
+	if !r.Status.Final() {
+		return nil
+	}
+	return r.Receipt
 }
 
 // DecodeRecord decodes a ledger record as stored in the bucket (a KV

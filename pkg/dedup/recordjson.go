@@ -11,7 +11,7 @@ import (
 // Record's json tags (what encoding/json writes), without reflection, raw
 // JSON (the result, a kept intent) copied as it is once checked.
 func (r Record) marshal() ([]byte, error) {
-	b, err := r.appendJSON(make([]byte, 0, 320+len(r.Result)+len(r.Intent)))
+	b, err := r.appendJSON(make([]byte, 0, 320+len(r.Result)+len(r.Intent)+len(r.Receipt)))
 	if err != nil {
 		return nil, fmt.Errorf("encode record: %w", err)
 	}
@@ -86,6 +86,11 @@ func (r Record) appendJSON(b []byte) ([]byte, error) {
 	if !r.CompletedAt.IsZero() {
 		if b, err = intent.AppendJSONTime(member(b, "completed_at"), r.CompletedAt); err != nil {
 			return nil, err
+		}
+	}
+	if len(r.Receipt) > 0 {
+		if b, err = intent.AppendJSONSigned(member(b, "receipt"), r.Receipt); err != nil {
+			return nil, fmt.Errorf("receipt: %w", err)
 		}
 	}
 	return append(b, '}'), nil

@@ -24,6 +24,7 @@ func TestRecordEncodingIsEncodingJSONs(t *testing.T) {
 		"line\u2028para\u2029", "bad \xff utf8 \xc3", strings.Repeat("x", 300)}
 	times := []time.Time{{}, time.Date(2026, 12, 1, 13, 4, 5, 123456789, time.UTC), time.Date(1, 1, 1, 0, 0, 0, 1, time.FixedZone("x", 3600))}
 	raws := []json.RawMessage{nil, json.RawMessage(`{"ok":true,"n":[1,2.5,-3e7],"s":"a\u00e9"}`), json.RawMessage(`"str"`), json.RawMessage(`null`)}
+	receipts := []json.RawMessage{nil, json.RawMessage(`{"kind":"outcome","sig":"c2ln"}`)}
 	pick := func(n int) int { return rng.IntN(n) }
 	for i := range 2000 {
 		r := Record{
@@ -31,7 +32,7 @@ func TestRecordEncodingIsEncodingJSONs(t *testing.T) {
 			Holder: strs[pick(len(strs))], LeaseUntil: times[pick(len(times))], Attempt: rng.IntN(5) - 1, Attempts: rng.IntN(1 << 20),
 			Result: raws[pick(len(raws))], IntentSeq: rng.Uint64() >> uint(pick(64)), CallID: strs[pick(len(strs))],
 			Intent: raws[pick(len(raws))], CreatedAt: times[pick(len(times))], UpdatedAt: times[pick(len(times))],
-			CompletedAt: times[pick(len(times))],
+			CompletedAt: times[pick(len(times))], Receipt: receipts[pick(len(receipts))],
 		}
 		if pick(2) == 0 {
 			r.Error = &intent.Error{Code: strs[pick(len(strs))], Message: strs[pick(len(strs))]}

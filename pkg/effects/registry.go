@@ -69,6 +69,10 @@ type Tool struct {
 	// Destructive, when set, says whether the tool may destroy or overwrite
 	// (MCP's destructiveHint). Default nil: see IsDestructive.
 	Destructive *bool
+	// AuditArgs puts the intent's args themselves in the audit trail's
+	// claimed events (tools file: audit_args: true), not only their digest.
+	// Default false: args may hold secrets.
+	AuditArgs bool
 }
 
 // Bounded is implemented by effects that know how long one Fire may take at
@@ -465,6 +469,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) 
 	t.Policy = parsePolicy(s)
 	parseDescription(s, t)
 	requireIdentity(s, t, entry)
+	t.AuditArgs = s.Bool("audit_args", false)
 	t.Lease = s.Duration("lease", DefaultLease)
 	if t.Lease < MinLease {
 		s.Invalid("lease", fmt.Sprintf("%s is under the minimum of %s", formatDuration(t.Lease), MinLease), "write e.g. lease: 30s")

@@ -34,6 +34,8 @@ func TestResultEncodingIsEncodingJSONs(t *testing.T) {
 	}
 	_, err := Result{Result: json.RawMessage(`{"unterminated":`)}.AppendJSON(nil)
 	require.ErrorIs(t, err, ErrInvalid)
+	_, err = Result{Receipt: json.RawMessage(`"not an object"`)}.AppendJSON(nil)
+	require.ErrorIs(t, err, ErrInvalid)
 }
 
 // Every field of Result set at once encodes as encoding/json encodes it: a
@@ -51,7 +53,7 @@ func TestResultEncodingHasEveryField(t *testing.T) {
 		case int:
 			f.SetInt(3)
 		case json.RawMessage:
-			f.Set(reflect.ValueOf(json.RawMessage(`[1]`)))
+			f.Set(reflect.ValueOf(json.RawMessage(`{"a":[1]}`)))
 		case *Error:
 			f.Set(reflect.ValueOf(&Error{Code: "c", Message: "m"}))
 		case time.Time:

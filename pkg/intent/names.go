@@ -3,6 +3,7 @@ package intent
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -55,9 +56,12 @@ type Names struct {
 	Bucket        string // "IDEM_LEDGER"
 	DLQStream     string // "IDEM_DLQ"
 	ToolsSubject  string // "idem.tools": the tool catalogue service
+	AuditStream   string // "IDEM_AUDIT": the audit trail (see AuditSubject)
+	AuditKeys     string // "IDEM_AUDIT_KEYS": the bucket of the workers' public signing keys
 	subjectPrefix string // "idem.intents."
 	dlqPrefix     string // "idem.dlq."
 	controlPrefix string // "idem.control."
+	auditPrefix   string // "idem.audit."
 }
 
 // NewNames derives the names for prefix ("" means DefaultPrefix). A prefix is
@@ -79,9 +83,12 @@ func NewNames(prefix string) (Names, error) {
 		Bucket:        up + "_LEDGER",
 		DLQStream:     up + "_DLQ",
 		ToolsSubject:  low + ".tools",
+		AuditStream:   up + "_AUDIT",
+		AuditKeys:     up + "_AUDIT_KEYS",
 		subjectPrefix: low + ".intents.",
 		dlqPrefix:     low + ".dlq.",
 		controlPrefix: low + ".control.",
+		auditPrefix:   low + ".audit.",
 	}, nil
 }
 
@@ -116,4 +123,26 @@ func (n Names) ControlOp(subject string) string {
 		return ""
 	}
 	return op
+}
+
+// AuditSubject is the subject the audit trail of ledger partition p is
+// appended on: "idem.audit.3" for partition 3.
+func (n Names) AuditSubject(p int) string { return n.auditPrefix + strconv.Itoa(p) }
+
+// AuditSubjects is the subject filter of the audit stream: every
+// partition's trail.
+func (n Names) AuditSubjects() string { return n.auditPrefix + "*" }
+
+// AuditPartition returns the partition of an audit trail subject (false
+// when subject is not one).
+func (n Names) AuditPartition(subject string) (int, bool) {
+	rest, ok := strings.CutPrefix(subject, n.auditPrefix)
+	if !ok {
+		return 0, false
+	}
+	p, err := strconv.Atoi(rest)
+	if err != nil || p < 0 || p >= MaxPartitions || strconv.Itoa(p) != rest {
+		return 0, false
+	}
+	return p, true
 }

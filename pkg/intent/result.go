@@ -79,6 +79,11 @@ type Result struct {
 	// CompletedAt is when the outcome was reached; absent from an answer
 	// that is not final (awaiting_approval, uncertain).
 	CompletedAt time.Time `json:"completed_at,omitzero"`
+	// Receipt is the signed event that recorded the outcome (see
+	// pkg/audit and docs/audit.md): on every completed, failed and denied
+	// answer, and on a conflict a worker answered. Anyone holding the
+	// workers' public keys verifies it offline.
+	Receipt json.RawMessage `json:"receipt,omitempty"`
 }
 
 // Rejected is the answer to an intent refused before anything was done: bad

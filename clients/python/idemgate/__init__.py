@@ -5,9 +5,10 @@ Python standard library, and the protocol's key derivation
 (docs/protocol.md), proven against its test vectors.
 """
 
+from .audit import KeySet, ReceiptError, verify_event, verify_receipt
 from .canonical import InvalidJSON, canonicalize, loads
-from .client import (Answer, AwaitingApproval, BadRequest, Client, Completed, Conflict, Denied, Failed, Forbidden,
-                     IdemgateError, InFlight, NotFound, Page, RateLimited, Redirected, Rejected, Unauthorized,
+from .client import (Answer, AwaitingApproval, BadReceipt, BadRequest, Client, Completed, Conflict, Denied, Failed,
+                     Forbidden, IdemgateError, InFlight, NotFound, Page, RateLimited, Redirected, Rejected, Unauthorized,
                      Unavailable, Uncertain)
 from .derive import Identity, KeySpec, derive, derive_envelope, parse_envelope
 
@@ -15,5 +16,5 @@ __all__ = [
     "Client", "Answer", "Completed", "Failed", "Conflict", "Rejected", "Denied", "AwaitingApproval", "Uncertain",
     "InFlight", "Page", "IdemgateError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "RateLimited",
     "Redirected", "Unavailable", "InvalidJSON", "canonicalize", "loads", "Identity", "KeySpec", "derive", "derive_envelope",
-    "parse_envelope",
+    "parse_envelope", "BadReceipt", "KeySet", "ReceiptError", "verify_event", "verify_receipt",
 ]

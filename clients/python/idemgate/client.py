@@ -26,15 +26,16 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
+from .audit import KeySet, ReceiptError, receipted, verify_receipt
 from .derive import Identity, KeySpec, derive
 
 __all__ = [
     "Client", "Answer", "Completed", "Failed", "Conflict", "Rejected", "Denied", "AwaitingApproval", "Uncertain",
     "InFlight", "Page", "IdemgateError", "Unauthorized", "Forbidden", "NotFound", "RateLimited", "Unavailable",
-    "BadRequest", "Redirected",
+    "BadRequest", "Redirected", "BadReceipt",
 ]
 
 DEFAULT_WAIT = 180.0  # seconds: longer than a crashed worker's recovery at the default lease
@@ -56,6 +57,13 @@ class Answer:
     completed_at: str | None = None
     http_status: int = 0
     location: str | None = None
+    #: In a conflict, the fingerprint the key was first used with.
+    record_fingerprint: str = ""
+    #: The signed event that recorded the outcome (docs/audit.md): on
+    #: completed, failed and denied answers, and on a conflict a worker answered.
+    receipt: dict | None = None
+    #: The answer's JSON as it came, which verify_receipt checks.
+    raw: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def code(self) -> str | None:
@@ -174,6 +182,16 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+class BadReceipt(IdemgateError):
+    """A client given receipt_keys got an answer whose receipt is missing or does
+    not hold (``answer`` is the answer, ``kind`` the ReceiptError's kind)."""
+
+    def __init__(self, answer: Answer, err: ReceiptError):
+        super().__init__(answer.http_status, message=f"bad receipt: {err}")
+        self.answer = answer
+        self.kind = err.kind
+
+
 @dataclass
 class _Response:
     status: int
@@ -200,15 +218,20 @@ class Client:
     """A client of one front door with one bearer token. Safe for use from
     several threads (each request is its own connection)."""
 
-    def __init__(self, base_url: str, token: str, *, namespace: str | None = None, timeout: float = 30.0):
+    def __init__(self, base_url: str, token: str, *, namespace: str | None = None, timeout: float = 30.0,
+                 receipt_keys: KeySet | None = None):
         """base_url is e.g. http://127.0.0.1:8080; namespace is the token's
         namespace, which derive() needs to compute the keys the front door
         computes: learned from the front door when not given (and checked
-        when given); timeout bounds requests that do not wait for an answer."""
+        when given); timeout bounds requests that do not wait for an answer.
+        With receipt_keys (the workers' public keys, KeySet.from_file), every
+        answer that carries a receipt is verified, and one whose receipt is
+        missing or does not hold raises BadReceipt."""
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.namespace = namespace
         self.timeout = timeout
+        self.receipt_keys = receipt_keys
         self._specs: dict[str, KeySpec] = {}
         self._opener = urllib.request.build_opener(_NoRedirect)
 
@@ -275,7 +298,21 @@ class Client:
                    replayed=bool(ans.get("replayed")), fingerprint=ans.get("fingerprint", ""),
                    attempts=int(ans.get("attempts") or 0), result=ans.get("result"), error=ans.get("error"),
                    call_id=ans.get("call_id"), completed_at=ans.get("completed_at"), http_status=resp.status,
-                   location=resp.headers.get("Location"))
+                   location=resp.headers.get("Location"), record_fingerprint=ans.get("record_fingerprint", ""),
+                   receipt=ans.get("receipt"), raw=ans)
+
+    def _checked(self, ans: Answer) -> Answer:
+        """ans, its receipt verified when the client has keys (a conflict the
+        front door found itself carries none)."""
+        if self.receipt_keys is None or not receipted(ans.status) or ans.raw is None:
+            return ans
+        if ans.status == "conflict" and not ans.receipt:
+            return ans
+        try:
+            verify_receipt(ans.raw, self.receipt_keys)
+        except ReceiptError as e:
+            raise BadReceipt(ans, e) from e
+        return ans
 
     # -- agents --
 
@@ -321,7 +358,7 @@ class Client:
                 continue
             ans = self._answer(resp)
             if ans is not None and resp.status != 429:
-                return ans
+                return self._checked(ans)
             if resp.status in (409, 504):
                 body = resp.body if isinstance(resp.body, dict) else {}
                 inflight = InFlight(key=body.get("key"), location=resp.headers.get("Location"),
@@ -418,7 +455,7 @@ class Client:
         if resp.status == 200 or (resp.status in (400, 404, 409, 422) and "answer" in (resp.body or {})):
             ans = self._answer(resp)
             if ans is not None:
-                return ans
+                return self._checked(ans)
         self._raise(resp)
 
     def approve(self, key: str, *, fingerprint: str | None = None, reason: str | None = None,
@@ -436,22 +473,47 @@ class Client:
         """Settles an uncertain operation: outcome "succeeded" (with result) or "failed"."""
         return self._decide("resolve", key, _drop_none({"outcome": outcome, "result": result, "reason": reason}), wait)
 
-    def forget(self, key: str, *, force: bool = False, timeout: float | None = None) -> dict:
-        """Deletes a settled operation's record so that it may run again. An
-        unresolved one (pending, awaiting approval, uncertain) raises
-        IdemgateError with code "unresolved", whose detail says what forcing
-        risks, unless force; one that may be firing now raises code
-        "in_flight", forced or not. A forced forget of an operation pending
-        past its lease answers after one more lease (timeout defaults to the
-        client's plus 5 minutes)."""
-        path = "/v1/operations/" + urllib.parse.quote(key, safe="")
+    def forget(self, key: str, *, force: bool = False, reason: str | None = None, timeout: float | None = None) -> dict:
+        """Deletes a settled operation's record so that it may run again; reason
+        is recorded in the audit trail (with the token's name). An unresolved
+        one (pending, awaiting approval, uncertain) raises IdemgateError with
+        code "unresolved", whose detail says what forcing risks, unless force;
+        one that may be firing now raises code "in_flight", forced or not. A
+        forced forget of an operation pending past its lease answers after one
+        more lease (timeout defaults to the client's plus 5 minutes)."""
+        query = {}
         if force:
-            path += "?force=true"
+            query["force"] = "true"
             timeout = timeout or self.timeout + 300
+        if reason:
+            query["reason"] = reason
+        path = "/v1/operations/" + urllib.parse.quote(key, safe="")
+        if query:
+            path += "?" + urllib.parse.urlencode(query)
         resp = self._request("DELETE", path, timeout=timeout)
         if resp.status != 200:
             self._raise(resp)
         return resp.body
+
+    def history(self, key: str, *, since: str | None = None) -> list[dict]:
+        """An operation's history from the audit trail, oldest first: entries
+        {partition, pos, prev, event, seal?} (docs/audit.md). since is an RFC 3339
+        time or a duration back from now (24h)."""
+        path = "/v1/operations/" + urllib.parse.quote(key, safe="") + "/history"
+        if since:
+            path += "?" + urllib.parse.urlencode({"since": since})
+        resp = self._request("GET", path)
+        if resp.status != 200:
+            self._raise(resp)
+        return resp.body["entries"]
+
+    def audit_keys(self) -> KeySet:
+        """The public keys the workers published: as trustworthy as the front
+        door; an auditor pins a keys file of its own (KeySet.from_file)."""
+        resp = self._request("GET", "/v1/audit/keys")
+        if resp.status != 200:
+            self._raise(resp)
+        return KeySet.from_json(resp.body)
 
     def dead_letters(self, limit: int | None = None) -> list[dict]:
         """Intents that could not be handled, oldest first."""

@@ -5,9 +5,11 @@ Skipped without them."""
 import base64
 import concurrent.futures
 import os
+import time
 import unittest
 
-from idemgate import (AwaitingApproval, Client, Completed, Conflict, Forbidden, IdemgateError, NotFound, Rejected)
+from idemgate import (AwaitingApproval, BadReceipt, Client, Completed, Conflict, Forbidden, IdemgateError, KeySet, NotFound,
+                      ReceiptError, Rejected, verify_receipt)
 
 URL = os.environ.get("IDEMGATE_URL")
 
@@ -113,6 +115,44 @@ class EndToEnd(unittest.TestCase):
         wrong = Client(URL, os.environ["IDEMGATE_TOKEN"], namespace=self.other.namespace)
         with self.assertRaises(ValueError):
             wrong.derive("send_email", args, session="run-9")
+
+    def test_receipts_and_history(self):
+        keys = self.agent.audit_keys()
+        self.assertGreaterEqual(len(keys), 1)
+        checked = Client(URL, os.environ["IDEMGATE_TOKEN"], namespace=os.environ["IDEMGATE_NAMESPACE"], receipt_keys=keys)
+        first = checked.call("echo", {"n": "receipt"}, session="audit")
+        self.assertIsInstance(first, Completed, first)
+        self.assertEqual(first.receipt["kind"], "outcome")
+        self.assertEqual(verify_receipt(first.raw, keys)["key"], first.key)
+        again = checked.call("echo", {"n": "receipt"}, session="audit")
+        self.assertTrue(again.replayed)
+        self.assertEqual(again.receipt, first.receipt, "a replay carries the receipt of the outcome")
+
+        # A receipt vouches for its own answer only.
+        other = checked.call("echo", {"n": "other"}, session="audit")
+        swapped = dict(first.raw, receipt=other.receipt)
+        with self.assertRaises(ReceiptError) as cm:
+            verify_receipt(swapped, keys)
+        self.assertEqual(cm.exception.kind, "mismatch")
+        # A client that trusts no key refuses the answer.
+        with self.assertRaises(BadReceipt) as cm:
+            Client(URL, os.environ["IDEMGATE_TOKEN"], receipt_keys=KeySet([])).call("echo", {"n": "receipt"}, session="audit")
+        self.assertEqual(cm.exception.kind, "unknown_signer")
+
+        # The operation's history; a forget joins it, with who and why.
+        self.operator.forget(first.key, reason="python test")
+        deadline = time.monotonic() + 120
+        while True:
+            kinds = [e["event"]["kind"] for e in self.operator.history(first.key)]
+            if "forgotten" in kinds or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.assertEqual(kinds[:3], ["claimed", "fired", "outcome"], kinds)
+        self.assertIn("forgotten", kinds)
+        forgotten = [e["event"] for e in self.operator.history(first.key) if e["event"]["kind"] == "forgotten"][0]
+        self.assertEqual((forgotten["by"], forgotten["reason"]), ("ops", "python test"))
+        with self.assertRaises(Forbidden):
+            self.agent.history(first.key)
 
 
 if __name__ == "__main__":

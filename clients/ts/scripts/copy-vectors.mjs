@@ -1,16 +1,20 @@
 // Copies the protocol's test vectors (pkg/intent/testdata of the repository)
-// into dist/testdata, so that the built package's tests read only the
-// package's own files. src/test/vectors.test.ts checks the copy is still
+// and the receipt vectors (pkg/audit/testdata) into dist/testdata, so that
+// the built package's tests read only the package's own files.
+// src/test/vectors.test.ts and audit.test.ts check the copies are still
 // byte-identical to the repository's.
 import { copyFileSync, existsSync, mkdirSync } from "node:fs";
 
-const from = new URL("../../../pkg/intent/testdata/", import.meta.url);
 const to = new URL("../dist/testdata/", import.meta.url);
-const files = ["vectors.json", "invalid.json"];
+const files = [
+  ["../../../pkg/intent/testdata/", "vectors.json"],
+  ["../../../pkg/intent/testdata/", "invalid.json"],
+  ["../../../pkg/audit/testdata/", "receipts.json"],
+];
 
 mkdirSync(to, { recursive: true });
-for (const f of files) {
-  const src = new URL(f, from);
+for (const [dir, f] of files) {
+  const src = new URL(f, new URL(dir, import.meta.url));
   if (!existsSync(src)) {
     console.error(`copy-vectors: ${src.pathname} is missing: build the package inside the idemgate repository`);
     process.exit(1);

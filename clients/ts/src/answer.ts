@@ -4,7 +4,7 @@
  * @module
  */
 
-import type { JsonValue } from "./json.js";
+import type { JsonObject, JsonValue } from "./json.js";
 
 /** The state of an answer or a ledger record. `pending` and `approved` appear only in the ledger. */
 export type Status =
@@ -78,6 +78,8 @@ export interface Result {
   call_id?: string;
   /** RFC 3339 time the outcome was recorded; absent from the non-final answers (awaiting_approval, uncertain). */
   completed_at?: string;
+  /** The signed event that recorded the outcome (docs/audit.md): on completed, failed and denied answers, and on a conflict a worker answered. Verify it with `verifyReceipt`. */
+  receipt?: JsonObject;
 }
 
 /** One ledger record, the JSON value of a key in the `IDEM_LEDGER` bucket. */
@@ -112,6 +114,8 @@ export interface LedgerRecord {
   updated_at: string;
   /** RFC 3339 time of the terminal outcome. */
   completed_at?: string;
+  /** The signed event of a final outcome, which every answer from the record carries. */
+  receipt?: JsonObject;
 }
 
 /**

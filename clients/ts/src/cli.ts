@@ -8,11 +8,12 @@
  * @module
  */
 
-import { realpathSync } from "node:fs";
+import { readFileSync, realpathSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 
 import { isFinal, type Result } from "./answer.js";
+import { KeySet } from "./audit.js";
 import { DEFAULT_WAIT_MS, IdemClient } from "./client.js";
 import { encodeDecision, type Decision, type DecisionOp } from "./decide.js";
 import { deriveKey, type KeySpec } from "./derive.js";
@@ -68,8 +69,9 @@ export function decisionExitCode(op: DecisionOp, res: Result): number {
 const USAGE = `usage: cli.js COMMAND [flags] [ARGS]
 
 Commands:
-  submit --tool T --args JSON [--session S] [--key K] [--call-id C] [--created-at T] [--wait D] [--wait-final]
-                                  publish one intent and print its answer
+  submit --tool T --args JSON [--session S] [--key K] [--call-id C] [--created-at T] [--wait D] [--wait-final] [--receipt-keys FILE]
+                                  publish one intent and print its answer (with --receipt-keys, a keys file:
+                                  its receipt verified, exit 1 when it does not hold)
   key --tool T --args JSON [--spec JSON | --default-spec] [-q]
                                   the key and fingerprint an intent derives (spec from --spec, else the workers' catalogue)
   get KEY                         the ledger record of KEY
@@ -107,6 +109,7 @@ const OPTIONS = {
   "created-at": { type: "string" },
   wait: { type: "string" },
   "wait-final": { type: "boolean" },
+  "receipt-keys": { type: "string" },
   spec: { type: "string" },
   fingerprint: { type: "string" },
   by: { type: "string" },
@@ -201,7 +204,10 @@ async function cmdSubmit(v: Values, positionals: string[]): Promise<number> {
   noPositionals(positionals);
   const env = envelopeFrom(v);
   const wait = v.wait === undefined ? DEFAULT_WAIT_MS : parseWait(v.wait);
-  const client = await IdemClient.connect(servers(v), v.prefix !== undefined ? { prefix: v.prefix } : {});
+  const client = await IdemClient.connect(servers(v), {
+    ...(v.prefix !== undefined ? { prefix: v.prefix } : {}),
+    ...(v["receipt-keys"] !== undefined ? { receiptKeys: KeySet.fromJSON(readFileSync(v["receipt-keys"], "utf8")) } : {}),
+  });
   try {
     const s = await client.publish(env);
     if (wait <= 0) {

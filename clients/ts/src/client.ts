@@ -21,6 +21,7 @@ import {
 import { randomBytes } from "node:crypto";
 
 import { decodeRecord, isAnswered, isFinal, type LedgerRecord, type Result } from "./answer.js";
+import { BadReceiptError, ReceiptError, receipted, verifyReceipt, type KeySet } from "./audit.js";
 import { encodeDecision, type Decision, type DecisionOp } from "./decide.js";
 import { deriveKey, type KeySpec } from "./derive.js";
 import { checkEnvelope, encodeEnvelope, type Envelope } from "./envelope.js";
@@ -163,6 +164,14 @@ export interface ClientOptions {
   replyGraceMs?: number;
   /** How long a catalogue request may take. Default: {@link DEFAULT_CATALOG_TIMEOUT_MS} (2 s). */
   catalogTimeoutMs?: number;
+  /**
+   * The workers' public keys (a keys file: {@link KeySet.fromJSON}). With
+   * them, every answer that carries a receipt is verified, and one whose
+   * receipt is missing or does not hold is thrown as a
+   * {@link BadReceiptError} (which holds the answer). Default: none, receipts
+   * are passed on unchecked.
+   */
+  receiptKeys?: KeySet;
 }
 
 /** Options of {@link IdemClient.connect}: the client's, plus the NATS connection's. */
@@ -188,6 +197,8 @@ export class IdemClient {
   readonly nc: NatsConnection;
   /** The names of the installation. */
   readonly names: Names;
+  /** The keys answers' receipts are verified with; undefined: none. */
+  readonly receiptKeys: KeySet | undefined;
   readonly #js: JetStreamClient;
   readonly #specs = new Map<string, KeySpec>();
   readonly #grace: number;
@@ -218,6 +229,7 @@ export class IdemClient {
     this.#js = jetstream(nc);
     this.#grace = opts.replyGraceMs ?? DEFAULT_REPLY_GRACE_MS;
     this.#catalogTimeout = opts.catalogTimeoutMs ?? DEFAULT_CATALOG_TIMEOUT_MS;
+    this.receiptKeys = opts.receiptKeys;
     for (const [tool, spec] of Object.entries(opts.keySpecs ?? {})) {
       this.#specs.set(tool, spec);
     }
@@ -411,7 +423,7 @@ export class IdemClient {
           continue; // not an answer: dropped
         }
         if (typeof res === "object" && res !== null) {
-          return res as Result;
+          return this.checkReceipt(res as Result);
         }
       }
     } catch (err) {
@@ -423,6 +435,27 @@ export class IdemClient {
       sub.unsubscribe();
     }
     throw new NoAnswerError(decision.key, `no answer to ${op} of ${decision.key} within ${timeoutMs} ms`);
+  }
+
+  /**
+   * Returns `res` once its receipt verified with the client's receipt keys
+   * (unchanged without keys, or for an answer that carries none: one not
+   * final, a rejection, a conflict the client found in the ledger itself).
+   *
+   * @param res - an answer
+   * @returns the answer
+   * @throws {@link BadReceiptError}
+   */
+  checkReceipt(res: Result): Result {
+    if (this.receiptKeys === undefined || !receipted(res.status) || (res.status === "conflict" && res.receipt === undefined)) {
+      return res;
+    }
+    try {
+      verifyReceipt(res, this.receiptKeys);
+    } catch (err) {
+      throw err instanceof ReceiptError ? new BadReceiptError(res, err) : err;
+    }
+    return res;
   }
 
   /**
@@ -1019,7 +1052,11 @@ export class Submission {
         this.#sub.unsubscribe();
         stopWatch?.();
         if ("res" in outcome) {
-          resolve(outcome.res);
+          try {
+            resolve(this.#client.checkReceipt(outcome.res));
+          } catch (err) {
+            reject(err);
+          }
         } else {
           reject(outcome.err);
         }
@@ -1191,6 +1228,7 @@ export class Submission {
       ...(rec.error !== undefined ? { error: rec.error } : {}),
       ...callID,
       ...(final && at !== undefined ? { completed_at: at } : {}),
+      ...(final && rec.receipt !== undefined ? { receipt: rec.receipt } : {}),
     };
   }
 }

@@ -1,0 +1,292 @@
+/**
+ * Receipts (docs/audit.md): the signed event every final answer carries.
+ *
+ * A receipt is an audit event. Its RFC 8785 form without `sig` and `proof`
+ * is a Merkle leaf, SHA-256(0x00 || JCS); the leaf folded with each proof
+ * step (`L<hex>`: a left sibling, `R<hex>`: a right one, each node
+ * SHA-256(0x01 || left || right)) is the root its signer signed with
+ * Ed25519. {@link verifyReceipt} also checks that the receipt records the
+ * answer it came with: the same key (or its compact ledger key),
+ * fingerprint, status and attempts, and the digests of its result and
+ * error.
+ *
+ * @example
+ * ```ts
+ * const keys = KeySet.fromJSON(readFileSync("keys.json", "utf8"));
+ * const client = await IdemClient.connect(url, { receiptKeys: keys });
+ * const res = await client.submit(env); // throws BadReceiptError if its receipt does not hold
+ * ```
+ *
+ * @module
+ */
+
+import { createHash, createPublicKey, verify, type KeyObject } from "node:crypto";
+
+import type { Result } from "./answer.js";
+import { canonical } from "./derive.js";
+import { IdemError } from "./errors.js";
+import type { JsonObject, JsonValue } from "./json.js";
+import { LAYOUT_COMPACT, ledgerKey } from "./layout.js";
+
+/** What is wrong with a receipt. */
+export type ReceiptErrorKind = "no_receipt" | "invalid" | "bad_signature" | "unknown_signer" | "key_not_valid" | "mismatch";
+
+/** A receipt that does not hold. `code` is `"bad_receipt"`; `kind` says how. */
+export class ReceiptError extends IdemError {
+  /** What is wrong. */
+  readonly kind: ReceiptErrorKind;
+
+  /**
+   * @param kind - what is wrong
+   * @param message - how
+   */
+  constructor(kind: ReceiptErrorKind, message: string) {
+    super("bad_receipt", `${kind}: ${message}`);
+    this.kind = kind;
+  }
+}
+
+/**
+ * A client given receipt keys got an answer whose receipt is missing or does
+ * not hold. `answer` is the answer; `kind` the {@link ReceiptError}'s.
+ */
+export class BadReceiptError extends ReceiptError {
+  /** The answer whose receipt failed. */
+  readonly answer: Result;
+
+  /**
+   * @param answer - the answer
+   * @param err - why its receipt failed
+   */
+  constructor(answer: Result, err: ReceiptError) {
+    super(err.kind, err.message.slice(err.kind.length + 2));
+    this.answer = answer;
+  }
+}
+
+const RFC3339 = /^(\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$/;
+
+/** An RFC 3339 time as nanoseconds since the epoch. */
+function nanos(text: unknown): bigint {
+  const m = typeof text === "string" ? RFC3339.exec(text) : null;
+  if (m?.[1] === undefined || m[3] === undefined) {
+    throw new ReceiptError("invalid", `time ${JSON.stringify(text)} is not RFC 3339`);
+  }
+  const ms = Date.parse(`${m[1]}${m[3].toUpperCase()}`);
+  if (Number.isNaN(ms)) {
+    throw new ReceiptError("invalid", `time ${String(text)} is not RFC 3339`);
+  }
+  return BigInt(ms) * 1_000_000n + BigInt((m[2] ?? "").padEnd(9, "0"));
+}
+
+/** One key of a keys file. */
+export interface PublicKeyInfo {
+  /** The first 16 hex digits of the key's SHA-256. */
+  id: string;
+  /** The raw 32-byte Ed25519 public key, base64url without padding. */
+  public_key: string;
+  /** Who made or uses it. */
+  holder?: string;
+  /** RFC 3339: events before it are not vouched for by this key. */
+  not_before?: string;
+  /** RFC 3339: events from it on are not vouched for by this key. */
+  not_after?: string;
+}
+
+/** The public keys a verifier trusts, each with its validity (a keys file). */
+export class KeySet {
+  readonly #keys = new Map<string, { key: KeyObject; notBefore?: bigint; notAfter?: bigint }>();
+
+  /**
+   * @param keys - the keys
+   * @throws {@link ReceiptError} (`invalid`) for a key that is not one, or whose id is not its own
+   */
+  constructor(keys: readonly PublicKeyInfo[]) {
+    for (const k of keys) {
+      const raw = Buffer.from(k.public_key ?? "", "base64url");
+      if (raw.length !== 32) {
+        throw new ReceiptError("invalid", `key ${k.id}: public_key is not 32 bytes of base64url`);
+      }
+      const id = createHash("sha256").update(raw).digest("hex").slice(0, 16);
+      if (id !== k.id) {
+        throw new ReceiptError("invalid", `key ${k.id}: its public_key has id ${id}`);
+      }
+      const key = createPublicKey({ key: { kty: "OKP", crv: "Ed25519", x: raw.toString("base64url") }, format: "jwk" });
+      this.#keys.set(k.id, {
+        key,
+        ...(k.not_before ? { notBefore: nanos(k.not_before) } : {}),
+        ...(k.not_after ? { notAfter: nanos(k.not_after) } : {}),
+      });
+    }
+  }
+
+  /**
+   * A key set from a keys file (`{"keys": [...]}`), as text or parsed.
+   *
+   * @param doc - the keys file
+   * @returns the key set
+   */
+  static fromJSON(doc: string | { keys?: PublicKeyInfo[] }): KeySet {
+    const v = typeof doc === "string" ? (JSON.parse(doc) as { keys?: PublicKeyInfo[] }) : doc;
+    return new KeySet(v.keys ?? []);
+  }
+
+  /** How many keys the set holds. */
+  get size(): number {
+    return this.#keys.size;
+  }
+
+  /**
+   * The key `id` names, valid at `at`.
+   *
+   * @param id - the key id
+   * @param at - an RFC 3339 time
+   * @returns the key
+   * @throws {@link ReceiptError} (`unknown_signer`, `key_not_valid`)
+   */
+  lookup(id: string, at: unknown): KeyObject {
+    const k = this.#keys.get(id);
+    if (k === undefined) {
+      throw new ReceiptError("unknown_signer", `${JSON.stringify(id)} is not among the ${this.#keys.size} keys given`);
+    }
+    const t = nanos(at);
+    if ((k.notBefore !== undefined && t < k.notBefore) || (k.notAfter !== undefined && t >= k.notAfter)) {
+      throw new ReceiptError("key_not_valid", `key ${id} is not valid at ${String(at)}`);
+    }
+    return k.key;
+  }
+}
+
+function sha256(...parts: Buffer[]): Buffer {
+  const h = createHash("sha256");
+  for (const p of parts) {
+    h.update(p);
+  }
+  return h.digest();
+}
+
+/** Whether every number in v is within ±2^53: what RFC 8785's canonical form (as the protocol uses it) takes. */
+function safeNumbers(v: JsonValue | undefined): boolean {
+  if (typeof v === "number") {
+    return Number.isFinite(v) && Math.abs(v) <= 2 ** 53;
+  }
+  if (Array.isArray(v)) {
+    return v.every(safeNumbers);
+  }
+  if (v !== null && typeof v === "object") {
+    return Object.values(v).every(safeNumbers);
+  }
+  return true;
+}
+
+/**
+ * hex(sha256(JCS(result))), as a receipt binds a result; "" for a result
+ * with no canonical form (a number beyond ±2^53), which a receipt does not bind.
+ *
+ * @param result - the answer's result
+ * @returns the digest
+ */
+export function resultDigest(result: JsonValue): string {
+  if (!safeNumbers(result)) {
+    return "";
+  }
+  return sha256(Buffer.from(canonical(result), "utf8")).toString("hex");
+}
+
+/**
+ * hex(sha256(JCS({code, message}))) of an answer's error.
+ *
+ * @param error - the answer's error
+ * @returns the digest
+ */
+export function errorDigest(error: { code?: string; message?: string }): string {
+  return sha256(Buffer.from(canonical({ code: error.code ?? "", message: error.message ?? "" }), "utf8")).toString("hex");
+}
+
+/**
+ * Checks a signed event's signature with the key its `signer` names in
+ * `keys`, valid at its `at`.
+ *
+ * @param event - the event (a receipt)
+ * @param keys - the trusted keys
+ * @returns the event
+ * @throws {@link ReceiptError}
+ */
+export function verifyEvent(event: JsonValue | undefined, keys: KeySet): JsonObject {
+  if (event === null || typeof event !== "object" || Array.isArray(event) || typeof event.sig !== "string" || typeof event.signer !== "string") {
+    throw new ReceiptError("bad_signature", "the event is not signed");
+  }
+  const rest: JsonObject = {};
+  for (const [k, v] of Object.entries(event)) {
+    if (k !== "sig" && k !== "proof") {
+      rest[k] = v;
+    }
+  }
+  if (!safeNumbers(rest)) {
+    throw new ReceiptError("invalid", "the event has a number beyond ±2^53");
+  }
+  let h = sha256(Buffer.from([0]), Buffer.from(canonical(rest), "utf8"));
+  const proof = event.proof ?? [];
+  if (!Array.isArray(proof)) {
+    throw new ReceiptError("invalid", "proof is not a list");
+  }
+  for (const step of proof) {
+    if (typeof step !== "string" || !/^[LR][0-9a-f]{64}$/.test(step)) {
+      throw new ReceiptError("invalid", `proof step ${JSON.stringify(step)}: want L or R and 64 hex digits`);
+    }
+    const sibling = Buffer.from(step.slice(1), "hex");
+    h = step[0] === "L" ? sha256(Buffer.from([1]), sibling, h) : sha256(Buffer.from([1]), h, sibling);
+  }
+  const key = keys.lookup(event.signer, event.at);
+  const sig = Buffer.from(event.sig, "base64url");
+  if (sig.length !== 64 || !verify(null, h, key, sig)) {
+    throw new ReceiptError("bad_signature", `signer ${event.signer}`);
+  }
+  return event;
+}
+
+/**
+ * Whether an answer of `status` carries a receipt (a conflict does when a
+ * worker answered it).
+ *
+ * @param status - the answer's status
+ * @returns true for completed, failed, denied and conflict
+ */
+export function receipted(status: string): boolean {
+  return status === "completed" || status === "failed" || status === "denied" || status === "conflict";
+}
+
+/**
+ * Checks an answer's receipt: its signature, and that it records this
+ * answer — not another operation's, nor another outcome.
+ *
+ * @param res - the answer
+ * @param keys - the trusted keys
+ * @returns the receipt
+ * @throws {@link ReceiptError} (`no_receipt`, `invalid`, `bad_signature`, `unknown_signer`, `key_not_valid`, `mismatch`)
+ */
+export function verifyReceipt(res: Result, keys: KeySet): JsonObject {
+  if (res.receipt === undefined || res.receipt === null) {
+    throw new ReceiptError("no_receipt", `the ${res.status} answer of ${res.key} carries no receipt`);
+  }
+  const ev = verifyEvent(res.receipt, keys);
+  const differs = (what: string, got: unknown, want: unknown): void => {
+    if (got !== want) {
+      throw new ReceiptError("mismatch", `${res.key}: its ${what} is ${JSON.stringify(got)}, the answer's ${JSON.stringify(want)}`);
+    }
+  };
+  differs("kind", ev.kind, res.status === "conflict" ? "conflict" : "outcome");
+  if (ev.key !== res.key && ev.key !== ledgerKey(res.key, LAYOUT_COMPACT)) {
+    throw new ReceiptError("mismatch", `${res.key}: it is of key ${JSON.stringify(ev.key)}`);
+  }
+  differs("fingerprint", ev.fingerprint ?? "", res.fingerprint ?? "");
+  differs("status", ev.status, res.status);
+  if (res.status === "conflict") {
+    differs("record fingerprint", ev.record_fingerprint ?? "", res.record_fingerprint ?? "");
+  } else {
+    differs("attempts", ev.attempts ?? 0, res.attempts ?? 0);
+  }
+  differs("result digest", ev.result_digest ?? "", res.result !== undefined ? resultDigest(res.result) : "");
+  differs("error digest", ev.error_digest ?? "", res.error !== undefined ? errorDigest(res.error) : "");
+  return ev;
+}

@@ -1,0 +1,294 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/pkg/audit"
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// auditor writes the worker's audit trail (pkg/audit, docs/audit.md):
+// each event where it happens, through a trail that never blocks an
+// operation, and the receipt of every final outcome the worker records.
+type auditor struct {
+	// signer signs receipts, those made at once together (one signature
+	// for them all: see audit.SignBatch).
+	signer *audit.BatchSigner
+	trail  *audit.Trail
+	parts  int
+	holder string
+	names  intent.Names
+	log    *zap.Logger
+}
+
+// newAuditor loads (or makes) the worker's signing key, publishes its
+// public key and builds the trail; Run starts it.
+func newAuditor(ctx context.Context, res *resources, cfg Config, log *zap.Logger) (*auditor, error) {
+	var signer *audit.Signer
+	var err error
+	if cfg.AuditKey == "" {
+		signer, err = audit.GenerateSigner()
+	} else {
+		var created bool
+		signer, created, err = audit.LoadOrCreateSigner(cfg.AuditKey)
+		if err != nil && !errors.Is(err, audit.ErrInvalid) {
+			err = fmt.Errorf("%w: make the audit key's directory writable, or give an existing Ed25519 key (cmd/worker --audit-key; openssl genpkey -algorithm ed25519)", err)
+		}
+		if created {
+			log.Info("made an audit signing key: publish its public key (submit audit keys) for auditors",
+				zap.String("file", cfg.AuditKey), zap.String("key_id", signer.ID()))
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := audit.PublishKey(pctx, res.js, res.names, signer.Public(cfg.Holder, time.Now().Add(-time.Minute))); err != nil {
+		// Verification without a keys file will not know this key; the
+		// trail and the receipts are signed all the same.
+		log.Warn("could not publish the audit key", zap.String("key_id", signer.ID()), zap.Error(err))
+	}
+	trail, err := audit.NewTrail(res.js, audit.TrailConfig{Names: res.names, Partitions: len(res.kvs), Signer: signer,
+		Holder: cfg.Holder, Queue: cfg.AuditQueue, Log: log.Sugar()})
+	if err != nil {
+		return nil, err
+	}
+	return &auditor{signer: audit.NewBatchSigner(signer), trail: trail, parts: len(res.kvs), holder: cfg.Holder, names: res.names, log: log}, nil
+}
+
+func (a *auditor) partition(key string) int { return intent.Partition(key, a.parts) }
+
+// auditCounts are the trail's counts and the receipts signed.
+type auditCounts struct {
+	trail                audit.TrailStats
+	receipts, signatures uint64
+}
+
+// stats are the auditor's counts (zero without one).
+func (a *auditor) stats() auditCounts {
+	if a == nil {
+		return auditCounts{}
+	}
+	c := auditCounts{trail: a.trail.Stats()}
+	c.receipts, c.signatures = a.signer.Stats()
+	return c
+}
+
+// receiptCapture collects the receipt a ledger write signed, for a caller
+// that must tell a write it made from a record it found (a decision that
+// changed nothing).
+type receiptCapture struct{ raw json.RawMessage }
+
+type receiptCaptureKey struct{}
+
+func captureReceipt(ctx context.Context) (context.Context, *receiptCapture) {
+	c := &receiptCapture{}
+	return context.WithValue(ctx, receiptCaptureKey{}, c), c
+}
+
+// receipt is the ledger's dedup.ReceiptFunc: the signed outcome event of a
+// record about to be written final.
+func (a *auditor) receipt(ctx context.Context, key string, rec dedup.Record) json.RawMessage {
+	ev := audit.Outcome(key, rec.Tool, rec.Session, rec.Fingerprint, rec.Status, rec.Result, rec.Error, rec.Attempts, rec.IntentSeq, rec.CompletedAt)
+	ev.Holder, ev.Attempt = a.holder, rec.Attempt
+	if d := rec.Decision; d != nil && d.At.Equal(rec.CompletedAt) && d.Op != intent.ControlApprove {
+		ev.Op, ev.By, ev.Reason = d.Op, d.By, d.Reason // an operator's decision made this outcome
+	}
+	signed := a.signer.Sign(ev)
+	if c, ok := ctx.Value(receiptCaptureKey{}).(*receiptCapture); ok {
+		c.raw = signed
+	}
+	return signed
+}
+
+// claimed records a claim the worker won: a takeover (confirmed: after the
+// grace) or a claim.
+func (a *auditor) claimed(j *job, c dedup.ClaimResult, confirmed bool) {
+	if a == nil {
+		return
+	}
+	rec := c.Record
+	ev := audit.Event{Kind: audit.KindClaimed, Key: j.id.Key, Tool: j.env.Tool, Session: j.env.Session, Fingerprint: j.id.Fingerprint,
+		Holder: a.holder, Attempt: rec.Attempt, IntentSeq: j.seq, At: time.Now()}
+	if c.Outcome == dedup.TookOver {
+		ev.Kind, ev.PreviousHolder, ev.PreviousAttempt, ev.Reason = audit.KindTakeover, c.Previous.Holder, c.Previous.Attempt, audit.ReasonLeaseExpired
+		if confirmed {
+			ev.Reason = audit.ReasonConfirmedAbandoned
+		}
+	} else {
+		ev.ArgsDigest = audit.Digest(j.env.Args) // canonical once decoded
+		if j.tool.AuditArgs {
+			ev.Args = j.env.Args
+		}
+	}
+	a.trail.Append(a.partition(j.id.Key), ev)
+}
+
+// fired records the holder handing the operation to its effect.
+func (a *auditor) fired(j *job, lease *dedup.Lease) {
+	if a == nil {
+		return
+	}
+	rec := lease.Record()
+	ev := audit.Event{Kind: audit.KindFired, Key: j.id.Key, Holder: a.holder, Attempt: rec.Attempt, Effect: j.tool.Kind, At: time.Now()}
+	switch e := j.tool.Effect.(type) {
+	case *effects.MCP:
+		ev.Destination = e.Upstream().String() + " " + e.UpstreamTool()
+	case *effects.SMTP:
+		ev.ForwardedKey = e.MessageID(j.env.Tool, j.id.Key)
+	}
+	a.trail.Append(a.partition(j.id.Key), ev)
+}
+
+// released records a transient failure that gave the key back.
+func (a *auditor) released(j *job, attempts int, cause error) {
+	if a == nil {
+		return
+	}
+	ev := audit.Event{Kind: audit.KindReleased, Key: j.id.Key, Holder: a.holder, Attempts: attempts, At: time.Now()}
+	if cause != nil {
+		e := intent.Error{Code: "transient", Message: cause.Error()}
+		ev.ErrorCode, ev.ErrorDigest = e.Code, audit.ErrorDigest(e)
+	}
+	a.trail.Append(a.partition(j.id.Key), ev)
+}
+
+// recorded records an outcome the worker wrote: its receipt, when final;
+// else (awaiting approval, uncertain) an unsigned outcome event.
+func (a *auditor) recorded(key string, rec dedup.Record) {
+	if a == nil {
+		return
+	}
+	if rec.Status.Final() {
+		a.trail.AppendSigned(a.partition(key), rec.Receipt)
+		return
+	}
+	ev := audit.Outcome(key, rec.Tool, rec.Session, rec.Fingerprint, rec.Status, rec.Result, rec.Error, rec.Attempts, rec.IntentSeq, rec.UpdatedAt)
+	ev.Holder, ev.Attempt = a.holder, rec.Attempt
+	a.trail.Append(a.partition(key), ev)
+}
+
+// conflict signs the conflict answer res (its receipt) and records it.
+func (a *auditor) conflict(j *job, res intent.Result) json.RawMessage {
+	if a == nil {
+		return nil
+	}
+	ev := audit.Event{Kind: audit.KindConflict, Key: res.Key, Tool: res.Tool, Fingerprint: res.Fingerprint,
+		RecordFingerprint: res.RecordFingerprint, Status: intent.StatusConflict, Holder: a.holder, IntentSeq: j.seq, At: time.Now()}
+	if j.env != nil {
+		ev.Session = j.env.Session
+	}
+	if res.Error != nil {
+		ev.ErrorCode, ev.ErrorDigest = res.Error.Code, audit.ErrorDigest(*res.Error)
+	}
+	signed := a.signer.Sign(ev)
+	a.trail.AppendSigned(a.partition(res.Key), signed)
+	return signed
+}
+
+// decided records an operator's decision that applied, with the status it
+// left, and the receipt of the outcome it wrote (captured; a decision that
+// found its outcome written already wrote none).
+func (a *auditor) decided(op string, c intent.Control, rec dedup.Record, wrote *receiptCapture) {
+	if a == nil {
+		return
+	}
+	ev := audit.Event{Kind: audit.KindDecision, Key: c.Key, Tool: rec.Tool, Session: rec.Session, Fingerprint: rec.Fingerprint,
+		Status: rec.Status, Op: op, By: c.By, Reason: c.Reason, Holder: a.holder, At: time.Now()}
+	p := a.partition(c.Key)
+	a.trail.Append(p, ev)
+	if wrote != nil && len(wrote.raw) > 0 && bytes.Equal(wrote.raw, rec.Receipt) {
+		a.trail.AppendSigned(p, rec.Receipt)
+	}
+}
+
+// serveForgotten subscribes to Names.ForgetSubject in a queue group, so
+// that one worker records each forget an operator announces there (the
+// deleted record's fingerprint, by and reason in the message's headers):
+// once the key's record is gone from the ledger, as the announcement says.
+func (w *Worker) serveForgotten() (*nats.Subscription, error) {
+	subject := w.res.names.ForgetSubject()
+	sub, err := w.nc.QueueSubscribe(subject, w.res.names.Consumer+"_AUDIT", func(m *nats.Msg) {
+		key, fp := string(m.Data), m.Header.Get(audit.HeaderFingerprint)
+		if key == "" || fp == "" {
+			return // no record was deleted
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _, err := w.ledger.Get(ctx, key)
+		if !errors.Is(err, dedup.ErrNotFound) {
+			// The record is there (or cannot be read): no forget to record.
+			w.log.Debug("forget announced, but the record is there; not recorded", zap.String("key", key), zap.Error(err))
+			return
+		}
+		w.audit.trail.Append(w.audit.partition(key), audit.Event{Kind: audit.KindForgotten, Key: key, Fingerprint: fp, Holder: w.audit.holder,
+			By: m.Header.Get(audit.HeaderBy), Reason: m.Header.Get(audit.HeaderReason), At: time.Now()})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", subject, err)
+	}
+	return sub, nil
+}
+
+// The trail's counters (audit.TrailStats), read at scrape time.
+var (
+	auditAppendedDesc = prometheus.NewDesc("idemgate_audit_events_total", "Audit events written to the trail.", nil, nil)
+	auditDroppedDesc  = prometheus.NewDesc("idemgate_audit_dropped_total",
+		"Audit events dropped (the trail unreachable and its queue full, or the worker stopping): the trail shows a gap entry for them.", nil, nil)
+	auditMovedDesc = prometheus.NewDesc("idemgate_audit_appends_moved_total",
+		"Audit appends built again because another worker appended to the same partition first.", nil, nil)
+	auditQueuedDesc   = prometheus.NewDesc("idemgate_audit_queued", "Audit events in memory, waiting to be written.", nil, nil)
+	auditReceiptsDesc = prometheus.NewDesc("idemgate_audit_receipts_total", "Receipts signed (final outcomes and conflicts).", nil, nil)
+	auditSigsDesc     = prometheus.NewDesc("idemgate_audit_receipt_signatures_total",
+		"Signatures made for receipts: receipts made at once share one (over idemgate_audit_receipts_total, the receipts per signature).", nil, nil)
+)
+
+// auditCollector exports the trail's counts.
+type auditCollector struct{ m *Metrics }
+
+func (c auditCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{auditAppendedDesc, auditDroppedDesc, auditMovedDesc, auditQueuedDesc, auditReceiptsDesc, auditSigsDesc} {
+		ch <- d
+	}
+}
+
+func (c auditCollector) Collect(ch chan<- prometheus.Metric) {
+	var c2 auditCounts
+	if f := c.m.auditStats.Load(); f != nil {
+		c2 = (*f)()
+	}
+	st := c2.trail
+	ch <- prometheus.MustNewConstMetric(auditAppendedDesc, prometheus.CounterValue, float64(st.Appended))
+	ch <- prometheus.MustNewConstMetric(auditDroppedDesc, prometheus.CounterValue, float64(st.Dropped))
+	ch <- prometheus.MustNewConstMetric(auditMovedDesc, prometheus.CounterValue, float64(st.Moved))
+	ch <- prometheus.MustNewConstMetric(auditQueuedDesc, prometheus.GaugeValue, float64(st.Queued))
+	ch <- prometheus.MustNewConstMetric(auditReceiptsDesc, prometheus.CounterValue, float64(c2.receipts))
+	ch <- prometheus.MustNewConstMetric(auditSigsDesc, prometheus.CounterValue, float64(c2.signatures))
+}
+
+// auditFlush bounds how long a stopping worker writes the audit events
+// still queued; what is left then is dropped (and counted).
+const auditFlush = 10 * time.Second
+
+// closeTrail writes what the trail holds, within auditFlush.
+func (w *Worker) closeTrail() {
+	ctx, cancel := context.WithTimeout(context.Background(), auditFlush)
+	defer cancel()
+	before := w.audit.trail.Stats().Dropped
+	w.audit.trail.Close(ctx)
+	if lost := w.audit.trail.Stats().Dropped - before; lost > 0 {
+		w.log.Warn("audit events not written before the worker stopped", zap.Uint64("dropped", lost))
+	}
+}

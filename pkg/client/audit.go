@@ -1,0 +1,85 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemgate/idemgate/pkg/audit"
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// ErrBadReceipt: a client given the workers' public keys (WithReceiptKeys)
+// got an answer whose receipt is missing or does not verify. The answer is
+// returned with it; see docs/audit.md.
+var ErrBadReceipt = errors.New("client: bad receipt")
+
+// WithReceiptKeys makes the client verify the receipt of every answer that
+// carries one (completed, failed, denied; a conflict a worker answered)
+// with keys: its signature, and that it records that answer's key,
+// fingerprint, status and result. An answer whose receipt is missing or
+// does not verify is returned with an error matching ErrBadReceipt.
+// Default: receipts are passed on unchecked (Result.Receipt).
+func WithReceiptKeys(keys *audit.KeySet) Option { return func(o *options) { o.receiptKeys = keys } }
+
+// checkReceipt verifies res's receipt when the client has keys; an answer
+// without one passes when its status carries none, or it is a conflict the
+// client found in the ledger itself (no worker answered it).
+func (c *Client) checkReceipt(res *intent.Result) error {
+	if c.receiptKeys == nil || res == nil || !audit.Receipted(res.Status) {
+		return nil
+	}
+	if res.Status == intent.StatusConflict && len(res.Receipt) == 0 {
+		return nil
+	}
+	if _, err := audit.VerifyReceipt(*res, c.receiptKeys); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadReceipt, err)
+	}
+	return nil
+}
+
+// PublishedKeys returns the public keys the workers sign the audit trail
+// and receipts with, as they published them (audit.PublishedKeys). An
+// auditor who must not trust the installation uses a keys file of its own.
+func (c *Client) PublishedKeys(ctx context.Context) (*audit.KeySet, error) {
+	ks, err := audit.PublishedKeys(ctx, c.js, c.names)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return ks, nil
+}
+
+// ReadAudit calls line with every line of the audit trail f selects (see
+// audit.Read): the JSON lines an auditor verifies.
+func (c *Client) ReadAudit(ctx context.Context, f audit.Filter, line func([]byte) error) error {
+	if err := audit.Read(ctx, c.js, c.names, f, line); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	return nil
+}
+
+// History returns the audit trail's entries about key, oldest first (see
+// audit.History), appended since since; a zero since reads from an hour
+// before the key's record was created, or — when it has none (forgotten,
+// or expired) — the whole trail of its partition.
+func (c *Client) History(ctx context.Context, key string, since time.Time) ([][]byte, error) {
+	if key == "" {
+		return nil, fmt.Errorf("client: %w: history: no key", intent.ErrInvalid)
+	}
+	parts, err := dedup.RecordedPartitions(ctx, c.js, c.names.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
+	}
+	if since.IsZero() {
+		if rec, err := c.Get(ctx, key); err == nil {
+			since = rec.CreatedAt.Add(-time.Hour)
+		}
+	}
+	lines, err := audit.History(ctx, c.js, c.names, parts, key, since)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return lines, nil
+}
