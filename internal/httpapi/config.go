@@ -77,6 +77,13 @@ type Config struct {
 	// a short page and a cursor instead of holding the request. Default:
 	// 10000.
 	ListMaxScan int
+	// WorkerMetrics are the workers' Prometheus /metrics URLs the console's
+	// overview charts its rates from (docs/console.md). Default: none, no
+	// rates.
+	WorkerMetrics []string
+	// WorkerMetricsEvery is how often the console reads WorkerMetrics: the
+	// width of a chart's bar. Default: DefaultWorkerMetricsEvery (1m).
+	WorkerMetricsEvery time.Duration
 	// Log receives the server's log. Default: no logging.
 	Log *zap.Logger
 }
@@ -115,6 +122,9 @@ func (c *Config) setDefaults() {
 	if c.ListMaxScan == 0 {
 		c.ListMaxScan = DefaultListMaxScan
 	}
+	if c.WorkerMetricsEvery == 0 {
+		c.WorkerMetricsEvery = DefaultWorkerMetricsEvery
+	}
 	if c.Log == nil {
 		c.Log = zap.NewNop()
 	}
@@ -146,7 +156,7 @@ func (c *Config) validate() error {
 	case c.ListMaxScan < 1:
 		return fmt.Errorf("httpapi: list max scan %d: must be at least 1", c.ListMaxScan)
 	}
-	return nil
+	return c.validateWorkerMetrics()
 }
 
 // loopback reports whether host names only this machine.

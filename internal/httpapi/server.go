@@ -36,6 +36,7 @@ type Server struct {
 	tools   *catalogue
 	callers sync.Map // token hash → *caller
 	handler http.Handler
+	console *console
 }
 
 // caller is a token's rate limiter and count of requests in progress.
@@ -56,6 +57,10 @@ func New(nc *nats.Conn, cl *client.Client, cfg Config) (*Server, error) {
 		return nil, errors.New("httpapi: no NATS connection or client")
 	}
 	s := &Server{cfg: cfg, cl: cl, nc: nc, log: cfg.Log, tools: newCatalogue(cl)}
+	var err error
+	if s.console, err = newConsole(s); err != nil {
+		return nil, fmt.Errorf("httpapi: console: %w", err)
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -75,6 +80,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	s.console.start(ctx, srv)
 	if s.cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
 		if err != nil {
@@ -155,6 +161,7 @@ func (s *Server) routes() http.Handler {
 		_, _ = w.Write(openAPI)
 	})
 	mux.HandleFunc("GET /healthz", s.health)
+	s.console.register(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, codeNotFoundRoute, "no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path)
 	})

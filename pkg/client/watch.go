@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/idemgate/idemgate/pkg/dedup"
@@ -23,4 +24,19 @@ func (c *Client) WatchRecords(ctx context.Context) (<-chan dedup.Change, error) 
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	return ch, nil
+}
+
+// GetRevision reads key's ledger record and its revision (from the stream
+// leader), as Get does; the revision orders it against the changes
+// WatchRecords sends. It returns ErrNotFound when there is none.
+func (c *Client) GetRevision(ctx context.Context, key string) (dedup.Record, uint64, error) {
+	r, err := c.reader(ctx)
+	if err != nil {
+		return dedup.Record{}, 0, err
+	}
+	rec, rev, err := r.Get(ctx, key)
+	if errors.Is(err, dedup.ErrNotFound) {
+		return rec, 0, fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
+	return rec, rev, err
 }
