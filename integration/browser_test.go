@@ -108,6 +108,7 @@ type tab struct {
 	base string // the front door's URL
 	mu   sync.Mutex
 	logs []string // what the page reported: exceptions, CSP refusals, failed loads
+	sse  []string // the server-sent events received, when recorded
 }
 
 // openTab opens a tab on the front door at base, in a browser context of
@@ -242,4 +243,30 @@ func (b *tab) waitContains(sel, want string) {
 	b.t.Helper()
 	b.do(chromedp.Poll[chromedp.Void](fmt.Sprintf(`(document.querySelector(%q) || {textContent: ""}).textContent.includes(%q)`, sel, want),
 		chromedp.WithPollingMutation(), chromedp.WithPollingTimeout(0)))
+}
+
+// recordEvents keeps every server-sent event the tab's pages receive, as
+// the browser got it, for stream(); call it before the page opens.
+func (b *tab) recordEvents() {
+	b.t.Helper()
+	events := chromedp.Events(b.ctx, network.EventSourceMessageReceived)
+	_, err := chromedp.Call(b.ctx, network.Enable, network.EnableParams{})
+	require.NoError(b.t, err)
+	go func() { // ends when the tab closes
+		for ev, err := range events {
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			b.sse = append(b.sse, ev.EventName+" "+ev.Data)
+			b.mu.Unlock()
+		}
+	}()
+}
+
+// stream is every server-sent event the tab received so far.
+func (b *tab) stream() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Join(b.sse, "\n")
 }

@@ -147,8 +147,8 @@ func TestConsoleApprovalFiresOnce(t *testing.T) {
 
 	live.do(chromedp.SendKeys(chromedp.CSS(item(key)+` input[name="reason"]`), "receipt checked"),
 		chromedp.Click(chromedp.CSS(item(key)+` button.approve`)),
-		chromedp.WaitVisible(chromedp.CSS(`.flash.ok`)))
-	require.Contains(t, live.text(`.flash.ok`), "fired once and completed")
+		chromedp.WaitVisible(chromedp.CSS(`#flashes .flash`)))
+	require.Contains(t, live.text(`#flashes .flash`), "fired once and completed")
 	live.do(chromedp.WaitVisible(chromedp.CSS(`#queue-empty`)))
 	live.shot("approved")
 
@@ -166,8 +166,8 @@ func TestConsoleApprovalFiresOnce(t *testing.T) {
 	require.Equal(t, 1, e.sink.requests(t), "the approved refund fired once")
 
 	// The stale tab still shows the operation as awaiting approval.
-	stale.do(chromedp.Click(chromedp.CSS(item(key)+` button.approve`)), chromedp.WaitVisible(chromedp.CSS(`.flash.info`)))
-	require.Contains(t, stale.text(`.flash.info`), "Already decided")
+	stale.do(chromedp.Click(chromedp.CSS(item(key)+` button.approve`)), chromedp.WaitVisible(chromedp.CSS(`#flashes .flash`)))
+	require.Contains(t, stale.text(`#flashes .flash`), "Already decided")
 	require.Equal(t, 1, e.sink.requests(t), "a second approval fires nothing")
 	rec := e.gw.do(t, http.MethodGet, "/v1/operations/"+key, operator, "")
 	require.Equal(t, "completed", rec.str("status"), rec.raw)
@@ -235,14 +235,16 @@ func TestConsoleStaleArgumentsNotApproved(t *testing.T) {
 	live.waitContains(item(key)+` pre.args`, `"amount_cents": 99999`)
 
 	require.Contains(t, stale.text(item(key)+` pre.args`), `"amount_cents": 1000`, "the stale page still shows the old arguments")
-	stale.do(chromedp.Click(chromedp.CSS(item(key)+` button.approve`)), chromedp.WaitVisible(chromedp.CSS(`.flash.error`)))
-	require.Contains(t, stale.text(`.flash.error`), "no longer the ones this page showed")
+	stale.do(chromedp.Click(chromedp.CSS(item(key)+` button.approve`)), chromedp.WaitVisible(chromedp.CSS(`#flashes .flash`)))
+	require.Contains(t, stale.text(`#flashes .flash`), "no longer the ones this page showed")
+	require.Equal(t, "flash error", stale.attr(`#flashes .flash`, "class"))
 	stale.shot("stale-refused")
 	rec := g.do(t, http.MethodGet, "/v1/operations/"+key, operator, "")
 	require.Equal(t, "awaiting_approval", rec.str("status"), rec.raw)
 	require.Equal(t, 0, e.sink.requests(t), "nothing fired")
 
-	live.do(chromedp.Click(chromedp.CSS(item(key)+` button.approve`)), chromedp.WaitVisible(chromedp.CSS(`.flash.ok`)))
+	live.do(chromedp.Click(chromedp.CSS(item(key)+` button.approve`)), chromedp.WaitVisible(chromedp.CSS(`#flashes .flash`)))
+	require.Contains(t, live.text(`#flashes .flash`), "fired once")
 	require.Equal(t, 1, e.sink.requests(t), "the arguments shown fired, once")
 }
 
@@ -290,8 +292,8 @@ func TestConsoleResolvesUncertain(t *testing.T) {
 		chromedp.KeyEvent(kb.Tab),
 		chromedp.KeyEvent("bank statement"),
 		chromedp.KeyEvent(kb.Enter),
-		chromedp.WaitVisible(chromedp.CSS(`.flash.ok`)))
-	require.Contains(t, b.text(`.flash.ok`), "Resolved")
+		chromedp.WaitVisible(chromedp.CSS(`#flashes .flash`)))
+	require.Contains(t, b.text(`#flashes .flash`), "Resolved")
 
 	again := g.call(t, agentA, "wire_money", args)
 	require.Equal(t, http.StatusOK, again.status, again.raw)
@@ -343,8 +345,8 @@ func TestConsoleReplaysDeadLetter(t *testing.T) {
     key_args: [order_id]
     webhook: {url: %s/shipments}
 `, e.sink.url)))
-	b.do(chromedp.Click(chromedp.CSS(`button.replay`)), chromedp.WaitVisible(chromedp.CSS(`.flash.ok`)))
-	require.Contains(t, b.text(`.flash.ok`), "published again")
+	b.do(chromedp.Click(chromedp.CSS(`button.replay`)), chromedp.WaitVisible(chromedp.CSS(`#flashes .flash`)))
+	require.Contains(t, b.text(`#flashes .flash`), "published again")
 	require.Contains(t, b.text(`main`), "No dead letters")
 
 	var derived struct{ Key string }
@@ -364,6 +366,7 @@ func TestConsoleNamespaces(t *testing.T) {
 	e := newConsoleEnv(t, "")
 	g := e.gw
 	a := e.tab(t, operatorA)
+	a.recordEvents()
 	a.open("/console/")
 	a.do(chromedp.WaitVisible(chromedp.CSS(`#live-status.on`)))
 	all := e.tab(t, operator)
@@ -378,7 +381,9 @@ func TestConsoleNamespaces(t *testing.T) {
 
 	all.do(chromedp.WaitVisible(chromedp.CSS(item(bKey))), chromedp.WaitVisible(chromedp.CSS(item(aKey))))
 	a.do(chromedp.WaitVisible(chromedp.CSS(item(aKey))))
-	require.Zero(t, a.count(item(bKey)), "team-a's operator is not sent team-b's operation")
+	require.Contains(t, a.stream(), aKey)
+	require.NotContains(t, a.stream(), bKey, "team-a's operator is not sent team-b's operation")
+	require.Zero(t, a.count(item(bKey)))
 	a.open("/console/")
 	require.Zero(t, a.count(item(bKey)), "nor shown it when the queue is drawn")
 	require.Equal(t, "1", a.text(`[data-count="awaiting_approval"]`), "drawn from the ledger")
@@ -400,8 +405,8 @@ func TestConsoleNamespaces(t *testing.T) {
 		}
 		document.body.appendChild(f);
 		f.submit();
-	})()`, bKey, fp)), chromedp.WaitVisible(chromedp.CSS(`.flash.error`)))
-	require.Contains(t, a.text(`.flash.error`), "No operation")
+	})()`, bKey, fp)), chromedp.WaitVisible(chromedp.CSS(`#flashes .flash`)))
+	require.Contains(t, a.text(`#flashes .flash`), "No operation")
 	require.Equal(t, "awaiting_approval", g.do(t, http.MethodGet, "/v1/operations/"+bKey, operator, "").str("status"))
 	require.Equal(t, 0, e.sink.requests(t))
 
