@@ -9,8 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -75,8 +73,13 @@ func newConsoleEnv(t *testing.T, more string) *consoleEnv {
     effect: webhook
     key_args: [order_id]
     approval: required
-    webhook: {url: %s/refunds}
-%s`, e.sink.url, more))
+    webhook: {url: %[1]s/refunds}
+  send_email:
+    description: Send an email.
+    effect: webhook
+    key_args: [to, subject]
+    webhook: {url: %[1]s/email}
+%[2]s`, e.sink.url, more))
 	e.worker = startWorker(t, "w1", e.nats, tools, "--admin-addr", admin)
 	e.gw = startGateway(t, e.nats, "--worker-metrics", "http://"+admin+"/metrics", "--worker-metrics-every", "1s")
 	return e
@@ -186,22 +189,41 @@ func TestConsoleApprovalFiresOnce(t *testing.T) {
 	require.Equal(t, 1, live.count(`table.results tbody tr`))
 	live.shot("search")
 
-	// The overview charts the worker's counters: wait for the read that
-	// saw the firing (the front door reads them every second).
+	// Traffic for the overview: emails sent, repeated (replays), one
+	// reusing a key with other arguments (a conflict); a refund left
+	// waiting. A repeat inside the intent stream's duplicate window is
+	// answered from the ledger by its client, reaching no worker, so the
+	// workers' counters may not see it: the test counts on the firings.
+	for i := range 4 {
+		args := fmt.Sprintf(`{"to":"user-%d@example.com","subject":"Your order shipped","body":"Hello"}`, i)
+		require.Equal(t, http.StatusOK, e.gw.call(t, agentA, "send_email", args).status)
+		again := e.gw.call(t, agentA, "send_email", args)
+		require.Equal(t, "true", again.header.Get("Idempotent-Replayed"), again.raw)
+	}
+	requireProblem(t, e.gw.call(t, agentA, "send_email", `{"to":"user-0@example.com","subject":"Your order shipped","body":"Hi again"}`),
+		http.StatusUnprocessableEntity, intent.CodeConflict)
+	waiting := e.gw.call(t, agentB, "refund", `{"order_id":"A-1002","amount_cents":990}`, "Prefer", "wait=30")
+	require.Equal(t, http.StatusAccepted, waiting.status, waiting.raw)
+
+	// The overview charts the workers' counters: wait for the read that saw
+	// them (the front door reads them every second).
 	for {
 		live.open("/console/overview")
-		if live.count(`table.rates tbody tr`) > 0 && strings.Contains(live.text(`table.rates tbody`), "refund") {
-			fired := live.text(`table.rates tbody tr:first-child td:nth-of-type(1) figcaption`)
-			if n, _ := strconv.Atoi(fired); n >= 1 {
-				break
-			}
+		rates, err := chromedp.Run(live.ctx, chromedp.Evaluate[map[string][]string](`Object.fromEntries(
+			[...document.querySelectorAll('table.rates tbody tr')].map(r => [r.querySelector('th').textContent,
+				[...r.querySelectorAll('figcaption')].map(f => f.textContent)]))`))
+		require.NoError(t, err)
+		// Per tool: fired, replayed, conflicts, failures, takeovers.
+		if email := rates["send_email"]; len(email) == 5 && email[0] == "4" && len(rates["refund"]) == 5 {
+			break
 		}
 		select {
 		case <-t.Context().Done():
-			t.Fatal("the overview never charted the firing")
+			t.Fatalf("the overview never charted the traffic: %v", rates)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	require.Contains(t, live.text(`table.ages`), "awaiting approval")
 	live.shot("overview")
 }
 

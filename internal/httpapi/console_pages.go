@@ -394,7 +394,7 @@ func (c *console) decided(action, key string, before dedup.Record, res *intent.R
 	// operator) is answered with the operation as it is: say so.
 	if d := before.Decision; d != nil && d.Op == action && before.Status != intent.StatusAwaitingApproval && before.Status != intent.StatusUncertain {
 		return "info", fmt.Sprintf("Already decided: %s by %s at %s. This %s changed nothing and fired nothing; the operation is %s.",
-			pastTense(action), d.By, d.At.UTC().Format(time.RFC3339), action, res.Status)
+			pastTense(action), d.By, d.At.UTC().Format(time.RFC3339), noun(action), res.Status)
 	}
 	switch action {
 	case intent.ControlApprove:
@@ -409,6 +409,16 @@ func (c *console) decided(action, key string, before dedup.Record, res *intent.R
 		return "ok", "Denied: it never fires; its callers get error denied with your reason."
 	}
 	return "ok", fmt.Sprintf("Resolved: the operation is %s; its callers get this outcome.", res.Status)
+}
+
+func noun(action string) string {
+	switch action {
+	case intent.ControlApprove:
+		return "approval"
+	case intent.ControlDeny:
+		return "denial"
+	}
+	return "resolution"
 }
 
 func pastTense(action string) string {
