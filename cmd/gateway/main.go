@@ -1,6 +1,7 @@
 // Command gateway is idemgate's HTTP front door: tool calls with
 // Idempotency-Key semantics, the ledger's records and an operator API, for
-// callers without a NATS client (docs/http.md).
+// callers without a NATS client (docs/http.md), and the operator console
+// at /console/ (docs/console.md).
 //
 //	gateway --tokens tokens.txt [--listen 127.0.0.1:8080] [--nats-url URL]
 //	gateway token --role agent|operator --namespace NS [--name N] [--tokens FILE]

@@ -97,6 +97,7 @@ type liveChange struct {
 type subscriber struct {
 	tok  *Token
 	key  string      // only this key's changes, when set
+	mine bool        // key's record was in tok's namespace when the page subscribed
 	ch   chan []byte // event-stream messages
 	lost atomic.Bool // ch overflowed: the page must read everything again
 	done chan struct{}
@@ -244,7 +245,7 @@ func (h *hub) apply(epoch string, c dedup.Change) {
 // wants reports whether the page may see ev: a record of its namespace
 // (and its key, when it follows one); a deletion whose session the hub does
 // not know goes only to operators of every namespace, and to a page that
-// follows that key (it was shown the record).
+// follows that key and was shown its record.
 func (sub *subscriber) wants(ev hubEvent) bool {
 	if sub.key != "" && ev.key != sub.key {
 		return false
@@ -252,7 +253,7 @@ func (sub *subscriber) wants(ev hubEvent) bool {
 	if ev.known {
 		return sub.tok.reaches(ev.session)
 	}
-	return sub.tok.Namespace == AllNamespaces || sub.key != ""
+	return sub.tok.Namespace == AllNamespaces || sub.mine
 }
 
 // send queues a message for the page, or marks it lost when the page is
@@ -304,9 +305,10 @@ func (h *hub) seed(since string, recs []dedup.Listed, complete bool) {
 // subscribe opens a page's stream. since is the position the page was
 // drawn at: the changes after it are sent first; when the hub cannot (the
 // watch restarted, or the ring moved on), the page is told to read
-// everything again. key, when set, limits the stream to one key's changes.
-func (h *hub) subscribe(tok *Token, key, since string) *subscriber {
-	sub := &subscriber{tok: tok, key: key, ch: make(chan []byte, subBuffer), done: make(chan struct{})}
+// everything again. key, when set, limits the stream to one key's changes;
+// mine says its record is in tok's namespace.
+func (h *hub) subscribe(tok *Token, key string, mine bool, since string) *subscriber {
+	sub := &subscriber{tok: tok, key: key, mine: key != "" && mine, ch: make(chan []byte, subBuffer), done: make(chan struct{})}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.epoch == "" {
@@ -388,7 +390,12 @@ func sseMessage(event string, v any) []byte {
 func (c *console) events(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
 	rc := http.NewResponseController(w)
 	c.hub.ensure(r.Context())
-	sub := c.hub.subscribe(sess.tok, r.URL.Query().Get("key"), r.URL.Query().Get("since"))
+	key, mine := r.URL.Query().Get("key"), false
+	if key != "" {
+		rec, err := c.s.cl.Get(r.Context(), key)
+		mine = err == nil && sess.tok.reaches(rec.Session)
+	}
+	sub := c.hub.subscribe(sess.tok, key, mine, r.URL.Query().Get("since"))
 	defer c.hub.unsubscribe(sub)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")

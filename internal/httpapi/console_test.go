@@ -178,7 +178,7 @@ func events(sub *subscriber) []string {
 // The hub sends each page only what its operator's namespace reaches: a
 // record of another namespace never, a deletion whose session it knows by
 // that session, one it does not know only to operators of every namespace
-// and to a page that follows that key; a page that subscribes at the
+// and to a page that follows that key and was shown its record; a page that subscribes at the
 // position it was drawn at gets the changes since; and the counts are per
 // namespace.
 func TestHubNamespaces(t *testing.T) {
@@ -190,8 +190,10 @@ func TestHubNamespaces(t *testing.T) {
 	require.NotEmpty(t, since)
 	all := &Token{Name: "ops", Role: RoleOperator, Namespace: AllNamespaces}
 	teamA := &Token{Name: "ops-a", Role: RoleOperator, Namespace: "team-a"}
-	subAll, subA := h.subscribe(all, "", since), h.subscribe(teamA, "", since)
-	subKey := h.subscribe(teamA, "refund.gone", since)
+	subAll, subA := h.subscribe(all, "", false, since), h.subscribe(teamA, "", false, since)
+	subKey := h.subscribe(teamA, "refund.gone", true, since)
+	subOther := h.subscribe(teamA, "refund.gone", false, since) // a key it was not shown
+	events(subOther)
 	require.Contains(t, strings.Join(events(subA), ""), `"resync":false`, "drawn at the hub's position: nothing to read again")
 	events(subAll)
 	events(subKey)
@@ -216,16 +218,17 @@ func TestHubNamespaces(t *testing.T) {
 	k := strings.Join(events(subKey), "")
 	require.Contains(t, k, "refund.gone", "a page that follows the key hears of its deletion")
 	require.NotContains(t, k, "refund.a")
+	require.Empty(t, events(subOther), "a page that follows a key of another namespace hears nothing of it")
 
 	require.Contains(t, strings.Join(events(subAll), ""), "refund.b")
 
 	// A page drawn at since subscribes late: it gets what changed since,
 	// filtered the same way.
-	late := strings.Join(events(h.subscribe(teamA, "", since)), "")
+	late := strings.Join(events(h.subscribe(teamA, "", false, since)), "")
 	require.Contains(t, late, `"resync":false`)
 	require.Contains(t, late, "refund.a")
 	require.NotContains(t, late, "refund.b")
-	stale := strings.Join(events(h.subscribe(teamA, "", "another-epoch:0")), "")
+	stale := strings.Join(events(h.subscribe(teamA, "", false, "another-epoch:0")), "")
 	require.Contains(t, stale, `"resync":true`, "a position of another watch: read everything again")
 
 	// Counts, once a complete read seeded the view, are per namespace.
