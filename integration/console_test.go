@@ -176,7 +176,10 @@ func TestConsoleApprovalFiresOnce(t *testing.T) {
 	require.Equal(t, "completed", rec.str("status"), rec.raw)
 	require.EqualValues(t, 1, rec.body["attempts"], rec.raw)
 
-	// The record page: everything known, and the commands that do the same.
+	// The record page, found by the operation's full key: everything known,
+	// and the commands that do the same.
+	live.open("/console/search?key=" + got.res.Key)
+	require.Contains(t, live.text(`h1`), got.res.Key)
 	live.open("/console/op/" + key)
 	require.Contains(t, live.text(`#decision`), "receipt checked")
 	require.Contains(t, live.text(`#decision`), operator)
