@@ -192,6 +192,13 @@ func TestConsoleApprovalFiresOnce(t *testing.T) {
 	require.Equal(t, 1, live.count(`table.results tbody tr`))
 	live.shot("search")
 
+	// Forget it from its page: the record is gone, so it may run again.
+	live.open("/console/op/" + key)
+	live.do(chromedp.Click(chromedp.CSS(`#forget button`)), chromedp.WaitVisible(chromedp.CSS(`#flashes .flash`)))
+	require.Contains(t, live.text(`#flashes .flash`), "Forgotten")
+	gone := e.gw.do(t, http.MethodGet, "/v1/operations/"+key, operator, "")
+	require.Equal(t, http.StatusNotFound, gone.status, gone.raw)
+
 	// Traffic for the overview: emails sent, repeated (replays), one
 	// reusing a key with other arguments (a conflict); a refund left
 	// waiting. A repeat inside the intent stream's duplicate window is
@@ -434,6 +441,16 @@ func TestConsoleNamespaces(t *testing.T) {
 	require.Contains(t, a.text(`#flashes .flash`), "No operation")
 	require.Equal(t, "awaiting_approval", g.do(t, http.MethodGet, "/v1/operations/"+bKey, operator, "").str("status"))
 	require.Equal(t, 0, e.sink.requests(t))
+
+	// The operator of every namespace denies it, with a reason its caller
+	// reads.
+	all.do(chromedp.SendKeys(chromedp.CSS(item(bKey)+` input[name="reason"]`), "not this customer"),
+		chromedp.Click(chromedp.CSS(item(bKey)+` button.deny`)),
+		chromedp.WaitVisible(chromedp.CSS(`#flashes .flash`)))
+	require.Contains(t, all.text(`#flashes .flash`), "Denied")
+	denied := g.do(t, http.MethodGet, "/v1/operations/"+bKey, agentB, "")
+	require.Equal(t, "denied", denied.str("status"), denied.raw)
+	require.Contains(t, denied.raw, "not this customer")
 
 	a.open("/console/dead-letters")
 	require.Contains(t, a.text(`main`), "operators of every namespace")
