@@ -316,8 +316,9 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, sess *consoleSessi
 	defer cancel()
 	rec, err := c.s.cl.Get(ctx, key)
 	switch {
-	case errors.Is(err, client.ErrNotFound), err == nil && !sess.tok.reaches(rec.Session):
-		done(flash{Kind: "error", Text: fmt.Sprintf("No operation %s (in namespace %s): nothing was done.", key, sess.tok.Namespace)})
+	case errors.Is(err, client.ErrNotFound), errors.Is(err, intent.ErrInvalid), errors.Is(err, dedup.ErrInvalid),
+		err == nil && !sess.tok.reaches(rec.Session):
+		done(flash{Kind: "error", Text: fmt.Sprintf("No operation %s (in namespace %s): nothing was done.", clip(key), sess.tok.Namespace)})
 		return
 	case err != nil:
 		done(flash{Kind: "error", Text: fmt.Sprintf("The ledger cannot be read, nothing was done: %v", err)})
