@@ -214,6 +214,9 @@ func (h *hub) apply(epoch string, c dedup.Change) {
 	if h.epoch != epoch {
 		return
 	}
+	if tool, _, ok := strings.Cut(c.Key, "."); !ok || !intent.ValidTool(tool) {
+		return // not an operation's key (the workers' own, such as a scan's marker)
+	}
 	ev := hubEvent{key: c.Key, rev: c.Revision, session: c.Record.Session, known: !c.Deleted}
 	prev, wasOpen := h.view[c.Key]
 	if wasOpen && prev.rev >= c.Revision {
