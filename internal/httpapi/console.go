@@ -49,6 +49,9 @@ const (
 	consoleWait = 30 * time.Second
 )
 
+// liveFetchHeader marks a live page's background fetch of itself.
+const liveFetchHeader = "Idem-Console-Live"
+
 // contentSecurityPolicy admits only the console's own scripts, styles and
 // connections: no inline script or style, no other origin, no framing.
 const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
@@ -441,7 +444,12 @@ func (c *console) renderPage(w http.ResponseWriter, r *http.Request, sess *conso
 	}
 	p.Asset = ConsolePath + "assets/" + c.version
 	if sess != nil {
-		p.Op, p.CSRF, p.Flashes = sess.tok, sess.csrf, c.sessions.takeFlashes(sess)
+		p.Op, p.CSRF = sess.tok, sess.csrf
+		// A live page redrawing itself in the background leaves the
+		// messages for the page the browser shows next.
+		if r.Header.Get(liveFetchHeader) == "" {
+			p.Flashes = c.sessions.takeFlashes(sess)
+		}
 	}
 	var buf bytes.Buffer
 	if err := t.ExecuteTemplate(&buf, "layout", p); err != nil {

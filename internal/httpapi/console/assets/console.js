@@ -164,7 +164,8 @@
       if (note) note.hidden = false;
       return;
     }
-    fetch(location.href, { credentials: 'same-origin' }).then(function (r) { return r.text(); }).then(function (html) {
+    // The header keeps the session's messages for the page shown next.
+    fetch(location.href, { credentials: 'same-origin', headers: { 'Idem-Console-Live': '1' } }).then(function (r) { return r.text(); }).then(function (html) {
       var doc = new DOMParser().parseFromString(html, 'text/html');
       var m = doc.getElementById('main');
       if (!m) return;
