@@ -15,14 +15,18 @@ build:
 # front door on 127.0.0.1:$(GATEWAY_PORT) and the MCP server on
 # http://127.0.0.1:$(MCP_PORT)/mcp, both behind the tokens of
 # data/gateway.tokens (data/agent.token: an agent of namespace demo;
-# data/operator.token: an operator of every namespace). Submit from a second
-# terminal (see README). A second installation beside the first: NATS_PORT=4223
-# SINK_PORT=8788 GATEWAY_PORT=8090 MCP_PORT=8091 make run (its store and logs
-# are then data/*-4223, data/*-8788). A taken port fails at once, naming it.
+# data/operator.token: an operator of every namespace), and the operator
+# console at http://127.0.0.1:$(GATEWAY_PORT)/console/, charting the worker's
+# metrics from 127.0.0.1:$(ADMIN_PORT). Submit from a second terminal (see
+# README). A second installation beside the first: NATS_PORT=4223
+# SINK_PORT=8788 GATEWAY_PORT=8090 MCP_PORT=8091 ADMIN_PORT=9465 make run (its
+# store and logs are then data/*-4223, data/*-8788). A taken port fails at
+# once, naming it.
 NATS_PORT    ?= 4222
 SINK_PORT    ?= 8787
 GATEWAY_PORT ?= 8080
 MCP_PORT     ?= 8081
+ADMIN_PORT   ?= 9464
 DATA      ?= data
 STORE_DIR ?= $(DATA)/jetstream$(if $(filter 4222,$(NATS_PORT)),,-$(NATS_PORT))
 SINK_LOG  ?= $(DATA)/sink$(if $(filter 8787,$(SINK_PORT)),,-$(SINK_PORT)).jsonl
@@ -37,9 +41,10 @@ run: build
 	$(BIN)/sink --listen 127.0.0.1:$(SINK_PORT) --log $(SINK_LOG) --ready-file $(SINK_READY) & sink=$$!; \
 	trap 'kill $$sink $$gateway $$mcp 2>/dev/null; rm -f $(SINK_READY)' EXIT INT TERM; \
 	while [ ! -s $(SINK_READY) ]; do kill -0 $$sink 2>/dev/null || exit 1; sleep 0.05; done; \
-	$(BIN)/gateway --tokens $(DATA)/gateway.tokens --listen 127.0.0.1:$(GATEWAY_PORT) --nats-url nats://127.0.0.1:$(NATS_PORT) --log-format console & gateway=$$!; \
+	$(BIN)/gateway --tokens $(DATA)/gateway.tokens --listen 127.0.0.1:$(GATEWAY_PORT) --nats-url nats://127.0.0.1:$(NATS_PORT) --worker-metrics http://127.0.0.1:$(ADMIN_PORT)/metrics --log-format console & gateway=$$!; \
 	$(BIN)/mcp --http 127.0.0.1:$(MCP_PORT) --tokens $(DATA)/gateway.tokens --nats-url nats://127.0.0.1:$(NATS_PORT) & mcp=$$!; \
-	$(BIN)/worker --tools $(RUN_TOOLS) --store-dir $(STORE_DIR) --listen 127.0.0.1:$(NATS_PORT) --log-format console
+	echo "operator console: http://127.0.0.1:$(GATEWAY_PORT)/console/ (log in with the token in $(DATA)/operator.token)"; \
+	$(BIN)/worker --tools $(RUN_TOOLS) --store-dir $(STORE_DIR) --listen 127.0.0.1:$(NATS_PORT) --admin-addr 127.0.0.1:$(ADMIN_PORT) --log-format console
 
 # Every test, race detector on: unit, conformance (R1 and R3), fuzz seed
 # corpora, and black-box tests of the built binaries.

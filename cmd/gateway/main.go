@@ -1,6 +1,7 @@
 // Command gateway is idemgate's HTTP front door: tool calls with
 // Idempotency-Key semantics, the ledger's records and an operator API, for
-// callers without a NATS client (docs/http.md).
+// callers without a NATS client (docs/http.md), and the operator console
+// at /console/ (docs/console.md).
 //
 //	gateway --tokens tokens.txt [--listen 127.0.0.1:8080] [--nats-url URL]
 //	gateway token --role agent|operator --namespace NS [--name N] [--tokens FILE]
@@ -15,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -62,6 +64,8 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.DefaultWait, "wait", httpapi.DefaultWait, "how long a tool call waits for its answer without Prefer: wait=N")
 	fs.DurationVar(&cfg.MaxWait, "max-wait", httpapi.DefaultMaxWait, "the longest wait a request may ask for")
 	fs.IntVar(&cfg.ListMaxScan, "list-max-scan", httpapi.DefaultListMaxScan, "records one listing request reads at most")
+	workerMetrics := fs.String("worker-metrics", "", "comma-separated /metrics URLs of the workers (their --admin-addr), read for the console's rates; empty: no rates")
+	fs.DurationVar(&cfg.WorkerMetricsEvery, "worker-metrics-every", httpapi.DefaultWorkerMetricsEvery, "how often the console reads --worker-metrics (a chart bar's width)")
 	natsURL := fs.String("nats-url", nats.DefaultURL, "NATS server(s), comma separated (env NATS_URL)")
 	fs.StringVar(&natsAuth.Creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
 	fs.StringVar(&natsAuth.User, "nats-user", "", "NATS user; the password comes from the environment variable "+natsconn.PasswordEnv)
@@ -97,6 +101,11 @@ func run(args []string) error {
 		return err
 	}
 	cfg.Tokens = ts
+	for u := range strings.SplitSeq(*workerMetrics, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			cfg.WorkerMetrics = append(cfg.WorkerMetrics, u)
+		}
+	}
 	log, err := logging.New(*logFormat, *logLevel)
 	if err != nil {
 		return err
@@ -132,6 +141,8 @@ func run(args []string) error {
 	defer stop()
 	log.Info("gateway listening", zap.String("url", srv.Scheme()+"://"+ln.Addr().String()),
 		zap.String("nats", *natsURL), zap.Int("tokens", ts.Len()))
+	log.Info("operator console", zap.String("url", srv.Scheme()+"://"+ln.Addr().String()+httpapi.ConsolePath),
+		zap.String("login", "paste an operator token"))
 	if err := srv.Serve(ctx, ln, *drain); err != nil {
 		return err
 	}

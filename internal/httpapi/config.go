@@ -6,6 +6,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/auth"
+
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -49,7 +51,7 @@ type Config struct {
 	// false.
 	InsecureListen bool
 	// Tokens are the callers admitted. Required.
-	Tokens *Tokens
+	Tokens *auth.Tokens
 	// MaxBodyBytes is the largest request body; a larger one is answered 413.
 	// It also bounds the intent built from a tool call, which the workers
 	// refuse above their own limit. Default: intent.DefaultMaxBytes (256
@@ -84,6 +86,13 @@ type Config struct {
 	// a short page and a cursor instead of holding the request. Default:
 	// 10000.
 	ListMaxScan int
+	// WorkerMetrics are the workers' Prometheus /metrics URLs the console's
+	// overview charts its rates from (docs/console.md). Default: none, no
+	// rates.
+	WorkerMetrics []string
+	// WorkerMetricsEvery is how often the console reads WorkerMetrics: the
+	// width of a chart's bar. Default: DefaultWorkerMetricsEvery (1m).
+	WorkerMetricsEvery time.Duration
 	// Log receives the server's log. Default: no logging.
 	Log *zap.Logger
 }
@@ -122,6 +131,9 @@ func (c *Config) setDefaults() {
 	if c.ListMaxScan == 0 {
 		c.ListMaxScan = DefaultListMaxScan
 	}
+	if c.WorkerMetricsEvery == 0 {
+		c.WorkerMetricsEvery = DefaultWorkerMetricsEvery
+	}
 	if c.Log == nil {
 		c.Log = zap.NewNop()
 	}
@@ -153,7 +165,7 @@ func (c *Config) validate() error {
 	case c.ListMaxScan < 1:
 		return fmt.Errorf("httpapi: list max scan %d: must be at least 1", c.ListMaxScan)
 	}
-	return nil
+	return c.validateWorkerMetrics()
 }
 
 // loopback reports whether host names only this machine.

@@ -16,9 +16,11 @@
 //	DELETE /v1/operations/{key}             forget an operation so that it may run again (operator)
 //	GET    /v1/dead-letters                 list dead letters (operator)
 //	POST   /v1/dead-letters/{seq}/replay    replay one (operator)
+//	GET    /console/                        the operator console: HTML pages (docs/console.md)
 //
 // Every route but /v1/openapi.json and /healthz takes a bearer token from
 // the tokens file (internal/auth): its role (agent or operator) decides the
-// routes, its namespace the sessions it reaches. Errors are RFC 9457
+// routes, its namespace the sessions it reaches. The console's pages take
+// a session instead, started by pasting an operator token. Errors are RFC 9457
 // problem details carrying the protocol's error code.
 package httpapi

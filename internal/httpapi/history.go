@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/auth"
+
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -21,7 +23,7 @@ type history struct {
 // record's creation, or the whole trail when the key has no record). A
 // token of one namespace sees an operation's history when its events name
 // sessions of that namespace only (a forgotten event names none).
-func (s *Server) getHistory(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
+func (s *Server) getHistory(w http.ResponseWriter, r *http.Request, tok *auth.Token, _ []byte) {
 	key := r.PathValue("key")
 	var since time.Time
 	for name, vs := range r.URL.Query() {
@@ -63,8 +65,8 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request, tok *Token, 
 // namespace always; a token of one namespace when some event names a
 // session and every session named is in its namespace (events that name
 // none, such as a forget, go with the rest).
-func (s *Server) historyReached(tok *Token, lines [][]byte) bool {
-	if tok.Namespace == AllNamespaces {
+func (s *Server) historyReached(tok *auth.Token, lines [][]byte) bool {
+	if tok.Namespace == auth.AllNamespaces {
 		return true
 	}
 	named := false
@@ -90,7 +92,7 @@ func (s *Server) historyReached(tok *Token, lines [][]byte) bool {
 // getAuditKeys answers GET /v1/audit/keys: the public keys the workers
 // published, as a keys file (audit.ParseKeys reads it). They are as
 // trustworthy as this server: an auditor pins its own.
-func (s *Server) getAuditKeys(w http.ResponseWriter, r *http.Request, _ *Token, _ []byte) {
+func (s *Server) getAuditKeys(w http.ResponseWriter, r *http.Request, _ *auth.Token, _ []byte) {
 	keys, err := s.cl.PublishedKeys(r.Context())
 	if err != nil {
 		s.unavailable(w, err)

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/auth"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgate/idemgate/pkg/client"
@@ -30,7 +32,7 @@ type operation struct {
 // not found, exactly as a key with no record is: the same answer after the
 // same wait, so that a caller cannot tell another namespace's operations
 // from none.
-func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
+func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *auth.Token, _ []byte) {
 	key := r.PathValue("key")
 	var wait time.Duration
 	if v := r.URL.Query().Get("wait"); v != "" {
@@ -91,7 +93,7 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 
 // listOperations answers GET /v1/operations: a page of the records the
 // query parameters select, within the token's namespace.
-func (s *Server) listOperations(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
+func (s *Server) listOperations(w http.ResponseWriter, r *http.Request, tok *auth.Token, _ []byte) {
 	q, err := s.query(r.URL.Query(), tok)
 	if err != nil {
 		fail(w, http.StatusBadRequest, codeInvalidRequest, "%v", err)
@@ -117,7 +119,7 @@ func (s *Server) listOperations(w http.ResponseWriter, r *http.Request, tok *Tok
 // query reads a listing's parameters: status (names, or open), tool,
 // session, older_than (seconds or a duration such as 1h), past_lease,
 // limit, after.
-func (s *Server) query(v url.Values, tok *Token) (dedup.Query, error) {
+func (s *Server) query(v url.Values, tok *auth.Token) (dedup.Query, error) {
 	for name := range v {
 		switch name {
 		case "status", "tool", "session", "older_than", "past_lease", "limit", "after":
@@ -157,7 +159,7 @@ func (s *Server) query(v url.Values, tok *Token) (dedup.Query, error) {
 			return q, fmt.Errorf("after=%s: give the next cursor of the previous page", clip(a))
 		}
 	}
-	if tok.Namespace != AllNamespaces {
+	if tok.Namespace != auth.AllNamespaces {
 		q.Match = func(_ string, rec dedup.Record) bool { return tok.Reaches(rec.Session) }
 	}
 	return q, nil
@@ -174,7 +176,7 @@ type decisionBody struct {
 // decide answers POST /v1/operations/{key}/{approve|deny|resolve}. The
 // decision is recorded as the token's name. The answer is the operation's
 // new state (for an approval, the result of the firing it let happen).
-func (s *Server) decide(w http.ResponseWriter, r *http.Request, tok *Token, body []byte) {
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, tok *auth.Token, body []byte) {
 	key, op := r.PathValue("key"), r.PathValue("decision")
 	if op != intent.ControlApprove && op != intent.ControlDeny && op != intent.ControlResolve {
 		fail(w, http.StatusNotFound, codeNotFoundRoute, "no decision %q: use approve, deny or resolve", clip(op))
@@ -219,7 +221,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, tok *Token, body
 }
 
 // reachable answers 404 unless key has a record the token reaches.
-func (s *Server) reachable(w http.ResponseWriter, r *http.Request, tok *Token, key string) bool {
+func (s *Server) reachable(w http.ResponseWriter, r *http.Request, tok *auth.Token, key string) bool {
 	rec, err := s.cl.Get(r.Context(), key)
 	switch {
 	case errors.Is(err, client.ErrNotFound), err == nil && !tok.Reaches(rec.Session):
@@ -248,7 +250,7 @@ type forgotten struct {
 // unless forced, and one that may be firing now (409 in_flight) even so; a
 // forced forget of one pending past its lease answers after one more lease,
 // once its record stayed unchanged.
-func (s *Server) forget(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
+func (s *Server) forget(w http.ResponseWriter, r *http.Request, tok *auth.Token, _ []byte) {
 	key := r.PathValue("key")
 	reason := ""
 	opts := []client.ForgetOption{}
@@ -275,7 +277,7 @@ func (s *Server) forget(w http.ResponseWriter, r *http.Request, tok *Token, _ []
 		}
 	}
 	opts = append(opts, client.ForgetBy(tok.Name, reason))
-	if tok.Namespace != AllNamespaces && !s.reachable(w, r, tok, key) {
+	if tok.Namespace != auth.AllNamespaces && !s.reachable(w, r, tok, key) {
 		return
 	}
 	rec, err := s.cl.Forget(r.Context(), key, opts...)
@@ -310,7 +312,7 @@ type deadLetterList struct {
 // deadLetters answers GET /v1/dead-letters?limit=N (default 100, at most
 // 1000), oldest first. Dead letters carry no trusted session, so only an
 // operator of every namespace reads them.
-func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
+func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request, tok *auth.Token, _ []byte) {
 	if !s.allNamespaces(w, tok) {
 		return
 	}
@@ -348,7 +350,7 @@ type replayed struct {
 
 // replay answers POST /v1/dead-letters/{seq}/replay: the intent is published
 // again (the ledger decides whether it fires) and leaves the dead letters.
-func (s *Server) replay(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
+func (s *Server) replay(w http.ResponseWriter, r *http.Request, tok *auth.Token, _ []byte) {
 	if !s.allNamespaces(w, tok) {
 		return
 	}
@@ -369,8 +371,8 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, tok *Token, _ []
 }
 
 // allNamespaces answers 403 unless tok reaches every namespace.
-func (s *Server) allNamespaces(w http.ResponseWriter, tok *Token) bool {
-	if tok.Namespace == AllNamespaces {
+func (s *Server) allNamespaces(w http.ResponseWriter, tok *auth.Token) bool {
+	if tok.Namespace == auth.AllNamespaces {
 		return true
 	}
 	fail(w, http.StatusForbidden, codeForbidden, "dead letters are for operators of every namespace (*); %s's is %s", tok.Name, tok.Namespace)

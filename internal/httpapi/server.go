@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/auth"
+
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
@@ -37,6 +39,7 @@ type Server struct {
 	tools   *catalogue
 	callers sync.Map // token hash → *caller
 	handler http.Handler
+	console *console
 }
 
 // caller is a token's rate limiter and count of requests in progress.
@@ -57,6 +60,10 @@ func New(nc *nats.Conn, cl *client.Client, cfg Config) (*Server, error) {
 		return nil, errors.New("httpapi: no NATS connection or client")
 	}
 	s := &Server{cfg: cfg, cl: cl, nc: nc, log: cfg.Log, tools: newCatalogue(cl)}
+	var err error
+	if s.console, err = newConsole(s); err != nil {
+		return nil, fmt.Errorf("httpapi: console: %w", err)
+	}
 	s.handler = s.routes()
 	return s, nil
 }
@@ -76,6 +83,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	s.console.start(ctx, srv)
 	if s.cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
 		if err != nil {
@@ -128,7 +136,7 @@ const (
 
 // handlerFunc is a route's handler: it gets the caller's token and the
 // request body, already read.
-type handlerFunc func(w http.ResponseWriter, r *http.Request, tok *Token, body []byte)
+type handlerFunc func(w http.ResponseWriter, r *http.Request, tok *auth.Token, body []byte)
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -159,6 +167,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/v1/openapi.json", methodNotAllowed(http.MethodGet))
 	mux.HandleFunc("GET /healthz", s.health)
 	mux.Handle("/healthz", methodNotAllowed(http.MethodGet))
+	s.console.register(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, codeNotFoundRoute, "no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path)
 	})
@@ -248,7 +257,7 @@ func (s *Server) guard(who access, h handlerFunc) http.Handler {
 		if !ok {
 			return
 		}
-		if who == operatorOnly && tok.Role != RoleOperator {
+		if who == operatorOnly && tok.Role != auth.RoleOperator {
 			fail(w, http.StatusForbidden, codeForbidden, "%s needs an operator token; %s is an agent's", r.URL.Path, tok.Name)
 			return
 		}
@@ -275,7 +284,7 @@ func (s *Server) guard(who access, h handlerFunc) http.Handler {
 }
 
 // authenticate returns the request's token, or answers 401.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (*Token, bool) {
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Token, bool) {
 	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate"`)
@@ -291,7 +300,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (*Token, b
 	return tok, true
 }
 
-func (s *Server) caller(tok *Token) *caller {
+func (s *Server) caller(tok *auth.Token) *caller {
 	if c, ok := s.callers.Load(tok.Hash()); ok {
 		return c.(*caller)
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/idemgate/idemgate/internal/auth"
+
 	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 
@@ -143,7 +145,7 @@ func (c *catalogue) tool(ctx context.Context, name string) (intent.ToolInfo, boo
 // listTools answers GET /v1/tools: the workers' catalogue, with the
 // token's namespace in Idem-Namespace (a client deriving keys needs it: the
 // namespace scopes every session).
-func (s *Server) listTools(w http.ResponseWriter, r *http.Request, tok *Token, _ []byte) {
+func (s *Server) listTools(w http.ResponseWriter, r *http.Request, tok *auth.Token, _ []byte) {
 	cat, err := s.tools.get(r.Context(), catalogueRetry)
 	if err != nil {
 		s.unavailable(w, err)
@@ -159,7 +161,7 @@ func (s *Server) listTools(w http.ResponseWriter, r *http.Request, tok *Token, _
 // callTool answers POST /v1/tools/{tool}: the body is the tool's args; the
 // headers give the key override, session, call id, creation time, trace
 // context and how long to wait.
-func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *Token, body []byte) {
+func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *auth.Token, body []byte) {
 	name := r.PathValue("tool")
 	if !intent.ValidTool(name) {
 		fail(w, http.StatusNotFound, intent.CodeUnknownTool, "no tool %q: tool names match [a-z0-9_-]{1,64}", clip(name))
@@ -226,7 +228,7 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *Token, bo
 // envelope builds the intent of a tool call and checks it as the workers
 // will: the args must be one strict JSON object, and the envelope within the
 // size limit and the protocol's rules.
-func (s *Server) envelope(r *http.Request, tok *Token, tool string, body []byte) (*intent.Envelope, *problem) {
+func (s *Server) envelope(r *http.Request, tok *auth.Token, tool string, body []byte) (*intent.Envelope, *problem) {
 	invalid := func(format string, args ...any) *problem {
 		return newProblem(http.StatusBadRequest, intent.CodeInvalidIntent, fmt.Sprintf(format, args...))
 	}

@@ -1,0 +1,545 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/auth"
+
+	"go.uber.org/zap"
+)
+
+// The operator console: HTML pages on the operator API's calls, for the work
+// that needs a person (docs/console.md). It is served under ConsolePath by
+// the same Server, with the same tokens, roles and namespaces: an operator
+// logs in by pasting an operator token, and every page and action then runs
+// as that token, through the same pkg/client calls the JSON routes make.
+
+// ConsolePath is where the console is served.
+const ConsolePath = "/console/"
+
+// Session limits of the console.
+const (
+	// consoleCookie names the cookie that holds a console session's id.
+	consoleCookie = "idemgate_console"
+	// sessionIdle ends a session nobody used for this long (an open live
+	// page keeps it in use).
+	sessionIdle = 30 * time.Minute
+	// sessionMax ends a session this long after its login, in use or not.
+	sessionMax = 12 * time.Hour
+	// maxSessions bounds the sessions kept; a login beyond it ends the
+	// oldest.
+	maxSessions = 10000
+	// consoleWait bounds how long an action waits for the workers' answer
+	// (an approval's is the firing it lets happen).
+	consoleWait = 30 * time.Second
+)
+
+// liveFetchHeader marks a live page's background fetch of itself.
+const liveFetchHeader = "Idem-Console-Live"
+
+// contentSecurityPolicy admits only the console's own scripts, styles and
+// connections: no inline script or style, no other origin, no framing.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+	"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+//go:embed console
+var consoleFiles embed.FS
+
+// console serves the operator console of a Server.
+type console struct {
+	s        *Server
+	pages    map[string]*template.Template // by page name; each has the layout
+	frags    *template.Template            // fragments the live pages fetch
+	assets   http.Handler
+	version  string // a digest of the assets, in their URLs
+	sessions sessionStore
+	hub      *hub
+	rates    *rateSampler // nil without worker metrics
+	cop      *http.CrossOriginProtection
+	stop     chan struct{} // closed when the server shuts down
+	stopOnce sync.Once
+}
+
+func newConsole(s *Server) (*console, error) {
+	c := &console{s: s, cop: http.NewCrossOriginProtection(), stop: make(chan struct{}), pages: map[string]*template.Template{}}
+	c.sessions.byID = map[string]*consoleSession{}
+	assets, err := fs.Sub(consoleFiles, "console/assets")
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.New()
+	err = fs.WalkDir(assets, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := fs.ReadFile(assets, p)
+		sum.Write([]byte(p))
+		sum.Write(data)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.version = hex.EncodeToString(sum.Sum(nil))[:12]
+	c.assets = http.StripPrefix(ConsolePath+"assets/"+c.version+"/", http.FileServerFS(assets))
+	layout := template.Must(template.New("layout").Funcs(consoleFuncs).ParseFS(consoleFiles, "console/templates/layout.html", "console/templates/parts.html"))
+	names, err := fs.Glob(consoleFiles, "console/templates/page_*.html")
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		t := template.Must(template.Must(layout.Clone()).ParseFS(consoleFiles, n))
+		c.pages[strings.TrimSuffix(strings.TrimPrefix(path.Base(n), "page_"), ".html")] = t
+	}
+	c.frags = template.Must(template.New("frags").Funcs(consoleFuncs).ParseFS(consoleFiles, "console/templates/parts.html"))
+	c.hub = newHub(s.cl, s.log.Named("console"))
+	if len(s.cfg.WorkerMetrics) > 0 {
+		c.rates = newRateSampler(s.cfg.WorkerMetrics, s.cfg.WorkerMetricsEvery, s.log.Named("console"))
+	}
+	return c, nil
+}
+
+// start runs the console's background work (reading the workers' metrics)
+// until ctx ends, and ends the live pages when srv shuts down.
+func (c *console) start(ctx context.Context, srv *http.Server) {
+	srv.RegisterOnShutdown(c.shutdown)
+	if c.rates != nil {
+		go c.rates.run(ctx)
+	}
+}
+
+// shutdown ends the live pages' event streams and the hub's watch.
+func (c *console) shutdown() {
+	c.stopOnce.Do(func() {
+		close(c.stop)
+		c.hub.close()
+	})
+}
+
+// consoleHandler is a console route's handler, for a logged-in operator.
+type consoleHandler func(w http.ResponseWriter, r *http.Request, sess *consoleSession)
+
+// register adds the console's routes to mux.
+func (c *console) register(mux *http.ServeMux) {
+	page := func(pattern string, h consoleHandler) { mux.Handle(pattern, c.guard(h, false)) }
+	frag := func(pattern string, h consoleHandler) { mux.Handle(pattern, c.guard(h, true)) }
+	mux.Handle("GET /console", http.RedirectHandler(ConsolePath, http.StatusMovedPermanently))
+	mux.Handle("GET /console/assets/", c.secure(http.HandlerFunc(c.asset)))
+	mux.Handle("GET /console/login", c.secure(http.HandlerFunc(c.loginPage)))
+	mux.Handle("POST /console/login", c.secure(http.HandlerFunc(c.login)))
+	page("POST /console/logout", c.logout)
+	page("GET /console/{$}", c.queue)
+	frag("GET /console/queue/items", c.queueItems)
+	frag("GET /console/queue/item/{key}", c.queueItem)
+	page("GET /console/search", c.search)
+	page("GET /console/op/{key}", c.record)
+	page("POST /console/op/{key}/{action}", c.act)
+	page("GET /console/dead-letters", c.deadLetters)
+	page("GET /console/dead-letters/{seq}", c.deadLetter)
+	page("POST /console/dead-letters/{seq}/replay", c.replay)
+	page("GET /console/overview", c.overview)
+	frag("GET /console/events", c.events)
+	mux.Handle("/console/", c.secure(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.errorPage(w, r, nil, http.StatusNotFound, "No such page", fmt.Sprintf("%s %s is not a page of the console.", r.Method, r.URL.Path))
+	})))
+}
+
+// secure sets the console's security headers and refuses cross-origin
+// unsafe requests (CSRF by a foreign page: http.CrossOriginProtection reads
+// Sec-Fetch-Site and Origin).
+func (c *console) secure(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
+		if !strings.HasPrefix(r.URL.Path, ConsolePath+"assets/") {
+			h.Set("Cache-Control", "no-store")
+		}
+		if err := c.cop.Check(r); err != nil {
+			c.errorPage(w, r, nil, http.StatusForbidden, "Cross-origin request refused", "The console takes actions only from its own pages.")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// guard admits a request with a live session: it applies the session
+// token's rate limit and in-flight cap as the API does, checks the CSRF
+// token of every POST, and calls h. A page request without a session is
+// sent to the login page; a fragment's gets 401.
+func (c *console) guard(h consoleHandler, fragment bool) http.Handler {
+	return c.secure(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sess := c.session(r)
+		if sess == nil {
+			if fragment || r.Method != http.MethodGet {
+				http.Error(w, "log in to the console again", http.StatusUnauthorized)
+				return
+			}
+			http.Redirect(w, r, ConsolePath+"login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		cl := c.s.caller(sess.tok)
+		if res := cl.limiter.Reserve(); res.Delay() > 0 {
+			d := res.Delay()
+			res.Cancel()
+			retryAfter(w, d)
+			c.errorPage(w, r, sess, http.StatusTooManyRequests, "Too many requests", fmt.Sprintf("Token %s is over its rate of %g requests/s: retry after %s.", sess.tok.Name, c.s.cfg.Rate, d.Round(time.Millisecond)))
+			return
+		}
+		if !cl.enter(c.s.cfg.MaxInFlight) {
+			retryAfter(w, time.Second)
+			c.errorPage(w, r, sess, http.StatusTooManyRequests, "Too many requests", fmt.Sprintf("Token %s has %d requests in progress, its limit.", sess.tok.Name, c.s.cfg.MaxInFlight))
+			return
+		}
+		defer cl.leave()
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, int64(c.s.cfg.MaxBodyBytes))
+			if err := r.ParseForm(); err != nil {
+				c.errorPage(w, r, sess, http.StatusBadRequest, "Unreadable form", err.Error())
+				return
+			}
+		}
+		// The body is read: lift the body deadline, which would otherwise
+		// end a live page's event stream.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+		if r.Method == http.MethodPost {
+			if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(sess.csrf)) != 1 {
+				c.errorPage(w, r, sess, http.StatusForbidden, "Stale or forged form", "The form's CSRF token is not this session's: reload the page and try again.")
+				return
+			}
+		}
+		h(w, r, sess)
+	}))
+}
+
+// asset serves an embedded file; its URL names the assets' digest, so it
+// never changes and may be cached for good.
+func (c *console) asset(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasPrefix(r.URL.Path, ConsolePath+"assets/"+c.version+"/") {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+	c.assets.ServeHTTP(w, r)
+}
+
+// consoleSession is a logged-in operator.
+type consoleSession struct {
+	id      string
+	tok     *auth.Token
+	csrf    string
+	created time.Time
+	used    time.Time
+	flashes []flash
+}
+
+// flash is a one-time message shown on the next page: the outcome of an
+// action.
+type flash struct {
+	Kind   string // ok, error or info
+	Text   string
+	Detail string // the workers' answer, as JSON
+	Link   string // a page to follow, e.g. the operation's
+}
+
+// sessionStore keeps the console's sessions in the front door's memory.
+type sessionStore struct {
+	mu   sync.Mutex
+	byID map[string]*consoleSession
+}
+
+// newSession starts a session for tok.
+func (st *sessionStore) newSession(tok *auth.Token) *consoleSession {
+	now := time.Now()
+	sess := &consoleSession{id: randomID(), tok: tok, csrf: randomID(), created: now, used: now}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.byID) >= maxSessions {
+		var oldest *consoleSession
+		for id, s := range st.byID {
+			if s.expired(now) {
+				delete(st.byID, id)
+			} else if oldest == nil || s.created.Before(oldest.created) {
+				oldest = s
+			}
+		}
+		if len(st.byID) >= maxSessions && oldest != nil {
+			delete(st.byID, oldest.id)
+		}
+	}
+	st.byID[sess.id] = sess
+	return sess
+}
+
+func (s *consoleSession) expired(now time.Time) bool {
+	return now.Sub(s.used) > sessionIdle || now.Sub(s.created) > sessionMax
+}
+
+// get returns the live session id names and marks it used.
+func (st *sessionStore) get(id string) *consoleSession {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	sess := st.byID[id]
+	if sess == nil {
+		return nil
+	}
+	now := time.Now()
+	if sess.expired(now) {
+		delete(st.byID, id)
+		return nil
+	}
+	sess.used = now
+	return sess
+}
+
+// live reports whether sess is still a session (not ended by logout or
+// expiry), marking it used.
+func (st *sessionStore) live(sess *consoleSession) bool { return st.get(sess.id) == sess }
+
+func (st *sessionStore) end(id string) {
+	st.mu.Lock()
+	delete(st.byID, id)
+	st.mu.Unlock()
+}
+
+// addFlash queues a message for sess's next page.
+func (st *sessionStore) addFlash(sess *consoleSession, f flash) {
+	st.mu.Lock()
+	sess.flashes = append(sess.flashes, f)
+	st.mu.Unlock()
+}
+
+// takeFlashes returns and clears sess's queued messages.
+func (st *sessionStore) takeFlashes(sess *consoleSession) []flash {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	f := sess.flashes
+	sess.flashes = nil
+	return f
+}
+
+// session returns the request's live session, or nil.
+func (c *console) session(r *http.Request) *consoleSession {
+	ck, err := r.Cookie(consoleCookie)
+	if err != nil || ck.Value == "" {
+		return nil
+	}
+	return c.sessions.get(ck.Value)
+}
+
+// randomID is 256 random bits, base64url.
+func randomID() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// secureCookies reports whether the browser reaches the console over HTTPS
+// (served with TLS, or behind a proxy that terminates it).
+func (c *console) secureCookies() bool { return c.s.cfg.TLSCert != "" || c.s.cfg.InsecureListen }
+
+// loginPage shows the login form.
+func (c *console) loginPage(w http.ResponseWriter, r *http.Request) {
+	if c.session(r) != nil {
+		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
+		return
+	}
+	c.render(w, r, nil, http.StatusOK, "login", loginData{Next: safeNext(r.URL.Query().Get("next"))})
+}
+
+type loginData struct {
+	Next  string
+	Error string
+}
+
+// login starts a session for an operator token pasted in the form.
+func (c *console) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+	if err := r.ParseForm(); err != nil {
+		c.render(w, r, nil, http.StatusBadRequest, "login", loginData{Error: "The form did not read: " + err.Error()})
+		return
+	}
+	next := safeNext(r.PostFormValue("next"))
+	tok, ok := c.s.cfg.Tokens.Lookup(strings.TrimSpace(r.PostFormValue("token")))
+	switch {
+	case !ok:
+		c.s.log.Info("console login refused", zap.String("remote", r.RemoteAddr))
+		c.render(w, r, nil, http.StatusUnauthorized, "login", loginData{Next: next, Error: "That is not a token of this front door's tokens file."})
+		return
+	case tok.Role != auth.RoleOperator:
+		c.render(w, r, nil, http.StatusForbidden, "login", loginData{Next: next,
+			Error: fmt.Sprintf("%s is an agent's token; the console is for operators (make run writes one to data/operator.token).", tok.Name)})
+		return
+	}
+	if old, err := r.Cookie(consoleCookie); err == nil {
+		c.sessions.end(old.Value)
+	}
+	sess := c.sessions.newSession(tok)
+	http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: sess.id, Path: ConsolePath, HttpOnly: true,
+		Secure: c.secureCookies(), SameSite: http.SameSiteStrictMode, MaxAge: int(sessionMax / time.Second)})
+	c.s.log.Info("console login", zap.String("operator", tok.Name), zap.String("namespace", tok.Namespace), zap.String("remote", r.RemoteAddr))
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// logout ends the session.
+func (c *console) logout(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+	c.sessions.end(sess.id)
+	http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: "", Path: ConsolePath, HttpOnly: true,
+		Secure: c.secureCookies(), SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.Redirect(w, r, ConsolePath+"login", http.StatusSeeOther)
+}
+
+// safeNext is next when it is a path of the console, else the queue: a
+// login never redirects elsewhere.
+func safeNext(next string) string {
+	if strings.HasPrefix(next, ConsolePath) && !strings.ContainsAny(next, "\\\r\n") && !strings.HasPrefix(next, ConsolePath+"/") {
+		return next
+	}
+	return ConsolePath
+}
+
+// pageData is what every page's layout shows.
+type pageData struct {
+	Title   string
+	Nav     string      // the nav entry to mark current
+	Op      *auth.Token // nil on the login page
+	CSRF    string
+	Asset   string // the assets' URL prefix
+	Flashes []flash
+	Live    string // queue or record: the page follows the ledger
+	Since   string // the hub position the page was read at
+	Key     string // the record page's key
+	Rev     uint64 // the record page's revision
+	Data    any
+}
+
+// render writes page name with data.
+func (c *console) render(w http.ResponseWriter, r *http.Request, sess *consoleSession, status int, name string, data any) {
+	c.renderPage(w, r, sess, status, pageData{Title: titleOf(name), Nav: name, Data: data})
+}
+
+func (c *console) renderPage(w http.ResponseWriter, r *http.Request, sess *consoleSession, status int, p pageData) {
+	t := c.pages[p.Nav]
+	if t == nil {
+		t = c.pages["error"]
+	}
+	p.Asset = ConsolePath + "assets/" + c.version
+	if sess != nil {
+		p.Op, p.CSRF = sess.tok, sess.csrf
+		// A live page redrawing itself in the background leaves the
+		// messages for the page the browser shows next.
+		if r.Header.Get(liveFetchHeader) == "" {
+			p.Flashes = c.sessions.takeFlashes(sess)
+		}
+	}
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout", p); err != nil {
+		c.s.log.Error("console page", zap.String("page", p.Nav), zap.Error(err))
+		http.Error(w, "the page could not be drawn: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// fragment writes the fragment template name with data.
+func (c *console) fragment(w http.ResponseWriter, name string, data any) {
+	var buf bytes.Buffer
+	if err := c.frags.ExecuteTemplate(&buf, name, data); err != nil {
+		c.s.log.Error("console fragment", zap.String("fragment", name), zap.Error(err))
+		http.Error(w, "the fragment could not be drawn: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(buf.Bytes())
+}
+
+// errorData is the error page's.
+type errorData struct {
+	Heading, Text string
+}
+
+// errorPage answers with status and an HTML page saying what went wrong.
+func (c *console) errorPage(w http.ResponseWriter, r *http.Request, sess *consoleSession, status int, heading, text string) {
+	c.renderPage(w, r, sess, status, pageData{Title: heading, Nav: "error", Data: errorData{Heading: heading, Text: text}})
+}
+
+func titleOf(name string) string {
+	switch name {
+	case "login":
+		return "Log in"
+	case "queue":
+		return "Queue"
+	case "search":
+		return "Search"
+	case "record":
+		return "Operation"
+	case "deadletters":
+		return "Dead letters"
+	case "deadletter":
+		return "Dead letter"
+	case "overview":
+		return "Overview"
+	}
+	return "idemgate"
+}
+
+// consoleFuncs are the templates' helpers.
+var consoleFuncs = template.FuncMap{
+	"ago":         ago,
+	"rfc3339":     func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"unixMilli":   func(t time.Time) int64 { return t.UnixMilli() },
+	"statusLabel": statusLabel,
+	"short": func(s string, n int) string {
+		if len(s) <= n {
+			return s
+		}
+		return s[:n] + "…"
+	},
+	"path":     url.PathEscape,
+	"num":      func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
+	"fixed":    func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
+	"duration": func(d time.Duration) string { return strings.TrimSuffix(strings.TrimSuffix(d.String(), "0s"), "0m") },
+	"future":   func(t time.Time) bool { return t.After(time.Now()) },
+}
+
+// ago is how long before now t was, coarsely: 45s, 12m, 3h 5m, 2d 4h.
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	d := time.Since(t)
+	switch {
+	case d < 0:
+		return "now"
+	case d < time.Minute:
+		return strconv.Itoa(int(d/time.Second)) + "s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + "m"
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh %dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd %dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+}

@@ -1,0 +1,664 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/auth"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgate/idemgate/pkg/client"
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// Bounds of the console's ledger reads.
+const (
+	// scanPages bounds the listing pages (of up to Config.ListMaxScan
+	// records each) one queue or overview read makes; past it the page
+	// says the scan stopped.
+	scanPages = 50
+	// queueShown bounds the operations the queue draws (oldest first); the
+	// counts still count every one.
+	queueShown = 300
+	// deadLettersShown bounds the dead-letter list.
+	deadLettersShown = 500
+)
+
+// queueStatuses are the states the queue shows: the ones waiting for a
+// person.
+var queueStatuses = []intent.Status{intent.StatusAwaitingApproval, intent.StatusUncertain}
+
+// scan reads every open record of the ledger (every namespace: the hub's
+// view needs them all), at most scanPages pages. complete is false when it
+// stopped before the end.
+func (c *console) scan(ctx context.Context) (recs []dedup.Listed, complete bool, err error) {
+	q := dedup.Query{Statuses: dedup.OpenStatuses, Limit: dedup.MaxListLimit, MaxScan: c.s.cfg.ListMaxScan}
+	for range scanPages {
+		page, err := c.s.cl.Records(ctx, q)
+		if err != nil {
+			return recs, false, err
+		}
+		recs = append(recs, page.Records...)
+		if !page.More {
+			return recs, true, nil
+		}
+		q.After = page.Next
+	}
+	return recs, false, nil
+}
+
+// reaching keeps the records tok reaches.
+func reaching(tok *auth.Token, recs []dedup.Listed) []dedup.Listed {
+	out := recs[:0:0]
+	for _, r := range recs {
+		if tok.Reaches(r.Session) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// item is an operation as the queue and the record page show it.
+type item struct {
+	Key      string
+	Rev      uint64
+	Rec      dedup.Record
+	Args     string // the arguments, indented JSON; "" when not kept
+	CallID   string
+	Back     string // where an action returns: queue or record
+	CSRF     string
+	Changed  bool // the arguments are not the ones the page showed before
+	Expired  bool // a pending record's lease has run out
+	Takeover int  // claims after the first
+}
+
+func newItem(key string, rev uint64, rec dedup.Record, csrf, back string) item {
+	it := item{Key: key, Rev: rev, Rec: rec, CSRF: csrf, Back: back, Expired: rec.Status == intent.StatusPending && rec.LeaseExpired(time.Now()),
+		Takeover: max(rec.Attempt-1, 0)}
+	if len(rec.Intent) > 0 {
+		if env, err := intent.Decode(rec.Intent, intent.Limits{MaxBytes: len(rec.Intent) + 1}); err == nil {
+			it.Args, it.CallID = indentJSON(env.Args), env.CallID
+		}
+	}
+	return it
+}
+
+// indentJSON is raw indented for reading, or raw as it is when it does not
+// parse.
+func indentJSON(raw []byte) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// statusCount is one status's count.
+type statusCount struct {
+	Status intent.Status
+	N      int
+}
+
+// queueData is the queue page's.
+type queueData struct {
+	Items    []item
+	Hidden   int // operations in the queue beyond queueShown
+	Counts   []statusCount
+	Complete bool
+	Error    string
+}
+
+// queueData reads the queue for sess: the operations awaiting a decision,
+// oldest first, and the open records counted by status. The hub is started
+// first, so that the page's position covers every change after the read.
+func (c *console) queueData(ctx context.Context, sess *consoleSession) (queueData, string) {
+	since := c.hub.ensure(ctx)
+	recs, complete, err := c.scan(ctx)
+	if err != nil {
+		return queueData{Error: fmt.Sprintf("The ledger cannot be read: %v", err)}, since
+	}
+	c.hub.seed(since, recs, complete)
+	d := queueData{Complete: complete}
+	counts := map[intent.Status]int{}
+	var queue []dedup.Listed
+	for _, r := range reaching(sess.tok, recs) {
+		counts[r.Status]++
+		if slices.Contains(queueStatuses, r.Status) {
+			queue = append(queue, r)
+		}
+	}
+	for _, s := range dedup.OpenStatuses {
+		d.Counts = append(d.Counts, statusCount{Status: s, N: counts[s]})
+	}
+	slices.SortStableFunc(queue, func(a, b dedup.Listed) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	if len(queue) > queueShown {
+		d.Hidden = len(queue) - queueShown
+		queue = queue[:queueShown]
+	}
+	for _, r := range queue {
+		d.Items = append(d.Items, newItem(r.Key, r.Revision, r.Record, sess.csrf, "queue"))
+	}
+	return d, since
+}
+
+// queue shows the operations waiting for a person, live.
+func (c *console) queue(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+	d, since := c.queueData(r.Context(), sess)
+	c.renderPage(w, r, sess, http.StatusOK, pageData{Title: "Queue", Nav: "queue", Live: "queue", Since: since, Data: d})
+}
+
+// queueItems is the queue's list alone, for a live page that lost track of
+// changes (a reconnect, a burst it could not take).
+func (c *console) queueItems(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+	d, since := c.queueData(r.Context(), sess)
+	w.Header().Set("Idem-Console-Since", since)
+	c.fragment(w, "queue-list", d)
+}
+
+// queueItem is one operation's entry of the queue, for a live page that saw
+// it change; 204 when it is not in the queue (any more) or not the
+// operator's.
+func (c *console) queueItem(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+	key := r.PathValue("key")
+	rec, rev, err := c.s.cl.GetRevision(r.Context(), key)
+	switch {
+	case errors.Is(err, client.ErrNotFound), errors.Is(err, intent.ErrInvalid), errors.Is(err, dedup.ErrInvalid),
+		err == nil && (!sess.tok.Reaches(rec.Session) || !slices.Contains(queueStatuses, rec.Status)):
+		w.WriteHeader(http.StatusNoContent)
+		return
+	case err != nil:
+		http.Error(w, "the ledger cannot be read: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	c.fragment(w, "queue-item", newItem(key, rev, rec, sess.csrf, "queue"))
+}
+
+// recordData is the record page's.
+type recordData struct {
+	item
+	Found       bool
+	Forgettable bool
+	Error       string
+	Result      string
+	Raw         string
+	Commands    []command
+}
+
+// command is a shell command that does what the page does.
+type command struct {
+	Label, Text string
+}
+
+// record shows everything the ledger knows of one operation, live.
+func (c *console) record(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+	key := r.PathValue("key")
+	since := c.hub.ensure(r.Context())
+	rec, rev, err := c.s.cl.GetRevision(r.Context(), key)
+	p := pageData{Title: "Operation " + key, Nav: "record", Live: "record", Since: since, Key: key}
+	d := recordData{item: item{Key: key}}
+	status := http.StatusOK
+	switch {
+	case errors.Is(err, client.ErrNotFound), err == nil && !sess.tok.Reaches(rec.Session):
+		status, d.Error = http.StatusNotFound, fmt.Sprintf("No operation %s in the ledger (or not in namespace %s).", key, sess.tok.Namespace)
+	case errors.Is(err, intent.ErrInvalid), errors.Is(err, dedup.ErrInvalid):
+		status, d.Error, p.Live = http.StatusBadRequest, err.Error(), ""
+	case err != nil:
+		status, d.Error = http.StatusServiceUnavailable, fmt.Sprintf("The ledger cannot be read: %v", err)
+	default:
+		d.Found, p.Rev = true, rev
+		d.item = newItem(key, rev, rec, sess.csrf, "record")
+		d.Result = indentJSON(rec.Result)
+		raw, _ := json.MarshalIndent(operation{Key: key, Record: rec}, "", "  ")
+		d.Raw = string(raw)
+		d.Commands = c.commands(r, key, rec)
+		d.Forgettable = forgettable(rec)
+	}
+	p.Data = d
+	c.renderPage(w, r, sess, status, p)
+}
+
+// commands are the submit and curl command lines that do what the record
+// page's actions do.
+func (c *console) commands(r *http.Request, key string, rec dedup.Record) []command {
+	base := c.baseURL(r)
+	auth := `-H "Authorization: Bearer $(cat data/operator.token)"`
+	post := func(op, body string) string {
+		return fmt.Sprintf("curl -sS -X POST %s -H 'Content-Type: application/json' \\\n  -d '%s' \\\n  %s/v1/operations/%s/%s", auth, body, base, key, op)
+	}
+	cmds := []command{
+		{"Read the record", "bin/submit get " + key},
+		{"Read the record over HTTP", fmt.Sprintf("curl -sS %s %s/v1/operations/%s", auth, base, key)},
+	}
+	switch rec.Status {
+	case intent.StatusAwaitingApproval:
+		cmds = append(cmds,
+			command{"Approve these arguments", fmt.Sprintf("bin/submit approve %s --fingerprint %s --reason 'REASON'", key, rec.Fingerprint)},
+			command{"Approve over HTTP", post("approve", fmt.Sprintf(`{"fingerprint":"%s","reason":"REASON"}`, rec.Fingerprint))},
+			command{"Deny", fmt.Sprintf("bin/submit deny %s --reason 'REASON'", key)},
+			command{"Deny over HTTP", post("deny", `{"reason":"REASON"}`)})
+	case intent.StatusApproved:
+		cmds = append(cmds,
+			command{"Deny before it fires", fmt.Sprintf("bin/submit deny %s --reason 'REASON'", key)},
+			command{"Deny over HTTP", post("deny", `{"reason":"REASON"}`)})
+	case intent.StatusUncertain:
+		cmds = append(cmds,
+			command{"Resolve as succeeded", fmt.Sprintf("bin/submit resolve %s --outcome succeeded --result '{\"...\":\"...\"}' --reason 'REASON'", key)},
+			command{"Resolve as failed", fmt.Sprintf("bin/submit resolve %s --outcome failed --reason 'REASON'", key)},
+			command{"Resolve over HTTP", post("resolve", `{"outcome":"succeeded","result":{},"reason":"REASON"}`)})
+	}
+	if forgettable(rec) {
+		cmds = append(cmds,
+			command{"Forget, so that it may run again", "bin/submit forget " + key},
+			command{"Forget over HTTP", fmt.Sprintf("curl -sS -X DELETE %s %s/v1/operations/%s", auth, base, key)})
+	}
+	return cmds
+}
+
+// baseURL is the front door's URL as the browser reaches it.
+func (c *console) baseURL(r *http.Request) string {
+	if c.secureCookies() {
+		return "https://" + r.Host
+	}
+	return "http://" + r.Host
+}
+
+// forgettable reports whether a forget of rec would not be refused as in
+// flight.
+func forgettable(rec dedup.Record) bool {
+	switch rec.Status {
+	case intent.StatusApproved:
+		return false
+	case intent.StatusPending:
+		return rec.LeaseExpired(time.Now())
+	}
+	return true
+}
+
+// act applies an operator action to an operation: approve, deny, resolve
+// or forget, through the same client calls as the API and submit, as the
+// session's token; the outcome is shown on the page it came from.
+func (c *console) act(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+	key, action := r.PathValue("key"), r.PathValue("action")
+	back := ConsolePath + "op/" + url.PathEscape(key)
+	if r.PostFormValue("back") == "queue" {
+		back = ConsolePath
+	}
+	link := ConsolePath + "op/" + url.PathEscape(key)
+	done := func(f flash) {
+		switch f.Link {
+		case "":
+			f.Link = link
+		case "-": // the operation is gone
+			f.Link = ""
+		}
+		c.sessions.addFlash(sess, f)
+		http.Redirect(w, r, back, http.StatusSeeOther)
+	}
+	switch action {
+	case intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, "forget":
+	default:
+		c.errorPage(w, r, sess, http.StatusNotFound, "No such action", fmt.Sprintf("%q is not an action: use approve, deny, resolve or forget.", clip(action)))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), consoleWait)
+	defer cancel()
+	rec, err := c.s.cl.Get(ctx, key)
+	switch {
+	case errors.Is(err, client.ErrNotFound), errors.Is(err, intent.ErrInvalid), errors.Is(err, dedup.ErrInvalid),
+		err == nil && !sess.tok.Reaches(rec.Session):
+		done(flash{Kind: "error", Text: fmt.Sprintf("No operation %s (in namespace %s): nothing was done.", clip(key), sess.tok.Namespace)})
+		return
+	case err != nil:
+		done(flash{Kind: "error", Text: fmt.Sprintf("The ledger cannot be read, nothing was done: %v", err)})
+		return
+	}
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	if action == "forget" {
+		c.forget(ctx, sess, key, done)
+		return
+	}
+	d := intent.Control{Key: key, By: sess.tok.Name, Reason: reason}
+	switch action {
+	case intent.ControlApprove:
+		d.Fingerprint = r.PostFormValue("fingerprint")
+		if d.Fingerprint == "" {
+			done(flash{Kind: "error", Text: "This form names no fingerprint, so it cannot say which arguments it approves: nothing was approved. Reload the page."})
+			return
+		}
+	case intent.ControlResolve:
+		d.Outcome = r.PostFormValue("outcome")
+		if d.Outcome != intent.OutcomeSucceeded && d.Outcome != intent.OutcomeFailed {
+			done(flash{Kind: "error", Text: "Choose an outcome, succeeded or failed: nothing was resolved."})
+			return
+		}
+		if res := strings.TrimSpace(r.PostFormValue("result")); res != "" {
+			if d.Outcome == intent.OutcomeFailed {
+				done(flash{Kind: "error", Text: "A failed outcome has no result (its reason is the callers' error message): nothing was resolved."})
+				return
+			}
+			if !json.Valid([]byte(res)) {
+				done(flash{Kind: "error", Text: "The result is not valid JSON: nothing was resolved."})
+				return
+			}
+			d.Result = json.RawMessage(res)
+		}
+	}
+	res, err := c.s.cl.Decide(ctx, action, d)
+	switch {
+	case errors.Is(err, client.ErrNoAnswer):
+		done(flash{Kind: "info", Text: fmt.Sprintf("The %s was sent and no worker answered within %s; the operation's page shows the outcome once it is recorded.", action, consoleWait)})
+		return
+	case errors.Is(err, intent.ErrInvalid):
+		done(flash{Kind: "error", Text: err.Error()})
+		return
+	case err != nil:
+		done(flash{Kind: "error", Text: fmt.Sprintf("The workers cannot be reached: %v", err)})
+		return
+	}
+	detail, _ := json.MarshalIndent(res, "", "  ")
+	f := flash{Detail: string(detail)}
+	f.Kind, f.Text = c.decided(action, key, rec, res)
+	done(f)
+}
+
+// decided says what a decision's answer means for the operator; before is
+// the record as read just before the decision was sent.
+func (c *console) decided(action, key string, before dedup.Record, res *intent.Result) (kind, text string) {
+	if res.Status == intent.StatusRejected {
+		code, msg := "", ""
+		if res.Error != nil {
+			code, msg = res.Error.Code, res.Error.Message
+		}
+		switch code {
+		case intent.CodeConflict:
+			return "error", "Not approved: the operation's arguments are no longer the ones this page showed (another fingerprint). Nothing fired. Read the arguments it has now and decide again."
+		case intent.CodeWrongState:
+			return "error", fmt.Sprintf("Nothing changed: a %s does not apply to the operation in its state (%s).", action, msg)
+		case intent.CodeNotFound:
+			return "error", fmt.Sprintf("No operation %s: nothing was done.", key)
+		}
+		return "error", fmt.Sprintf("The %s was refused: %s", action, msg)
+	}
+	// A decision taken before this one (in another tab, by another
+	// operator) is answered with the operation as it is: say so.
+	if d := before.Decision; d != nil && d.Op == action && before.Status != intent.StatusAwaitingApproval && before.Status != intent.StatusUncertain {
+		return "info", fmt.Sprintf("Already decided: %s by %s at %s. This %s changed nothing and fired nothing; the operation is %s.",
+			pastTense(action), d.By, d.At.UTC().Format(time.RFC3339), noun(action), res.Status)
+	}
+	switch action {
+	case intent.ControlApprove:
+		switch res.Status {
+		case intent.StatusCompleted:
+			return "ok", "Approved: the operation fired once and completed. Its callers get this result."
+		case intent.StatusFailed:
+			return "error", "Approved: the operation fired and failed. Its callers get this error."
+		}
+		return "info", fmt.Sprintf("Approved: the operation is %s.", res.Status)
+	case intent.ControlDeny:
+		return "ok", "Denied: it never fires; its callers get error denied with your reason."
+	}
+	return "ok", fmt.Sprintf("Resolved: the operation is %s; its callers get this outcome.", res.Status)
+}
+
+func noun(action string) string {
+	switch action {
+	case intent.ControlApprove:
+		return "approval"
+	case intent.ControlDeny:
+		return "denial"
+	}
+	return "resolution"
+}
+
+func pastTense(action string) string {
+	switch action {
+	case intent.ControlApprove:
+		return "approved"
+	case intent.ControlDeny:
+		return "denied"
+	}
+	return "resolved"
+}
+
+// forget deletes an operation's record so that it may run again, as
+// DELETE /v1/operations/{key} and submit forget do.
+func (c *console) forget(ctx context.Context, sess *consoleSession, key string, done func(flash)) {
+	rec, err := c.s.cl.Forget(ctx, key)
+	switch {
+	case errors.Is(err, client.ErrInFlight):
+		done(flash{Kind: "error", Text: fmt.Sprintf("Refused: the operation may be firing now (%s, lease until %s). Nothing was forgotten.", rec.Status, rec.LeaseUntil.UTC().Format(time.RFC3339))})
+	case errors.Is(err, client.ErrNotFound):
+		done(flash{Kind: "info", Text: fmt.Sprintf("No operation %s (the workers were told to forget it anyway).", key)})
+	case err != nil:
+		done(flash{Kind: "error", Text: fmt.Sprintf("Not forgotten: %v", err)})
+	default:
+		detail, _ := json.MarshalIndent(forgotten{Forgotten: key, Record: rec}, "", "  ")
+		done(flash{Kind: "ok", Text: fmt.Sprintf("Forgotten: the %s record is deleted and the workers were told; the next call with this key runs again.", rec.Status), Detail: string(detail), Link: "-"})
+	}
+}
+
+// searchData is the search page's.
+type searchData struct {
+	Key, Tool, Session, Status, Since, Until string
+	Tools                                    []string
+	Statuses                                 []intent.Status
+	Asked                                    bool
+	Results                                  []dedup.Listed
+	Next                                     string // the next page's URL
+	Error                                    string
+}
+
+// search finds operations by key (full or as the ledger stores it), tool,
+// session, status and time.
+func (c *console) search(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+	v := r.URL.Query()
+	d := searchData{Key: strings.TrimSpace(v.Get("key")), Tool: strings.TrimSpace(v.Get("tool")), Session: strings.TrimSpace(v.Get("session")),
+		Status: v.Get("status"), Since: strings.TrimSpace(v.Get("since")), Until: strings.TrimSpace(v.Get("until")),
+		Statuses: []intent.Status{intent.StatusPending, intent.StatusAwaitingApproval, intent.StatusApproved, intent.StatusUncertain,
+			intent.StatusCompleted, intent.StatusFailed, intent.StatusDenied}}
+	if cat, err := c.s.tools.get(r.Context(), catalogueFresh); err == nil {
+		for _, t := range cat.Tools {
+			d.Tools = append(d.Tools, t.Name)
+		}
+	}
+	d.Asked = d.Key != "" || d.Tool != "" || d.Session != "" || d.Status != "" || d.Since != "" || d.Until != "" || v.Has("all")
+	render := func(status int) { c.render(w, r, sess, status, "search", d) }
+	if d.Key != "" {
+		rec, _, err := c.s.cl.GetRevision(r.Context(), d.Key)
+		switch {
+		case err == nil && sess.tok.Reaches(rec.Session):
+			http.Redirect(w, r, ConsolePath+"op/"+url.PathEscape(d.Key), http.StatusSeeOther)
+		case err == nil, errors.Is(err, client.ErrNotFound):
+			d.Error = fmt.Sprintf("No operation %s (in namespace %s). A key is the full one (tool.digest) or the one a listing shows.", d.Key, sess.tok.Namespace)
+			render(http.StatusNotFound)
+		default:
+			d.Error = err.Error()
+			render(http.StatusBadRequest)
+		}
+		return
+	}
+	if !d.Asked {
+		render(http.StatusOK)
+		return
+	}
+	q := dedup.Query{Tool: d.Tool, Session: d.Session, MaxScan: c.s.cfg.ListMaxScan}
+	var err error
+	if q.Statuses, err = dedup.ParseStatuses(d.Status); err != nil {
+		d.Error = err.Error()
+		render(http.StatusBadRequest)
+		return
+	}
+	now := time.Now()
+	var since time.Time
+	if d.Since != "" {
+		if since, err = pointInTime(d.Since, now); err != nil {
+			d.Error = "Created since: " + err.Error()
+			render(http.StatusBadRequest)
+			return
+		}
+	}
+	if d.Until != "" {
+		if q.CreatedBefore, err = pointInTime(d.Until, now); err != nil {
+			d.Error = "Created before: " + err.Error()
+			render(http.StatusBadRequest)
+			return
+		}
+	}
+	if a := v.Get("after"); a != "" {
+		if q.After, err = strconv.ParseUint(a, 10, 64); err != nil {
+			d.Error = "after: give the cursor of the previous page"
+			render(http.StatusBadRequest)
+			return
+		}
+	}
+	tok := sess.tok
+	q.Match = func(_ string, rec dedup.Record) bool {
+		return tok.Reaches(rec.Session) && (since.IsZero() || !rec.CreatedAt.Before(since))
+	}
+	page, err := c.s.cl.Records(r.Context(), q)
+	if err != nil {
+		d.Error = err.Error()
+		status := http.StatusServiceUnavailable
+		if errors.Is(err, dedup.ErrInvalid) {
+			status = http.StatusBadRequest
+		}
+		render(status)
+		return
+	}
+	d.Results = page.Records
+	if page.More {
+		next := r.URL.Query()
+		next.Set("after", strconv.FormatUint(page.Next, 10))
+		d.Next = ConsolePath + "search?" + next.Encode()
+	}
+	render(http.StatusOK)
+}
+
+// pointInTime reads an RFC 3339 time, or a duration before now (2h: two
+// hours ago).
+func pointInTime(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q: give an RFC 3339 time (2025-01-31T09:00:00Z) or a duration ago (90m, 2h)", clip(s))
+}
+
+// deadLettersData is the dead-letter pages'.
+type deadLettersData struct {
+	Letters []client.DeadLetter
+	Letter  *client.DeadLetter
+	Headers []header
+	Data    string
+	Key     string // the intent's key, when its headers name one
+	Error   string
+	CSRF    string
+	Base    string // the front door's URL, for the curl command
+}
+
+type header struct{ Name, Value string }
+
+// deadLetters lists the dead letters, oldest first. Dead letters carry no
+// trusted session, so only an operator of every namespace reads them, as
+// in the API.
+func (c *console) deadLetters(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+	d := deadLettersData{CSRF: sess.csrf}
+	if sess.tok.Namespace != auth.AllNamespaces {
+		d.Error = fmt.Sprintf("Dead letters carry no trusted session, so they are for operators of every namespace (*); %s's is %s.", sess.tok.Name, sess.tok.Namespace)
+		c.render(w, r, sess, http.StatusForbidden, "deadletters", d)
+		return
+	}
+	letters, err := c.s.cl.DeadLetters(r.Context(), deadLettersShown)
+	if err != nil {
+		d.Error = fmt.Sprintf("The dead letters cannot be read: %v", err)
+	}
+	d.Letters = letters
+	c.render(w, r, sess, http.StatusOK, "deadletters", d)
+}
+
+// deadLetter shows one dead letter: why, its headers and its envelope.
+func (c *console) deadLetter(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+	d := deadLettersData{CSRF: sess.csrf}
+	if sess.tok.Namespace != auth.AllNamespaces {
+		d.Error = fmt.Sprintf("Dead letters are for operators of every namespace (*); %s's is %s.", sess.tok.Name, sess.tok.Namespace)
+		c.render(w, r, sess, http.StatusForbidden, "deadletter", d)
+		return
+	}
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err != nil || seq == 0 {
+		c.errorPage(w, r, sess, http.StatusNotFound, "No such dead letter", fmt.Sprintf("%q is not a dead letter's number.", clip(r.PathValue("seq"))))
+		return
+	}
+	dl, err := c.s.cl.DeadLetter(r.Context(), seq)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		c.errorPage(w, r, sess, http.StatusNotFound, "No such dead letter", fmt.Sprintf("Dead letter %d is not in the dead-letter stream (replayed, or never there).", seq))
+		return
+	case err != nil:
+		c.errorPage(w, r, sess, http.StatusServiceUnavailable, "Dead letters unreadable", err.Error())
+		return
+	}
+	d.Letter = &dl
+	for name, vs := range dl.Headers {
+		for _, v := range vs {
+			d.Headers = append(d.Headers, header{name, v})
+		}
+	}
+	slices.SortFunc(d.Headers, func(a, b header) int { return strings.Compare(a.Name, b.Name) })
+	d.Key, d.Base = dl.Headers.Get(intent.HeaderKey), c.baseURL(r)
+	if len(dl.Data) > 0 {
+		d.Data = indentJSON(dl.Data)
+	} else {
+		d.Data = dl.Raw
+	}
+	c.render(w, r, sess, http.StatusOK, "deadletter", d)
+}
+
+// replay publishes a dead letter again, as POST
+// /v1/dead-letters/{seq}/replay and submit dlq replay do: the ledger
+// decides whether it fires.
+func (c *console) replay(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+	if sess.tok.Namespace != auth.AllNamespaces {
+		c.errorPage(w, r, sess, http.StatusForbidden, "Not allowed", "Dead letters are for operators of every namespace (*).")
+		return
+	}
+	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
+	if err != nil || seq == 0 {
+		c.errorPage(w, r, sess, http.StatusNotFound, "No such dead letter", fmt.Sprintf("%q is not a dead letter's number.", clip(r.PathValue("seq"))))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), consoleWait)
+	defer cancel()
+	var key string
+	if dl, err := c.s.cl.DeadLetter(ctx, seq); err == nil {
+		key = dl.Headers.Get(intent.HeaderKey)
+	}
+	newSeq, err := c.s.cl.ReplayDeadLetter(ctx, seq)
+	f := flash{Kind: "ok", Text: fmt.Sprintf("Dead letter %d was published again (intent %d) and left the dead letters. The ledger decides whether it fires: an operation that already ran is answered from its record.", seq, newSeq)}
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		f = flash{Kind: "error", Text: fmt.Sprintf("No dead letter %d (replayed already?): nothing was published.", seq)}
+	case err != nil:
+		f = flash{Kind: "error", Text: fmt.Sprintf("Dead letter %d: %v", seq, err)}
+	case key != "":
+		f.Link = ConsolePath + "op/" + url.PathEscape(key)
+	}
+	c.sessions.addFlash(sess, f)
+	http.Redirect(w, r, ConsolePath+"dead-letters", http.StatusSeeOther)
+}
