@@ -205,6 +205,19 @@ func TestConsoleApprovalFiresOnce(t *testing.T) {
 	}
 	require.Contains(t, live.text(`table.ages`), "awaiting approval")
 	live.shot("overview")
+
+	// An unresolved operation is forgotten from its page only "anyway".
+	wkey := ledgerKey(t, waiting.str("key"))
+	live.open("/console/op/" + wkey)
+	live.do(chromedp.SendKeys(chromedp.CSS(`#forget-reason`), "asked twice"),
+		chromedp.Click(chromedp.CSS(`#forget button`)), chromedp.WaitVisible(chromedp.CSS(`#flashes .flash`)))
+	require.Contains(t, live.text(`#flashes .flash`), "Refused")
+	require.Equal(t, http.StatusOK, e.gw.do(t, http.MethodGet, "/v1/operations/"+wkey, operator, "").status, "still there")
+	live.open("/console/op/" + wkey)
+	live.do(chromedp.Click(chromedp.CSS(`#forget input[name="force"]`)),
+		chromedp.Click(chromedp.CSS(`#forget button`)), chromedp.WaitVisible(chromedp.CSS(`#flashes .flash`)))
+	require.Contains(t, live.text(`#flashes .flash`), "Forgotten")
+	require.Equal(t, http.StatusNotFound, e.gw.do(t, http.MethodGet, "/v1/operations/"+wkey, operator, "").status)
 }
 
 // A page that shows old arguments cannot approve new ones: the key is
@@ -228,7 +241,7 @@ func TestConsoleStaleArgumentsNotApproved(t *testing.T) {
 	stale.open("/console/")
 	require.Contains(t, stale.text(item(key)+` pre.args`), `"amount_cents": 1000`)
 
-	forgot := g.do(t, http.MethodDelete, "/v1/operations/"+key, operator, "")
+	forgot := g.do(t, http.MethodDelete, "/v1/operations/"+key+"?force=true", operator, "")
 	require.Equal(t, http.StatusOK, forgot.status, forgot.raw)
 	second := g.call(t, agentA, "refund", `{"order_id":"B-7","amount_cents":99999}`, "Prefer", "wait=30")
 	require.Equal(t, http.StatusAccepted, second.status, second.raw)

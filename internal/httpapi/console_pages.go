@@ -192,6 +192,8 @@ type recordData struct {
 	item
 	Found       bool
 	Forgettable bool
+	// Unresolved: forgetting it needs "forget anyway" (see forget).
+	Unresolved bool
 	Error       string
 	Result      string
 	Raw         string
@@ -226,6 +228,7 @@ func (c *console) record(w http.ResponseWriter, r *http.Request, sess *consoleSe
 		d.Raw = string(raw)
 		d.Commands = c.commands(r, key, rec)
 		d.Forgettable = forgettable(rec)
+		d.Unresolved = !rec.Status.Final()
 	}
 	p.Data = d
 	c.renderPage(w, r, sess, status, p)
@@ -328,7 +331,7 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, sess *consoleSessi
 	}
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
 	if action == "forget" {
-		c.forget(ctx, sess, key, done)
+		c.forget(ctx, sess, key, reason, r.PostFormValue("force") == "on", done)
 		return
 	}
 	d := intent.Control{Key: key, By: sess.tok.Name, Reason: reason}
@@ -435,12 +438,20 @@ func pastTense(action string) string {
 }
 
 // forget deletes an operation's record so that it may run again, as
-// DELETE /v1/operations/{key} and submit forget do.
-func (c *console) forget(ctx context.Context, sess *consoleSession, key string, done func(flash)) {
-	rec, err := c.s.cl.Forget(ctx, key)
+// DELETE /v1/operations/{key} and submit forget do: the audit trail records
+// the session's token name and the reason; an unresolved operation only
+// when force (the page's "forget anyway").
+func (c *console) forget(ctx context.Context, sess *consoleSession, key, reason string, force bool, done func(flash)) {
+	opts := []client.ForgetOption{client.ForgetBy(sess.tok.Name, reason)}
+	if force {
+		opts = append(opts, client.Forced())
+	}
+	rec, err := c.s.cl.Forget(ctx, key, opts...)
 	switch {
 	case errors.Is(err, client.ErrInFlight):
 		done(flash{Kind: "error", Text: fmt.Sprintf("Refused: the operation may be firing now (%s, lease until %s). Nothing was forgotten.", rec.Status, rec.LeaseUntil.UTC().Format(time.RFC3339))})
+	case errors.Is(err, client.ErrUnresolved):
+		done(flash{Kind: "error", Text: fmt.Sprintf("Refused: the operation is %s, not settled, and nothing was forgotten. %v", rec.Status, err)})
 	case errors.Is(err, client.ErrNotFound):
 		done(flash{Kind: "info", Text: fmt.Sprintf("No operation %s (the workers were told to forget it anyway).", key)})
 	case err != nil:
