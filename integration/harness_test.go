@@ -118,17 +118,28 @@ func launchProc(t *testing.T, binary, name string, args, env []string) *proc {
 }
 
 // waitLog waits until the process has logged text; it fails the test if the
-// process exits first.
-func (p *proc) waitLog(t *testing.T, text string, d time.Duration) {
+// process exits first. A live process that has not logged it yet is waited
+// for as long as the test may run (a loaded machine may take minutes to
+// start one that takes a second when idle): stall only says so in the test's
+// log, every stall, so that a wait that never ends shows what it waits for.
+func (p *proc) waitLog(t *testing.T, text string, stall time.Duration) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	start, reported := time.Now(), time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !strings.Contains(p.log.String(), text) {
 		select {
 		case <-p.done:
-			t.Fatalf("worker %s exited: %v\n%s", p.name, p.err, p.log.String())
-		default:
+			t.Fatalf("%s exited: %v\n%s", p.name, p.err, p.log.String())
+		case <-t.Context().Done():
+			t.Fatalf("%s did not log %q before the test ended", p.name, text)
+		case <-tick.C:
 		}
-		return strings.Contains(p.log.String(), text)
-	}, d, 20*time.Millisecond, "worker %s did not log %q", p.name, text)
+		if time.Since(reported) >= stall {
+			reported = time.Now()
+			t.Logf("%s has not logged %q after %s; still waiting", p.name, text, time.Since(start).Round(time.Second))
+		}
+	}
 }
 
 // kill ends the process with SIGKILL and waits for it.

@@ -22,8 +22,25 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// readyTimeout bounds how long a server or cluster may take to become usable.
-const readyTimeout = 10 * time.Second
+// A server or cluster is waited for until it is usable, however long a
+// loaded machine makes that take: the test binary's -timeout is the bound
+// (a quiet machine's few seconds are no measure). Every stall of
+// stallReport is logged, so a wait that never ends says what it waits for.
+const stallReport = 30 * time.Second
+
+// waitUntil polls ready every poll until it reports true, logging what it
+// waits for (what) at every stallReport.
+func waitUntil(t testing.TB, what string, poll time.Duration, ready func() bool) {
+	t.Helper()
+	start, reported := time.Now(), time.Now()
+	for !ready() {
+		if time.Since(reported) >= stallReport {
+			reported = time.Now()
+			t.Logf("natstest: %s not ready after %s; still waiting", what, time.Since(start).Round(time.Second))
+		}
+		time.Sleep(poll)
+	}
+}
 
 // RunServer starts a single JetStream-enabled server on a random loopback port,
 // storing its data under t.TempDir(). Each opt may adjust the options before
@@ -98,9 +115,7 @@ func start(t testing.TB, o *server.Options) *server.Server {
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
-	if !s.ReadyForConnections(readyTimeout) {
-		t.Fatalf("natstest: server %s not ready after %s", o.ServerName, readyTimeout)
-	}
+	waitUntil(t, "server "+s.Name(), 0, func() bool { return s.ReadyForConnections(time.Second) })
 	return s
 }
 
@@ -108,16 +123,14 @@ func start(t testing.TB, o *server.Options) *server.Server {
 // server as a current JetStream peer.
 func waitClusterReady(t testing.TB, servers []*server.Server) {
 	t.Helper()
-	deadline := time.Now().Add(readyTimeout)
-	for time.Now().Before(deadline) {
+	waitUntil(t, fmt.Sprintf("cluster of %d", len(servers)), 10*time.Millisecond, func() bool {
 		for _, s := range servers {
 			if s.JetStreamIsLeader() && len(s.JetStreamClusterPeers()) == len(servers) {
-				return
+				return true
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("natstest: cluster of %d not ready after %s", len(servers), readyTimeout)
+		return false
+	})
 }
 
 // freePorts reserves n distinct loopback ports by listening on port 0. The
