@@ -38,7 +38,7 @@ run: build
 	trap 'kill $$sink $$gateway $$mcp 2>/dev/null; rm -f $(SINK_READY)' EXIT INT TERM; \
 	while [ ! -s $(SINK_READY) ]; do kill -0 $$sink 2>/dev/null || exit 1; sleep 0.05; done; \
 	$(BIN)/gateway --tokens $(DATA)/gateway.tokens --listen 127.0.0.1:$(GATEWAY_PORT) --nats-url nats://127.0.0.1:$(NATS_PORT) --log-format console & gateway=$$!; \
-	$(BIN)/mcp --http 127.0.0.1:$(MCP_PORT) --tokens $(DATA)/gateway.tokens --nats-url nats://127.0.0.1:$(NATS_PORT) & mcp=$$!; \
+	$(BIN)/mcp --http 127.0.0.1:$(MCP_PORT) --tokens $(DATA)/gateway.tokens --nats-url nats://127.0.0.1:$(NATS_PORT) --log-format console & mcp=$$!; \
 	$(BIN)/worker --tools $(RUN_TOOLS) --store-dir $(STORE_DIR) --listen 127.0.0.1:$(NATS_PORT) --log-format console
 
 # Every test, race detector on: unit, conformance (R1 and R3), fuzz seed
