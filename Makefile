@@ -1,4 +1,5 @@
-# idemgate — make run: a worker on an embedded JetStream; make test: every test.
+# idemgate — make run: a worker on an embedded JetStream; make test-short: the
+# fast tests, while editing; make test: every test, before landing.
 GO      ?= go
 BIN     ?= bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -46,6 +47,12 @@ run: build
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 12m ./...
+
+# The edit-test loop: vet, then go test -short, which skips the tests that take
+# ten seconds or more (README, Development); no race detector.
+test-short:
+	$(GO) vet ./...
+	$(GO) test -short -count=1 -timeout 6m ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
