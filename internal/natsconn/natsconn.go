@@ -225,7 +225,7 @@ func (f *Flags) Options(log *zap.Logger) ([]nats.Option, error) {
 			nats.ReconnectWait(ReconnectWait), nats.ReconnectJitter(ReconnectJitter, ReconnectJitterTLS))
 	}
 	if log != nil {
-		opts = append(opts, logEvents(log.With(zap.String("nats", f.Name)))...)
+		opts = append(opts, logEvents(log.With(zap.String("connection", f.Name)))...)
 	}
 	return opts, nil
 }
