@@ -1,4 +1,5 @@
-# idemgate — make run: a worker on an embedded JetStream; make test: every test.
+# idemgate — make run: a worker on an embedded JetStream; make test-short: the
+# fast tests, while editing; make test: every test, before landing.
 GO      ?= go
 BIN     ?= bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -42,7 +43,7 @@ run: build
 	trap 'kill $$sink $$gateway $$mcp 2>/dev/null; rm -f $(SINK_READY)' EXIT INT TERM; \
 	while [ ! -s $(SINK_READY) ]; do kill -0 $$sink 2>/dev/null || exit 1; sleep 0.05; done; \
 	$(BIN)/gateway --tokens $(DATA)/gateway.tokens --listen 127.0.0.1:$(GATEWAY_PORT) --nats-url nats://127.0.0.1:$(NATS_PORT) --worker-metrics http://127.0.0.1:$(ADMIN_PORT)/metrics --log-format console & gateway=$$!; \
-	$(BIN)/mcp --http 127.0.0.1:$(MCP_PORT) --tokens $(DATA)/gateway.tokens --nats-url nats://127.0.0.1:$(NATS_PORT) & mcp=$$!; \
+	$(BIN)/mcp --http 127.0.0.1:$(MCP_PORT) --tokens $(DATA)/gateway.tokens --nats-url nats://127.0.0.1:$(NATS_PORT) --log-format console & mcp=$$!; \
 	echo "operator console: http://127.0.0.1:$(GATEWAY_PORT)/console/ (log in with the token in $(DATA)/operator.token)"; \
 	$(BIN)/worker --tools $(RUN_TOOLS) --store-dir $(STORE_DIR) --listen 127.0.0.1:$(NATS_PORT) --admin-addr 127.0.0.1:$(ADMIN_PORT) --log-format console
 
@@ -51,6 +52,12 @@ run: build
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 12m ./...
+
+# The edit-test loop: vet, then go test -short, which skips the tests that take
+# ten seconds or more (README, Development); no race detector.
+test-short:
+	$(GO) vet ./...
+	$(GO) test -short -count=1 -timeout 6m ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -25,7 +26,9 @@ import (
 
 	"github.com/idemgate/idemgate/internal/auth"
 	"github.com/idemgate/idemgate/internal/envflag"
+	"github.com/idemgate/idemgate/internal/logging"
 	"github.com/idemgate/idemgate/internal/mcpgate"
+	"github.com/idemgate/idemgate/internal/natsconn"
 	"github.com/idemgate/idemgate/pkg/effects"
 )
 
@@ -410,21 +413,36 @@ func workerFlags(t *testing.T) map[string]bool {
 	return flags
 }
 
-// flagsOf are the flag names cmd/<command> defines, read from its source.
+// flagsOf are the flag names cmd/<command> defines, read from its source,
+// with the shared connection and log flags when it registers them (their
+// deprecated names left out: a shipped file uses the current ones).
 func flagsOf(t *testing.T, command string) map[string]bool {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join("..", "cmd", command, "*.go"))
 	require.NoError(t, err)
 	re := regexp.MustCompile(`fs\.\w+\(\s*(?:&[\w.]+,\s*)?"([a-z][a-z0-9-]*)"`)
 	flags := map[string]bool{}
+	shared := flag.NewFlagSet(command, flag.ContinueOnError)
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
 		}
-		for _, m := range re.FindAllStringSubmatch(readFile(t, f), -1) {
+		src := readFile(t, f)
+		for _, m := range re.FindAllStringSubmatch(src, -1) {
 			flags[m[1]] = true
 		}
+		if strings.Contains(src, "natsconn.Register(") && shared.Lookup("nats-url") == nil {
+			natsconn.Register(shared, natsconn.Defaults{})
+		}
+		if strings.Contains(src, "logging.Register(") && shared.Lookup("log-level") == nil {
+			logging.Register(shared, logging.Flags{})
+		}
 	}
+	shared.VisitAll(func(f *flag.Flag) {
+		if _, old := envflag.Deprecated(f); !old {
+			flags[f.Name] = true
+		}
+	})
 	require.GreaterOrEqual(t, len(flags), 10, "flags found in cmd/%s: %v", command, flags)
 	return flags
 }

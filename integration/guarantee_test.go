@@ -173,6 +173,7 @@ func lastDeliveryScene(t *testing.T, url, hookURL string, order int) (tools stri
 // effect fired keeps its result and records it once the ledger is back: the
 // operation fires once, and its caller gets the result.
 func TestLongLedgerOutageDoesNotFireTwice(t *testing.T) {
+	skipShort(t, "a ledger outage of over a minute")
 	t.Parallel()
 	port := freePort(t)
 	store := t.TempDir()

@@ -52,6 +52,15 @@ func TestMain(m *testing.M) {
 
 func bin(name string) string { return filepath.Join(binDir, name) }
 
+// skipShort skips a slow test (what it runs) under go test -short, the
+// edit-test loop's make test-short; make test runs it.
+func skipShort(t *testing.T, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: skipping %s (make test runs it)", what)
+	}
+}
+
 // jetStream starts a JetStream server in the test process (the workers are
 // separate processes and connect to it over TCP) and returns its URL.
 func jetStream(t *testing.T) string {

@@ -33,7 +33,7 @@ func TestSecureGateway(t *testing.T) {
 	forgot := g.do(t, http.MethodDelete, "/v1/operations/"+key, operator, "")
 	require.Equal(t, http.StatusOK, forgot.status, forgot.raw)
 
-	cmd := exec.Command(bin("submit"), "list", "--nats-url", s.url, "--tls-ca", s.ca.certPEM, "--nats-user", "operator", "--inbox-prefix", "_INBOX.operator")
+	cmd := exec.Command(bin("submit"), "list", "--nats-url", s.url, "--nats-tls-ca", s.ca.certPEM, "--nats-user", "operator", "--nats-inbox-prefix", "_INBOX.operator")
 	cmd.Env = append(cmd.Environ(), "IDEMGATE_NATS_PASSWORD="+s.password(t, "operator"))
 	out := runClient(t, cmd)
 	require.Equal(t, 0, out.code, out.stderr)
@@ -45,6 +45,6 @@ func TestSecureGateway(t *testing.T) {
 func startGatewayAs(t *testing.T, s *secureServer, user string) *gateway {
 	t.Helper()
 	g := startGatewayEnv(t, []string{"IDEMGATE_NATS_PASSWORD=" + s.password(t, user)},
-		"--nats-url", s.url, "--nats-tls-ca", s.ca.certPEM, "--nats-user", user, "--inbox-prefix", "_INBOX."+strings.ToLower(user))
+		"--nats-url", s.url, "--nats-tls-ca", s.ca.certPEM, "--nats-user", user, "--nats-inbox-prefix", "_INBOX."+strings.ToLower(user))
 	return g
 }

@@ -498,6 +498,7 @@ func mcpDoorTools(sink string) string {
 // make run serves the MCP server behind the tokens file it makes: no token
 // is refused, the agent token of data/agent.token is served.
 func TestMakeRunMCPTakesTheAgentToken(t *testing.T) {
+	skipShort(t, "make run (it builds every binary)")
 	t.Parallel()
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make is not installed")

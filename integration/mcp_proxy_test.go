@@ -108,7 +108,7 @@ func startProxy(t *testing.T) proxyBundle {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	m := startMCP(t, "proxy", []string{"--nats-url", b.url, "--http", addr, "--upstream", self}, nil)
 	m.waitLog(t, "mcp serving", 30*time.Second)
-	require.Contains(t, m.log.String(), "served=\"[balance charge]\"")
+	require.Contains(t, m.log.String(), `"served":["balance","charge"]`)
 	b.endpoint = "http://" + addr + "/mcp"
 	return b
 }

@@ -408,6 +408,7 @@ func ledgerAtomic(t *testing.T, js jetstream.JetStream) bool {
 
 // A worker started before its JetStream server waits for it, then serves.
 func TestWorkerStartsBeforeJetStream(t *testing.T) {
+	skipShort(t, "a worker started before its JetStream server")
 	t.Parallel()
 	port := freePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)

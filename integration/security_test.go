@@ -251,7 +251,7 @@ func (s *secureServer) startSecureWorker(t *testing.T, user string) *proc {
 	tools := writeTools(t, "tools:\n  echo:\n    effect: noop\n    key_args: all\n")
 	args := []string{
 		"--tools", tools, "--holder", user, "--log-level", "debug",
-		"--nats-url", s.url, "--tls-ca", s.ca.certPEM, "--nats-user", user, "--inbox-prefix", "_INBOX.worker",
+		"--nats-url", s.url, "--nats-tls-ca", s.ca.certPEM, "--nats-user", user, "--nats-inbox-prefix", "_INBOX.worker",
 	}
 	p := launchWorker(t, user, args, []string{"IDEMGATE_NATS_PASSWORD=" + s.password(t, user)})
 	p.waitLog(t, "worker consuming", 20*time.Second)
@@ -647,7 +647,7 @@ func TestSecureSubmitCommand(t *testing.T) {
 	s.startSecureWorker(t, "worker")
 	run := func(user string, args ...string) submitted {
 		t.Helper()
-		full := append(args, "--nats-url", s.url, "--tls-ca", s.ca.certPEM, "--nats-user", user, "--inbox-prefix", "_INBOX."+user, "--wait", "20s")
+		full := append(args, "--nats-url", s.url, "--nats-tls-ca", s.ca.certPEM, "--nats-user", user, "--nats-inbox-prefix", "_INBOX."+user, "--wait", "20s")
 		cmd := exec.Command(bin("submit"), full...)
 		cmd.Env = append(os.Environ(), "IDEMGATE_NATS_PASSWORD="+s.password(t, user))
 		return runClient(t, cmd)
@@ -656,8 +656,8 @@ func TestSecureSubmitCommand(t *testing.T) {
 	require.Equal(t, 0, first.code, first.stderr)
 	again := run("agent-1", "--tool", "echo", "--args", `{"via":"submit"}`)
 	require.Equal(t, 3, again.code, again.stderr)
-	wrongInbox := exec.Command(bin("submit"), "--tool", "echo", "--args", `{}`, "--nats-url", s.url, "--tls-ca", s.ca.certPEM,
-		"--nats-user", "agent-1", "--inbox-prefix", "_INBOX.agent-2", "--wait", "3s")
+	wrongInbox := exec.Command(bin("submit"), "--tool", "echo", "--args", `{}`, "--nats-url", s.url, "--nats-tls-ca", s.ca.certPEM,
+		"--nats-user", "agent-1", "--nats-inbox-prefix", "_INBOX.agent-2", "--wait", "3s")
 	wrongInbox.Env = append(os.Environ(), "IDEMGATE_NATS_PASSWORD="+s.password(t, "agent-1"))
 	require.Error(t, wrongInbox.Run(), "another user's inbox is refused")
 }

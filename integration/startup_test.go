@@ -65,6 +65,7 @@ func (r *makeRun) exited(t *testing.T, d time.Duration) string {
 // taken port, or on the first one's store, fails at once and says which;
 // the sink says "listening" only once it listens.
 func TestMakeRun(t *testing.T) {
+	skipShort(t, "make run (it builds every binary)")
 	t.Parallel()
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make is not installed")

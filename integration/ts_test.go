@@ -59,6 +59,7 @@ func tsClient(t *testing.T) string { return tsBuild.setup(t) }
 // the test when node or npm is missing outside CI.
 func (p *nodePackage) setup(t *testing.T) string {
 	t.Helper()
+	skipShort(t, "the "+p.what)
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") == "" {

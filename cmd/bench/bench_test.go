@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 // that each row has positive, finite figures. It asserts no speed: the bench
 // prints figures, and targets are read from them.
 func TestBenchShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping every bench scenario (make test runs it)")
+	}
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	cfg := config{
 		N: 300, DupLargeN: 600, DurableWarmup: 100, DurableFor: time.Second, Inflight: 128, Concurrency: 64, Workers: 1, Payload: 256,

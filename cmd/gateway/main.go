@@ -48,7 +48,6 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	var cfg httpapi.Config
-	var natsAuth natsconn.ClientAuth
 	fs.StringVar(&cfg.Addr, "listen", httpapi.DefaultAddr, "HTTP listen address; one that is not loopback needs --tls-cert and --tls-key, or --insecure-listen")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate to serve HTTPS with (with --tls-key)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "key of --tls-cert")
@@ -66,18 +65,10 @@ func run(args []string) error {
 	fs.IntVar(&cfg.ListMaxScan, "list-max-scan", httpapi.DefaultListMaxScan, "records one listing request reads at most")
 	workerMetrics := fs.String("worker-metrics", "", "comma-separated /metrics URLs of the workers (their --admin-addr), read for the console's rates; empty: no rates")
 	fs.DurationVar(&cfg.WorkerMetricsEvery, "worker-metrics-every", httpapi.DefaultWorkerMetricsEvery, "how often the console reads --worker-metrics (a chart bar's width)")
-	natsURL := fs.String("nats-url", nats.DefaultURL, "NATS server(s), comma separated (env NATS_URL)")
-	fs.StringVar(&natsAuth.Creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
-	fs.StringVar(&natsAuth.User, "nats-user", "", "NATS user; the password comes from the environment variable "+natsconn.PasswordEnv)
-	fs.StringVar(&natsAuth.NkeySeed, "nkey", "", "file holding the NATS user's nkey seed")
-	fs.StringVar(&natsAuth.TLSCA, "nats-tls-ca", "", "PEM file of the CAs that sign the NATS server's certificate (turns TLS on)")
-	fs.StringVar(&natsAuth.TLSCert, "nats-tls-cert", "", "client certificate for NATS servers that verify clients (with --nats-tls-key)")
-	fs.StringVar(&natsAuth.TLSKey, "nats-tls-key", "", "key of --nats-tls-cert")
-	fs.StringVar(&natsAuth.InboxPrefix, "inbox-prefix", "", "subject prefix of reply inboxes, as the gateway's NATS permissions allow (e.g. _INBOX.gateway)")
+	natsFlags := natsconn.Register(fs, natsconn.Defaults{URL: nats.DefaultURL, Name: "idemgate-gateway", Reconnect: true})
+	logFlags := logging.Register(fs, logging.Flags{})
 	prefix := fs.String("prefix", intent.DefaultPrefix, "names prefix of the installation")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long requests in progress may take to finish")
-	logFormat := fs.String("log-format", "json", "log format: json or console")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	configFile := fs.String("config", "", "a YAML file of settings (flag names to values); the command line and the environment win over it")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -85,7 +76,7 @@ func run(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (subcommand: token)", fs.Arg(0))
 	}
-	if err := envflag.Apply(fs, "IDEMGATE_GATEWAY", map[string]string{"nats-url": "NATS_URL", "creds": "NATS_CREDS"}); err != nil {
+	if err := envflag.Apply(fs, "IDEMGATE_GATEWAY", natsconn.EnvAliases); err != nil {
 		return err
 	}
 	if *configFile != "" {
@@ -106,23 +97,16 @@ func run(args []string) error {
 			cfg.WorkerMetrics = append(cfg.WorkerMetrics, u)
 		}
 	}
-	log, err := logging.New(*logFormat, *logLevel)
+	log, err := logFlags.Logger()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
 	cfg.Log = log
 
-	natsAuth.Password = os.Getenv(natsconn.PasswordEnv)
-	nopts, err := natsAuth.Options()
+	nc, err := natsFlags.Connect(log)
 	if err != nil {
 		return err
-	}
-	nopts = append(nopts, nats.Name("idemgate-gateway"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
-		nats.ReconnectWait(250*time.Millisecond))
-	nc, err := nats.Connect(*natsURL, nopts...)
-	if err != nil {
-		return fmt.Errorf("connect %s: %w", *natsURL, err)
 	}
 	defer nc.Close()
 	cl, err := client.New(nc, client.WithPrefix(*prefix))
@@ -140,7 +124,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info("gateway listening", zap.String("url", srv.Scheme()+"://"+ln.Addr().String()),
-		zap.String("nats", *natsURL), zap.Int("tokens", ts.Len()))
+		zap.String("nats", natsFlags.URL), zap.Int("tokens", ts.Len()))
 	log.Info("operator console", zap.String("url", srv.Scheme()+"://"+ln.Addr().String()+httpapi.ConsolePath),
 		zap.String("login", "paste an operator token"))
 	if err := srv.Serve(ctx, ln, *drain); err != nil {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -17,16 +16,18 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/internal/auth"
 	"github.com/idemgate/idemgate/internal/envflag"
+	"github.com/idemgate/idemgate/internal/logging"
 	"github.com/idemgate/idemgate/internal/mcpgate"
 	"github.com/idemgate/idemgate/internal/natsconn"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "mcp:", err)
 		os.Exit(1)
 	}
@@ -35,12 +36,11 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	var (
-		cfg      mcpgate.Config
-		natsAuth natsconn.ClientAuth
-		natsURL  = fs.String("nats-url", nats.DefaultURL, "NATS server(s) of the workers, comma separated (env NATS_URL)")
-		httpAddr = fs.String("http", "", "serve streamable HTTP on this address at "+mcpgate.HTTPPath+", e.g. 127.0.0.1:8081 (default: stdio); an address that is not loopback needs --tokens")
-		tokens   = fs.String("tokens", "", "HTTP: the tokens file of the HTTP front door ('<sha256-hex> <agent|operator> <namespace> [name]' per line; gateway token makes one): every request needs Authorization: Bearer <token>, whose namespace scopes its sessions (default: none, loopback only)")
-		logLevel = fs.String("log-level", "info", "log level (to stderr): debug, info, warn, error")
+		cfg       mcpgate.Config
+		natsFlags = natsconn.Register(fs, natsconn.Defaults{URL: nats.DefaultURL, Name: "idemgate-mcp", Reconnect: true, OldTLSNames: true})
+		logFlags  = logging.Register(fs, logging.Flags{})
+		httpAddr  = fs.String("http", "", "serve streamable HTTP on this address at "+mcpgate.HTTPPath+", e.g. 127.0.0.1:8081 (default: stdio); an address that is not loopback needs --tokens")
+		tokens    = fs.String("tokens", "", "HTTP: the tokens file of the HTTP front door ('<sha256-hex> <agent|operator> <namespace> [name]' per line; gateway token makes one): every request needs Authorization: Bearer <token>, whose namespace scopes its sessions (default: none, loopback only)")
 	)
 	fs.StringVar(&cfg.Prefix, "prefix", intent.DefaultPrefix, "names prefix of the installation")
 	fs.StringVar(&cfg.Session, "session", "", "session scoping the keys of calls that name none (no io.idemgate/session _meta, no Idem-Session header); default: one scope for all")
@@ -53,17 +53,10 @@ func run(args []string) error {
 	fs.IntVar(&cfg.MaxCalls, "max-calls", mcpgate.DefaultMaxCalls, "HTTP: calls in progress at once, all callers together (429 over it)")
 	fs.IntVar(&cfg.MaxCallsPerToken, "max-calls-per-token", mcpgate.DefaultMaxCallsPerToken, "HTTP: calls one token may have in progress (429 over it)")
 	fs.DurationVar(&cfg.SessionIdle, "session-idle", mcpgate.DefaultSessionIdle, "HTTP: an MCP session with no request for this long is closed")
-	fs.StringVar(&natsAuth.Creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
-	fs.StringVar(&natsAuth.User, "nats-user", "", "NATS user; the password comes from the environment variable "+natsconn.PasswordEnv)
-	fs.StringVar(&natsAuth.NkeySeed, "nkey", "", "file holding the NATS user's nkey seed")
-	fs.StringVar(&natsAuth.TLSCA, "tls-ca", "", "PEM file of the CAs that sign the NATS server's certificate (turns TLS on)")
-	fs.StringVar(&natsAuth.TLSCert, "tls-cert", "", "client certificate, for servers that verify clients (with --tls-key)")
-	fs.StringVar(&natsAuth.TLSKey, "tls-key", "", "key of --tls-cert")
-	fs.StringVar(&natsAuth.InboxPrefix, "inbox-prefix", "", "subject prefix of reply inboxes, as this user's permissions allow")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := envflag.Apply(fs, "IDEMGATE", map[string]string{"nats-url": "NATS_URL", "creds": "NATS_CREDS"}); err != nil {
+	if err := envflag.Apply(fs, "IDEMGATE", natsconn.EnvAliases); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -83,22 +76,16 @@ func run(args []string) error {
 	} else if cfg.Tokens != nil {
 		return errors.New("--tokens is for --http: stdio is a local transport of the parent process and takes no token")
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
-	}
-	// stdout carries the protocol over stdio: the log goes to stderr.
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-
-	natsAuth.Password = os.Getenv(natsconn.PasswordEnv)
-	nopts, err := natsAuth.Options()
+	log, err := logFlags.Logger()
 	if err != nil {
 		return err
 	}
-	nopts = append(nopts, nats.Name("idemgate-mcp"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.ReconnectWait(250*time.Millisecond))
-	nc, err := nats.Connect(*natsURL, nopts...)
+	defer func() { _ = log.Sync() }()
+	cfg.Logger = log
+
+	nc, err := natsFlags.Connect(log)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", *natsURL, err)
+		return err
 	}
 	defer nc.Close()
 	g, err := mcpgate.New(nc, cfg)
@@ -110,14 +97,14 @@ func run(args []string) error {
 	defer stop()
 	lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	if err := g.Load(lctx); err != nil {
-		cfg.Logger.Warn("no tool catalogue yet: serving without the workers' tools until it answers", "err", err)
+		log.Warn("no tool catalogue yet: serving without the workers' tools until it answers", zap.Error(err))
 	}
 	cancel()
-	cfg.Logger.Info("tools", "served", g.Tools())
+	log.Info("tools", zap.Strings("served", g.Tools()))
 	if *httpAddr == "" {
 		return g.ServeStdio(ctx)
 	}
 	return g.ServeHTTP(ctx, *httpAddr, 10*time.Second, func(a net.Addr) {
-		cfg.Logger.Info("mcp serving", "url", fmt.Sprintf("http://%s%s", a, mcpgate.HTTPPath), "tokens", cfg.Tokens.Len())
+		log.Info("mcp serving", zap.String("url", fmt.Sprintf("http://%s%s", a, mcpgate.HTTPPath)), zap.Int("tokens", cfg.Tokens.Len()))
 	})
 }

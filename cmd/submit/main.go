@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/internal/envflag"
+	"github.com/idemgate/idemgate/internal/logging"
 	"github.com/idemgate/idemgate/internal/natsconn"
 	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -42,19 +44,15 @@ func main() {
 
 // common are the flags every subcommand takes.
 type common struct {
-	natsURL, prefix string
-	auth            natsconn.ClientAuth
+	prefix string
+	nats   *natsconn.Flags
+	log    *logging.Flags
+	logger *zap.Logger // built by parse
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.natsURL, "nats-url", nats.DefaultURL, "NATS server(s), comma separated (env NATS_URL)")
-	fs.StringVar(&c.auth.Creds, "creds", "", "NATS credentials file (env NATS_CREDS)")
-	fs.StringVar(&c.auth.User, "nats-user", "", "NATS user; the password comes from the environment variable "+natsconn.PasswordEnv)
-	fs.StringVar(&c.auth.NkeySeed, "nkey", "", "file holding the NATS user's nkey seed")
-	fs.StringVar(&c.auth.TLSCA, "tls-ca", "", "PEM file of the CAs that sign the NATS server's certificate (turns TLS on)")
-	fs.StringVar(&c.auth.TLSCert, "tls-cert", "", "client certificate, for servers that verify clients (with --tls-key)")
-	fs.StringVar(&c.auth.TLSKey, "tls-key", "", "key of --tls-cert")
-	fs.StringVar(&c.auth.InboxPrefix, "inbox-prefix", "", "subject prefix of reply inboxes, as this user's permissions allow (e.g. _INBOX.agent-1)")
+	c.nats = natsconn.Register(fs, natsconn.Defaults{URL: nats.DefaultURL, Name: "idemgate-submit", Timeout: 5 * time.Second, OldTLSNames: true})
+	c.log = logging.Register(fs, logging.Flags{Level: "warn", Format: "console"})
 	fs.StringVar(&c.prefix, "prefix", intent.DefaultPrefix, "names prefix of the installation")
 }
 
@@ -81,20 +79,20 @@ func (c *common) parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
 		return err
 	}
-	return envflag.Apply(fs, "IDEMGATE", map[string]string{"nats-url": "NATS_URL", "creds": "NATS_CREDS"}, "force", "yes")
+	if err := envflag.Apply(fs, "IDEMGATE", natsconn.EnvAliases, "force", "yes"); err != nil {
+		return err
+	}
+	var err error
+	c.logger, err = c.log.Logger()
+	return err
 }
 
+// connect connects to NATS; the connection's troubles (a permissions
+// violation among them) are logged to stderr.
 func (c *common) connect() (*nats.Conn, *client.Client, error) {
-	opts := []nats.Option{nats.Name("idemgate-submit"), nats.Timeout(5 * time.Second)}
-	c.auth.Password = os.Getenv(natsconn.PasswordEnv)
-	auth, err := c.auth.Options()
+	nc, err := c.nats.Connect(c.logger)
 	if err != nil {
 		return nil, nil, err
-	}
-	opts = append(opts, auth...)
-	nc, err := nats.Connect(c.natsURL, opts...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect %s: %w", c.natsURL, err)
 	}
 	cl, err := client.New(nc, client.WithPrefix(c.prefix))
 	if err != nil {

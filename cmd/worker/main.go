@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -75,14 +76,8 @@ func run(args []string) error {
 	var (
 		toolsFile   = fs.String("tools", "tools.yaml", "tools file (YAML)")
 		checkConfig = fs.Bool("check-config", false, "validate the tools file and exit")
-		natsURL     = fs.String("nats-url", "", "external NATS server(s), comma separated; empty runs an embedded JetStream (env NATS_URL)")
-		creds       = fs.String("creds", "", "NATS credentials file (env NATS_CREDS)")
-		natsUser    = fs.String("nats-user", "", "NATS user; the password comes from the environment variable "+natsconn.PasswordEnv+", never a flag")
-		nkeySeed    = fs.String("nkey", "", "file holding the NATS user's nkey seed")
-		tlsCA       = fs.String("tls-ca", "", "PEM file of the CAs that sign the NATS server's certificate (turns TLS on)")
-		tlsCert     = fs.String("tls-cert", "", "client certificate for NATS servers that verify clients (with --tls-key)")
-		tlsKey      = fs.String("tls-key", "", "key of --tls-cert")
-		inboxPrefix = fs.String("inbox-prefix", "", "subject prefix of this worker's reply inboxes, as its NATS permissions allow (e.g. _INBOX.worker; default _INBOX)")
+		natsFlags   = natsconn.Register(fs, natsconn.Defaults{URLHelp: "; empty runs an embedded JetStream", Name: "idemgate-worker", Reconnect: true, OldTLSNames: true})
+		logFlags    = logging.Register(fs, logging.Flags{})
 		serverConf  = fs.String("server-config", "", "nats-server config file for the embedded server: accounts, users, TLS (see deployments/nats/secure); --listen, --store-dir and --sync override it")
 		replyPrefix = fs.String("reply-prefixes", worker.DefaultReplyPrefix, "comma-separated subject prefixes an intent's Idem-Reply-To may name; answers are never published elsewhere")
 		hookAllow   = fs.String("webhook-allow", "", "comma-separated CIDRs every webhook and mcp url upstream may reach besides public addresses, e.g. 127.0.0.0/8 (per tool or upstream: allow_private)")
@@ -90,8 +85,6 @@ func run(args []string) error {
 		listen      = fs.String("listen", "127.0.0.1:4222", "embedded JetStream client address for other processes")
 		syncPolicy  = fs.String("sync", natsrv.SyncAlways, "embedded store fsync: always (durable: sync before ack), lazy (server default, flush every 2m), or an interval like 100ms")
 		drain       = fs.Duration("drain-timeout", worker.DefaultDrainTimeout, "on SIGTERM, how long effects in flight may run before they are cancelled")
-		logFormat   = fs.String("log-format", "json", "log format: json or console")
-		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn, error")
 		configFile  = fs.String("config", "", "a YAML file of settings (flag names to values); the command line and the environment win over it (env IDEMGATE_CONFIG)")
 		adminAddr   = fs.String("admin-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (empty: off)")
 		auditKey    = fs.String("audit-key", "", "file of the Ed25519 key (PKCS #8 PEM) this worker signs its audit trail and receipts with; made on first start when missing (default: audit.key beside --store-dir's directory, e.g. data/audit.key)")
@@ -123,7 +116,9 @@ func run(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := envflag.Apply(fs, "IDEMGATE", map[string]string{"nats-url": "NATS_URL", "creds": "NATS_CREDS", "otlp-endpoint": "OTEL_EXPORTER_OTLP_ENDPOINT"}); err != nil {
+	envAliases := maps.Clone(natsconn.EnvAliases)
+	envAliases["otlp-endpoint"] = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	if err := envflag.Apply(fs, "IDEMGATE", envAliases); err != nil {
 		return err
 	}
 	if *configFile != "" {
@@ -147,7 +142,7 @@ func run(args []string) error {
 	switch {
 	case cfg.LedgerBatch == 0:
 		cfg.LedgerBatch = worker.NoLedgerBatch // 0 on the command line: off
-	case !batchSet && *natsURL == "" && *syncPolicy != natsrv.SyncAlways:
+	case !batchSet && natsFlags.URL == "" && *syncPolicy != natsrv.SyncAlways:
 		// An embedded store that does not sync every write: the group
 		// commit's fixed cost per batch would buy nothing.
 		cfg.LedgerBatch = worker.NoLedgerBatch
@@ -180,22 +175,21 @@ func run(args []string) error {
 		fmt.Println()
 		return tools.Close()
 	}
-	log, err := logging.New(*logFormat, *logLevel)
+	log, err := logFlags.Logger()
 	if err != nil {
 		return err
+	}
+	if err := natsFlags.Validate(); err != nil {
+		return err // before an embedded server starts
 	}
 	defer func() { _ = log.Sync() }()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	// A worker may start before its server: connect in the background and
-	// let setup wait for JetStream.
-	url, nopts := *natsURL, []nats.Option{nats.Name("idemgate-worker"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
-		// Back quickly after a server restart: a holder must extend its lease
-		// (or record its outcome) before another worker confirms it gone.
-		nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectJitter(100*time.Millisecond, 250*time.Millisecond)}
-	if url == "" {
+	// A worker may start before its server: it connects in the background
+	// (natsconn.Flags.Reconnect) and setup waits for JetStream.
+	if natsFlags.URL == "" {
 		srv, err := natsrv.Start(natsrv.Config{StoreDir: *storeDir, Listen: *listen, Sync: *syncPolicy, ConfigFile: *serverConf})
 		switch {
 		case errors.Is(err, natsrv.ErrAddrInUse):
@@ -210,20 +204,12 @@ func run(args []string) error {
 		// hands every message between goroutines, and the worker's seven
 		// messages per intent went 16% slower through it
 		// (docs/performance.md).
-		url = srv.ClientURL()
-		log.Info("embedded JetStream", zap.String("url", url), zap.String("store_dir", *storeDir), zap.String("sync", *syncPolicy))
+		natsFlags.URL = srv.ClientURL()
+		log.Info("embedded JetStream", zap.String("url", natsFlags.URL), zap.String("store_dir", *storeDir), zap.String("sync", *syncPolicy))
 	}
-	auth, err := natsconn.ClientAuth{
-		Creds: *creds, NkeySeed: *nkeySeed, User: *natsUser, Password: os.Getenv(natsconn.PasswordEnv),
-		TLSCA: *tlsCA, TLSCert: *tlsCert, TLSKey: *tlsKey, InboxPrefix: *inboxPrefix,
-	}.Options()
+	nc, err := natsFlags.Connect(log)
 	if err != nil {
 		return err
-	}
-	nopts = append(nopts, auth...)
-	nc, err := nats.Connect(url, nopts...)
-	if err != nil {
-		return fmt.Errorf("connect %s: %w", url, err)
 	}
 	defer nc.Close()
 

@@ -16,25 +16,44 @@ func Name(prefix, name string) string {
 }
 
 // Apply sets every flag of fs that was not given on the command line from its
-// environment variable (see Name), and from the extra aliases (flag name →
-// variable, e.g. "nats-url" → "NATS_URL") when that is unset. The flags
-// named in commandLineOnly are never taken from the environment: a flag that
-// confirms a dangerous act (forget --force, approve --yes) must be typed for
-// that one command, not left set in a shell for every later one. Call it
+// environment variable (see Name), then from the variables of its deprecated
+// names (see Deprecate), then from the extra aliases (flag name → variable,
+// e.g. "nats-url" → "NATS_URL"). The flags named in commandLineOnly are
+// never taken from the environment: a flag that confirms a dangerous act
+// (forget --force, approve --yes) must be typed for that one command, not
+// left set in a shell for every later one. Every deprecated name given, on
+// the command line or as a variable, is warned about on fs.Output(). Call it
 // after fs.Parse.
 func Apply(fs *flag.FlagSet, prefix string, aliases map[string]string, commandLineOnly ...string) error {
 	set := map[string]bool{}
 	for _, name := range commandLineOnly {
 		set[name] = true
 	}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.Visit(func(f *flag.Flag) {
+		set[f.Name] = true
+		if name, ok := Deprecated(f); ok {
+			warnDeprecated(fs, "--"+f.Name, "--"+name)
+		}
+	})
+	olds := oldNames(fs)
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || err != nil {
+		if _, old := Deprecated(f); old || set[f.Name] || err != nil {
 			return
 		}
 		env := Name(prefix, f.Name)
 		v, ok := os.LookupEnv(env)
+		for _, old := range olds[f.Name] {
+			oldEnv := Name(prefix, old)
+			ov, oldSet := os.LookupEnv(oldEnv)
+			if !oldSet {
+				continue
+			}
+			warnDeprecated(fs, oldEnv, env)
+			if !ok {
+				env, v, ok = oldEnv, ov, true
+			}
+		}
 		if !ok && aliases[f.Name] != "" {
 			env = aliases[f.Name]
 			v, ok = os.LookupEnv(env)
@@ -47,4 +66,15 @@ func Apply(fs *flag.FlagSet, prefix string, aliases map[string]string, commandLi
 		}
 	})
 	return err
+}
+
+// oldNames are the deprecated names of the flags of fs, by flag.
+func oldNames(fs *flag.FlagSet) map[string][]string {
+	olds := map[string][]string{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if name, ok := Deprecated(f); ok {
+			olds[name] = append(olds[name], f.Name)
+		}
+	})
+	return olds
 }

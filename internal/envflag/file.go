@@ -15,7 +15,9 @@ import (
 // config file: a mapping of flag names (dashes or underscores) to values; a
 // list becomes a comma-separated value. Unknown names and bad values are
 // errors with the file's line. The precedence is therefore: command line,
-// environment, config file, default.
+// environment, config file, default. A deprecated name (Deprecate) sets its
+// flag unless the file names the flag too, and is warned about on
+// fs.Output().
 func ApplyFile(fs *flag.FlagSet, path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -34,13 +36,25 @@ func ApplyFile(fs *flag.FlagSet, path string) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	inFile := map[string]bool{}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		inFile[strings.ReplaceAll(root.Content[i].Value, "_", "-")] = true
+	}
 	var errs []error
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		name := strings.ReplaceAll(k.Value, "_", "-")
-		if fs.Lookup(name) == nil {
+		f := fs.Lookup(name)
+		if f == nil {
 			errs = append(errs, fmt.Errorf("%s:%d: unknown setting %q (the settings are the flags: see --help)", path, k.Line, k.Value))
 			continue
+		}
+		if newName, old := Deprecated(f); old {
+			warnDeprecated(fs, fmt.Sprintf("%s:%d: %s", path, k.Line, k.Value), newName)
+			if inFile[newName] {
+				continue // the new name wins
+			}
+			name = newName
 		}
 		if set[name] {
 			continue

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -201,7 +202,7 @@ func (g *Gate) progress(ctx context.Context, done <-chan struct{}, ss *mcp.Serve
 			Message:       fmt.Sprintf("operation %s still running after %s", key, time.Since(start).Round(time.Second)),
 		})
 		if err != nil {
-			g.cfg.Logger.Debug("progress notification", "key", key, "err", err)
+			g.cfg.Logger.Debug("progress notification", zap.String("key", key), zap.Error(err))
 		}
 	}
 }

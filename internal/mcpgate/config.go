@@ -3,9 +3,10 @@ package mcpgate
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/internal/auth"
 	"github.com/idemgate/idemgate/pkg/effects"
@@ -101,8 +102,9 @@ type Config struct {
 	// this long; its client must initialize a new one. Default
 	// DefaultSessionIdle.
 	SessionIdle time.Duration
-	// Logger receives the gate's log. Default: discard.
-	Logger *slog.Logger
+	// Logger receives the gate's log, the MCP SDK's included. Default:
+	// discard.
+	Logger *zap.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -134,7 +136,7 @@ func (c *Config) setDefaults() {
 		c.SessionIdle = DefaultSessionIdle
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = zap.NewNop()
 	}
 }
 

@@ -91,7 +91,7 @@ func newDoor(g *Gate) *door {
 		d.resource, _ = url.Parse(g.cfg.ResourceURL) // validated
 	}
 	streamable := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, &mcp.StreamableHTTPOptions{
-		Logger:         g.cfg.Logger,
+		Logger:         sdkLogger(g.cfg.Logger),
 		SessionTimeout: g.cfg.SessionIdle,
 	})
 	d.mcp = streamable

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/pkg/client"
 )
@@ -50,7 +51,7 @@ func New(nc *nats.Conn, cfg Config) (*Gate, error) {
 	g := &Gate{cfg: cfg, nc: nc, cl: cl, served: map[string]*served{}}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "idemgate", Title: "idemgate", Version: Version}, &mcp.ServerOptions{
 		Instructions: instructions,
-		Logger:       cfg.Logger,
+		Logger:       sdkLogger(cfg.Logger),
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 	})
 	g.addStatusTool()
@@ -113,12 +114,12 @@ func (g *Gate) Refresh(ctx context.Context) error {
 			continue // proxy mode: another upstream's, or no upstream's
 		}
 		if info.Name == StatusTool {
-			g.cfg.Logger.Warn("a catalogue tool has the status tool's name; not served", "tool", info.Name)
+			g.cfg.Logger.Warn("a catalogue tool has the status tool's name; not served", zap.String("tool", info.Name))
 			continue
 		}
 		s, err := newServed(info)
 		if err != nil {
-			g.cfg.Logger.Warn("tool not served", "tool", info.Name, "err", err)
+			g.cfg.Logger.Warn("tool not served", zap.String("tool", info.Name), zap.Error(err))
 			continue
 		}
 		next[info.Name] = s
@@ -142,7 +143,7 @@ func (g *Gate) Refresh(ctx context.Context) error {
 		}
 		changed = true
 		if err := g.addTool(s); err != nil {
-			g.cfg.Logger.Warn("tool not served", "tool", name, "err", err)
+			g.cfg.Logger.Warn("tool not served", zap.String("tool", name), zap.Error(err))
 			delete(next, name)
 		}
 	}
@@ -156,11 +157,11 @@ func (g *Gate) Refresh(ctx context.Context) error {
 			return fmt.Errorf("mcpgate: %w", err)
 		}
 		g.cl = cl
-		g.cfg.Logger.Info("tools from the catalogue", "tools", len(next), "withdrawn", len(gone))
+		g.cfg.Logger.Info("tools from the catalogue", zap.Int("tools", len(next)), zap.Int("withdrawn", len(gone)))
 	}
 	g.served = next
 	if g.cfg.Upstream != "" && len(next) == 0 {
-		g.cfg.Logger.Warn("the workers serve no tool of the upstream: list it under mcp_upstreams in their tools file", "upstream", g.cfg.Upstream)
+		g.cfg.Logger.Warn("the workers serve no tool of the upstream: list it under mcp_upstreams in their tools file", zap.String("upstream", g.cfg.Upstream))
 	}
 	return nil
 }
@@ -189,7 +190,7 @@ func (g *Gate) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 		if err := g.Refresh(ctx); err != nil && ctx.Err() == nil {
-			g.cfg.Logger.Warn("read the tool catalogue", "err", err)
+			g.cfg.Logger.Warn("read the tool catalogue", zap.Error(err))
 		}
 	}
 }

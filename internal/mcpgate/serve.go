@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
 )
 
 // HTTPPath is where ServeHTTP serves the streamable HTTP transport.
@@ -31,7 +32,7 @@ func (g *Gate) Load(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		g.cfg.Logger.Info("waiting for the workers' tool catalogue", "err", err)
+		g.cfg.Logger.Info("waiting for the workers' tool catalogue", zap.Error(err))
 		select {
 		case <-ctx.Done():
 			return err

@@ -38,9 +38,7 @@ authorization { users: [{user: w, password: pw}] }
 
 	_, err = nats.Connect(s.ClientURL())
 	require.ErrorIs(t, err, nats.ErrAuthorization, "anonymous clients are refused")
-	opts, err := natsconn.ClientAuth{User: "w", Password: "pw", InboxPrefix: "_INBOX.w"}.Options()
-	require.NoError(t, err)
-	nc, err := nats.Connect(s.ClientURL(), opts...)
+	nc, err := (&natsconn.Flags{URL: s.ClientURL(), User: "w", Password: "pw", InboxPrefix: "_INBOX.w", Timeout: time.Second}).Connect(nil)
 	require.NoError(t, err)
 	nc.Close()
 
