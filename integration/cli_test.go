@@ -119,8 +119,11 @@ func TestSubmitWatchAndApprove(t *testing.T) {
 	parked := submit(t, url, "--tool", "refund", "--args", `{"order_id":"o-77","amount_cents":1200}`, "--wait", "30s")
 	require.Equal(t, 6, parked.code, parked.stdout+parked.stderr)
 
+	watching := ledgerWatches(t, t.Context(), url, ledgerKey(t, parked.res.Key))
 	watched := make(chan submitted, 1)
 	go func() { watched <- submit(t, url, "watch", parked.res.Key, "--wait", "60s") }()
+	// Decide only once the watch waits: it must see awaiting_approval first.
+	until(t, "submit watch watches the key", func() bool { return watching() == 1 })
 
 	noTTY := submit(t, url, "approve", parked.res.Key)
 	require.Equal(t, 1, noTTY.code, "no terminal, no --yes: refused: %s", noTTY.stdout)

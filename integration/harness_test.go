@@ -151,6 +151,21 @@ func (p *proc) waitLog(t *testing.T, text string, stall time.Duration) {
 	}
 }
 
+// until polls cond until it holds, as long as the test may run: for a
+// state the system reaches by itself, whatever the machine's load.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("never happened: %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
 // kill ends the process with SIGKILL and waits for it.
 func (p *proc) kill() {
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
