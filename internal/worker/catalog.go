@@ -21,7 +21,7 @@ func (w *Worker) catalog() intent.Catalog {
 		info := intent.ToolInfo{
 			Name:          t.Name,
 			Effect:        t.Kind,
-			Class:         string(t.Policy.Class),
+			Class:         t.Policy.Class,
 			SafeToRetry:   t.Policy.SafeToRetry(),
 			Ledger:        t.Policy.Ledger,
 			KeyArgs:       t.KeySpec.KeyArgs,
@@ -33,9 +33,9 @@ func (w *Worker) catalog() intent.Catalog {
 			Destructive:   t.IsDestructive(),
 		}
 		if t.Policy.Approval {
-			info.Approval, info.Approver = "required", "operator"
+			info.Approval, info.Approver = intent.ApprovalRequired, intent.ApproverOperator
 			if t.Policy.UserApproves {
-				info.Approver = "user"
+				info.Approver = intent.ApproverUser
 			}
 		}
 		if t.Policy.Ledger {
@@ -45,7 +45,7 @@ func (w *Worker) catalog() intent.Catalog {
 			info.Upstream, info.UpstreamTool = m.Upstream().String(), m.UpstreamTool()
 		}
 		if t.Policy.Ledger {
-			info.OnAbandoned = string(t.Policy.OnAbandoned)
+			info.OnAbandoned = t.Policy.OnAbandoned
 		}
 		cat.Tools = append(cat.Tools, info)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/google/jsonschema-go/jsonschema"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // The fields that describe a tool to agents (docs/tools.md, "Describing a
@@ -27,14 +29,14 @@ func parseDescription(s *section, t *Tool) {
 	}
 	if s.Has("destructive") {
 		d := s.Bool("destructive", true)
-		if t.Policy.Class == ClassRead {
+		if t.Policy.Class == intent.ClassRead {
 			s.Invalid("destructive", "a read never changes anything", "remove destructive, or declare class: idempotent or unsafe")
 		}
 		t.Destructive = &d
 	}
-	switch a := s.String("approver", "operator"); a {
-	case "operator":
-	case "user":
+	switch a := intent.Approver(s.String("approver", string(intent.ApproverOperator))); a {
+	case intent.ApproverOperator:
+	case intent.ApproverUser:
 		t.Policy.UserApproves = true
 	default:
 		s.Invalid("approver", fmt.Sprintf("unknown approver %q", a), "use operator or user")
@@ -110,5 +112,5 @@ func (t *Tool) IsDestructive() bool {
 	if t.Destructive != nil {
 		return *t.Destructive
 	}
-	return t.Policy.Class != ClassRead
+	return t.Policy.Class != intent.ClassRead
 }

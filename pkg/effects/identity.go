@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // requireIdentity reports an unsafe tool whose key a model can choose: one
@@ -21,10 +23,10 @@ import (
 // refused invalid_intent), or key_args: all, which says that every argument
 // is part of the operation's identity.
 func requireIdentity(s *section, t *Tool, entry string) {
-	if t.Policy.Class != ClassUnsafe || s.Has("key_args") {
+	if t.Policy.Class != intent.ClassUnsafe || s.Has("key_args") {
 		return // key_args is a list, all, or a problem reported already
 	}
-	if f, ok := s.fields["class"]; ok && resolve(f.val).Value != string(ClassUnsafe) {
+	if f, ok := s.fields["class"]; ok && resolve(f.val).Value != string(intent.ClassUnsafe) {
 		return // an unknown class, reported already
 	}
 	if s.Has("schema") && t.Schema == nil {

@@ -14,9 +14,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemgate/idemgate/pkg/intent"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // KindMCP is the effect kind of a tool served by another MCP server (an

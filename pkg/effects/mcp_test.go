@@ -20,6 +20,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // testUpstream is an MCP server over streamable HTTP with a counting
@@ -98,14 +100,14 @@ tools:
 
 	charge, _ := reg.Lookup("charge")
 	require.Equal(t, KindMCP, charge.Kind)
-	require.Equal(t, ClassUnsafe, charge.Policy.Class)
+	require.Equal(t, intent.ClassUnsafe, charge.Policy.Class)
 	require.True(t, charge.Policy.Approval, "overridden")
 	require.Equal(t, []string{"order"}, charge.KeySpec.KeyArgs)
 	require.Equal(t, "Charge a card.", charge.Description)
 	require.True(t, charge.IsDestructive())
 	require.Equal(t, u.http.URL, charge.Effect.(*MCP).Upstream().String())
 	decline, _ := reg.Lookup("decline")
-	require.Equal(t, ClassIdempotent, decline.Policy.Class)
+	require.Equal(t, intent.ClassIdempotent, decline.Policy.Class)
 	require.False(t, decline.IsDestructive())
 	lookup, _ := reg.Lookup("lookup")
 	require.Equal(t, "noop", lookup.Kind)
@@ -322,11 +324,11 @@ func TestMCPUpstreamHintsDoNotSetTheClass(t *testing.T) {
 	reg, err := Parse([]byte("mcp_upstreams:\n  up:\n    url: "+hs.URL+"\n    tools:\n      peek_pinned: {class: read}\n"), loopback)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = reg.Close() })
-	for name, want := range map[string]Class{"peek": ClassUnsafe, "touch": ClassUnsafe, "peek_pinned": ClassRead} {
+	for name, want := range map[string]intent.Class{"peek": intent.ClassUnsafe, "touch": intent.ClassUnsafe, "peek_pinned": intent.ClassRead} {
 		tool, ok := reg.Lookup(name)
 		require.True(t, ok, name)
 		require.Equal(t, want, tool.Policy.Class, name)
-		require.Equal(t, want != ClassRead, tool.Policy.Ledger, name)
+		require.Equal(t, want != intent.ClassRead, tool.Policy.Ledger, name)
 	}
 	var warns []string
 	for _, w := range reg.Warnings() {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 func TestPolicyParse(t *testing.T) {
@@ -20,11 +22,11 @@ func TestPolicyParse(t *testing.T) {
 `))
 	require.NoError(t, err)
 	want := map[string]Policy{
-		"lookup":     {Class: ClassRead, Ledger: false, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: AbandonRetry},
-		"set_status": {Class: ClassIdempotent, Ledger: true, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: AbandonRetry},
-		"set_flag":   {Class: ClassIdempotent, Ledger: false, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: AbandonRetry},
+		"lookup":     {Class: intent.ClassRead, Ledger: false, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry},
+		"set_status": {Class: intent.ClassIdempotent, Ledger: true, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry},
+		"set_flag":   {Class: intent.ClassIdempotent, Ledger: false, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry},
 		"plain":      DefaultPolicy(),
-		"charge":     {Class: ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: 15 * time.Minute, OnAbandoned: AbandonHold, MaxInFlight: 4},
+		"charge":     {Class: intent.ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: 15 * time.Minute, OnAbandoned: intent.AbandonHold, MaxInFlight: 4},
 	}
 	for name, p := range want {
 		tool, ok := reg.Lookup(name)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // DefaultUpstreamListTimeout bounds listing an upstream's tools.
@@ -139,7 +141,7 @@ func (u *upstream) list(c *collector) error {
 // which it may change at any listing, and a class decides whether the
 // ledger is used at all, so only the tools file sets it.
 func (u *upstream) synthesize(mt *mcp.Tool, ov field, hasOv bool) *yaml.Node {
-	class, destructive := ClassUnsafe, true
+	class, destructive := intent.ClassUnsafe, true
 	if a := mt.Annotations; a != nil && a.DestructiveHint != nil {
 		destructive = *a.DestructiveHint
 	}
@@ -167,14 +169,14 @@ func (u *upstream) synthesize(mt *mcp.Tool, ov field, hasOv bool) *yaml.Node {
 		}
 	}
 	set(KindMCP, mapping(map[string]string{"upstream": u.name, "tool": mt.Name}))
-	if class != ClassRead {
+	if class != intent.ClassRead {
 		set("destructive", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: fmt.Sprint(destructive)})
 	}
 	if hasOv {
 		if n := resolve(ov.val); n.Kind == yaml.MappingNode {
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k := resolve(n.Content[i]).Value
-				if k == "class" && resolve(n.Content[i+1]).Value == string(ClassRead) {
+				if k == "class" && resolve(n.Content[i+1]).Value == string(intent.ClassRead) {
 					delete(fields, "destructive")
 				}
 				set(k, n.Content[i+1])
@@ -209,9 +211,9 @@ func (u *upstream) warnHint(c *collector, mt *mcp.Tool, ov field, hasOv bool, t 
 			}
 		}
 	}
-	hint, class := "readOnlyHint", ClassRead
+	hint, class := "readOnlyHint", intent.ClassRead
 	if !a.ReadOnlyHint {
-		hint, class = "idempotentHint", ClassIdempotent
+		hint, class = "idempotentHint", intent.ClassIdempotent
 	}
 	entry := "mcp_upstreams." + u.name + ".tools." + mt.Name
 	c.warn(line, entry, fmt.Sprintf("the upstream marks it %s, and the tools file gives no class: it is served %s, through the ledger", hint, t.Policy.Class),
