@@ -10,6 +10,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemgate/idemgate/pkg/argschema"
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -30,7 +31,7 @@ func newServed(info intent.ToolInfo) (*served, error) {
 	}
 	input := json.RawMessage(info.Schema)
 	if len(input) > 0 {
-		res, err := effects.ResolveSchema(input)
+		res, err := argschema.Resolve(input)
 		if err != nil {
 			return nil, fmt.Errorf("schema %w", err)
 		}

@@ -4,8 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/google/jsonschema-go/jsonschema"
-
+	"github.com/idemgate/idemgate/pkg/argschema"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -61,29 +60,11 @@ func parseSchema(s *section, line int, decode func() (any, error)) json.RawMessa
 		s.Invalid("schema", "cannot be written as JSON", "use string keys and finite numbers")
 		return nil
 	}
-	if _, err := ResolveSchema(data); err != nil {
+	if _, err := argschema.Resolve(data); err != nil {
 		s.Invalid("schema", err.Error(), "write a JSON Schema of an object, e.g. schema: {type: object, properties: {to: {type: string}}, required: [to]}")
 		return nil
 	}
 	return data
-}
-
-// ResolveSchema reads data as a JSON Schema for a tool's args and resolves it
-// for validation. The schema must describe an object ("type": "object"), as
-// MCP requires of a tool's input schema, and may only refer inside itself.
-func ResolveSchema(data json.RawMessage) (*jsonschema.Resolved, error) {
-	var sch jsonschema.Schema
-	if err := json.Unmarshal(data, &sch); err != nil {
-		return nil, fmt.Errorf("is not a JSON Schema: %v", err)
-	}
-	if sch.Type != "object" {
-		return nil, fmt.Errorf("has type %q, want \"object\" (a tool's args are an object)", sch.Type)
-	}
-	res, err := sch.Resolve(&jsonschema.ResolveOptions{ValidateDefaults: true})
-	if err != nil {
-		return nil, fmt.Errorf("does not resolve: %v", err)
-	}
-	return res, nil
 }
 
 // checkSchemaKeyArgs reports key args and volatile args a closed schema

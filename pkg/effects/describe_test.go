@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/pkg/argschema"
 )
 
 func TestDescriptionParse(t *testing.T) {
@@ -39,7 +41,7 @@ func TestDescriptionParse(t *testing.T) {
 	require.True(t, plain.IsDestructive(), "a write is destructive unless the file says otherwise")
 	require.False(t, plain.Policy.UserApproves)
 
-	res, err := ResolveSchema(refund.Schema)
+	res, err := argschema.Resolve(refund.Schema)
 	require.NoError(t, err)
 	require.NoError(t, res.Validate(map[string]any{"order_id": "98765", "amount": 50.0}))
 	require.Error(t, res.Validate(map[string]any{"order_id": "98765"}))

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/pkg/argschema"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -159,7 +160,7 @@ func (u *upstream) synthesize(mt *mcp.Tool, ov field, hasOv bool) *yaml.Node {
 		set("description", scalar(mt.Description))
 	}
 	if data, err := json.Marshal(mt.InputSchema); err == nil {
-		if _, err := ResolveSchema(data); err == nil {
+		if _, err := argschema.Resolve(data); err == nil {
 			var v any
 			_ = json.Unmarshal(data, &v)
 			var n yaml.Node
