@@ -11,7 +11,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/pkg/argschema"
-	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -96,14 +95,11 @@ func annotations(info intent.ToolInfo) *mcp.ToolAnnotations {
 // openWorld reports whether an effect kind reaches beyond the installation.
 func openWorld(kind string) bool {
 	switch kind {
-	case effects.KindWebhook, effects.KindSMTP, kindMCP:
+	case intent.EffectWebhook, intent.EffectSMTP, intent.EffectMCP:
 		return true
 	}
 	return false
 }
-
-// kindMCP is the effect kind of a tool served by an upstream MCP server.
-const kindMCP = "mcp"
 
 // describe is a tool's description: the tools file's, and what a repeat
 // does, as the model needs to know whether it may retry.
