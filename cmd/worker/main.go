@@ -27,6 +27,7 @@ import (
 	"github.com/idemgate/idemgate/internal/tracing"
 	"github.com/idemgate/idemgate/internal/worker"
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/netguard"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -148,7 +149,7 @@ func run(args []string) error {
 			cfg.ReplyPrefixes = append(cfg.ReplyPrefixes, p)
 		}
 	}
-	allow, err := effects.ParsePrefixes(strings.Split(*hookAllow, ","))
+	allow, err := netguard.ParsePrefixes(strings.Split(*hookAllow, ","))
 	if err != nil {
 		return fmt.Errorf("--webhook-allow: %w", err)
 	}

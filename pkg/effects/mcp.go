@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemgate/idemgate/pkg/effects/netguard"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -50,12 +51,12 @@ type MCPUpstream struct {
 	// Command is the program and its arguments.
 	Command []string
 	// URL is an http or https URL. Its connections go only to public
-	// addresses and those in AllowPrivate (see NetGuard), checked when each
+	// addresses and those in AllowPrivate (see netguard.Guard), checked when each
 	// is dialled, as a webhook's are.
 	URL string
 	// AllowPrivate lists the addresses outside the public internet a URL
 	// upstream may be reached at: loopback, private, link-local and the
-	// other ranges a NetGuard refuses by default. Default none. Only with
+	// other ranges a netguard.Guard refuses by default. Default none. Only with
 	// URL.
 	AllowPrivate []netip.Prefix
 }
@@ -172,7 +173,7 @@ func ParseMCPUpstream(s string) (MCPUpstream, error) {
 type MCPConn struct {
 	up       MCPUpstream
 	onChange func()       // the upstream's tools changed
-	http     *http.Client // a URL upstream's, dialling through its NetGuard
+	http     *http.Client // a URL upstream's, dialling through its netguard.Guard
 	secrets  []string     // what messages never quote (see hide)
 
 	mu     sync.Mutex
@@ -187,7 +188,7 @@ func NewMCPConn(up MCPUpstream, onChange func()) *MCPConn {
 	c := &MCPConn{up: up, onChange: onChange}
 	if up.URL != "" {
 		c.http = &http.Client{
-			Transport: NewNetGuard(up.AllowPrivate...).transport(DefaultMCPTimeout),
+			Transport: netguard.New(up.AllowPrivate...).Transport(DefaultMCPTimeout),
 			// A redirect would move a tools/call, with the model's arguments
 			// and the key, to a host the tools file does not name.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return errRedirect },
@@ -322,7 +323,7 @@ func (c *MCPConn) Close() error {
 // replayed. The recorded result is the upstream's result: {"content": [...],
 // "structuredContent": ...}. A connection to an address a URL upstream may
 // not reach (see MCPUpstream.AllowPrivate) is a *PermanentError wrapping a
-// *DestinationError: nothing was sent.
+// *netguard.DestinationError: nothing was sent.
 type MCP struct {
 	conn    *MCPConn
 	tool    string
@@ -379,11 +380,11 @@ func (m *MCP) Fire(ctx context.Context, call Call) (Outcome, error) {
 	})
 }
 
-// refused makes a connection the upstream's NetGuard refused, and a
+// refused makes a connection the upstream's guard refused, and a
 // redirect, permanent failures (a retry would meet them again); it returns
 // any other error as it is.
 func refused(what string, err error) error {
-	var de *DestinationError
+	var de *netguard.DestinationError
 	switch {
 	case errors.As(err, &de):
 		return &PermanentError{Code: intent.CodeEffectFailed, Err: de, Message: fmt.Sprintf(

@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/pkg/effects/netguard"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -193,7 +194,7 @@ func TestMCPToolOfItsOwn(t *testing.T) {
 	require.Equal(t, 1, n)
 }
 
-// A url upstream dials through a NetGuard, as a webhook does: the test
+// A url upstream dials through a netguard.Guard, as a webhook does: the test
 // upstream, on loopback, is refused — nothing reaches it — unless the
 // upstream's allow_private or the worker's list names it, and IPv6 forms
 // that embed an IPv4 address do not get around it.
@@ -249,7 +250,7 @@ func TestMCPURLUpstreamGuard(t *testing.T) {
 	require.Contains(t, reg.Warnings()[0].String(), "add allow_private: [127.0.0.1/32] to this mcp upstream")
 	before := u.requests.Load()
 	err = charge(t, reg, "pay")
-	require.ErrorIs(t, err, ErrForbiddenDestination)
+	require.ErrorIs(t, err, netguard.ErrForbidden)
 	pe, ok := IsPermanent(err)
 	require.True(t, ok, "a refused destination is permanent: %v", err)
 	require.Contains(t, pe.Message, "address 127.0.0.1 is loopback and not allowed (nothing was sent")
@@ -288,7 +289,7 @@ func TestMCPURLUpstreamGuard(t *testing.T) {
 		require.NoError(t, err, c.url)
 		t.Cleanup(func() { _ = reg.Close() })
 		err = charge(t, reg, "pay")
-		var de *DestinationError
+		var de *netguard.DestinationError
 		require.ErrorAs(t, err, &de, c.url)
 		require.Contains(t, de.What, c.what, c.url)
 		_, perm := IsPermanent(err)

@@ -142,7 +142,7 @@ func WithNATSConn(nc *nats.Conn) Option {
 
 // WithAllowPrivate lets every effect that takes a URL — each webhook, and
 // each mcp upstream given by url — reach the addresses in prefixes besides
-// public ones, on top of what its own allow_private lists (see NetGuard for
+// public ones, on top of what its own allow_private lists (see netguard.Guard for
 // what is refused by default). A worker passes its --webhook-allow list
 // here. Given more than once, the lists add up.
 func WithAllowPrivate(prefixes ...netip.Prefix) Option {

@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgate/idemgate/pkg/argschema"
+	"github.com/idemgate/idemgate/pkg/effects/netguard"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -303,7 +304,7 @@ func expandUpstreams(c *collector, ups []*upstream, tools []*Tool) {
 		}
 		if err := u.list(c); err != nil {
 			problem, hint := "could not list its tools: "+err.Error(), "check the command or url, and that the server starts"
-			var de *DestinationError
+			var de *netguard.DestinationError
 			if errors.Is(err, errRedirect) {
 				hint = "give the upstream's final URL: redirects are not followed"
 			}

@@ -10,6 +10,8 @@ import (
 	"unicode"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idemgate/idemgate/pkg/effects/netguard"
 )
 
 // Warning is a tools-file setting that works but probably does not do what
@@ -243,8 +245,8 @@ func warnPrivateURL(s *section, raw string, allow []netip.Prefix, what string) {
 		}
 		addr = a
 	}
-	var de *DestinationError
-	if err := NewNetGuard(allow...).Check(addr); errors.As(err, &de) {
+	var de *netguard.DestinationError
+	if err := netguard.New(allow...).Check(addr); errors.As(err, &de) {
 		s.Warn("url", fmt.Sprintf("%s names %s, a %s address: every request would be refused when the tool fires", displayURL(raw), addr, de.What),
 			fmt.Sprintf("add allow_private: [%s] to this %s, or start the worker with --webhook-allow %s", singlePrefix(addr), what, singlePrefix(addr)))
 	}
@@ -253,4 +255,21 @@ func warnPrivateURL(s *section, raw string, allow []netip.Prefix, what string) {
 // singlePrefix is the one-address prefix of a, e.g. 127.0.0.1/32.
 func singlePrefix(a netip.Addr) string {
 	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()).String()
+}
+
+// readAllowPrivate reads a section's allow_private list (CIDR prefixes or
+// single addresses), reporting every entry that is neither.
+func readAllowPrivate(s *section) []netip.Prefix {
+	items, lines := s.strings("allow_private")
+	var out []netip.Prefix
+	for i, it := range items {
+		p, err := netguard.ParsePrefix(it)
+		if err != nil {
+			s.c.add(lines[i], fmt.Sprintf("%s.allow_private[%d]", s.path, i),
+				fmt.Sprintf("%q is not an IP address or CIDR prefix", it), "write e.g. 127.0.0.1/32 or 10.0.0.0/8")
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/idemgate/idemgate/pkg/effects/netguard"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -55,7 +56,7 @@ type WebhookConfig struct {
 	Retry RetryPolicy
 	// AllowPrivate lists the addresses outside the public internet the
 	// webhook may connect to: loopback, private, link-local, CGNAT and the
-	// other ranges a NetGuard refuses by default. Every connection is
+	// other ranges a netguard.Guard refuses by default. Every connection is
 	// checked when it is dialled, against the address the URL's host
 	// resolved to. Default: none (public addresses only).
 	AllowPrivate []netip.Prefix
@@ -80,9 +81,9 @@ type WebhookConfig struct {
 //     the URL must be the final one): a *PermanentError with code
 //     effect_failed and a message quoting the status and the start of the
 //     body.
-//   - a connection to an address the webhook may not reach (see NetGuard
+//   - a connection to an address the webhook may not reach (see netguard.Guard
 //     and WebhookConfig.AllowPrivate): a *PermanentError with code
-//     effect_failed that wraps a *DestinationError. Nothing was sent.
+//     effect_failed that wraps a *netguard.DestinationError. Nothing was sent.
 //
 // Messages name the URL without its credentials and query, and the quoted
 // body has the values of the static headers, the URL's password and its
@@ -127,7 +128,7 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 		h.Set(k, v)
 	}
 	h.Set("Content-Type", "application/json")
-	transport := NewNetGuard(cfg.AllowPrivate...).transport(cfg.Timeout)
+	transport := netguard.New(cfg.AllowPrivate...).Transport(cfg.Timeout)
 	return &Webhook{
 		url:     cfg.URL,
 		target:  target,
@@ -318,7 +319,7 @@ func (w *Webhook) send(ctx context.Context, call Call, body []byte) (json.RawMes
 
 	resp, err := w.client.Do(req)
 	if err != nil {
-		var de *DestinationError
+		var de *netguard.DestinationError
 		if errors.As(err, &de) {
 			return nil, -1, &PermanentError{Code: intent.CodeEffectFailed, Err: de, Message: fmt.Sprintf(
 				"webhook %s %s: %v (nothing was sent; list it in the tool's webhook allow_private or the worker's --webhook-allow to allow it)",

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/netguard"
 )
 
 // received is one request as the test server saw it.
@@ -444,4 +445,109 @@ func TestNewWebhookRejects(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// A webhook without an allowlist refuses loopback at dial time — even when
+// the URL names a host ("localhost") that only resolves to loopback — and
+// fails permanently without sending anything.
+func TestWebhookRefusesLoopbackByDefault(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, status(http.StatusOK))
+	port := b.srv.URL[strings.LastIndexByte(b.srv.URL, ':')+1:]
+	for _, u := range []string{b.srv.URL + "/x?token=s3cret", "http://localhost:" + port + "/x"} {
+		w, err := effects.NewWebhook(effects.WebhookConfig{URL: u})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = w.Close() })
+		out, err := w.Fire(context.Background(), testCall)
+		require.ErrorIs(t, err, effects.ErrPermanent, u)
+		require.ErrorIs(t, err, netguard.ErrForbidden, u)
+		require.Equal(t, 1, out.Invocations, "refused once, not retried")
+		pe, _ := effects.IsPermanent(err)
+		require.Contains(t, pe.Message, "is loopback and not allowed")
+		require.Contains(t, pe.Message, "allow_private")
+		require.NotContains(t, pe.Message, "s3cret")
+	}
+	require.Empty(t, b.requests(), "nothing reached the server")
+
+	// The same server, allowed explicitly.
+	w, err := effects.NewWebhook(effects.WebhookConfig{URL: "http://localhost:" + port + "/x", AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	_, err = w.Fire(context.Background(), testCall)
+	require.NoError(t, err)
+	require.Len(t, b.requests(), 1)
+}
+
+// Secrets of the configuration never reach a message: not the URL's
+// credentials or query, not a static header echoed back in an error body.
+func TestWebhookErrorsHideSecrets(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, "bad credentials: "+r.Header.Get("Authorization")+" key="+r.Header.Get("X-Api-Key")+" q="+r.URL.RawQuery)
+	})
+	u := strings.Replace(b.srv.URL, "http://", "http://hookuser:pa55word@", 1) + "/hooks?sig=abcdef123"
+	w := newWebhook(t, effects.WebhookConfig{URL: u, Headers: map[string]string{"Authorization": "Bearer tok-9f8e7d", "X-Api-Key": "k-123456"}})
+	_, err := w.Fire(context.Background(), testCall)
+	pe, ok := effects.IsPermanent(err)
+	require.True(t, ok, "%v", err)
+	msg := pe.IntentError().Message
+	require.Contains(t, msg, "401 Unauthorized")
+	require.Contains(t, msg, "[redacted]")
+	for _, secret := range []string{"tok-9f8e7d", "k-123456", "pa55word", "abcdef123", "hookuser"} {
+		require.NotContains(t, msg, secret)
+		require.NotContains(t, err.Error(), secret)
+	}
+
+	// A connection error names the URL without credentials or query.
+	dead := newWebhook(t, effects.WebhookConfig{URL: "http://user:pa55word@127.0.0.1:1/x?sig=abcdef123", Retry: effects.RetryPolicy{MaxAttempts: 1}})
+	_, err = dead.Fire(context.Background(), testCall)
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "pa55word")
+	require.NotContains(t, err.Error(), "abcdef123")
+}
+
+func TestErrorMessagesAreCapped(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", 3000)
+	e := effects.Permanent("", long).(*effects.PermanentError).IntentError()
+	require.LessOrEqual(t, len(e.Message), effects.MaxErrorMessage)
+	require.True(t, strings.HasSuffix(e.Message, "…"))
+	require.Equal(t, "short", effects.TruncateMessage("short", 10))
+	require.Equal(t, "ab…", effects.TruncateMessage("abcdef", 5))
+	require.Equal(t, "\uFFFD", effects.TruncateMessage("\xff", 10))
+}
+
+func TestToolsFileAllowPrivate(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, status(http.StatusOK))
+	file := func(allow string) []byte {
+		return []byte("tools:\n  t:\n    effect: webhook\n    key_args: [id]\n    webhook:\n      url: " + b.srv.URL + "/x\n      retry: {max_attempts: 1}\n" + allow)
+	}
+	fire := func(t *testing.T, reg *effects.Registry) error {
+		t.Helper()
+		t.Cleanup(func() { _ = reg.Close() })
+		tool, ok := reg.Lookup("t")
+		require.True(t, ok)
+		_, err := tool.Effect.Fire(context.Background(), testCall)
+		return err
+	}
+
+	reg, err := effects.Parse(file(""))
+	require.NoError(t, err, "a loopback URL parses: the check is at dial time")
+	require.ErrorIs(t, fire(t, reg), netguard.ErrForbidden)
+
+	reg, err = effects.Parse(file("      allow_private: [127.0.0.1/32]\n"))
+	require.NoError(t, err)
+	require.NoError(t, fire(t, reg))
+
+	// The worker-wide list (--webhook-allow) reaches every webhook.
+	reg, err = effects.Parse(file(""), effects.WithAllowPrivate(netip.MustParsePrefix("127.0.0.0/8")))
+	require.NoError(t, err)
+	require.NoError(t, fire(t, reg))
+
+	_, err = effects.Parse(file("      allow_private: [127.0.0.1/32, intranet]\n"))
+	require.ErrorContains(t, err, `tools.yaml:8: t.webhook.allow_private[1]: "intranet" is not an IP address or CIDR prefix (write e.g. 127.0.0.1/32 or 10.0.0.0/8)`)
+	_, err = effects.Parse(file("      allow_private: 10.0.0.0/8\n"))
+	require.ErrorContains(t, err, "t.webhook.allow_private: is \"10.0.0.0/8\", want a list")
 }

@@ -1,4 +1,8 @@
-package effects
+// Package netguard decides which IP addresses an effect that takes a URL
+// (a webhook, an mcp upstream given by url) may connect to: public
+// addresses, and the private ones an allowlist names. The check is made
+// when each connection is dialled, to the address the name resolved to.
+package netguard
 
 import (
 	"errors"
@@ -12,9 +16,9 @@ import (
 	"time"
 )
 
-// ErrForbiddenDestination is matched by errors.Is when an effect refused to
-// connect to an address its NetGuard does not allow.
-var ErrForbiddenDestination = errors.New("effects: destination not allowed")
+// ErrForbidden is matched by errors.Is when an effect refused to connect to
+// an address its Guard does not allow.
+var ErrForbidden = errors.New("netguard: destination not allowed")
 
 // blockedRange is an address range an effect may not reach unless allowed.
 type blockedRange struct {
@@ -49,7 +53,7 @@ var blockedRanges = []blockedRange{
 	{netip.MustParsePrefix("2001::/32"), "Teredo (reaches IPv4 addresses)"},
 }
 
-// NetGuard decides which IP addresses an effect may open connections to.
+// Guard decides which IP addresses an effect may open connections to.
 // Public unicast addresses are allowed. Loopback (127.0.0.0/8, ::1), private
 // (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fc00::/7), link-local
 // (169.254.0.0/16 with the cloud metadata services, fe80::/10), unspecified,
@@ -61,14 +65,14 @@ var blockedRanges = []blockedRange{
 // name resolved to, so a name that resolves to a public address when it is
 // configured and to a private one later (DNS rebinding) is still refused.
 //
-// The zero value and a nil *NetGuard allow nothing beyond public addresses.
-type NetGuard struct {
+// The zero value and a nil *Guard allow nothing beyond public addresses.
+type Guard struct {
 	allow []netip.Prefix
 }
 
-// NewNetGuard returns a guard that also allows the addresses in allow.
-func NewNetGuard(allow ...netip.Prefix) *NetGuard {
-	g := &NetGuard{}
+// New returns a guard that also allows the addresses in allow.
+func New(allow ...netip.Prefix) *Guard {
+	g := &Guard{}
 	for _, p := range allow {
 		g.allow = append(g.allow, p.Masked())
 	}
@@ -76,7 +80,7 @@ func NewNetGuard(allow ...netip.Prefix) *NetGuard {
 }
 
 // Allowed returns the extra prefixes the guard allows.
-func (g *NetGuard) Allowed() []netip.Prefix {
+func (g *Guard) Allowed() []netip.Prefix {
 	if g == nil {
 		return nil
 	}
@@ -84,8 +88,8 @@ func (g *NetGuard) Allowed() []netip.Prefix {
 }
 
 // Check returns nil when the guard allows a connection to ip, and otherwise a
-// *DestinationError (matching ErrForbiddenDestination) saying why not.
-func (g *NetGuard) Check(ip netip.Addr) error {
+// *DestinationError (matching ErrForbidden) saying why not.
+func (g *Guard) Check(ip netip.Addr) error {
 	ip = ip.Unmap().WithZone("")
 	what := restricted(ip)
 	if what == "" {
@@ -103,11 +107,11 @@ func (g *NetGuard) Check(ip netip.Addr) error {
 
 // Control is a net.Dialer Control function: it refuses the connection
 // before it is made when the guard does not allow the dialled address.
-func (g *NetGuard) Control(network, address string, _ syscall.RawConn) error {
+func (g *Guard) Control(network, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		// Only IP networks reach here; an unparsable address is refused.
-		return fmt.Errorf("%w: %s address %q", ErrForbiddenDestination, network, address)
+		return fmt.Errorf("%w: %s address %q", ErrForbidden, network, address)
 	}
 	return g.Check(ap.Addr())
 }
@@ -124,8 +128,8 @@ func (e *DestinationError) Error() string {
 	return fmt.Sprintf("address %s is %s and not allowed", e.Addr, e.What)
 }
 
-// Is reports whether target is ErrForbiddenDestination.
-func (e *DestinationError) Is(target error) bool { return target == ErrForbiddenDestination }
+// Is reports whether target is ErrForbidden.
+func (e *DestinationError) Is(target error) bool { return target == ErrForbidden }
 
 // restricted names the range ip falls in when it is refused by default, and
 // returns "" for an address that is public.
@@ -163,7 +167,7 @@ func ParsePrefixes(list []string) ([]netip.Prefix, error) {
 		if s == "" {
 			continue
 		}
-		p, err := parsePrefix(s)
+		p, err := ParsePrefix(s)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -173,7 +177,8 @@ func ParsePrefixes(list []string) ([]netip.Prefix, error) {
 	return out, errors.Join(errs...)
 }
 
-func parsePrefix(s string) (netip.Prefix, error) {
+// ParsePrefix reads one allowlist entry: a CIDR prefix or a single address.
+func ParsePrefix(s string) (netip.Prefix, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
@@ -191,7 +196,7 @@ func parsePrefix(s string) (netip.Prefix, error) {
 
 // checkLiteralHost applies the guard to a URL host that is an IP literal.
 // It is used where the dialled address is not the destination (a proxy).
-func (g *NetGuard) checkLiteralHost(host string) error {
+func (g *Guard) checkLiteralHost(host string) error {
 	h, _, err := net.SplitHostPort(host)
 	if err != nil {
 		h = host
@@ -204,13 +209,13 @@ func (g *NetGuard) checkLiteralHost(host string) error {
 	return g.Check(ip)
 }
 
-// transport returns an HTTP transport every connection of which the guard
+// Transport returns an HTTP transport every connection of which the guard
 // admits; timeout bounds a dial (at most 30s) and a TLS handshake (at most
 // 10s). Through a proxy the dialled address is the proxy's: the guard checks
 // it (a private proxy must be allowed) and an IP-literal destination; a
 // destination name is resolved by the proxy, whose egress policy then
 // applies.
-func (g *NetGuard) transport(timeout time.Duration) *http.Transport {
+func (g *Guard) Transport(timeout time.Duration) *http.Transport {
 	dialer := &net.Dialer{Timeout: min(timeout, 30*time.Second), KeepAlive: 30 * time.Second, Control: g.Control}
 	return &http.Transport{
 		Proxy: func(r *http.Request) (*url.URL, error) {
@@ -231,21 +236,4 @@ func (g *NetGuard) transport(timeout time.Duration) *http.Transport {
 		TLSHandshakeTimeout:   min(timeout, 10*time.Second),
 		ExpectContinueTimeout: time.Second,
 	}
-}
-
-// readAllowPrivate reads a section's allow_private list (CIDR prefixes or
-// single addresses), reporting every entry that is neither.
-func readAllowPrivate(s *section) []netip.Prefix {
-	items, lines := s.strings("allow_private")
-	var out []netip.Prefix
-	for i, it := range items {
-		p, err := parsePrefix(it)
-		if err != nil {
-			s.c.add(lines[i], fmt.Sprintf("%s.allow_private[%d]", s.path, i),
-				fmt.Sprintf("%q is not an IP address or CIDR prefix", it), "write e.g. 127.0.0.1/32 or 10.0.0.0/8")
-			continue
-		}
-		out = append(out, p)
-	}
-	return out
 }
