@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -70,7 +71,7 @@ type MCPUpstream struct {
 func (u MCPUpstream) String() string {
 	switch {
 	case u.URL != "":
-		return displayURL(u.URL)
+		return text.URL(u.URL)
 	case len(u.Command) == 0:
 		return ""
 	case len(u.Command) == 1:
@@ -79,16 +80,6 @@ func (u MCPUpstream) String() string {
 		return u.Command[0] + " [1 argument not shown]"
 	}
 	return fmt.Sprintf("%s [%d arguments not shown]", u.Command[0], len(u.Command)-1)
-}
-
-// displayURL is raw without its user, password, query and fragment, for
-// messages; "(an invalid URL)" when it does not parse.
-func displayURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(an invalid URL)"
-	}
-	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
 }
 
 // urlSecrets are the parts of a URL a message never quotes: its password,
@@ -145,7 +136,7 @@ func (u MCPUpstream) Validate() error {
 	case u.URL != "":
 		p, err := url.Parse(u.URL)
 		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return fmt.Errorf("url %s is not an http or https URL with a host", displayURL(u.URL))
+			return fmt.Errorf("url %s is not an http or https URL with a host", text.URL(u.URL))
 		}
 	case len(u.Command) == 0 || u.Command[0] == "":
 		return errors.New("give the server's command (a list: program, then arguments) or its url")
@@ -228,9 +219,9 @@ func (c *MCPConn) hideText(msg string) string {
 		}
 	}
 	for _, f := range forms {
-		msg = strings.ReplaceAll(msg, f, displayURL(c.up.URL))
+		msg = strings.ReplaceAll(msg, f, text.URL(c.up.URL))
 	}
-	return redact(msg, c.secrets)
+	return text.Redact(msg, c.secrets)
 }
 
 // Upstream is the server the connection reaches.

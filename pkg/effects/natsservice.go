@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/idemgate/idemgate/pkg/effects/internal/reply"
+	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -222,7 +224,7 @@ func (s *NATSService) request(ctx context.Context, call Call, data []byte) (json
 
 	reqCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	reply, err := s.nc.RequestMsgWithContext(reqCtx, msg)
+	answer, err := s.nc.RequestMsgWithContext(reqCtx, msg)
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
@@ -230,30 +232,30 @@ func (s *NATSService) request(ctx context.Context, call Call, data []byte) (json
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("nats %s: no service listens on the subject: %w", s.subject, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-		return nil, fmt.Errorf("nats %s: no reply within %s (the request may have reached the service)", s.subject, formatDuration(s.timeout))
+		return nil, fmt.Errorf("nats %s: no reply within %s (the request may have reached the service)", s.subject, text.FormatDuration(s.timeout))
 	default:
 		return nil, fmt.Errorf("nats %s: %w", s.subject, err)
 	}
 
-	desc, code := reply.Header.Get(HeaderServiceError), reply.Header.Get(HeaderServiceErrorCode)
+	desc, code := answer.Header.Get(HeaderServiceError), answer.Header.Get(HeaderServiceErrorCode)
 	if desc == "" && code == "" {
-		return resultJSON(reply.Data), nil
+		return reply.Result(answer.Data), nil
 	}
-	text := "nats service " + s.subject + " answered"
+	what := "nats service " + s.subject + " answered"
 	if code != "" {
-		text += " " + code
+		what += " " + code
 	}
 	if desc != "" {
-		text += ": " + quoteBody([]byte(desc))
+		what += ": " + reply.Quote([]byte(desc))
 	}
-	if snippet := quoteBody(reply.Data); snippet != "" {
-		text += " (" + snippet + ")"
+	if snippet := reply.Quote(answer.Data); snippet != "" {
+		what += " (" + snippet + ")"
 	}
 	n, numErr := strconv.Atoi(code)
 	if numErr == nil && n >= 400 && n < 500 && n != 408 && n != 429 {
-		return nil, Permanent(intent.CodeEffectFailed, text)
+		return nil, Permanent(intent.CodeEffectFailed, what)
 	}
-	return nil, errors.New(text)
+	return nil, errors.New(what)
 }
 
 // natsServiceFactory builds NATS service effects that send on nc from a

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -467,7 +468,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) 
 	requireIdentity(s, t, entry)
 	t.Lease = s.Duration("lease", DefaultLease)
 	if t.Lease < MinLease {
-		s.Invalid("lease", fmt.Sprintf("%s is under the minimum of %s", formatDuration(t.Lease), MinLease), "write e.g. lease: 30s")
+		s.Invalid("lease", fmt.Sprintf("%s is under the minimum of %s", text.FormatDuration(t.Lease), MinLease), "write e.g. lease: 30s")
 	}
 
 	if known {

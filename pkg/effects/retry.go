@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 )
 
 // Retry defaults, shared by every effect that retries (webhook, smtp, nats,
@@ -61,7 +63,7 @@ func retryProblems(r RetryPolicy) []problem {
 		ps = append(ps, problem{"retry.initial_interval", "is negative", "write e.g. 200ms"})
 	}
 	if r.MaxInterval < r.InitialInterval {
-		ps = append(ps, problem{"retry.max_interval", fmt.Sprintf("%s is under initial_interval %s", formatDuration(r.MaxInterval), formatDuration(r.InitialInterval)), "make max_interval at least initial_interval"})
+		ps = append(ps, problem{"retry.max_interval", fmt.Sprintf("%s is under initial_interval %s", text.FormatDuration(r.MaxInterval), text.FormatDuration(r.InitialInterval)), "make max_interval at least initial_interval"})
 	}
 	return ps
 }
@@ -96,7 +98,7 @@ func readRetry(s *section) RetryPolicy {
 func positiveDuration(s *section, name string, def time.Duration) time.Duration {
 	d := s.Duration(name, def)
 	if d == 0 && s.Has(name) {
-		s.Invalid(name, "must be positive", "write e.g. "+formatDuration(def))
+		s.Invalid(name, "must be positive", "write e.g. "+text.FormatDuration(def))
 	}
 	return d
 }

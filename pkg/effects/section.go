@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 )
 
 // ErrConfig is matched by errors.Is for every *ConfigError, so a caller can
@@ -233,7 +235,7 @@ func (s *section) Bool(name string, def bool) bool {
 // Duration reads a duration written as Go writes one ("10s", "1m30s",
 // "168h"). A negative duration is a problem.
 func (s *section) Duration(name string, def time.Duration) time.Duration {
-	example := formatDuration(def)
+	example := text.FormatDuration(def)
 	if def <= 0 {
 		example = "30s"
 	}
@@ -397,7 +399,7 @@ func suggest(name string, known []string) string {
 	best, bestDist := "", 3
 	lower := strings.ToLower(name)
 	for _, k := range uniq {
-		d := editDistance(lower, k)
+		d := text.EditDistance(lower, k)
 		if p := commonPrefix(lower, k); p >= 4 && p >= min(len(lower), len(k))-1 {
 			d = min(d, 2)
 		}
@@ -432,27 +434,6 @@ func commonPrefix(a, b string) int {
 	return n
 }
 
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
-
 func resolve(n *yaml.Node) *yaml.Node {
 	for n != nil && n.Kind == yaml.AliasNode {
 		n = n.Alias
@@ -485,16 +466,4 @@ func lastPart(path string) string {
 		return path[i+1:]
 	}
 	return path
-}
-
-// formatDuration writes d the short way: "168h", not "168h0m0s".
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }

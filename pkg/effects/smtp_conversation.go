@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -175,9 +176,9 @@ func (s *SMTP) classify(ctx, attemptCtx context.Context, stage string, err error
 	case ctx.Err() != nil:
 		return fmt.Errorf("smtp %s: %s: %w", s.addr, stage, ctx.Err())
 	case errors.Is(attemptCtx.Err(), context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
-		msg := fmt.Sprintf("smtp %s: %s: no reply within %s", s.addr, stage, formatDuration(s.timeout))
+		msg := fmt.Sprintf("smtp %s: %s: no reply within %s", s.addr, stage, text.FormatDuration(s.timeout))
 		if stage == "connect" {
-			msg = fmt.Sprintf("smtp %s: no connection within %s", s.addr, formatDuration(s.timeout))
+			msg = fmt.Sprintf("smtp %s: no connection within %s", s.addr, text.FormatDuration(s.timeout))
 		}
 		if stage == stageFinalReply {
 			msg += " (the relay may have accepted the message; a retry sends it again with the same Message-ID)"

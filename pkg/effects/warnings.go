@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
 )
 
@@ -247,7 +248,7 @@ func warnPrivateURL(s *section, raw string, allow []netip.Prefix, what string) {
 	}
 	var de *netguard.DestinationError
 	if err := netguard.New(allow...).Check(addr); errors.As(err, &de) {
-		s.Warn("url", fmt.Sprintf("%s names %s, a %s address: every request would be refused when the tool fires", displayURL(raw), addr, de.What),
+		s.Warn("url", fmt.Sprintf("%s names %s, a %s address: every request would be refused when the tool fires", text.URL(raw), addr, de.What),
 			fmt.Sprintf("add allow_private: [%s] to this %s, or start the worker with --webhook-allow %s", singlePrefix(addr), what, singlePrefix(addr)))
 	}
 }

@@ -14,8 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
+	"github.com/idemgate/idemgate/pkg/effects/internal/reply"
+	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -31,11 +32,8 @@ const (
 	// messages (1 MiB by default, all fields together), so a longer body is
 	// cut here and recorded as a JSON string of its first MaxWebhookResponse
 	// bytes.
-	MaxWebhookResponse = 256 << 10
+	MaxWebhookResponse = reply.MaxResult
 )
-
-// errorBodyLimit is how much of a failed response's body a message quotes.
-const errorBodyLimit = 512
 
 // WebhookConfig configures a webhook effect. Zero fields mean the defaults.
 type WebhookConfig struct {
@@ -122,7 +120,6 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 		return nil, errors.Join(errs...)
 	}
 	u, _ := url.Parse(cfg.URL)
-	target := (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
 	h := make(http.Header, len(cfg.Headers)+1)
 	for k, v := range cfg.Headers {
 		h.Set(k, v)
@@ -131,7 +128,7 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	transport := netguard.New(cfg.AllowPrivate...).Transport(cfg.Timeout)
 	return &Webhook{
 		url:     cfg.URL,
-		target:  target,
+		target:  text.URL(cfg.URL),
 		secrets: secretsOf(u, cfg.Headers),
 		method:  cfg.Method,
 		headers: h,
@@ -338,12 +335,12 @@ func (w *Webhook) send(ctx context.Context, call Call, body []byte) (json.RawMes
 		if err != nil {
 			return nil, -1, w.requestError(ctx, reqCtx, fmt.Errorf("reading the %s response: %w", resp.Status, err))
 		}
-		return resultJSON(data), -1, nil
+		return reply.Result(data), -1, nil
 	}
 
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit+1))
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, reply.QuoteLimit+1))
 	msg := fmt.Sprintf("webhook %s %s answered %s", w.method, w.target, resp.Status)
-	if snippet := redact(quoteBody(data), w.secrets); snippet != "" {
+	if snippet := text.Redact(reply.Quote(data), w.secrets); snippet != "" {
 		msg += ": " + snippet
 	}
 	switch code := resp.StatusCode; {
@@ -366,47 +363,6 @@ func (w *Webhook) requestError(ctx, reqCtx context.Context, err error) error {
 		err = ue.Err // its message repeats the full URL, credentials and query included
 	}
 	return fmt.Errorf("webhook %s %s: %w", w.method, w.target, err)
-}
-
-// resultJSON turns a 2xx body into a JSON result: the body when it is JSON
-// (compacted), null when empty, else the body as a JSON string. A body cut
-// at MaxWebhookResponse is always a string.
-func resultJSON(data []byte) json.RawMessage {
-	cut := len(data) > MaxWebhookResponse
-	if cut {
-		data = data[:MaxWebhookResponse]
-	}
-	trimmed := bytes.TrimSpace(data)
-	if len(trimmed) == 0 && !cut {
-		return json.RawMessage("null")
-	}
-	if !cut && json.Valid(trimmed) {
-		var buf bytes.Buffer
-		if json.Compact(&buf, trimmed) == nil {
-			return buf.Bytes()
-		}
-	}
-	return jsonString(string(data))
-}
-
-func jsonString(s string) json.RawMessage {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)
-	return bytes.TrimRight(buf.Bytes(), "\n")
-}
-
-// quoteBody is the start of an error body for a message.
-func quoteBody(data []byte) string {
-	s := strings.TrimSpace(string(data))
-	if len(s) > errorBodyLimit {
-		s = s[:errorBodyLimit] + "…"
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // secretsOf collects the values a message must not quote: the static
@@ -439,14 +395,6 @@ func secretsOf(u *url.URL, headers map[string]string) []string {
 	// Longest first, so a value that contains another is replaced whole.
 	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
-}
-
-// redact replaces every secret in s with [redacted].
-func redact(s string, secrets []string) string {
-	for _, v := range secrets {
-		s = strings.ReplaceAll(s, v, "[redacted]")
-	}
-	return s
 }
 
 // retryAfter parses a Retry-After header: delay seconds or an HTTP date.
