@@ -56,10 +56,10 @@ const (
 	HeaderAttempt = "Idem-Attempt" // Call.Attempt in decimal, when at least 1
 )
 
-// firingHeaders returns the values of HeaderHolder and HeaderAttempt for
-// call ("" for one to leave out). A control character in the holder (a line
-// break would end the header) becomes '?'.
-func firingHeaders(call Call) (holder, attempt string) {
+// FiringHeaders returns the values of HeaderHolder and HeaderAttempt for
+// the call ("" for one to leave out). A control character in the holder (a
+// line break would end the header) becomes '?'.
+func (call Call) FiringHeaders() (holder, attempt string) {
 	holder = strings.Map(func(r rune) rune {
 		if r < ' ' || r == 0x7f {
 			return '?'

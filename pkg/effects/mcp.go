@@ -22,10 +22,6 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// KindMCP is the effect kind of a tool served by another MCP server (an
-// upstream): the effect calls the upstream's tool.
-const KindMCP = "mcp"
-
 // MetaKey is the _meta field of the tools/call the mcp effect sends
 // upstream, holding the operation's idempotency key: an upstream that
 // understands it can absorb a repeat too.
@@ -322,6 +318,52 @@ type MCP struct {
 	retry   RetryPolicy
 }
 
+// MCPConfig configures an mcp effect. Zero fields mean the defaults.
+type MCPConfig struct {
+	// Tool is the upstream's name of the tool to call. Required.
+	Tool string
+	// Timeout bounds one call, connecting included. Default
+	// DefaultMCPTimeout.
+	Timeout time.Duration
+	// Retry is the retry policy, as for a webhook.
+	Retry RetryPolicy
+}
+
+func (c MCPConfig) withDefaults() MCPConfig {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultMCPTimeout
+	}
+	c.Retry = c.Retry.WithDefaults()
+	return c
+}
+
+// Validate returns an error joining a *SettingError for every invalid field
+// of c, its defaults applied.
+func (c MCPConfig) Validate() error {
+	c = c.withDefaults()
+	errs := c.Retry.Problems(intent.EffectMCP)
+	if c.Tool == "" {
+		errs = append(errs, &SettingError{Kind: intent.EffectMCP, Field: "tool", Problem: "is missing", Hint: "name the upstream's tool, e.g. tool: create_issue"})
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, &SettingError{Kind: intent.EffectMCP, Field: "timeout", Problem: "is negative", Hint: "write e.g. 30s"})
+	}
+	return errors.Join(errs...)
+}
+
+// NewMCP returns an effect that calls cfg.Tool on conn, which it shares
+// (closing it is the caller's), or the error of cfg.Validate.
+func NewMCP(conn *MCPConn, cfg MCPConfig) (*MCP, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if conn == nil {
+		return nil, &SettingError{Kind: intent.EffectMCP, Field: "connection", Problem: "is nil", Hint: "pass a connection to the upstream (NewMCPConn)"}
+	}
+	cfg = cfg.withDefaults()
+	return &MCP{conn: conn, tool: cfg.Tool, timeout: cfg.Timeout, retry: cfg.Retry}, nil
+}
+
 // Upstream is the server the effect calls.
 func (m *MCP) Upstream() MCPUpstream { return m.conn.up }
 
@@ -331,7 +373,7 @@ func (m *MCP) UpstreamTool() string { return m.tool }
 // Fire calls the upstream tool with the call's args.
 func (m *MCP) Fire(ctx context.Context, call Call) (Outcome, error) {
 	what := fmt.Sprintf("mcp %s tool %s", m.conn.up, m.tool)
-	return retryLoop(ctx, m.retry, what, "call", func(ctx context.Context) (json.RawMessage, error) {
+	return Retry(ctx, m.retry, what, "call", func(ctx context.Context) (json.RawMessage, error) {
 		actx, cancel := context.WithTimeout(ctx, m.timeout)
 		defer cancel()
 		cs, err := m.conn.Session(actx)
@@ -339,7 +381,7 @@ func (m *MCP) Fire(ctx context.Context, call Call) (Outcome, error) {
 			return nil, refused(what, err)
 		}
 		meta := mcp.Meta{MetaKey: call.Key}
-		holder, attempt := firingHeaders(call)
+		holder, attempt := call.FiringHeaders()
 		if holder != "" {
 			meta[MetaHolder] = holder
 		}
@@ -427,54 +469,4 @@ func contentText(content []mcp.Content) string {
 		s = s[:512] + "…"
 	}
 	return s
-}
-
-func init() { registerBuiltin(KindMCP, mcpFactory) }
-
-// mcpFactory builds an mcp effect from a tool's "mcp:" settings: the
-// upstream (by its name under mcp_upstreams, or a command or url of its
-// own), the upstream's tool name, a timeout and a retry policy.
-func mcpFactory(s *section) (Effect, error) {
-	m := &MCP{tool: s.String("tool", ""), timeout: positiveDuration(s, "timeout", DefaultMCPTimeout), retry: retryDefaults(readRetry(s))}
-	for _, p := range retryProblems(m.retry) {
-		s.Invalid(p.field, p.problem, p.hint)
-	}
-	if m.tool == "" {
-		s.Invalid("tool", "is missing", "name the upstream's tool, e.g. tool: create_issue")
-	}
-	name := s.String("upstream", "")
-	up := readUpstream(s)
-	switch {
-	case name != "" && (len(up.Command) > 0 || up.URL != ""):
-		s.Invalid("upstream", "is given with command or url", "name an mcp_upstreams entry, or give command or url, not both")
-	case name != "" && s.Has("allow_private"):
-		s.Invalid("allow_private", "is given with upstream", "write allow_private in the mcp_upstreams entry")
-	case name != "":
-		if m.conn = s.c.upstreams[name]; m.conn == nil {
-			s.Invalid("upstream", fmt.Sprintf("no mcp_upstreams entry is named %q", name), "add it under mcp_upstreams, or give command or url")
-		}
-	default:
-		if err := up.Validate(); err != nil {
-			s.Invalid("", err.Error(), "write e.g. mcp: {url: https://mcp.example.com/mcp, tool: create_issue}")
-		} else {
-			warnPrivateURL(s, up.URL, up.AllowPrivate, "mcp upstream")
-			m.conn = NewMCPConn(up, nil)
-			s.c.owned = append(s.c.owned, m.conn)
-		}
-	}
-	return m, nil
-}
-
-// readUpstream reads an upstream's command, url and allow_private (to which
-// the worker's WithAllowPrivate list is added for a url).
-func readUpstream(s *section) MCPUpstream {
-	up := MCPUpstream{Command: s.Strings("command"), URL: s.String("url", "")}
-	own := readAllowPrivate(s)
-	switch {
-	case up.URL != "":
-		up.AllowPrivate = append(append([]netip.Prefix(nil), s.c.allow...), own...)
-	case len(own) > 0:
-		s.Invalid("allow_private", "applies only to a url upstream", "remove it: a command runs on the worker's host")
-	}
-	return up
 }

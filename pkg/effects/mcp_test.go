@@ -100,7 +100,7 @@ tools:
 	require.Equal(t, []string{"charge", "decline", "lookup"}, reg.Names(), "the file's lookup wins; Bad.Name is not a tool name")
 
 	charge, _ := reg.Lookup("charge")
-	require.Equal(t, KindMCP, charge.Kind)
+	require.Equal(t, intent.EffectMCP, charge.Kind)
 	require.Equal(t, intent.ClassUnsafe, charge.Policy.Class)
 	require.True(t, charge.Policy.Approval, "overridden")
 	require.Equal(t, []string{"order"}, charge.KeySpec.KeyArgs)

@@ -10,17 +10,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/idemgate/idemgate/pkg/effects/internal/reply"
 	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
-
-// KindNATS is the effect kind of a NATS service tool. It is not built in,
-// because it needs the worker's connection:
-//
-//	effects.LoadFile(path, effects.WithNATSConn(nc))
-const KindNATS = "nats"
 
 // DefaultNATSTimeout bounds one request to a NATS service.
 const DefaultNATSTimeout = 10 * time.Second
@@ -98,20 +93,16 @@ type NATSService struct {
 }
 
 // NewNATSService returns a NATS service effect that sends its requests on
-// nc, or an error naming every invalid field.
+// nc, or an error joining a *SettingError for every invalid field.
 func NewNATSService(nc *nats.Conn, cfg NATSServiceConfig) (*NATSService, error) {
-	cfg = cfg.withDefaults()
-	problems := cfg.problems()
+	err := cfg.Validate()
 	if nc == nil {
-		problems = append(problems, problem{"connection", "is nil", "pass the worker's NATS connection"})
+		err = errors.Join(err, &SettingError{Kind: intent.EffectNATS, Field: "connection", Problem: "is nil", Hint: "pass the worker's NATS connection"})
 	}
-	if len(problems) > 0 {
-		errs := make([]error, len(problems))
-		for i, p := range problems {
-			errs[i] = fmt.Errorf("effects: nats %s: %s (%s)", p.field, p.problem, p.hint)
-		}
-		return nil, errors.Join(errs...)
+	if err != nil {
+		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	h := make(nats.Header, len(cfg.Headers))
 	for k, v := range cfg.Headers {
 		h.Set(k, v)
@@ -123,14 +114,18 @@ func (c NATSServiceConfig) withDefaults() NATSServiceConfig {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultNATSTimeout
 	}
-	c.Retry = retryDefaults(c.Retry)
+	c.Retry = c.Retry.WithDefaults()
 	return c
 }
 
-// problems validates a config with its defaults applied.
-func (c NATSServiceConfig) problems() []problem {
-	var ps []problem
-	add := func(field, msg, hint string) { ps = append(ps, problem{field, msg, hint}) }
+// Validate returns an error joining a *SettingError for every invalid field
+// of c, its defaults applied.
+func (c NATSServiceConfig) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	add := func(field, problem, hint string) {
+		errs = append(errs, &SettingError{Kind: intent.EffectNATS, Field: field, Problem: problem, Hint: hint})
+	}
 	const subjectHint = "write e.g. subject: billing.charge"
 	if c.Subject == "" {
 		add("subject", "is missing", subjectHint)
@@ -141,7 +136,7 @@ func (c NATSServiceConfig) problems() []problem {
 		field := "headers." + name
 		lower := strings.ToLower(name)
 		switch {
-		case !validHeaderName(name):
+		case !httpguts.ValidHeaderFieldName(name):
 			add(field, fmt.Sprintf("%q is not a header name", name), "use letters, digits and '-', e.g. Authorization")
 		case lower == strings.ToLower(HeaderIdempotencyKey) || strings.HasPrefix(lower, "idem-"):
 			add(field, "is set by the effect itself", "remove it")
@@ -154,7 +149,7 @@ func (c NATSServiceConfig) problems() []problem {
 	if c.Timeout < 0 {
 		add("timeout", "is negative", "write e.g. 10s")
 	}
-	return append(ps, retryProblems(c.Retry)...)
+	return errors.Join(append(errs, c.Retry.Problems(intent.EffectNATS)...)...)
 }
 
 // subjectProblem says what is wrong with a subject to publish to ("" when
@@ -191,7 +186,7 @@ func (s *NATSService) Fire(ctx context.Context, call Call) (Outcome, error) {
 	if len(data) == 0 {
 		data = []byte("{}")
 	}
-	return retryLoop(ctx, s.retry, "nats "+s.subject, "request", func(ctx context.Context) (json.RawMessage, error) {
+	return Retry(ctx, s.retry, "nats "+s.subject, "request", func(ctx context.Context) (json.RawMessage, error) {
 		return s.request(ctx, call, data)
 	})
 }
@@ -214,7 +209,7 @@ func (s *NATSService) request(ctx context.Context, call Call, data []byte) (json
 	if call.CallID != "" {
 		msg.Header.Set(HeaderCallID, call.CallID)
 	}
-	holder, attempt := firingHeaders(call)
+	holder, attempt := call.FiringHeaders()
 	if holder != "" {
 		msg.Header.Set(HeaderHolder, holder)
 	}
@@ -256,34 +251,4 @@ func (s *NATSService) request(ctx context.Context, call Call, data []byte) (json
 		return nil, Permanent(intent.CodeEffectFailed, what)
 	}
 	return nil, errors.New(what)
-}
-
-// natsServiceFactory builds NATS service effects that send on nc from a
-// tool's "nats:" settings: subject (required), timeout, retry (as a
-// webhook's) and headers; docs/tools.md describes them. WithNATSConn
-// registers it.
-func natsServiceFactory(nc *nats.Conn) factory {
-	return func(s *section) (Effect, error) {
-		cfg := NATSServiceConfig{
-			Subject: s.String("subject", ""),
-			Timeout: positiveDuration(s, "timeout", DefaultNATSTimeout),
-			Retry:   readRetry(s),
-			Headers: s.StringMap("headers"),
-		}
-		if !s.Present() {
-			s.Invalid("", "is missing", "add nats: with at least subject: ...")
-			return nil, nil
-		}
-		for _, p := range cfg.withDefaults().problems() {
-			s.Invalid(p.field, p.problem, p.hint)
-		}
-		if nc == nil {
-			return nil, errors.New("no NATS connection: the worker must pass one with WithNATSConn")
-		}
-		eff, err := NewNATSService(nc, cfg)
-		if err != nil {
-			return nil, err
-		}
-		return eff, nil
-	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/natstest"
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 var (
@@ -371,7 +372,7 @@ func TestParseNATSService(t *testing.T) {
 `, effects.WithNATSConn(b.nc))
 	tool, ok := r.Lookup("charge")
 	require.True(t, ok)
-	require.Equal(t, effects.KindNATS, tool.Kind)
+	require.Equal(t, intent.EffectNATS, tool.Kind)
 	require.IsType(t, &effects.NATSService{}, tool.Effect)
 	require.Equal(t, 2*2*time.Second+time.Second, tool.MaxDuration)
 

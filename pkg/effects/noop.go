@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // NoopConfig configures a noop effect. The zero value answers at once with
@@ -27,15 +29,16 @@ type Noop struct {
 	result json.RawMessage
 }
 
-// NewNoop returns a noop effect for cfg. Delay must not be negative and
+// NewNoop returns a noop effect for cfg, or an error joining a
+// *SettingError for every invalid field: Delay must not be negative and
 // Result, when set, must be valid JSON.
 func NewNoop(cfg NoopConfig) (*Noop, error) {
 	var errs []error
 	if cfg.Delay < 0 {
-		errs = append(errs, fmt.Errorf("effects: noop delay %s is negative", cfg.Delay))
+		errs = append(errs, &SettingError{Kind: intent.EffectNoop, Field: "delay", Problem: fmt.Sprintf("%s is negative", cfg.Delay), Hint: "write e.g. 100ms"})
 	}
 	if cfg.Result != nil && !json.Valid(cfg.Result) {
-		errs = append(errs, errors.New("effects: noop result is not valid JSON"))
+		errs = append(errs, &SettingError{Kind: intent.EffectNoop, Field: "result", Problem: "is not valid JSON", Hint: `write e.g. {"ok": true}`})
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -66,31 +69,3 @@ func (n *Noop) Fire(ctx context.Context, call Call) (Outcome, error) {
 
 // MaxDuration is the delay.
 func (n *Noop) MaxDuration() time.Duration { return n.delay }
-
-// KindNoop is the effect kind of noops in a tools file.
-const KindNoop = "noop"
-
-func init() { registerBuiltin(KindNoop, noopFactory) }
-
-// noopFactory builds a noop from a tool's "noop:" settings.
-func noopFactory(s *section) (Effect, error) {
-	cfg := NoopConfig{Delay: s.Duration("delay", 0)}
-	if node, ok := s.Value("result"); ok {
-		var v any
-		if err := node.Decode(&v); err != nil {
-			s.Invalid("result", "is not a plain value: "+err.Error(), "write a JSON-like value, e.g. result: {ok: true}")
-			return nil, nil
-		}
-		data, err := json.Marshal(v)
-		if err != nil {
-			s.Invalid("result", "cannot be written as JSON", "use string keys and finite numbers")
-			return nil, nil
-		}
-		cfg.Result = data
-	}
-	n, err := NewNoop(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return n, nil
-}

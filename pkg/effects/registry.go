@@ -78,37 +78,30 @@ type Bounded interface {
 	MaxDuration() time.Duration
 }
 
-// factory builds an effect of one kind from its settings: the mapping named
-// after the kind under a tool (a tool's "webhook:"), empty when the tool has
-// none. A factory reads its fields with the section's getters and reports
-// bad values with section.Invalid; fields it does not read are reported as
-// unknown. It returns an error only for a problem it did not report on the
-// section (the error is then recorded at the section's line); once it has
-// reported problems, its returned error and effect are ignored.
+// factory reads the settings of one effect kind — the mapping named after
+// the kind under a tool (a tool's "webhook:"), empty when the tool has none
+// — and builds the effect. It reads its fields with the section's getters
+// and reports bad values with section.Invalid (a kind's constructor's
+// *SettingErrors with section.invalidSettings); fields it does not read are
+// reported as unknown. It returns an error only for a problem it did not
+// report on the section (the error is then recorded at the section's line);
+// once it has reported problems, its returned error and effect are ignored.
 //
-// The seam is internal on purpose: a tool in another language is served
+// The kinds are fixed (see kinds): a tool in another language is served
 // through the nats effect (a NATS service) or the mcp effect (an MCP
 // server), not a Go plug-in (docs/tools.md, "Adding a tool in another
 // language").
 type factory func(s *section) (Effect, error)
-
-// builtin are the kinds every Parse knows; each effect's file adds itself.
-var builtin = map[string]factory{}
-
-func registerBuiltin(kind string, f factory) {
-	if _, dup := builtin[kind]; dup || !kindPattern.MatchString(kind) {
-		panic("effects: bad or duplicate builtin kind " + kind)
-	}
-	builtin[kind] = f
-}
 
 // Option adjusts Parse and LoadFile.
 type Option func(*options)
 
 type options struct {
 	file      string
-	factories map[string]factory
-	allow     []netip.Prefix // WithAllowPrivate
+	nc        *nats.Conn // WithNATSConn
+	withNATS  bool
+	factories map[string]factory // withFactory
+	allow     []netip.Prefix     // WithAllowPrivate
 	errs      []error
 }
 
@@ -131,14 +124,14 @@ func withFactory(kind string, f factory) Option {
 	}
 }
 
-// WithNATSConn makes the nats effect (KindNATS) available: its requests go
+// WithNATSConn makes the nats effect (intent.EffectNATS) available: its requests go
 // out on nc, which the caller owns (the registry never closes it). Without
 // it a tools file naming effect nats reports unknown effect "nats". A
 // connection that is never opened (new(nats.Conn)) is enough to validate a
 // file; such a registry's nats effects must not fire. A nil nc makes
 // every nats tool of the file a problem.
 func WithNATSConn(nc *nats.Conn) Option {
-	return withFactory(KindNATS, natsServiceFactory(nc))
+	return func(o *options) { o.nc, o.withNATS = nc, true }
 }
 
 // WithAllowPrivate lets every effect that takes a URL — each webhook, and
@@ -286,13 +279,15 @@ const MaxTools = 1000
 // a model could choose its key (docs/tools.md, "An unsafe tool names its
 // operation").
 func Parse(data []byte, opts ...Option) (*Registry, error) {
-	o := &options{file: "tools.yaml", factories: make(map[string]factory, len(builtin))}
-	for k, f := range builtin {
-		o.factories[k] = f
-	}
+	o := &options{file: "tools.yaml", factories: map[string]factory{}}
 	for _, opt := range opts {
 		opt(o)
 	}
+	builtin := kinds(o.nc, o.withNATS)
+	for k, f := range o.factories {
+		builtin[k] = f
+	}
+	o.factories = builtin
 	if err := errors.Join(o.errs...); err != nil {
 		return nil, err
 	}
@@ -429,9 +424,9 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) 
 	build, known := o.factories[t.Kind]
 	switch {
 	case !s.Has("effect"):
-		s.Invalid("effect", "is missing", "add effect: one of "+strings.Join(kinds(o), ", "))
+		s.Invalid("effect", "is missing", "add effect: one of "+strings.Join(kindNames(o), ", "))
 	case t.Kind != "" && !known:
-		hint := suggest(t.Kind, kinds(o))
+		hint := suggest(t.Kind, kindNames(o))
 		if strings.HasPrefix(hint, "known fields: ") {
 			hint = "known effects: " + strings.TrimPrefix(hint, "known fields: ")
 		}
@@ -552,7 +547,7 @@ func argList(s *section, name string) ([]string, []int) {
 	return items, lines
 }
 
-func kinds(o *options) []string {
+func kindNames(o *options) []string {
 	out := make([]string, 0, len(o.factories))
 	for k := range o.factories {
 		out = append(out, k)

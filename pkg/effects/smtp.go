@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"net/smtp"
 	"time"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // SMTP defaults and limits.
@@ -109,7 +111,7 @@ func (s *SMTP) MaxDuration() time.Duration {
 func (s *SMTP) MessageID(tool, key string) string {
 	sum := sha256.Sum256([]byte(key))
 	id := hex.EncodeToString(sum[:16])
-	if toolNamePattern.MatchString(tool) {
+	if intent.ValidTool(tool) {
 		id = tool + "." + id
 	}
 	return "<" + id + "@" + s.domain + ">"
@@ -124,13 +126,7 @@ func (s *SMTP) Fire(ctx context.Context, call Call) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, err
 	}
-	return retryLoop(ctx, s.retry, "smtp "+s.addr, "transaction", func(ctx context.Context) (json.RawMessage, error) {
+	return Retry(ctx, s.retry, "smtp "+s.addr, "transaction", func(ctx context.Context) (json.RawMessage, error) {
 		return s.send(ctx, m)
 	})
 }
-
-// KindSMTP is the effect kind of emails sent through an SMTP relay in a
-// tools file.
-const KindSMTP = "smtp"
-
-func init() { registerBuiltin(KindSMTP, smtpFactory) }

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // StartTLSPolicy says whether an smtp effect encrypts its connection to the
@@ -76,18 +78,10 @@ func (c SMTPConfig) String() string {
 // GoString is String for %#v.
 func (c SMTPConfig) GoString() string { return "effects.SMTPConfig" + c.String() }
 
-// NewSMTP returns an smtp effect for cfg, or an error naming every invalid
-// field. It reads CAFile.
+// NewSMTP returns an smtp effect for cfg, or an error joining a
+// *SettingError for every invalid field. It reads CAFile.
 func NewSMTP(cfg SMTPConfig) (*SMTP, error) {
-	s, problems := cfg.withDefaults().build()
-	if len(problems) > 0 {
-		errs := make([]error, len(problems))
-		for i, p := range problems {
-			errs[i] = fmt.Errorf("effects: smtp %s: %s (%s)", p.field, p.problem, p.hint)
-		}
-		return nil, errors.Join(errs...)
-	}
-	return s, nil
+	return cfg.withDefaults().build()
 }
 
 func (c SMTPConfig) withDefaults() SMTPConfig {
@@ -100,7 +94,7 @@ func (c SMTPConfig) withDefaults() SMTPConfig {
 	if c.Helo == "" {
 		c.Helo = DefaultSMTPHelo
 	}
-	c.Retry = retryDefaults(c.Retry)
+	c.Retry = c.Retry.WithDefaults()
 	return c
 }
 
@@ -109,11 +103,12 @@ var (
 	domainPattern = regexp.MustCompile(`^[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*$`)
 )
 
-// build validates a config with its defaults applied and builds the effect;
-// the problems name fields as in the tools file.
-func (c SMTPConfig) build() (*SMTP, []problem) {
-	var ps []problem
-	add := func(field, msg, hint string) { ps = append(ps, problem{field, msg, hint}) }
+// build validates a config with its defaults applied and builds the effect.
+func (c SMTPConfig) build() (*SMTP, error) {
+	var errs []error
+	add := func(field, problem, hint string) {
+		errs = append(errs, &SettingError{Kind: intent.EffectSMTP, Field: field, Problem: problem, Hint: hint})
+	}
 	s := &SMTP{addr: c.Addr, starttls: c.StartTLS, timeout: c.Timeout, retry: c.Retry, helo: c.Helo}
 
 	const addrHint = "write e.g. smtp.internal:587"
@@ -187,9 +182,8 @@ func (c SMTPConfig) build() (*SMTP, []problem) {
 	if !heloPattern.MatchString(c.Helo) {
 		add("helo", fmt.Sprintf("%q is not a host name", c.Helo), "write e.g. helo: worker1.example.com")
 	}
-	ps = append(ps, retryProblems(c.Retry)...)
-	if len(ps) > 0 {
-		return nil, ps
+	if err := errors.Join(append(errs, c.Retry.Problems(intent.EffectSMTP)...)...); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -220,53 +214,3 @@ func isASCII(s string) bool {
 	}
 	return true
 }
-
-// smtpFactory builds an smtp effect from a tool's "smtp:" settings.
-func smtpFactory(s *section) (Effect, error) {
-	cfg := SMTPConfig{
-		Addr:     s.String("addr", ""),
-		From:     s.String("from", ""),
-		StartTLS: StartTLSPolicy(s.String("starttls", string(StartTLSOpportunistic))),
-		CAFile:   s.String("ca_file", ""),
-		Username: s.String("username", ""),
-		Timeout:  positiveDuration(s, "timeout", DefaultSMTPTimeout),
-		Retry:    readRetry(s),
-		Helo:     s.String("helo", DefaultSMTPHelo),
-	}
-	passwordOK := true
-	if s.Has("password_env") {
-		name := s.String("password_env", "")
-		switch pw, set := os.LookupEnv(name); {
-		case !envNamePattern.MatchString(name):
-			s.Invalid("password_env", fmt.Sprintf("%q is not an environment variable name", name), "write e.g. password_env: SMTP_PASSWORD")
-			passwordOK = false
-		case !set || pw == "":
-			s.Invalid("password_env", fmt.Sprintf("the environment variable %s is not set", name), "set it in the worker's environment; the password is never written in this file")
-			passwordOK = false
-		case cfg.Username == "":
-			s.Invalid("password_env", "is set, but username is missing", "add username:, or remove password_env")
-		default:
-			cfg.Password = pw
-		}
-	} else if cfg.Username != "" {
-		s.Invalid("password_env", "is missing", "add password_env: naming the environment variable that holds the password")
-		passwordOK = false
-	}
-	if !s.Present() {
-		s.Invalid("", "is missing", "add smtp: with at least addr: and from:")
-		return nil, nil
-	}
-	if !passwordOK {
-		cfg.Username = "" // reported above; build must not report it again
-	}
-	eff, problems := cfg.withDefaults().build()
-	for _, p := range problems {
-		s.Invalid(p.field, p.problem, p.hint)
-	}
-	if len(problems) > 0 {
-		return nil, nil
-	}
-	return eff, nil
-}
-
-var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

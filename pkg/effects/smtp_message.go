@@ -56,7 +56,7 @@ func (s *SMTP) compose(call Call) (*message, error) {
 	if call.Tool != "" {
 		header(HeaderMailTool, fold(HeaderMailTool, encodeWords(call.Tool)))
 	}
-	holder, attempt := firingHeaders(call)
+	holder, attempt := call.FiringHeaders()
 	if holder != "" {
 		header(HeaderHolder, fold(HeaderHolder, encodeWords(holder)))
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sort"
 	"sync"
 	"time"
@@ -155,7 +156,7 @@ func (u *upstream) synthesize(mt *mcp.Tool, ov field, hasOv bool) *yaml.Node {
 		}
 		fields[k] = v
 	}
-	set("effect", scalar(KindMCP))
+	set("effect", scalar(intent.EffectMCP))
 	set("class", scalar(string(class)))
 	if mt.Description != "" {
 		set("description", scalar(mt.Description))
@@ -170,7 +171,7 @@ func (u *upstream) synthesize(mt *mcp.Tool, ov field, hasOv bool) *yaml.Node {
 			}
 		}
 	}
-	set(KindMCP, mapping(map[string]string{"upstream": u.name, "tool": mt.Name}))
+	set(intent.EffectMCP, mapping(map[string]string{"upstream": u.name, "tool": mt.Name}))
 	if class != intent.ClassRead {
 		set("destructive", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: fmt.Sprint(destructive)})
 	}
@@ -315,4 +316,18 @@ func expandUpstreams(c *collector, ups []*upstream, tools []*Tool) {
 			c.add(u.line, "mcp_upstreams."+u.name, problem, hint)
 		}
 	}
+}
+
+// readUpstream reads an upstream's command, url and allow_private (to which
+// the worker's WithAllowPrivate list is added for a url).
+func readUpstream(s *section) MCPUpstream {
+	up := MCPUpstream{Command: s.Strings("command"), URL: s.String("url", "")}
+	own := readAllowPrivate(s)
+	switch {
+	case up.URL != "":
+		up.AllowPrivate = append(append([]netip.Prefix(nil), s.c.allow...), own...)
+	case len(own) > 0:
+		s.Invalid("allow_private", "applies only to a url upstream", "remove it: a command runs on the worker's host")
+	}
+	return up
 }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/idemgate/idemgate/pkg/effects/internal/reply"
 	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
@@ -108,16 +110,12 @@ type Webhook struct {
 	client  *http.Client
 }
 
-// NewWebhook returns a webhook effect for cfg, or an error naming every
-// invalid field.
+// NewWebhook returns a webhook effect for cfg, or an error joining a
+// *SettingError for every invalid field.
 func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	cfg = cfg.withDefaults()
-	if problems := cfg.problems(); len(problems) > 0 {
-		errs := make([]error, len(problems))
-		for i, p := range problems {
-			errs[i] = fmt.Errorf("effects: webhook %s: %s (%s)", p.field, p.problem, p.hint)
-		}
-		return nil, errors.Join(errs...)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	u, _ := url.Parse(cfg.URL)
 	h := make(http.Header, len(cfg.Headers)+1)
@@ -151,17 +149,19 @@ func (c WebhookConfig) withDefaults() WebhookConfig {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultWebhookTimeout
 	}
-	c.Retry = retryDefaults(c.Retry)
+	c.Retry = c.Retry.WithDefaults()
 	return c
 }
 
 // reservedHeaders are set by the webhook itself.
 var reservedHeaders = []string{"Content-Type", "Content-Length", "Transfer-Encoding", "Host", HeaderIdempotencyKey}
 
-// problems validates a config with its defaults applied.
-func (c WebhookConfig) problems() []problem {
-	var ps []problem
-	add := func(field, msg, hint string) { ps = append(ps, problem{field, msg, hint}) }
+// validate checks a config with its defaults applied.
+func (c WebhookConfig) validate() error {
+	var errs []error
+	add := func(field, problem, hint string) {
+		errs = append(errs, &SettingError{Kind: intent.EffectWebhook, Field: field, Problem: problem, Hint: hint})
+	}
 	const urlHint = "write e.g. http://127.0.0.1:8080/hooks/email"
 	if c.URL == "" {
 		add("url", "is missing", urlHint)
@@ -180,18 +180,18 @@ func (c WebhookConfig) problems() []problem {
 	for name, value := range c.Headers {
 		field := "headers." + name
 		switch {
-		case !validHeaderName(name):
+		case !httpguts.ValidHeaderFieldName(name):
 			add(field, fmt.Sprintf("%q is not a header name", name), "use letters, digits and '-', e.g. Authorization")
 		case isReservedHeader(name):
 			add(field, "is set by the webhook itself", "remove it")
-		case !sendableHeaderValue(value):
+		case !httpguts.ValidHeaderFieldValue(value):
 			add(field, "holds a line break or another control character", "write the value on one line, without control characters")
 		}
 	}
 	if c.Timeout < 0 {
 		add("timeout", "is negative", "write e.g. 10s")
 	}
-	return append(ps, retryProblems(c.Retry)...)
+	return errors.Join(append(errs, c.Retry.Problems(intent.EffectWebhook)...)...)
 }
 
 func isReservedHeader(name string) bool {
@@ -204,46 +204,20 @@ func isReservedHeader(name string) bool {
 	return strings.HasPrefix(canon, "Idem-")
 }
 
-// sendableHeaderValue reports whether the HTTP client sends v as a header
-// value: no control character but a tab (RFC 9110 field-value; Go's
-// httpguts.ValidHeaderFieldValue).
-func sendableHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
 // unsendableHeader returns the name of a header of h the HTTP client would
 // refuse to send.
 func unsendableHeader(h http.Header) (string, bool) {
 	for name, vs := range h {
-		if !validHeaderName(name) {
+		if !httpguts.ValidHeaderFieldName(name) {
 			return name, true
 		}
 		for _, v := range vs {
-			if !sendableHeaderValue(v) {
+			if !httpguts.ValidHeaderFieldValue(v) {
 				return name, true
 			}
 		}
 	}
 	return "", false
-}
-
-func validHeaderName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
-			continue
-		}
-		return false
-	}
-	return true
 }
 
 // MaxDuration is the longest one Fire may take: every attempt timing out,
@@ -270,10 +244,10 @@ func (w *Webhook) Fire(ctx context.Context, call Call) (Outcome, error) {
 	if len(body) == 0 {
 		body = []byte("{}")
 	}
-	return retryLoop(ctx, w.retry, "webhook "+w.method+" "+w.target, "request", func(ctx context.Context) (json.RawMessage, error) {
+	return Retry(ctx, w.retry, "webhook "+w.method+" "+w.target, "request", func(ctx context.Context) (json.RawMessage, error) {
 		result, retryAfter, err := w.send(ctx, call, body)
 		if err != nil && retryAfter >= 0 {
-			return nil, &retryAfterError{err: err, wait: retryAfter}
+			return nil, RetryAfter(err, retryAfter)
 		}
 		return result, err
 	})
@@ -298,7 +272,7 @@ func (w *Webhook) send(ctx context.Context, call Call, body []byte) (json.RawMes
 	if call.CallID != "" {
 		req.Header.Set(HeaderCallID, call.CallID)
 	}
-	holder, attempt := firingHeaders(call)
+	holder, attempt := call.FiringHeaders()
 	if holder != "" {
 		req.Header.Set(HeaderHolder, holder)
 	}
@@ -414,39 +388,4 @@ func retryAfter(v string) time.Duration {
 		return max(time.Until(t), 0)
 	}
 	return -1
-}
-
-// KindWebhook is the effect kind of webhooks in a tools file.
-const KindWebhook = "webhook"
-
-func init() { registerBuiltin(KindWebhook, webhookFactory) }
-
-// webhookFactory builds a webhook from a tool's "webhook:" settings, allowed
-// to reach the addresses its allow_private lists and those of
-// WithAllowPrivate.
-func webhookFactory(s *section) (Effect, error) {
-	cfg := WebhookConfig{
-		URL:     s.String("url", ""),
-		Method:  s.String("method", DefaultWebhookMethod),
-		Headers: s.StringMap("headers"),
-		Timeout: positiveDuration(s, "timeout", DefaultWebhookTimeout),
-		Retry:   readRetry(s),
-	}
-	cfg.AllowPrivate = append(append([]netip.Prefix(nil), s.c.allow...), readAllowPrivate(s)...)
-	if !s.Present() {
-		s.Invalid("", "is missing", "add webhook: with at least url: http://...")
-		return nil, nil
-	}
-	problems := cfg.withDefaults().problems()
-	for _, p := range problems {
-		s.Invalid(p.field, p.problem, p.hint)
-	}
-	if len(problems) == 0 {
-		warnPrivateURL(s, cfg.URL, cfg.AllowPrivate, "webhook")
-	}
-	w, err := NewWebhook(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return w, nil
 }
