@@ -86,12 +86,3 @@ func checkSchemaKeyArgs(s *section, t *Tool) {
 		}
 	}
 }
-
-// IsDestructive reports whether the tool may destroy or overwrite: the tools
-// file's destructive field, by default true for every tool but reads.
-func (t *Tool) IsDestructive() bool {
-	if t.Destructive != nil {
-		return *t.Destructive
-	}
-	return t.Policy.Class != intent.ClassRead
-}

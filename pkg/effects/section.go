@@ -28,22 +28,10 @@ type ConfigError struct {
 	Hint    string // how to fix it: "write e.g. 10s"; may be empty
 }
 
-// Error formats the problem as "file:line: path: problem (hint)".
+// Error formats the problem as a warning is written: "file:line: path:
+// problem (hint)".
 func (e *ConfigError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		b.WriteString(":" + strconv.Itoa(e.Line))
-	}
-	b.WriteString(": ")
-	if e.Path != "" {
-		b.WriteString(e.Path + ": ")
-	}
-	b.WriteString(e.Problem)
-	if e.Hint != "" {
-		b.WriteString(" (" + e.Hint + ")")
-	}
-	return b.String()
+	return Warning{File: e.File, Line: e.Line, Path: e.Path, Problem: e.Problem, Hint: e.Hint}.String()
 }
 
 // Unwrap returns ErrConfig.

@@ -96,7 +96,7 @@ func (u *upstream) list(c *collector) error {
 	for _, mt := range listed {
 		name := u.prefix + mt.Name
 		switch {
-		case !toolNamePattern.MatchString(name):
+		case !intent.ValidTool(name):
 			problems = append(problems, fmt.Sprintf("%s: the name is not a valid tool name ([a-z0-9_-]{1,64}); give the upstream a prefix or rename the tool upstream", mt.Name))
 			continue
 		case u.taken(name):
@@ -233,16 +233,16 @@ func (u *upstream) changed() {
 	_ = u.list(nil)
 }
 
-// lookup returns the upstream tool named name.
-func (u *upstream) lookup(name string) (*Tool, bool) {
+// Lookup returns the upstream tool named name.
+func (u *upstream) Lookup(name string) (*Tool, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	t, ok := u.tools[name]
 	return t, ok
 }
 
-// names returns the upstream's tool names.
-func (u *upstream) names() []string {
+// Names returns the upstream's tool names.
+func (u *upstream) Names() []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	out := make([]string, 0, len(u.tools))
@@ -297,7 +297,7 @@ func expandUpstreams(c *collector, ups []*upstream, tools []*Tool) {
 				return true
 			}
 			for _, e := range earlier {
-				if _, ok := e.lookup(name); ok {
+				if _, ok := e.Lookup(name); ok {
 					return true
 				}
 			}

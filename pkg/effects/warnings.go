@@ -15,43 +15,6 @@ import (
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
 )
 
-// Warning is a tools-file setting that works but probably does not do what
-// its author meant: a key that can hold a timestamp, a webhook to an address
-// that will be refused at run time. Unlike a *ConfigError it does not stop
-// the file from loading; worker --check-config prints them, and a worker
-// logs them at start.
-type Warning struct {
-	File    string // the file name, as given to LoadFile or WithFilename
-	Line    int    // 1-based line of the field; 0 when unknown
-	Path    string // the field, dotted from the tool name: "create_ticket.key_args[1]"
-	Problem string // what looks wrong
-	Hint    string // what to do about it; may be empty
-}
-
-// String formats the warning as "file:line: path: problem (hint)".
-func (w Warning) String() string {
-	return (&ConfigError{File: w.File, Line: w.Line, Path: w.Path, Problem: w.Problem, Hint: w.Hint}).Error()
-}
-
-// Warnings returns the warnings of the tools file the registry was parsed
-// from, in line order (none for a registry built with NewRegistry). Both
-// kinds come from here:
-//
-//   - a field that can enter a tool's key and whose name looks like a
-//     timestamp, an attempt counter or a random id (see VolatileLooking),
-//     while it is not declared in volatile_args: such a value differs between
-//     two calls of one operation, so the second call would get another key
-//     and fire again. The fields checked are the tool's key_args, or, for a
-//     tool keyed by all its args, the property names of its schema;
-//   - a webhook, or an mcp tool with a url of its own, whose URL names a
-//     loopback, private or otherwise restricted address (an IP literal, or
-//     localhost) that neither its allow_private nor the worker's
-//     WithAllowPrivate list allows: every request to it would be refused
-//     when it fires.
-func (r *Registry) Warnings() []Warning {
-	return append([]Warning(nil), r.warnings...)
-}
-
 // Warn records a warning about field name of the section (dotted for nested
 // fields; "" for the section itself). A factory uses it for settings that
 // load but will likely misbehave.
