@@ -13,6 +13,7 @@ import (
 	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -73,7 +74,7 @@ func toolsFileSpec(path, allow, tool string) (intent.KeySpec, error) {
 		}
 		prefixes = p
 	}
-	reg, err := effects.LoadFile(path, effects.WithNATSConn(new(nats.Conn)), effects.WithAllowPrivate(prefixes...))
+	reg, err := toolsfile.LoadFile(path, toolsfile.WithNATSConn(new(nats.Conn)), toolsfile.WithAllowPrivate(prefixes...))
 	if err != nil {
 		return intent.KeySpec{}, err
 	}

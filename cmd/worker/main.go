@@ -26,8 +26,8 @@ import (
 	"github.com/idemgate/idemgate/internal/natsrv"
 	"github.com/idemgate/idemgate/internal/tracing"
 	"github.com/idemgate/idemgate/internal/worker"
-	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -153,12 +153,12 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--webhook-allow: %w", err)
 	}
-	allowPrivate := effects.WithAllowPrivate(allow...)
+	allowPrivate := toolsfile.WithAllowPrivate(allow...)
 
 	if *checkConfig {
 		// Validation only: the nats effect is built on a connection that is
 		// never opened.
-		tools, err := effects.LoadFile(*toolsFile, effects.WithNATSConn(new(nats.Conn)), allowPrivate)
+		tools, err := toolsfile.LoadFile(*toolsFile, toolsfile.WithNATSConn(new(nats.Conn)), allowPrivate)
 		if err != nil {
 			return err
 		}
@@ -219,7 +219,7 @@ func run(args []string) error {
 	}
 	defer nc.Close()
 
-	tools, err := effects.LoadFile(*toolsFile, effects.WithNATSConn(nc), allowPrivate)
+	tools, err := toolsfile.LoadFile(*toolsFile, toolsfile.WithNATSConn(nc), allowPrivate)
 	if err != nil {
 		return err
 	}

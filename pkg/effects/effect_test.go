@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -80,4 +81,12 @@ func TestPermanentError(t *testing.T) {
 			require.NotErrorIs(t, err, effects.ErrPermanent)
 		}
 	})
+}
+
+func parse(t *testing.T, data string, opts ...toolsfile.Option) *effects.Registry {
+	t.Helper()
+	r, err := toolsfile.Parse([]byte(data), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Close()) })
+	return r
 }

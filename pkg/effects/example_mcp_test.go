@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 )
 
 // An MCP server's tools served as tools of the file (mcp_upstreams), and a
@@ -44,7 +45,7 @@ func Example_mcpUpstream() {
 		hs.Close()
 	}()
 
-	registry, err := effects.Parse([]byte(`
+	registry, err := toolsfile.Parse([]byte(`
 mcp_upstreams:
   payments:
     url: ` + hs.URL + `

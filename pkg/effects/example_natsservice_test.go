@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 )
 
 // A tool answered by a NATS service: the worker adds the nats kind with its
@@ -62,7 +63,7 @@ func ExampleWithNATSConn() {
 	}
 	defer func() { _ = svc.Stop() }()
 
-	registry, err := effects.Parse([]byte(`
+	registry, err := toolsfile.Parse([]byte(`
 tools:
   charge:
     effect: nats
@@ -70,7 +71,7 @@ tools:
     nats:
       subject: billing.charge
       timeout: 5s
-`), effects.WithNATSConn(nc))
+`), toolsfile.WithNATSConn(nc))
 	if err != nil {
 		fmt.Println(err)
 		return

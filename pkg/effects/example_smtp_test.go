@@ -4,12 +4,13 @@ import (
 	"fmt"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 )
 
 // An smtp tool sends every firing of an operation with the same Message-ID,
 // derived from the key alone, so a mail system can drop a repeat.
 func ExampleSMTP_MessageID() {
-	registry, err := effects.Parse([]byte(`
+	registry, err := toolsfile.Parse([]byte(`
 tools:
   send_invoice:
     effect: smtp

@@ -120,9 +120,9 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// errRedirect is what a URL upstream's HTTP client answers a redirect with:
-// it is never followed.
-var errRedirect = errors.New("the upstream answered with a redirect, which is not followed")
+// ErrMCPRedirect is matched by errors.Is when a URL upstream answered with a
+// redirect: it is never followed.
+var ErrMCPRedirect = errors.New("the upstream answered with a redirect, which is not followed")
 
 // Validate reports what is wrong with u.
 func (u MCPUpstream) Validate() error {
@@ -178,7 +178,7 @@ func NewMCPConn(up MCPUpstream, onChange func()) *MCPConn {
 			Transport: netguard.New(up.AllowPrivate...).Transport(DefaultMCPTimeout),
 			// A redirect would move a tools/call, with the model's arguments
 			// and the key, to a host the tools file does not name.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return errRedirect },
+			CheckRedirect: func(*http.Request, []*http.Request) error { return ErrMCPRedirect },
 		}
 		c.secrets = urlSecrets(up.URL)
 	}
@@ -422,9 +422,9 @@ func refused(what string, err error) error {
 	case errors.As(err, &de):
 		return &PermanentError{Code: intent.CodeEffectFailed, Err: de, Message: fmt.Sprintf(
 			"%s: %v (nothing was sent; list it in the upstream's allow_private or the worker's --webhook-allow to allow it)", what, de)}
-	case errors.Is(err, errRedirect):
+	case errors.Is(err, ErrMCPRedirect):
 		return &PermanentError{Code: intent.CodeEffectFailed, Err: err, Message: fmt.Sprintf(
-			"%s: %v: configure the final URL (the request may have reached the upstream; nothing was sent where it pointed)", what, errRedirect)}
+			"%s: %v: configure the final URL (the request may have reached the upstream; nothing was sent where it pointed)", what, ErrMCPRedirect)}
 	}
 	return err
 }

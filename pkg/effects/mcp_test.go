@@ -1,17 +1,15 @@
-package effects
+package effects_test
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,7 +19,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -46,9 +46,9 @@ func newTestUpstream(t *testing.T) *testUpstream {
 		u.mu.Lock()
 		defer u.mu.Unlock()
 		u.charge++
-		key, _ := req.Params.Meta[MetaKey].(string)
+		key, _ := req.Params.Meta[effects.MetaKey].(string)
 		u.keys = append(u.keys, key)
-		u.firing = append(u.firing, fmt.Sprint(req.Params.Meta[MetaHolder], "/", req.Params.Meta[MetaAttempt]))
+		u.firing = append(u.firing, fmt.Sprint(req.Params.Meta[effects.MetaHolder], "/", req.Params.Meta[effects.MetaAttempt]))
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "charged"}}, StructuredContent: map[string]any{"charge": u.charge}}, nil
 	})
 	u.srv.AddTool(&mcp.Tool{Name: "lookup", InputSchema: obj, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -74,8 +74,8 @@ func newTestUpstream(t *testing.T) *testUpstream {
 	return u
 }
 
-// loopback lets the tests' upstreams, on 127.0.0.1, be reached.
-var loopback = WithAllowPrivate(netip.MustParsePrefix("127.0.0.0/8"))
+// allowLoopback lets the tests' upstreams, on 127.0.0.1, be reached.
+var allowLoopback = toolsfile.WithAllowPrivate(netip.MustParsePrefix("127.0.0.0/8"))
 
 func (u *testUpstream) charges() (int, []string) {
 	u.mu.Lock()
@@ -86,7 +86,7 @@ func (u *testUpstream) charges() (int, []string) {
 func TestMCPUpstreamTools(t *testing.T) {
 	t.Parallel()
 	u := newTestUpstream(t)
-	reg, err := Parse([]byte(`mcp_upstreams:
+	reg, err := toolsfile.Parse([]byte(`mcp_upstreams:
   pay:
     url: `+u.http.URL+`
     tools:
@@ -94,7 +94,7 @@ func TestMCPUpstreamTools(t *testing.T) {
       decline: {class: idempotent}
 tools:
   lookup: {effect: noop, class: read}
-`), loopback)
+`), allowLoopback)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, reg.Close()) })
 	require.Equal(t, []string{"charge", "decline", "lookup"}, reg.Names(), "the file's lookup wins; Bad.Name is not a tool name")
@@ -106,7 +106,7 @@ tools:
 	require.Equal(t, []string{"order"}, charge.KeySpec.KeyArgs)
 	require.Equal(t, "Charge a card.", charge.Description)
 	require.True(t, charge.IsDestructive())
-	require.Equal(t, u.http.URL, charge.Effect.(*MCP).Upstream().String())
+	require.Equal(t, u.http.URL, charge.Effect.(*effects.MCP).Upstream().String())
 	decline, _ := reg.Lookup("decline")
 	require.Equal(t, intent.ClassIdempotent, decline.Policy.Class)
 	require.False(t, decline.IsDestructive())
@@ -115,7 +115,7 @@ tools:
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	out, err := charge.Effect.Fire(ctx, Call{Key: "charge.k1", Tool: "charge", Args: json.RawMessage(`{"order":"7"}`), Holder: "w1.2", Attempt: 3})
+	out, err := charge.Effect.Fire(ctx, effects.Call{Key: "charge.k1", Tool: "charge", Args: json.RawMessage(`{"order":"7"}`), Holder: "w1.2", Attempt: 3})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"content":[{"type":"text","text":"charged"}],"structuredContent":{"charge":1}}`, string(out.Result))
 	n, keys := u.charges()
@@ -125,8 +125,8 @@ tools:
 	require.Equal(t, []string{"w1.2/3"}, u.firing, "so do the holder and the attempt")
 	u.mu.Unlock()
 
-	_, err = decline.Effect.Fire(ctx, Call{Key: "decline.k", Tool: "decline", Args: json.RawMessage(`{}`)})
-	pe, ok := IsPermanent(err)
+	_, err = decline.Effect.Fire(ctx, effects.Call{Key: "decline.k", Tool: "decline", Args: json.RawMessage(`{}`)})
+	pe, ok := effects.IsPermanent(err)
 	require.True(t, ok, "an isError result is permanent: %v", err)
 	require.Contains(t, pe.Message, "card declined")
 
@@ -151,9 +151,9 @@ tools:
 	u.http.Close()
 	short, cancel2 := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel2()
-	_, err = charge.Effect.Fire(short, Call{Key: "charge.k2", Tool: "charge", Args: json.RawMessage(`{"order":"8"}`)})
+	_, err = charge.Effect.Fire(short, effects.Call{Key: "charge.k2", Tool: "charge", Args: json.RawMessage(`{"order":"8"}`)})
 	require.Error(t, err)
-	_, perm := IsPermanent(err)
+	_, perm := effects.IsPermanent(err)
 	require.False(t, perm, "a broken transport is transient: %v", err)
 }
 
@@ -173,7 +173,7 @@ func TestMCPConfigErrors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := Parse([]byte(c.file), loopback)
+			_, err := toolsfile.Parse([]byte(c.file), allowLoopback)
 			require.ErrorContains(t, err, c.want)
 		})
 	}
@@ -182,13 +182,13 @@ func TestMCPConfigErrors(t *testing.T) {
 func TestMCPToolOfItsOwn(t *testing.T) {
 	t.Parallel()
 	u := newTestUpstream(t)
-	reg, err := Parse([]byte("tools:\n  pay: {effect: mcp, key_args: [order], mcp: {url: "+u.http.URL+", tool: charge}}\n"), loopback)
+	reg, err := toolsfile.Parse([]byte("tools:\n  pay: {effect: mcp, key_args: [order], mcp: {url: "+u.http.URL+", tool: charge}}\n"), allowLoopback)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, reg.Close()) })
 	pay, _ := reg.Lookup("pay")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err = pay.Effect.Fire(ctx, Call{Key: "pay.k", Tool: "pay", Args: json.RawMessage(`{"order":"1"}`)})
+	_, err = pay.Effect.Fire(ctx, effects.Call{Key: "pay.k", Tool: "pay", Args: json.RawMessage(`{"order":"1"}`)})
 	require.NoError(t, err)
 	n, _ := u.charges()
 	require.Equal(t, 1, n)
@@ -204,11 +204,11 @@ func TestMCPURLUpstreamGuard(t *testing.T) {
 	port := u.http.URL[strings.LastIndexByte(u.http.URL, ':')+1:]
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	charge := func(t *testing.T, reg *Registry, tool string) error {
+	charge := func(t *testing.T, reg *effects.Registry, tool string) error {
 		t.Helper()
 		tl, ok := reg.Lookup(tool)
 		require.True(t, ok)
-		_, err := tl.Effect.Fire(ctx, Call{Key: tool + ".k", Tool: tool, Args: json.RawMessage(`{"order":"1"}`)})
+		_, err := tl.Effect.Fire(ctx, effects.Call{Key: tool + ".k", Tool: tool, Args: json.RawMessage(`{"order":"1"}`)})
 		return err
 	}
 
@@ -216,17 +216,17 @@ func TestMCPURLUpstreamGuard(t *testing.T) {
 	// file does not load, and the error says how to allow it.
 	entry := "mcp_upstreams:\n  pay:\n    url: " + u.http.URL + "\n"
 	const overrides = "    tools: {charge: {key_args: [order]}, decline: {class: idempotent}, lookup: {class: read}}\n"
-	_, err := Parse([]byte(entry))
-	require.ErrorIs(t, err, ErrConfig)
+	_, err := toolsfile.Parse([]byte(entry))
+	require.ErrorIs(t, err, toolsfile.ErrConfig)
 	require.EqualError(t, err, "tools.yaml:2: mcp_upstreams.pay: could not list its tools: "+u.http.URL+
 		": address 127.0.0.1 is loopback and not allowed (add allow_private: [127.0.0.1/32] to this upstream, or start the worker with --webhook-allow 127.0.0.1/32)")
 	require.Zero(t, u.requests.Load(), "the refused upstream got no request")
 
-	for name, reg := range map[string]func() (*Registry, error){
-		"allow_private": func() (*Registry, error) {
-			return Parse([]byte(entry + "    allow_private: [127.0.0.1/32]\n" + overrides))
+	for name, reg := range map[string]func() (*effects.Registry, error){
+		"allow_private": func() (*effects.Registry, error) {
+			return toolsfile.Parse([]byte(entry + "    allow_private: [127.0.0.1/32]\n" + overrides))
 		},
-		"worker-wide": func() (*Registry, error) { return Parse([]byte(entry+overrides), loopback) },
+		"worker-wide": func() (*effects.Registry, error) { return toolsfile.Parse([]byte(entry+overrides), allowLoopback) },
 	} {
 		r, err := reg()
 		require.NoError(t, err, name)
@@ -242,7 +242,7 @@ func TestMCPURLUpstreamGuard(t *testing.T) {
 	own := func(url, extra string) string {
 		return "tools:\n  pay:\n    effect: mcp\n    key_args: [order]\n    mcp: {url: '" + url + "', tool: charge" + extra + "}\n"
 	}
-	reg, err := Parse([]byte(own(u.http.URL, "")))
+	reg, err := toolsfile.Parse([]byte(own(u.http.URL, "")))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = reg.Close() })
 	require.Len(t, reg.Warnings(), 1)
@@ -251,12 +251,12 @@ func TestMCPURLUpstreamGuard(t *testing.T) {
 	before := u.requests.Load()
 	err = charge(t, reg, "pay")
 	require.ErrorIs(t, err, netguard.ErrForbidden)
-	pe, ok := IsPermanent(err)
+	pe, ok := effects.IsPermanent(err)
 	require.True(t, ok, "a refused destination is permanent: %v", err)
 	require.Contains(t, pe.Message, "address 127.0.0.1 is loopback and not allowed (nothing was sent")
 	require.Equal(t, before, u.requests.Load(), "nothing reached the upstream")
 
-	reg, err = Parse([]byte(own(u.http.URL, ", allow_private: [127.0.0.1/32]")))
+	reg, err = toolsfile.Parse([]byte(own(u.http.URL, ", allow_private: [127.0.0.1/32]")))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = reg.Close() })
 	require.Empty(t, reg.Warnings())
@@ -273,36 +273,36 @@ func TestMCPURLUpstreamGuard(t *testing.T) {
 	}
 	for _, c := range []struct {
 		url, what string
-		allow     Option
+		allow     toolsfile.Option
 	}{
-		{"http://localhost:" + port, "loopback", WithFilename("tools.yaml")},
-		{"http://[::ffff:127.0.0.1]:" + port, "loopback", WithFilename("tools.yaml")},
-		{"http://[64:ff9b::7f00:1]:" + port, "NAT64", loopback},
-		{"http://[::127.0.0.1]:" + port, "IPv4-compatible", loopback},
-		{"http://[2002:7f00:1::1]:" + port, "6to4", loopback},
+		{"http://localhost:" + port, "loopback", toolsfile.WithFilename("tools.yaml")},
+		{"http://[::ffff:127.0.0.1]:" + port, "loopback", toolsfile.WithFilename("tools.yaml")},
+		{"http://[64:ff9b::7f00:1]:" + port, "NAT64", allowLoopback},
+		{"http://[::127.0.0.1]:" + port, "IPv4-compatible", allowLoopback},
+		{"http://[2002:7f00:1::1]:" + port, "6to4", allowLoopback},
 	} {
 		if strings.Contains(c.url, "[") && !strings.Contains(c.url, "ffff") && !ipv6 {
 			t.Logf("%s: no IPv6 sockets here, not dialled", c.url)
 			continue
 		}
-		reg, err := Parse([]byte(own(c.url, "")), c.allow)
+		reg, err := toolsfile.Parse([]byte(own(c.url, "")), c.allow)
 		require.NoError(t, err, c.url)
 		t.Cleanup(func() { _ = reg.Close() })
 		err = charge(t, reg, "pay")
 		var de *netguard.DestinationError
 		require.ErrorAs(t, err, &de, c.url)
 		require.Contains(t, de.What, c.what, c.url)
-		_, perm := IsPermanent(err)
+		_, perm := effects.IsPermanent(err)
 		require.True(t, perm, c.url)
 	}
 	require.Equal(t, before, u.requests.Load(), "nothing reached the upstream")
 
 	// allow_private belongs to a url.
-	_, err = Parse([]byte("mcp_upstreams:\n  pay:\n    command: [srv]\n    allow_private: [127.0.0.1/32]\n"))
+	_, err = toolsfile.Parse([]byte("mcp_upstreams:\n  pay:\n    command: [srv]\n    allow_private: [127.0.0.1/32]\n"))
 	require.ErrorContains(t, err, "tools.yaml:4: mcp_upstreams.pay.allow_private: applies only to a url upstream")
-	_, err = Parse([]byte(entry + "    allow_private: [intranet]\n"))
+	_, err = toolsfile.Parse([]byte(entry + "    allow_private: [intranet]\n"))
 	require.ErrorContains(t, err, `tools.yaml:4: mcp_upstreams.pay.allow_private[0]: "intranet" is not an IP address or CIDR prefix`)
-	_, err = Parse([]byte("tools:\n  t: {effect: mcp, mcp: {upstream: pay, tool: x, allow_private: [10.0.0.0/8]}}\n"))
+	_, err = toolsfile.Parse([]byte("tools:\n  t: {effect: mcp, mcp: {upstream: pay, tool: x, allow_private: [10.0.0.0/8]}}\n"))
 	require.ErrorContains(t, err, "t.mcp.allow_private: is given with upstream")
 }
 
@@ -322,7 +322,7 @@ func TestMCPUpstreamHintsDoNotSetTheClass(t *testing.T) {
 	}
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	t.Cleanup(hs.Close)
-	reg, err := Parse([]byte("mcp_upstreams:\n  up:\n    url: "+hs.URL+"\n    tools:\n      peek_pinned: {class: read}\n"), loopback)
+	reg, err := toolsfile.Parse([]byte("mcp_upstreams:\n  up:\n    url: "+hs.URL+"\n    tools:\n      peek_pinned: {class: read}\n"), allowLoopback)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = reg.Close() })
 	for name, want := range map[string]intent.Class{"peek": intent.ClassUnsafe, "touch": intent.ClassUnsafe, "peek_pinned": intent.ClassRead} {
@@ -345,18 +345,18 @@ func TestMCPUpstreamHintsDoNotSetTheClass(t *testing.T) {
 // in no message a failure records.
 func TestMCPUpstreamSecretsAreNotShown(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "npx [3 arguments not shown]", MCPUpstream{Command: []string{"npx", "srv", "--api-key", "k-s3cret"}}.String())
-	require.Equal(t, "srv [1 argument not shown]", MCPUpstream{Command: []string{"srv", "k-s3cret"}}.String())
-	require.Equal(t, "srv", MCPUpstream{Command: []string{"srv"}}.String())
-	require.Equal(t, "https://mcp.example.com/v1/mcp", MCPUpstream{URL: "https://agent:pw-s3cret@mcp.example.com/v1/mcp?token=tok-s3cret#frag-s3cret"}.String())
+	require.Equal(t, "npx [3 arguments not shown]", effects.MCPUpstream{Command: []string{"npx", "srv", "--api-key", "k-s3cret"}}.String())
+	require.Equal(t, "srv [1 argument not shown]", effects.MCPUpstream{Command: []string{"srv", "k-s3cret"}}.String())
+	require.Equal(t, "srv", effects.MCPUpstream{Command: []string{"srv"}}.String())
+	require.Equal(t, "https://mcp.example.com/v1/mcp", effects.MCPUpstream{URL: "https://agent:pw-s3cret@mcp.example.com/v1/mcp?token=tok-s3cret#frag-s3cret"}.String())
 
 	u := newTestUpstream(t)
 	secretURL := strings.Replace(u.http.URL, "http://", "http://agent-user:pw-s3cret@", 1) + "/mcp?token=tok-s3cret&x=1"
-	reg, err := Parse([]byte("tools:\n  pay: {effect: mcp, key_args: [order], mcp: {url: '"+secretURL+"', tool: decline, retry: {max_attempts: 2, initial_interval: 1ms, max_interval: 1ms}}}\n"), loopback)
+	reg, err := toolsfile.Parse([]byte("tools:\n  pay: {effect: mcp, key_args: [order], mcp: {url: '"+secretURL+"', tool: decline, retry: {max_attempts: 2, initial_interval: 1ms, max_interval: 1ms}}}\n"), allowLoopback)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = reg.Close() })
 	pay, _ := reg.Lookup("pay")
-	require.Equal(t, u.http.URL+"/mcp", pay.Effect.(*MCP).Upstream().String())
+	require.Equal(t, u.http.URL+"/mcp", pay.Effect.(*effects.MCP).Upstream().String())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	hidden := func(t *testing.T, msg string) {
@@ -365,23 +365,23 @@ func TestMCPUpstreamSecretsAreNotShown(t *testing.T) {
 			require.NotContains(t, msg, s)
 		}
 	}
-	_, err = pay.Effect.Fire(ctx, Call{Key: "pay.k", Tool: "pay", Args: json.RawMessage(`{"order":"1"}`)})
+	_, err = pay.Effect.Fire(ctx, effects.Call{Key: "pay.k", Tool: "pay", Args: json.RawMessage(`{"order":"1"}`)})
 	require.Error(t, err)
 	hidden(t, err.Error())
 
 	// A broken transport: the HTTP client's error names the URL it asked.
 	u.http.CloseClientConnections()
 	u.http.Close()
-	_, err = pay.Effect.Fire(ctx, Call{Key: "pay.k2", Tool: "pay", Args: json.RawMessage(`{"order":"2"}`)})
-	require.ErrorIs(t, err, ErrExhausted)
+	_, err = pay.Effect.Fire(ctx, effects.Call{Key: "pay.k2", Tool: "pay", Args: json.RawMessage(`{"order":"2"}`)})
+	require.ErrorIs(t, err, effects.ErrExhausted)
 	require.Contains(t, err.Error(), u.http.URL+"/mcp")
 	hidden(t, err.Error())
 
 	// An upstream that cannot be listed when the file loads.
-	_, err = Parse([]byte("mcp_upstreams:\n  pay: {url: '"+secretURL+"'}\n"), loopback)
+	_, err = toolsfile.Parse([]byte("mcp_upstreams:\n  pay: {url: '"+secretURL+"'}\n"), allowLoopback)
 	require.ErrorContains(t, err, "mcp_upstreams.pay: could not list its tools")
 	hidden(t, err.Error())
-	_, err = Parse([]byte("mcp_upstreams:\n  pay: {url: 'ftp://agent-user:pw-s3cret@host/?token=tok-s3cret'}\n"))
+	_, err = toolsfile.Parse([]byte("mcp_upstreams:\n  pay: {url: 'ftp://agent-user:pw-s3cret@host/?token=tok-s3cret'}\n"))
 	require.ErrorContains(t, err, "is not an http or https URL")
 	hidden(t, err.Error())
 }
@@ -404,14 +404,14 @@ func TestMCPUpstreamRedirectIsNotFollowed(t *testing.T) {
 		u.http.Config.Handler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(front.Close)
-	reg, err := Parse([]byte("tools:\n  pay: {effect: mcp, key_args: [order], mcp: {url: '"+front.URL+"/mcp', tool: charge}}\n"), loopback)
+	reg, err := toolsfile.Parse([]byte("tools:\n  pay: {effect: mcp, key_args: [order], mcp: {url: '"+front.URL+"/mcp', tool: charge}}\n"), allowLoopback)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = reg.Close() })
 	pay, _ := reg.Lookup("pay")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	out, err := pay.Effect.Fire(ctx, Call{Key: "pay.k", Tool: "pay", Args: json.RawMessage(`{"order":"1"}`)})
-	pe, ok := IsPermanent(err)
+	out, err := pay.Effect.Fire(ctx, effects.Call{Key: "pay.k", Tool: "pay", Args: json.RawMessage(`{"order":"1"}`)})
+	pe, ok := effects.IsPermanent(err)
 	require.True(t, ok, "a redirect is permanent: %v", err)
 	require.Contains(t, pe.Message, "answered with a redirect, which is not followed: configure the final URL")
 	require.Equal(t, 1, out.Invocations, "not retried")
@@ -423,18 +423,7 @@ func TestMCPUpstreamRedirectIsNotFollowed(t *testing.T) {
 	// An mcp_upstreams entry that redirects cannot be listed.
 	all := httptest.NewServer(http.RedirectHandler(elsewhere.http.URL+"/mcp", http.StatusTemporaryRedirect))
 	t.Cleanup(all.Close)
-	_, err = Parse([]byte("mcp_upstreams:\n  pay: {url: '"+all.URL+"'}\n"), loopback)
+	_, err = toolsfile.Parse([]byte("mcp_upstreams:\n  pay: {url: '"+all.URL+"'}\n"), allowLoopback)
 	require.ErrorContains(t, err, "give the upstream's final URL: redirects are not followed")
 	require.Zero(t, elsewhere.requests.Load())
-}
-
-// An error quoting the URL as the HTTP client does (password as ***) names
-// it as the catalogue does.
-func TestMCPConnHidesTheURLAsQuoted(t *testing.T) {
-	t.Parallel()
-	c := NewMCPConn(MCPUpstream{URL: "http://agent-user:pw-s3cret@127.0.0.1:9/mcp?token=tok-s3cret"}, nil)
-	err := c.hide(fmt.Errorf("connect: %w", &url.Error{Op: "Post", URL: "http://agent-user:***@127.0.0.1:9/mcp?token=tok-s3cret", Err: errors.New("connection refused")}))
-	require.EqualError(t, err, `connect: Post "http://127.0.0.1:9/mcp": connection refused`)
-	var ue *url.Error
-	require.ErrorAs(t, err, &ue, "the chain is kept")
 }

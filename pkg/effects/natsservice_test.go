@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/natstest"
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -369,7 +370,7 @@ func TestParseNATSService(t *testing.T) {
       timeout: 2s
       headers: {X-Team: billing}
       retry: {max_attempts: 2, initial_interval: 1ms, max_interval: 1s}
-`, effects.WithNATSConn(b.nc))
+`, toolsfile.WithNATSConn(b.nc))
 	tool, ok := r.Lookup("charge")
 	require.True(t, ok)
 	require.Equal(t, intent.EffectNATS, tool.Kind)
@@ -403,9 +404,9 @@ func TestParseNATSServiceErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r, err := effects.Parse([]byte(tc.file), effects.WithNATSConn(tc.nc))
+			r, err := toolsfile.Parse([]byte(tc.file), toolsfile.WithNATSConn(tc.nc))
 			require.Nil(t, r)
-			require.ErrorIs(t, err, effects.ErrConfig)
+			require.ErrorIs(t, err, toolsfile.ErrConfig)
 			lines := strings.Split(err.Error(), "\n")
 			require.Len(t, lines, len(tc.want), "errors: %v", err)
 			for i, want := range tc.want {
@@ -415,6 +416,6 @@ func TestParseNATSServiceErrors(t *testing.T) {
 	}
 
 	// Without the connection, the kind is unknown.
-	_, err := effects.Parse([]byte(head + "    nats: {subject: s}\n"))
+	_, err := toolsfile.Parse([]byte(head + "    nats: {subject: s}\n"))
 	require.ErrorContains(t, err, `tools.yaml:3: t.effect: unknown effect "nats"`)
 }

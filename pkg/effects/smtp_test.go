@@ -36,6 +36,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 )
 
 var (
@@ -572,7 +573,7 @@ func newTestCA(t *testing.T) testCA {
 }
 
 // parseTool parses a one-tool file and returns the tool.
-func parseTool(t *testing.T, file string, opts ...effects.Option) *effects.Tool {
+func parseTool(t *testing.T, file string, opts ...toolsfile.Option) *effects.Tool {
 	t.Helper()
 	r := parse(t, file, opts...)
 	names := r.Names()
@@ -964,9 +965,9 @@ func TestParseSMTPErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r, err := effects.Parse([]byte(tc.file))
+			r, err := toolsfile.Parse([]byte(tc.file))
 			require.Nil(t, r)
-			require.ErrorIs(t, err, effects.ErrConfig)
+			require.ErrorIs(t, err, toolsfile.ErrConfig)
 			lines := strings.Split(err.Error(), "\n")
 			require.Len(t, lines, len(tc.want), "errors: %v", err)
 			for i, want := range tc.want {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 )
 
 // received is one request as the test server saw it.
@@ -533,21 +534,21 @@ func TestToolsFileAllowPrivate(t *testing.T) {
 		return err
 	}
 
-	reg, err := effects.Parse(file(""))
+	reg, err := toolsfile.Parse(file(""))
 	require.NoError(t, err, "a loopback URL parses: the check is at dial time")
 	require.ErrorIs(t, fire(t, reg), netguard.ErrForbidden)
 
-	reg, err = effects.Parse(file("      allow_private: [127.0.0.1/32]\n"))
+	reg, err = toolsfile.Parse(file("      allow_private: [127.0.0.1/32]\n"))
 	require.NoError(t, err)
 	require.NoError(t, fire(t, reg))
 
 	// The worker-wide list (--webhook-allow) reaches every webhook.
-	reg, err = effects.Parse(file(""), effects.WithAllowPrivate(netip.MustParsePrefix("127.0.0.0/8")))
+	reg, err = toolsfile.Parse(file(""), toolsfile.WithAllowPrivate(netip.MustParsePrefix("127.0.0.0/8")))
 	require.NoError(t, err)
 	require.NoError(t, fire(t, reg))
 
-	_, err = effects.Parse(file("      allow_private: [127.0.0.1/32, intranet]\n"))
+	_, err = toolsfile.Parse(file("      allow_private: [127.0.0.1/32, intranet]\n"))
 	require.ErrorContains(t, err, `tools.yaml:8: t.webhook.allow_private[1]: "intranet" is not an IP address or CIDR prefix (write e.g. 127.0.0.1/32 or 10.0.0.0/8)`)
-	_, err = effects.Parse(file("      allow_private: 10.0.0.0/8\n"))
+	_, err = toolsfile.Parse(file("      allow_private: 10.0.0.0/8\n"))
 	require.ErrorContains(t, err, "t.webhook.allow_private: is \"10.0.0.0/8\", want a list")
 }

@@ -1,10 +1,11 @@
-package effects
+package toolsfile
 
 import (
 	"encoding/json"
 	"fmt"
 
 	"github.com/idemgate/idemgate/pkg/argschema"
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -14,7 +15,7 @@ import (
 // description, input schema and annotations.
 
 // parseDescription reads description, schema, destructive and approver.
-func parseDescription(s *section, t *Tool) {
+func parseDescription(s *section, t *effects.Tool) {
 	t.Description = s.String("description", "")
 	if node, ok := s.Value("schema"); ok {
 		t.Schema = parseSchema(s, node.Line, func() (any, error) {
@@ -70,7 +71,7 @@ func parseSchema(s *section, line int, decode func() (any, error)) json.RawMessa
 // checkSchemaKeyArgs reports key args and volatile args a closed schema
 // (additionalProperties: false) does not declare: no valid call could give
 // them.
-func checkSchemaKeyArgs(s *section, t *Tool) {
+func checkSchemaKeyArgs(s *section, t *effects.Tool) {
 	var sch struct {
 		Properties           map[string]json.RawMessage `json:"properties"`
 		AdditionalProperties json.RawMessage            `json:"additionalProperties"`

@@ -1,4 +1,4 @@
-package effects
+package toolsfile
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -25,7 +26,7 @@ schema:
 `), &doc))
 	c := &collector{file: "tools.yaml"}
 	s := newSection(c, "create_ticket", 1, doc.Content[0])
-	keyWarnings(s, &Tool{Name: "create_ticket", KeySpec: intent.KeySpec{VolatileArgs: []string{"trace_id"}}}, nil)
+	keyWarnings(s, &effects.Tool{Name: "create_ticket", KeySpec: intent.KeySpec{VolatileArgs: []string{"trace_id"}}}, nil)
 	ws := c.warnings()
 	require.Len(t, ws, 1, "%v", ws)
 	require.Equal(t, 7, ws[0].Line)
@@ -35,6 +36,6 @@ schema:
 	// With key_args, the key args are checked and the schema is not.
 	c = &collector{file: "tools.yaml"}
 	s = newSection(c, "create_ticket", 1, doc.Content[0])
-	keyWarnings(s, &Tool{Name: "create_ticket", KeySpec: intent.KeySpec{KeyArgs: []string{"title"}}}, []int{1})
+	keyWarnings(s, &effects.Tool{Name: "create_ticket", KeySpec: intent.KeySpec{KeyArgs: []string{"title"}}}, []int{1})
 	require.Empty(t, c.warnings())
 }

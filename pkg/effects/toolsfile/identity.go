@@ -1,4 +1,4 @@
-package effects
+package toolsfile
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -22,7 +23,7 @@ import (
 // closed schema (additionalProperties: false: an invented argument is
 // refused invalid_intent), or key_args: all, which says that every argument
 // is part of the operation's identity.
-func requireIdentity(s *section, t *Tool, entry string) {
+func requireIdentity(s *section, t *effects.Tool, entry string) {
 	if t.Policy.Class != intent.ClassUnsafe || s.Has("key_args") {
 		return // key_args is a list, all, or a problem reported already
 	}

@@ -1,4 +1,4 @@
-package effects_test
+package toolsfile_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -44,9 +45,9 @@ tools:
       url: https://hooks.example.com/x
 `
 
-func parse(t *testing.T, data string, opts ...effects.Option) *effects.Registry {
+func parse(t *testing.T, data string, opts ...toolsfile.Option) *effects.Registry {
 	t.Helper()
-	r, err := effects.Parse([]byte(data), opts...)
+	r, err := toolsfile.Parse([]byte(data), opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, r.Close()) })
 	return r
@@ -271,15 +272,15 @@ func TestParseErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r, err := effects.Parse([]byte(tc.file))
+			r, err := toolsfile.Parse([]byte(tc.file))
 			require.Nil(t, r)
-			require.ErrorIs(t, err, effects.ErrConfig)
+			require.ErrorIs(t, err, toolsfile.ErrConfig)
 			lines := strings.Split(err.Error(), "\n")
 			require.Len(t, lines, len(tc.want), "errors: %v", err)
 			for i, want := range tc.want {
 				require.True(t, strings.HasPrefix(lines[i], want), "error %d:\n got  %s\n want %s...", i, lines[i], want)
 			}
-			var ce *effects.ConfigError
+			var ce *toolsfile.ConfigError
 			require.True(t, errors.As(err, &ce))
 			require.Equal(t, "tools.yaml", ce.File)
 		})
@@ -291,40 +292,17 @@ func TestLoadFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tools.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(goodTools), 0o600))
-	r, err := effects.LoadFile(path)
+	r, err := toolsfile.LoadFile(path)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
 	require.Len(t, r.Names(), 4)
 
 	bad := filepath.Join(dir, "bad.yaml")
 	require.NoError(t, os.WriteFile(bad, []byte("tools:\n  t:\n    effect: noop\n    lease: 10\n    key_args: [a]\n"), 0o600))
-	_, err = effects.LoadFile(bad)
+	_, err = toolsfile.LoadFile(bad)
 	require.ErrorContains(t, err, bad+":4: t.lease:")
 
-	_, err = effects.LoadFile(filepath.Join(dir, "missing.yaml"))
+	_, err = toolsfile.LoadFile(filepath.Join(dir, "missing.yaml"))
 	require.ErrorIs(t, err, os.ErrNotExist)
-	require.NotErrorIs(t, err, effects.ErrConfig)
-}
-
-func TestNewRegistry(t *testing.T) {
-	t.Parallel()
-	noop, err := effects.NewNoop(effects.NoopConfig{Delay: time.Second})
-	require.NoError(t, err)
-	r, err := effects.NewRegistry(&effects.Tool{Name: "b", Kind: "noop", Effect: noop}, &effects.Tool{Name: "a", Effect: effects.EffectFunc(nil)})
-	require.NoError(t, err)
-	require.Equal(t, []string{"a", "b"}, r.Names())
-	b, _ := r.Lookup("b")
-	require.Equal(t, effects.DefaultLease, b.Lease)
-	require.Equal(t, time.Second, b.MaxDuration)
-
-	_, err = effects.NewRegistry(
-		&effects.Tool{Name: "Bad", Effect: noop},
-		&effects.Tool{Name: "x"},
-		&effects.Tool{Name: "y", Effect: noop}, &effects.Tool{Name: "y", Effect: noop},
-		&effects.Tool{Name: "z", Effect: noop, Lease: time.Millisecond},
-	)
-	require.ErrorContains(t, err, `"Bad"`)
-	require.ErrorContains(t, err, `"x" has no effect`)
-	require.ErrorContains(t, err, `"y" defined twice`)
-	require.ErrorContains(t, err, `"z": lease 1ms is under 1s`)
+	require.NotErrorIs(t, err, toolsfile.ErrConfig)
 }

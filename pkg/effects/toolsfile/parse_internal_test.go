@@ -1,4 +1,4 @@
-package effects
+package toolsfile
 
 import (
 	"context"
@@ -7,20 +7,22 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemgate/idemgate/pkg/effects"
 )
 
 // The loader's seam for a kind (what the nats kind is added through).
 func TestParseWithFactory(t *testing.T) {
 	t.Parallel()
 	var built []string
-	factory := func(s *section) (Effect, error) {
+	factory := func(s *section) (effects.Effect, error) {
 		subject := s.String("subject", "")
 		if subject == "" {
 			s.Invalid("subject", "is missing", "write e.g. subject: svc.send")
 		}
 		built = append(built, subject)
-		return EffectFunc(func(context.Context, Call) (Outcome, error) {
-			return Outcome{Result: json.RawMessage(`"sent"`), Invocations: 1}, nil
+		return effects.EffectFunc(func(context.Context, effects.Call) (effects.Outcome, error) {
+			return effects.Outcome{Result: json.RawMessage(`"sent"`), Invocations: 1}, nil
 		}), nil
 	}
 	r, err := Parse([]byte("tools:\n  t:\n    effect: queue\n    queue: {subject: svc.send}\n    key_args: [id]\n"), withFactory("queue", factory))
@@ -37,7 +39,7 @@ func TestParseWithFactory(t *testing.T) {
 	require.ErrorContains(t, err, "conf/tools.yaml:4: t.queue.subjct: unknown field (did you mean subject?)")
 
 	_, err = Parse([]byte("tools:\n  t:\n    effect: queue\n"),
-		withFactory("queue", func(*section) (Effect, error) { return nil, errors.New("no connection") }))
+		withFactory("queue", func(*section) (effects.Effect, error) { return nil, errors.New("no connection") }))
 	require.ErrorContains(t, err, "tools.yaml:2: t.queue: no connection")
 
 	_, err = Parse([]byte("tools:\n  t: {effect: noop}\n"), withFactory("lease", factory))

@@ -1,4 +1,4 @@
-package effects_test
+package toolsfile_test
 
 import (
 	"context"
@@ -7,11 +7,12 @@ import (
 	"net/netip"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 )
 
 // Parse a tools file, look a tool up and fire its effect.
 func Example() {
-	registry, err := effects.Parse([]byte(`
+	registry, err := toolsfile.Parse([]byte(`
 tools:
   demo_echo:
     effect: noop
@@ -46,7 +47,7 @@ tools:
 
 // Every problem in a tools file is reported, each with its line and a hint.
 func ExampleParse_errors() {
-	_, err := effects.Parse([]byte(`
+	_, err := toolsfile.Parse([]byte(`
 tools:
   send_email:
     effect: webhook
@@ -55,31 +56,11 @@ tools:
     webhook:
       url: http://127.0.0.1:8080/hooks/email
       timout: 10s
-`), effects.WithFilename("tools.yaml"))
+`), toolsfile.WithFilename("tools.yaml"))
 	fmt.Println(err)
 	// Output:
 	// tools.yaml:6: send_email.lease: "30" is not a duration (write e.g. 30s)
 	// tools.yaml:9: send_email.webhook.timout: unknown field (did you mean timeout?)
-}
-
-// Effects written in code are registered without a tools file.
-func ExampleNewRegistry() {
-	registry, err := effects.NewRegistry(&effects.Tool{
-		Name: "add_note",
-		Effect: effects.EffectFunc(func(_ context.Context, call effects.Call) (effects.Outcome, error) {
-			if len(call.Args) > 1024 {
-				return effects.Outcome{}, effects.Permanent("", "note too long")
-			}
-			return effects.Outcome{Result: json.RawMessage(`{"saved":true}`), Invocations: 1}, nil
-		}),
-	})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	tool, _ := registry.Lookup("add_note")
-	fmt.Println(tool.Name, tool.Lease)
-	// Output: add_note 30s
 }
 
 // A webhook to a loopback address is refused when it fires, and the loader
@@ -93,7 +74,7 @@ tools:
     key_args: [title]
     webhook: {url: "http://127.0.0.1:8787/tickets"}
 `)
-	strict, err := effects.Parse(file)
+	strict, err := toolsfile.Parse(file)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -101,7 +82,7 @@ tools:
 	defer strict.Close()
 	fmt.Println(len(strict.Warnings()), "warning:", strict.Warnings()[0].Problem)
 
-	allowed, err := effects.Parse(file, effects.WithAllowPrivate(netip.MustParsePrefix("127.0.0.0/8")))
+	allowed, err := toolsfile.Parse(file, toolsfile.WithAllowPrivate(netip.MustParsePrefix("127.0.0.0/8")))
 	if err != nil {
 		fmt.Println(err)
 		return

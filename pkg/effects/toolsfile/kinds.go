@@ -1,4 +1,4 @@
-package effects
+package toolsfile
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -40,7 +41,7 @@ func (s *section) invalidSettings(err error) {
 		}
 		return
 	}
-	if se, ok := errors.AsType[*SettingError](err); ok {
+	if se, ok := errors.AsType[*effects.SettingError](err); ok {
 		s.Invalid(se.Field, se.Problem, se.Hint)
 		return
 	}
@@ -50,12 +51,12 @@ func (s *section) invalidSettings(err error) {
 // readWebhook builds a webhook from a tool's "webhook:" settings, allowed
 // to reach the addresses its allow_private lists and those of
 // WithAllowPrivate.
-func readWebhook(s *section) (Effect, error) {
-	cfg := WebhookConfig{
+func readWebhook(s *section) (effects.Effect, error) {
+	cfg := effects.WebhookConfig{
 		URL:     s.String("url", ""),
-		Method:  s.String("method", DefaultWebhookMethod),
+		Method:  s.String("method", effects.DefaultWebhookMethod),
 		Headers: s.StringMap("headers"),
-		Timeout: positiveDuration(s, "timeout", DefaultWebhookTimeout),
+		Timeout: positiveDuration(s, "timeout", effects.DefaultWebhookTimeout),
 		Retry:   readRetry(s),
 	}
 	cfg.AllowPrivate = append(append([]netip.Prefix(nil), s.c.allow...), readAllowPrivate(s)...)
@@ -63,7 +64,7 @@ func readWebhook(s *section) (Effect, error) {
 		s.Invalid("", "is missing", "add webhook: with at least url: http://...")
 		return nil, nil
 	}
-	w, err := NewWebhook(cfg)
+	w, err := effects.NewWebhook(cfg)
 	if err != nil {
 		s.invalidSettings(err)
 		return nil, nil
@@ -74,16 +75,16 @@ func readWebhook(s *section) (Effect, error) {
 
 // readSMTP builds an smtp effect from a tool's "smtp:" settings; the
 // password comes from the environment variable password_env names.
-func readSMTP(s *section) (Effect, error) {
-	cfg := SMTPConfig{
+func readSMTP(s *section) (effects.Effect, error) {
+	cfg := effects.SMTPConfig{
 		Addr:     s.String("addr", ""),
 		From:     s.String("from", ""),
-		StartTLS: StartTLSPolicy(s.String("starttls", string(StartTLSOpportunistic))),
+		StartTLS: effects.StartTLSPolicy(s.String("starttls", string(effects.StartTLSOpportunistic))),
 		CAFile:   s.String("ca_file", ""),
 		Username: s.String("username", ""),
-		Timeout:  positiveDuration(s, "timeout", DefaultSMTPTimeout),
+		Timeout:  positiveDuration(s, "timeout", effects.DefaultSMTPTimeout),
 		Retry:    readRetry(s),
-		Helo:     s.String("helo", DefaultSMTPHelo),
+		Helo:     s.String("helo", effects.DefaultSMTPHelo),
 	}
 	passwordOK := true
 	if s.Has("password_env") {
@@ -111,7 +112,7 @@ func readSMTP(s *section) (Effect, error) {
 	if !passwordOK {
 		cfg.Username = "" // reported above; the constructor must not report it again
 	}
-	eff, err := NewSMTP(cfg)
+	eff, err := effects.NewSMTP(cfg)
 	if err != nil {
 		s.invalidSettings(err)
 		return nil, nil
@@ -125,10 +126,10 @@ var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // timeout, retry and headers; docs/tools.md describes them), whose effects
 // send on nc. With a nil nc every nats tool is a problem.
 func readNATS(nc *nats.Conn) factory {
-	return func(s *section) (Effect, error) {
-		cfg := NATSServiceConfig{
+	return func(s *section) (effects.Effect, error) {
+		cfg := effects.NATSServiceConfig{
 			Subject: s.String("subject", ""),
-			Timeout: positiveDuration(s, "timeout", DefaultNATSTimeout),
+			Timeout: positiveDuration(s, "timeout", effects.DefaultNATSTimeout),
 			Retry:   readRetry(s),
 			Headers: s.StringMap("headers"),
 		}
@@ -143,13 +144,13 @@ func readNATS(nc *nats.Conn) factory {
 		if nc == nil {
 			return nil, errors.New("no NATS connection: the worker must pass one with WithNATSConn")
 		}
-		return NewNATSService(nc, cfg)
+		return effects.NewNATSService(nc, cfg)
 	}
 }
 
 // readNoop builds a noop from a tool's "noop:" settings.
-func readNoop(s *section) (Effect, error) {
-	cfg := NoopConfig{Delay: s.Duration("delay", 0)}
+func readNoop(s *section) (effects.Effect, error) {
+	cfg := effects.NoopConfig{Delay: s.Duration("delay", 0)}
 	if node, ok := s.Value("result"); ok {
 		var v any
 		if err := node.Decode(&v); err != nil {
@@ -163,7 +164,7 @@ func readNoop(s *section) (Effect, error) {
 		}
 		cfg.Result = data
 	}
-	n, err := NewNoop(cfg)
+	n, err := effects.NewNoop(cfg)
 	if err != nil {
 		s.invalidSettings(err)
 		return nil, nil
@@ -174,13 +175,13 @@ func readNoop(s *section) (Effect, error) {
 // readMCP builds an mcp effect from a tool's "mcp:" settings: the upstream
 // (by its name under mcp_upstreams, or a command or url of its own), the
 // upstream's tool name, a timeout and a retry policy.
-func readMCP(s *section) (Effect, error) {
-	cfg := MCPConfig{Tool: s.String("tool", ""), Timeout: positiveDuration(s, "timeout", DefaultMCPTimeout), Retry: readRetry(s)}
+func readMCP(s *section) (effects.Effect, error) {
+	cfg := effects.MCPConfig{Tool: s.String("tool", ""), Timeout: positiveDuration(s, "timeout", effects.DefaultMCPTimeout), Retry: readRetry(s)}
 	invalid := cfg.Validate()
 	if invalid != nil {
 		s.invalidSettings(invalid)
 	}
-	var conn *MCPConn
+	var conn *effects.MCPConn
 	name := s.String("upstream", "")
 	up := readUpstream(s)
 	switch {
@@ -197,24 +198,24 @@ func readMCP(s *section) (Effect, error) {
 			s.Invalid("", err.Error(), "write e.g. mcp: {url: https://mcp.example.com/mcp, tool: create_issue}")
 		} else {
 			warnPrivateURL(s, up.URL, up.AllowPrivate, "mcp upstream")
-			conn = NewMCPConn(up, nil)
+			conn = effects.NewMCPConn(up, nil)
 			s.c.owned = append(s.c.owned, conn)
 		}
 	}
 	if invalid != nil || conn == nil {
 		return nil, nil // reported above
 	}
-	return NewMCP(conn, cfg)
+	return effects.NewMCP(conn, cfg)
 }
 
 // readRetry reads a "retry:" block, reporting an explicit zero (which
 // would mean "default" in code) as a mistake.
-func readRetry(s *section) RetryPolicy {
+func readRetry(s *section) effects.RetryPolicy {
 	r := s.Section("retry")
-	p := RetryPolicy{
-		MaxAttempts:     r.Int("max_attempts", DefaultMaxAttempts),
-		InitialInterval: r.Duration("initial_interval", DefaultInitialInterval),
-		MaxInterval:     r.Duration("max_interval", DefaultMaxInterval),
+	p := effects.RetryPolicy{
+		MaxAttempts:     r.Int("max_attempts", effects.DefaultMaxAttempts),
+		InitialInterval: r.Duration("initial_interval", effects.DefaultInitialInterval),
+		MaxInterval:     r.Duration("max_interval", effects.DefaultMaxInterval),
 	}
 	for _, f := range []struct {
 		name string

@@ -1,4 +1,4 @@
-package effects
+package toolsfile
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -21,11 +22,11 @@ func TestPolicyParse(t *testing.T) {
   charge: {effect: noop, class: unsafe, key_args: [order], approval: required, approval_ttl: 15m, on_abandoned: hold, max_in_flight: 4}
 `))
 	require.NoError(t, err)
-	want := map[string]Policy{
-		"lookup":     {Class: intent.ClassRead, Ledger: false, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry},
-		"set_status": {Class: intent.ClassIdempotent, Ledger: true, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry},
-		"set_flag":   {Class: intent.ClassIdempotent, Ledger: false, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry},
-		"plain":      DefaultPolicy(),
+	want := map[string]effects.Policy{
+		"lookup":     {Class: intent.ClassRead, Ledger: false, ApprovalTTL: effects.DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry},
+		"set_status": {Class: intent.ClassIdempotent, Ledger: true, ApprovalTTL: effects.DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry},
+		"set_flag":   {Class: intent.ClassIdempotent, Ledger: false, ApprovalTTL: effects.DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry},
+		"plain":      effects.DefaultPolicy(),
 		"charge":     {Class: intent.ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: 15 * time.Minute, OnAbandoned: intent.AbandonHold, MaxInFlight: 4},
 	}
 	for name, p := range want {
@@ -58,14 +59,6 @@ func TestPolicyErrors(t *testing.T) {
 			require.ErrorContains(t, err, c.want)
 		})
 	}
-}
-
-func TestNewRegistryDefaultsThePolicy(t *testing.T) {
-	t.Parallel()
-	tool := &Tool{Name: "x", Effect: EffectFunc(nil)}
-	_, err := NewRegistry(tool)
-	require.NoError(t, err)
-	require.Equal(t, DefaultPolicy(), tool.Policy)
 }
 
 func TestTooManyTools(t *testing.T) {

@@ -1,4 +1,4 @@
-package effects
+package toolsfile
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
 )
@@ -23,12 +24,12 @@ func (s *section) Warn(name, problem, hint string) {
 }
 
 func (c *collector) warn(line int, path, problem, hint string) {
-	c.warns = append(c.warns, Warning{File: c.file, Line: line, Path: path, Problem: problem, Hint: hint})
+	c.warns = append(c.warns, effects.Warning{File: c.file, Line: line, Path: path, Problem: problem, Hint: hint})
 }
 
 // warnings returns the collected warnings in line order.
-func (c *collector) warnings() []Warning {
-	out := append([]Warning(nil), c.warns...)
+func (c *collector) warnings() []effects.Warning {
+	out := append([]effects.Warning(nil), c.warns...)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Line < out[j].Line })
 	return out
 }
@@ -118,7 +119,7 @@ func splitWords(name string) []string {
 // keyWarnings warns about the fields of tool t that can enter its key and
 // look volatile (see VolatileLooking) without being declared volatile: its
 // key_args when it has them, else the top-level properties of its schema.
-func keyWarnings(s *section, t *Tool, keyArgLines []int) {
+func keyWarnings(s *section, t *effects.Tool, keyArgLines []int) {
 	declared := func(name string) bool {
 		for _, v := range t.KeySpec.VolatileArgs {
 			if v == name {

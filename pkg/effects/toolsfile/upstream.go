@@ -1,4 +1,4 @@
-package effects
+package toolsfile
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgate/idemgate/pkg/argschema"
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -27,17 +28,17 @@ const DefaultUpstreamListTimeout = 10 * time.Second
 // change (notifications/tools/list_changed).
 type upstream struct {
 	name      string
-	conn      *MCPConn
+	conn      *effects.MCPConn
 	prefix    string
 	timeout   time.Duration
 	overrides map[string]field // upstream tool name → its override mapping
 	o         *options
-	conns     map[string]*MCPConn // every upstream's, for the mcp effects of a later listing
-	taken     func(string) bool   // a name a tools-file tool or an earlier upstream has
+	conns     map[string]*effects.MCPConn // every upstream's, for the mcp effects of a later listing
+	taken     func(string) bool           // a name a tools-file tool or an earlier upstream has
 	line      int
 
 	mu       sync.Mutex
-	tools    map[string]*Tool
+	tools    map[string]*effects.Tool
 	problems []string // why tools were left out at the last listing
 	stop     chan struct{}
 }
@@ -72,7 +73,7 @@ func parseUpstreams(c *collector, o *options, root *section) []*upstream {
 		if s.Problems() > mark {
 			continue
 		}
-		u.conn = NewMCPConn(up, u.changed)
+		u.conn = effects.NewMCPConn(up, u.changed)
 		out = append(out, u)
 	}
 	return out
@@ -91,7 +92,7 @@ func (u *upstream) list(c *collector) error {
 	if own == nil {
 		own = &collector{file: u.o.file, upstreams: u.conns}
 	}
-	tools := map[string]*Tool{}
+	tools := map[string]*effects.Tool{}
 	var problems []string
 	for _, mt := range listed {
 		name := u.prefix + mt.Name
@@ -198,7 +199,7 @@ func (u *upstream) synthesize(mt *mcp.Tool, ov field, hasOv bool) *yaml.Node {
 // warnHint warns when the upstream calls its tool a read or idempotent and
 // the file does not say: the tool is served as the file says (unsafe by
 // default), whatever the upstream claims.
-func (u *upstream) warnHint(c *collector, mt *mcp.Tool, ov field, hasOv bool, t *Tool) {
+func (u *upstream) warnHint(c *collector, mt *mcp.Tool, ov field, hasOv bool, t *effects.Tool) {
 	a := mt.Annotations
 	if a == nil || (!a.ReadOnlyHint && !a.IdempotentHint) {
 		return
@@ -234,7 +235,7 @@ func (u *upstream) changed() {
 }
 
 // Lookup returns the upstream tool named name.
-func (u *upstream) Lookup(name string) (*Tool, bool) {
+func (u *upstream) Lookup(name string) (*effects.Tool, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	t, ok := u.tools[name]
@@ -274,8 +275,8 @@ func mapping(m map[string]string) *yaml.Node {
 }
 
 // upstreamConns maps the upstreams' names to their connections.
-func upstreamConns(ups []*upstream) map[string]*MCPConn {
-	m := make(map[string]*MCPConn, len(ups))
+func upstreamConns(ups []*upstream) map[string]*effects.MCPConn {
+	m := make(map[string]*effects.MCPConn, len(ups))
 	for _, u := range ups {
 		m[u.name] = u.conn
 	}
@@ -284,7 +285,7 @@ func upstreamConns(ups []*upstream) map[string]*MCPConn {
 
 // expandUpstreams lists each upstream's tools, after the tools file's own
 // (which win a name both have).
-func expandUpstreams(c *collector, ups []*upstream, tools []*Tool) {
+func expandUpstreams(c *collector, ups []*upstream, tools []*effects.Tool) {
 	taken := map[string]bool{}
 	for _, t := range tools {
 		taken[t.Name] = true
@@ -306,11 +307,11 @@ func expandUpstreams(c *collector, ups []*upstream, tools []*Tool) {
 		if err := u.list(c); err != nil {
 			problem, hint := "could not list its tools: "+err.Error(), "check the command or url, and that the server starts"
 			var de *netguard.DestinationError
-			if errors.Is(err, errRedirect) {
+			if errors.Is(err, effects.ErrMCPRedirect) {
 				hint = "give the upstream's final URL: redirects are not followed"
 			}
 			if errors.As(err, &de) {
-				problem = fmt.Sprintf("could not list its tools: %s: %v", u.conn.up, de)
+				problem = fmt.Sprintf("could not list its tools: %s: %v", u.conn.Upstream(), de)
 				hint = fmt.Sprintf("add allow_private: [%s] to this upstream, or start the worker with --webhook-allow %s", singlePrefix(de.Addr), singlePrefix(de.Addr))
 			}
 			c.add(u.line, "mcp_upstreams."+u.name, problem, hint)
@@ -320,8 +321,8 @@ func expandUpstreams(c *collector, ups []*upstream, tools []*Tool) {
 
 // readUpstream reads an upstream's command, url and allow_private (to which
 // the worker's WithAllowPrivate list is added for a url).
-func readUpstream(s *section) MCPUpstream {
-	up := MCPUpstream{Command: s.Strings("command"), URL: s.String("url", "")}
+func readUpstream(s *section) effects.MCPUpstream {
+	up := effects.MCPUpstream{Command: s.Strings("command"), URL: s.String("url", "")}
 	own := readAllowPrivate(s)
 	switch {
 	case up.URL != "":

@@ -1,4 +1,4 @@
-package effects_test
+package toolsfile_test
 
 import (
 	"strings"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 )
 
 // An unsafe tool whose key a model can choose — keyed by all its args, with
@@ -14,7 +14,7 @@ import (
 // from loading, with the tool, the file, the line and every way out.
 func TestUnsafeToolNeedsAnIdentity(t *testing.T) {
 	t.Parallel()
-	_, err := effects.Parse([]byte(`tools:
+	_, err := toolsfile.Parse([]byte(`tools:
   create_ticket:
     effect: noop
     volatile_args: [requested_at]
@@ -24,8 +24,8 @@ func TestUnsafeToolNeedsAnIdentity(t *testing.T) {
       type: object
       properties: {to: {type: string}, subject: {type: string}}
       required: [to, subject]
-`), effects.WithFilename("conf/tools.yaml"))
-	require.ErrorIs(t, err, effects.ErrConfig)
+`), toolsfile.WithFilename("conf/tools.yaml"))
+	require.ErrorIs(t, err, toolsfile.ErrConfig)
 	lines := strings.Split(err.Error(), "\n")
 	require.Len(t, lines, 2, err.Error())
 	require.True(t, strings.HasPrefix(lines[0], "conf/tools.yaml:2: create_ticket: an unsafe tool keyed by all its args, with no schema: "+
@@ -47,11 +47,11 @@ func TestUnsafeToolNeedsAnIdentity(t *testing.T) {
 		"closed schema and key_args":  "{effect: noop, key_args: [to], schema: {type: object, properties: {to: {}}, additionalProperties: false}}",
 		"key_args: all, volatile arg": "{effect: noop, key_args: all, volatile_args: [requested_at]}",
 	} {
-		r, err := effects.Parse([]byte("tools:\n  t: " + tool + "\n"))
+		r, err := toolsfile.Parse([]byte("tools:\n  t: " + tool + "\n"))
 		require.NoError(t, err, name)
 		require.NoError(t, r.Close())
 	}
-	all, err := effects.Parse([]byte("tools:\n  t: {effect: noop, key_args: all, volatile_args: [requested_at]}\n"))
+	all, err := toolsfile.Parse([]byte("tools:\n  t: {effect: noop, key_args: all, volatile_args: [requested_at]}\n"))
 	require.NoError(t, err)
 	tool, _ := all.Lookup("t")
 	require.Empty(t, tool.KeySpec.KeyArgs, "all is the default spelled out: every arg enters the key")
@@ -67,7 +67,7 @@ func TestUnsafeToolNeedsAnIdentity(t *testing.T) {
 		{"{effect: noop, key_args: []}", "tools.yaml:2: t.key_args: is an empty list"},
 		{"{effect: noop, class: unsafe}", "tools.yaml:2: t: an unsafe tool keyed by all its args, with no schema"},
 	} {
-		_, err := effects.Parse([]byte("tools:\n  t: " + c.tool + "\n"))
+		_, err := toolsfile.Parse([]byte("tools:\n  t: " + c.tool + "\n"))
 		require.ErrorContains(t, err, c.want, c.tool)
 	}
 }

@@ -1,4 +1,4 @@
-package effects_test
+package toolsfile_test
 
 import (
 	"net/netip"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 )
 
 func TestVolatileLooking(t *testing.T) {
@@ -18,14 +18,14 @@ func TestVolatileLooking(t *testing.T) {
 		"client_uuid", "guid", "request_id", "x-request-id", "requestId", "req_id", "trace_id", "traceparent",
 		"span_id", "idempotency_key", "IdempotencyKey",
 	} {
-		_, ok := effects.VolatileLooking(name)
+		_, ok := toolsfile.VolatileLooking(name)
 		require.True(t, ok, name)
 	}
 	for _, name := range []string{
 		"to", "subject", "order_id", "timeout", "runtime", "update", "format", "status", "at", "data", "customer",
 		"amount_cents", "user", "title", "attachment", "strategy", "entry_id", "country",
 	} {
-		what, ok := effects.VolatileLooking(name)
+		what, ok := toolsfile.VolatileLooking(name)
 		require.False(t, ok, "%s looks like %s", name, what)
 	}
 }
@@ -89,7 +89,7 @@ func TestRegistryWarnings(t *testing.T) {
     effect: webhook
     class: idempotent
     webhook: {url: "http://127.0.0.1:8787/x"}
-`, effects.WithAllowPrivate(netip.MustParsePrefix("127.0.0.0/8")))
+`, toolsfile.WithAllowPrivate(netip.MustParsePrefix("127.0.0.0/8")))
 	require.Empty(t, r.Warnings())
 
 	// Declared volatile, or not in the key: no warning.
@@ -104,23 +104,4 @@ func TestRegistryWarnings(t *testing.T) {
     volatile_args: [sent_at]
 `)
 	require.Empty(t, r.Warnings())
-}
-
-func TestUnknownTool(t *testing.T) {
-	t.Parallel()
-	r := parse(t, `tools:
-  send_email: {effect: noop, key_args: [to]}
-  create_ticket: {effect: noop, key_args: [title]}
-  refund: {effect: noop, key_args: [order_id]}
-`)
-	for name, want := range map[string]string{
-		"send_emial": "send_email", "send-email": "send_email", "SendEmail": "send_email", "create_tickets": "create_ticket",
-		"refnud": "refund", "refund": "", "charge_card": "", "x": "",
-	} {
-		require.Equal(t, want, r.Closest(name), name)
-	}
-	err := r.UnknownTool("send_emial")
-	require.ErrorIs(t, err, effects.ErrUnknownTool)
-	require.EqualError(t, err, `no tool "send_emial" is configured; did you mean "send_email"?`)
-	require.EqualError(t, r.UnknownTool("charge_card"), `no tool "charge_card" is configured (configured: create_ticket, refund, send_email)`)
 }

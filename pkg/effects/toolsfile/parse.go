@@ -1,4 +1,4 @@
-package effects
+package toolsfile
 
 import (
 	"errors"
@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -39,7 +40,7 @@ var toolFields = []string{"effect", "key_args", "window", "volatile_args", "leas
 // through the nats effect (a NATS service) or the mcp effect (an MCP
 // server), not a Go plug-in (docs/tools.md, "Adding a tool in another
 // language").
-type factory func(s *section) (Effect, error)
+type factory func(s *section) (effects.Effect, error)
 
 // Option adjusts Parse and LoadFile.
 type Option func(*options)
@@ -61,11 +62,11 @@ func withFactory(kind string, f factory) Option {
 	return func(o *options) {
 		switch {
 		case !kindPattern.MatchString(kind):
-			o.errs = append(o.errs, fmt.Errorf("effects: effect kind %q: use [a-z][a-z0-9_]{0,31}", kind))
+			o.errs = append(o.errs, fmt.Errorf("toolsfile: effect kind %q: use [a-z][a-z0-9_]{0,31}", kind))
 		case slices.Contains(toolFields, kind):
-			o.errs = append(o.errs, fmt.Errorf("effects: effect kind %q is a tool field name", kind))
+			o.errs = append(o.errs, fmt.Errorf("toolsfile: effect kind %q is a tool field name", kind))
 		case f == nil:
-			o.errs = append(o.errs, fmt.Errorf("effects: effect kind %q: nil factory", kind))
+			o.errs = append(o.errs, fmt.Errorf("toolsfile: effect kind %q: nil factory", kind))
 		default:
 			o.factories[kind] = f
 		}
@@ -91,7 +92,7 @@ func WithAllowPrivate(prefixes ...netip.Prefix) Option {
 	return func(o *options) {
 		for _, p := range prefixes {
 			if !p.IsValid() {
-				o.errs = append(o.errs, fmt.Errorf("effects: WithAllowPrivate: invalid prefix %v", p))
+				o.errs = append(o.errs, fmt.Errorf("toolsfile: WithAllowPrivate: invalid prefix %v", p))
 				continue
 			}
 			o.allow = append(o.allow, p.Masked())
@@ -106,10 +107,10 @@ func WithFilename(name string) Option {
 }
 
 // LoadFile reads and parses the tools file at path (see Parse).
-func LoadFile(path string, opts ...Option) (*Registry, error) {
+func LoadFile(path string, opts ...Option) (*effects.Registry, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("effects: read tools file: %w", err)
+		return nil, fmt.Errorf("toolsfile: read tools file: %w", err)
 	}
 	return Parse(data, append([]Option{WithFilename(path)}, opts...)...)
 }
@@ -120,12 +121,9 @@ const MaxTools = 1000
 // Parse builds a registry from a tools file (the format is in docs/tools.md).
 // It reports every problem it finds, not just the first: the error joins one
 // *ConfigError per problem (each matches ErrConfig), in line order, each with
-// the line, the field and a hint. An unsafe tool keyed by all its args whose
-// schema does not refuse an arg it does not declare (none, or one without
-// additionalProperties: false) is a problem unless it says key_args: all:
-// a model could choose its key (docs/tools.md, "An unsafe tool names its
-// operation").
-func Parse(data []byte, opts ...Option) (*Registry, error) {
+// the line, the field and a hint (see the package doc). The registry's
+// Warnings are the file's.
+func Parse(data []byte, opts ...Option) (*effects.Registry, error) {
 	o := &options{file: "tools.yaml", factories: map[string]factory{}}
 	for _, opt := range opts {
 		opt(o)
@@ -145,7 +143,7 @@ func Parse(data []byte, opts ...Option) (*Registry, error) {
 	}
 	ups := parseUpstreams(c, o, root)
 	c.upstreams = upstreamConns(ups)
-	var tools []*Tool
+	var tools []*effects.Tool
 	entries := toolsEntries(c, root, len(ups) > 0)
 	if len(entries) > MaxTools {
 		c.add(entries[MaxTools].key.Line, "tools", fmt.Sprintf("%d tools, more than the limit of %d", len(entries), MaxTools), "split the tools over several installations (--prefix)")
@@ -171,11 +169,11 @@ func Parse(data []byte, opts ...Option) (*Registry, error) {
 		release()
 		return nil, err
 	}
-	sources := make([]Source, len(ups))
+	sources := make([]effects.Source, len(ups))
 	for i, u := range ups {
 		sources[i] = u
 	}
-	r, err := NewRegistryFrom(RegistryConfig{Tools: tools, Sources: sources, Warnings: c.warnings(), Release: release})
+	r, err := effects.NewRegistryFrom(effects.RegistryConfig{Tools: tools, Sources: sources, Warnings: c.warnings(), Release: release})
 	if err != nil {
 		release()
 		return nil, err
@@ -254,7 +252,7 @@ func toolsEntries(c *collector, root *section, upstreams bool) []field {
 // parseTool reads one tool; nil when it has problems. entry is where the
 // tool's fields are written, for hints: "" for an entry of tools, else the
 // override's path (mcp_upstreams.<name>.tools.<tool>).
-func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) *Tool {
+func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) *effects.Tool {
 	before := len(c.errs)
 	name := keyNode.Value
 	if keyNode.Kind != yaml.ScalarNode || !intent.ValidTool(name) {
@@ -267,7 +265,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) 
 		}
 		return nil
 	}
-	t := &Tool{Name: name}
+	t := &effects.Tool{Name: name}
 
 	t.Kind = s.String("effect", "")
 	build, known := o.factories[t.Kind]
@@ -310,9 +308,9 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) 
 	t.Policy = parsePolicy(s)
 	parseDescription(s, t)
 	requireIdentity(s, t, entry)
-	t.Lease = s.Duration("lease", DefaultLease)
-	if t.Lease < MinLease {
-		s.Invalid("lease", fmt.Sprintf("%s is under the minimum of %s", text.FormatDuration(t.Lease), MinLease), "write e.g. lease: 30s")
+	t.Lease = s.Duration("lease", effects.DefaultLease)
+	if t.Lease < effects.MinLease {
+		s.Invalid("lease", fmt.Sprintf("%s is under the minimum of %s", text.FormatDuration(t.Lease), effects.MinLease), "write e.g. lease: 30s")
 	}
 
 	if known {
@@ -351,7 +349,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) 
 		closeEffect(t.Effect)
 		return nil
 	}
-	if b, ok := t.Effect.(Bounded); ok {
+	if b, ok := t.Effect.(effects.Bounded); ok {
 		t.MaxDuration = b.MaxDuration()
 	}
 	return t
@@ -405,13 +403,13 @@ func kindNames(o *options) []string {
 	return out
 }
 
-func closeEffect(e Effect) {
+func closeEffect(e effects.Effect) {
 	if c, ok := e.(io.Closer); ok {
 		_ = c.Close()
 	}
 }
 
-func closeAll(tools []*Tool) {
+func closeAll(tools []*effects.Tool) {
 	for _, t := range tools {
 		closeEffect(t.Effect)
 	}

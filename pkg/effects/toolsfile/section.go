@@ -1,4 +1,4 @@
-package effects
+package toolsfile
 
 import (
 	"errors"
@@ -11,12 +11,13 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 )
 
 // ErrConfig is matched by errors.Is for every *ConfigError, so a caller can
 // tell a bad tools file from an unreadable one.
-var ErrConfig = errors.New("effects: invalid tools file")
+var ErrConfig = errors.New("toolsfile: invalid tools file")
 
 // ConfigError is one problem in a tools file. Parse reports every problem it
 // finds, joined with errors.Join, each a *ConfigError.
@@ -31,7 +32,7 @@ type ConfigError struct {
 // Error formats the problem as a warning is written: "file:line: path:
 // problem (hint)".
 func (e *ConfigError) Error() string {
-	return Warning{File: e.File, Line: e.Line, Path: e.Path, Problem: e.Problem, Hint: e.Hint}.String()
+	return effects.Warning{File: e.File, Line: e.Line, Path: e.Path, Problem: e.Problem, Hint: e.Hint}.String()
 }
 
 // Unwrap returns ErrConfig.
@@ -41,11 +42,11 @@ func (e *ConfigError) Unwrap() error { return ErrConfig }
 type collector struct {
 	file  string
 	errs  []*ConfigError
-	warns []Warning
+	warns []effects.Warning
 	// The mcp effect's connections: the mcp_upstreams entries by name, and
 	// those of tools naming an upstream of their own.
-	upstreams map[string]*MCPConn
-	owned     []*MCPConn
+	upstreams map[string]*effects.MCPConn
+	owned     []*effects.MCPConn
 	// allow is what every URL-taking effect may reach besides public
 	// addresses (WithAllowPrivate).
 	allow []netip.Prefix
