@@ -6,7 +6,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/mcp/upstream"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -41,7 +41,7 @@ func (w *Worker) catalog() intent.Catalog {
 		if t.Policy.Ledger {
 			info.RetentionSeconds = int64(w.cfg.LedgerTTL.Seconds())
 		}
-		if m, ok := t.Effect.(*effects.MCP); ok {
+		if m, ok := t.Effect.(upstreamEffect); ok {
 			info.Upstream, info.UpstreamTool = m.Upstream().String(), m.UpstreamTool()
 		}
 		if t.Policy.Ledger {
@@ -50,6 +50,13 @@ func (w *Worker) catalog() intent.Catalog {
 		cat.Tools = append(cat.Tools, info)
 	}
 	return cat
+}
+
+// upstreamEffect is an effect that calls a tool of an upstream MCP server
+// (the mcp kind's).
+type upstreamEffect interface {
+	Upstream() upstream.Server
+	UpstreamTool() string
 }
 
 // serveCatalog runs the workers' NATS service ("idemgate", discoverable with

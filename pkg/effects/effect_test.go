@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/pkg/effects"
-	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -20,14 +19,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var (
-	_ effects.Effect  = effects.EffectFunc(nil)
-	_ effects.Effect  = (*effects.Webhook)(nil)
-	_ effects.Effect  = (*effects.Noop)(nil)
-	_ effects.Bounded = (*effects.Webhook)(nil)
-	_ effects.Bounded = (*effects.Noop)(nil)
-	_ io.Closer       = (*effects.Webhook)(nil)
-)
+var _ effects.Effect = effects.EffectFunc(nil)
 
 func TestEffectFunc(t *testing.T) {
 	t.Parallel()
@@ -83,10 +75,13 @@ func TestPermanentError(t *testing.T) {
 	})
 }
 
-func parse(t *testing.T, data string, opts ...toolsfile.Option) *effects.Registry {
-	t.Helper()
-	r, err := toolsfile.Parse([]byte(data), opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, r.Close()) })
-	return r
+func TestErrorMessagesAreCapped(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", 3000)
+	e := effects.Permanent("", long).(*effects.PermanentError).IntentError()
+	require.LessOrEqual(t, len(e.Message), effects.MaxErrorMessage)
+	require.True(t, strings.HasSuffix(e.Message, "…"))
+	require.Equal(t, "short", effects.TruncateMessage("short", 10))
+	require.Equal(t, "ab…", effects.TruncateMessage("abcdef", 5))
+	require.Equal(t, "\uFFFD", effects.TruncateMessage("\xff", 10))
 }

@@ -70,7 +70,7 @@ func (e *PermanentError) Unwrap() error { return e.Err }
 func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 
 // SettingError is one invalid setting of an effect: a constructor of a
-// built-in kind (NewWebhook, for one) returns one for each invalid field,
+// built-in kind (webhook.New, for one) returns one for each invalid field,
 // joined, and the tools-file parser reports each at its field's line.
 type SettingError struct {
 	Kind    string // the effect's kind: "webhook"

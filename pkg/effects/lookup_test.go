@@ -7,11 +7,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/noop"
 )
 
 func TestNewRegistry(t *testing.T) {
 	t.Parallel()
-	noop, err := effects.NewNoop(effects.NoopConfig{Delay: time.Second})
+	noop, err := noop.New(noop.Config{Delay: time.Second})
 	require.NoError(t, err)
 	r, err := effects.NewRegistry(&effects.Tool{Name: "b", Kind: "noop", Effect: noop}, &effects.Tool{Name: "a", Effect: effects.EffectFunc(nil)})
 	require.NoError(t, err)

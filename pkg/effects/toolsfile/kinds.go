@@ -13,6 +13,11 @@ import (
 
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/internal/text"
+	"github.com/idemgate/idemgate/pkg/effects/mcp"
+	"github.com/idemgate/idemgate/pkg/effects/natsservice"
+	"github.com/idemgate/idemgate/pkg/effects/noop"
+	"github.com/idemgate/idemgate/pkg/effects/smtp"
+	"github.com/idemgate/idemgate/pkg/effects/webhook"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -52,11 +57,11 @@ func (s *section) invalidSettings(err error) {
 // to reach the addresses its allow_private lists and those of
 // WithAllowPrivate.
 func readWebhook(s *section) (effects.Effect, error) {
-	cfg := effects.WebhookConfig{
+	cfg := webhook.Config{
 		URL:     s.String("url", ""),
-		Method:  s.String("method", effects.DefaultWebhookMethod),
+		Method:  s.String("method", webhook.DefaultMethod),
 		Headers: s.StringMap("headers"),
-		Timeout: positiveDuration(s, "timeout", effects.DefaultWebhookTimeout),
+		Timeout: positiveDuration(s, "timeout", webhook.DefaultTimeout),
 		Retry:   readRetry(s),
 	}
 	cfg.AllowPrivate = append(append([]netip.Prefix(nil), s.c.allow...), readAllowPrivate(s)...)
@@ -64,7 +69,7 @@ func readWebhook(s *section) (effects.Effect, error) {
 		s.Invalid("", "is missing", "add webhook: with at least url: http://...")
 		return nil, nil
 	}
-	w, err := effects.NewWebhook(cfg)
+	w, err := webhook.New(cfg)
 	if err != nil {
 		s.invalidSettings(err)
 		return nil, nil
@@ -76,15 +81,15 @@ func readWebhook(s *section) (effects.Effect, error) {
 // readSMTP builds an smtp effect from a tool's "smtp:" settings; the
 // password comes from the environment variable password_env names.
 func readSMTP(s *section) (effects.Effect, error) {
-	cfg := effects.SMTPConfig{
+	cfg := smtp.Config{
 		Addr:     s.String("addr", ""),
 		From:     s.String("from", ""),
-		StartTLS: effects.StartTLSPolicy(s.String("starttls", string(effects.StartTLSOpportunistic))),
+		StartTLS: smtp.StartTLSPolicy(s.String("starttls", string(smtp.StartTLSOpportunistic))),
 		CAFile:   s.String("ca_file", ""),
 		Username: s.String("username", ""),
-		Timeout:  positiveDuration(s, "timeout", effects.DefaultSMTPTimeout),
+		Timeout:  positiveDuration(s, "timeout", smtp.DefaultTimeout),
 		Retry:    readRetry(s),
-		Helo:     s.String("helo", effects.DefaultSMTPHelo),
+		Helo:     s.String("helo", smtp.DefaultHelo),
 	}
 	passwordOK := true
 	if s.Has("password_env") {
@@ -112,7 +117,7 @@ func readSMTP(s *section) (effects.Effect, error) {
 	if !passwordOK {
 		cfg.Username = "" // reported above; the constructor must not report it again
 	}
-	eff, err := effects.NewSMTP(cfg)
+	eff, err := smtp.New(cfg)
 	if err != nil {
 		s.invalidSettings(err)
 		return nil, nil
@@ -127,9 +132,9 @@ var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // send on nc. With a nil nc every nats tool is a problem.
 func readNATS(nc *nats.Conn) factory {
 	return func(s *section) (effects.Effect, error) {
-		cfg := effects.NATSServiceConfig{
+		cfg := natsservice.Config{
 			Subject: s.String("subject", ""),
-			Timeout: positiveDuration(s, "timeout", effects.DefaultNATSTimeout),
+			Timeout: positiveDuration(s, "timeout", natsservice.DefaultTimeout),
 			Retry:   readRetry(s),
 			Headers: s.StringMap("headers"),
 		}
@@ -144,13 +149,13 @@ func readNATS(nc *nats.Conn) factory {
 		if nc == nil {
 			return nil, errors.New("no NATS connection: the worker must pass one with WithNATSConn")
 		}
-		return effects.NewNATSService(nc, cfg)
+		return natsservice.New(nc, cfg)
 	}
 }
 
 // readNoop builds a noop from a tool's "noop:" settings.
 func readNoop(s *section) (effects.Effect, error) {
-	cfg := effects.NoopConfig{Delay: s.Duration("delay", 0)}
+	cfg := noop.Config{Delay: s.Duration("delay", 0)}
 	if node, ok := s.Value("result"); ok {
 		var v any
 		if err := node.Decode(&v); err != nil {
@@ -164,7 +169,7 @@ func readNoop(s *section) (effects.Effect, error) {
 		}
 		cfg.Result = data
 	}
-	n, err := effects.NewNoop(cfg)
+	n, err := noop.New(cfg)
 	if err != nil {
 		s.invalidSettings(err)
 		return nil, nil
@@ -176,12 +181,12 @@ func readNoop(s *section) (effects.Effect, error) {
 // (by its name under mcp_upstreams, or a command or url of its own), the
 // upstream's tool name, a timeout and a retry policy.
 func readMCP(s *section) (effects.Effect, error) {
-	cfg := effects.MCPConfig{Tool: s.String("tool", ""), Timeout: positiveDuration(s, "timeout", effects.DefaultMCPTimeout), Retry: readRetry(s)}
+	cfg := mcp.Config{Tool: s.String("tool", ""), Timeout: positiveDuration(s, "timeout", mcp.DefaultTimeout), Retry: readRetry(s)}
 	invalid := cfg.Validate()
 	if invalid != nil {
 		s.invalidSettings(invalid)
 	}
-	var conn *effects.MCPConn
+	var conn *mcp.Conn
 	name := s.String("upstream", "")
 	up := readUpstream(s)
 	switch {
@@ -198,14 +203,14 @@ func readMCP(s *section) (effects.Effect, error) {
 			s.Invalid("", err.Error(), "write e.g. mcp: {url: https://mcp.example.com/mcp, tool: create_issue}")
 		} else {
 			warnPrivateURL(s, up.URL, up.AllowPrivate, "mcp upstream")
-			conn = effects.NewMCPConn(up, nil)
+			conn = mcp.NewConn(up, nil)
 			s.c.owned = append(s.c.owned, conn)
 		}
 	}
 	if invalid != nil || conn == nil {
 		return nil, nil // reported above
 	}
-	return effects.NewMCP(conn, cfg)
+	return mcp.New(conn, cfg)
 }
 
 // readRetry reads a "retry:" block, reporting an explicit zero (which

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
+	"github.com/idemgate/idemgate/pkg/effects/webhook"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -65,13 +66,13 @@ func TestParse(t *testing.T) {
 	require.Equal(t, intent.KeySpec{KeyArgs: []string{"to", "subject"}, Window: 168 * time.Hour, VolatileArgs: []string{"trace_id"}}, email.KeySpec)
 	require.Equal(t, 45*time.Second, email.Lease)
 	require.Equal(t, 2*5*time.Second+time.Second, email.MaxDuration)
-	require.IsType(t, &effects.Webhook{}, email.Effect)
+	require.IsType(t, &webhook.Effect{}, email.Effect)
 
 	hook, ok := r.Lookup("bare_hook")
 	require.True(t, ok)
 	require.Equal(t, effects.DefaultLease, hook.Lease)
 	require.Equal(t, intent.KeySpec{}, hook.KeySpec)
-	require.Equal(t, 4*effects.DefaultWebhookTimeout+3*effects.DefaultMaxInterval, hook.MaxDuration)
+	require.Equal(t, 4*webhook.DefaultTimeout+3*effects.DefaultMaxInterval, hook.MaxDuration)
 
 	echo, ok := r.Lookup("demo_echo")
 	require.True(t, ok)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/internal/text"
+	"github.com/idemgate/idemgate/pkg/effects/mcp"
 )
 
 // ErrConfig is matched by errors.Is for every *ConfigError, so a caller can
@@ -45,8 +46,8 @@ type collector struct {
 	warns []effects.Warning
 	// The mcp effect's connections: the mcp_upstreams entries by name, and
 	// those of tools naming an upstream of their own.
-	upstreams map[string]*effects.MCPConn
-	owned     []*effects.MCPConn
+	upstreams map[string]*mcp.Conn
+	owned     []*mcp.Conn
 	// allow is what every URL-taking effect may reach besides public
 	// addresses (WithAllowPrivate).
 	allow []netip.Prefix

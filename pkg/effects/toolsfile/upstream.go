@@ -10,11 +10,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgate/idemgate/pkg/argschema"
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/mcp"
+	"github.com/idemgate/idemgate/pkg/effects/mcp/upstream"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -22,19 +24,19 @@ import (
 // DefaultUpstreamListTimeout bounds listing an upstream's tools.
 const DefaultUpstreamListTimeout = 10 * time.Second
 
-// upstream is one mcp_upstreams entry: an MCP server whose tools the
+// mcpUpstream is one mcp_upstreams entry: an MCP server whose tools the
 // registry serves as its own, each with the mcp effect. Its tools are
 // listed when the file is parsed and again whenever the server reports a
 // change (notifications/tools/list_changed).
-type upstream struct {
+type mcpUpstream struct {
 	name      string
-	conn      *effects.MCPConn
+	conn      *mcp.Conn
 	prefix    string
 	timeout   time.Duration
 	overrides map[string]field // upstream tool name → its override mapping
 	o         *options
-	conns     map[string]*effects.MCPConn // every upstream's, for the mcp effects of a later listing
-	taken     func(string) bool           // a name a tools-file tool or an earlier upstream has
+	conns     map[string]*mcp.Conn // every upstream's, for the mcp effects of a later listing
+	taken     func(string) bool    // a name a tools-file tool or an earlier upstream has
 	line      int
 
 	mu       sync.Mutex
@@ -45,16 +47,16 @@ type upstream struct {
 
 // parseUpstreams reads the mcp_upstreams mapping and connects to each
 // upstream (without listing yet).
-func parseUpstreams(c *collector, o *options, root *section) []*upstream {
+func parseUpstreams(c *collector, o *options, root *section) []*mcpUpstream {
 	if !root.Has("mcp_upstreams") {
 		return nil
 	}
 	all := root.Section("mcp_upstreams")
-	var out []*upstream
+	var out []*mcpUpstream
 	for _, name := range all.order {
 		s := all.Section(name)
 		mark := s.Problems()
-		u := &upstream{name: name, prefix: s.String("prefix", ""), timeout: positiveDuration(s, "list_timeout", DefaultUpstreamListTimeout),
+		u := &mcpUpstream{name: name, prefix: s.String("prefix", ""), timeout: positiveDuration(s, "list_timeout", DefaultUpstreamListTimeout),
 			overrides: map[string]field{}, o: o, stop: make(chan struct{}), line: s.line}
 		up := readUpstream(s)
 		if err := up.Validate(); err != nil {
@@ -73,7 +75,7 @@ func parseUpstreams(c *collector, o *options, root *section) []*upstream {
 		if s.Problems() > mark {
 			continue
 		}
-		u.conn = effects.NewMCPConn(up, u.changed)
+		u.conn = mcp.NewConn(up, u.changed)
 		out = append(out, u)
 	}
 	return out
@@ -81,7 +83,7 @@ func parseUpstreams(c *collector, o *options, root *section) []*upstream {
 
 // list lists the upstream's tools and builds them, reporting problems to c.
 // With a nil collector (a later listing) problems are kept, not reported.
-func (u *upstream) list(c *collector) error {
+func (u *mcpUpstream) list(c *collector) error {
 	ctx, cancel := context.WithTimeout(context.Background(), u.timeout)
 	defer cancel()
 	listed, err := u.conn.Tools(ctx)
@@ -144,7 +146,7 @@ func (u *upstream) list(c *collector) error {
 // unsafe: an upstream's readOnlyHint or idempotentHint is its own claim,
 // which it may change at any listing, and a class decides whether the
 // ledger is used at all, so only the tools file sets it.
-func (u *upstream) synthesize(mt *mcp.Tool, ov field, hasOv bool) *yaml.Node {
+func (u *mcpUpstream) synthesize(mt *sdk.Tool, ov field, hasOv bool) *yaml.Node {
 	class, destructive := intent.ClassUnsafe, true
 	if a := mt.Annotations; a != nil && a.DestructiveHint != nil {
 		destructive = *a.DestructiveHint
@@ -199,7 +201,7 @@ func (u *upstream) synthesize(mt *mcp.Tool, ov field, hasOv bool) *yaml.Node {
 // warnHint warns when the upstream calls its tool a read or idempotent and
 // the file does not say: the tool is served as the file says (unsafe by
 // default), whatever the upstream claims.
-func (u *upstream) warnHint(c *collector, mt *mcp.Tool, ov field, hasOv bool, t *effects.Tool) {
+func (u *mcpUpstream) warnHint(c *collector, mt *sdk.Tool, ov field, hasOv bool, t *effects.Tool) {
 	a := mt.Annotations
 	if a == nil || (!a.ReadOnlyHint && !a.IdempotentHint) {
 		return
@@ -225,7 +227,7 @@ func (u *upstream) warnHint(c *collector, mt *mcp.Tool, ov field, hasOv bool, t 
 }
 
 // changed lists the tools again after the upstream reported a change.
-func (u *upstream) changed() {
+func (u *mcpUpstream) changed() {
 	select {
 	case <-u.stop:
 		return
@@ -235,7 +237,7 @@ func (u *upstream) changed() {
 }
 
 // Lookup returns the upstream tool named name.
-func (u *upstream) Lookup(name string) (*effects.Tool, bool) {
+func (u *mcpUpstream) Lookup(name string) (*effects.Tool, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	t, ok := u.tools[name]
@@ -243,7 +245,7 @@ func (u *upstream) Lookup(name string) (*effects.Tool, bool) {
 }
 
 // Names returns the upstream's tool names.
-func (u *upstream) Names() []string {
+func (u *mcpUpstream) Names() []string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	out := make([]string, 0, len(u.tools))
@@ -254,7 +256,7 @@ func (u *upstream) Names() []string {
 	return out
 }
 
-func (u *upstream) close() error {
+func (u *mcpUpstream) close() error {
 	close(u.stop)
 	return u.conn.Close()
 }
@@ -275,8 +277,8 @@ func mapping(m map[string]string) *yaml.Node {
 }
 
 // upstreamConns maps the upstreams' names to their connections.
-func upstreamConns(ups []*upstream) map[string]*effects.MCPConn {
-	m := make(map[string]*effects.MCPConn, len(ups))
+func upstreamConns(ups []*mcpUpstream) map[string]*mcp.Conn {
+	m := make(map[string]*mcp.Conn, len(ups))
 	for _, u := range ups {
 		m[u.name] = u.conn
 	}
@@ -285,7 +287,7 @@ func upstreamConns(ups []*upstream) map[string]*effects.MCPConn {
 
 // expandUpstreams lists each upstream's tools, after the tools file's own
 // (which win a name both have).
-func expandUpstreams(c *collector, ups []*upstream, tools []*effects.Tool) {
+func expandUpstreams(c *collector, ups []*mcpUpstream, tools []*effects.Tool) {
 	taken := map[string]bool{}
 	for _, t := range tools {
 		taken[t.Name] = true
@@ -307,7 +309,7 @@ func expandUpstreams(c *collector, ups []*upstream, tools []*effects.Tool) {
 		if err := u.list(c); err != nil {
 			problem, hint := "could not list its tools: "+err.Error(), "check the command or url, and that the server starts"
 			var de *netguard.DestinationError
-			if errors.Is(err, effects.ErrMCPRedirect) {
+			if errors.Is(err, mcp.ErrRedirect) {
 				hint = "give the upstream's final URL: redirects are not followed"
 			}
 			if errors.As(err, &de) {
@@ -321,8 +323,8 @@ func expandUpstreams(c *collector, ups []*upstream, tools []*effects.Tool) {
 
 // readUpstream reads an upstream's command, url and allow_private (to which
 // the worker's WithAllowPrivate list is added for a url).
-func readUpstream(s *section) effects.MCPUpstream {
-	up := effects.MCPUpstream{Command: s.Strings("command"), URL: s.String("url", "")}
+func readUpstream(s *section) upstream.Server {
+	up := upstream.Server{Command: s.Strings("command"), URL: s.String("url", "")}
 	own := readAllowPrivate(s)
 	switch {
 	case up.URL != "":

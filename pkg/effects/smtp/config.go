@@ -1,4 +1,4 @@
-package effects
+package smtp
 
 import (
 	"crypto/tls"
@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -35,8 +36,8 @@ const (
 	StartTLSOff StartTLSPolicy = "off"
 )
 
-// SMTPConfig configures an smtp effect. Zero fields mean the defaults.
-type SMTPConfig struct {
+// Config configures an smtp effect. Zero fields mean the defaults.
+type Config struct {
 	// Addr is the relay's host:port, e.g. "smtp.internal:587". Required.
 	Addr string
 	// From is the sender, an address with an optional display name
@@ -56,17 +57,17 @@ type SMTPConfig struct {
 	// result. (A tools file names an environment variable holding it.)
 	Password string
 	// Timeout bounds one SMTP transaction: connecting, the dialogue and the
-	// relay's reply to the message. Default DefaultSMTPTimeout.
+	// relay's reply to the message. Default DefaultTimeout.
 	Timeout time.Duration
 	// Retry is the retry policy, as for a webhook.
-	Retry RetryPolicy
-	// Helo is the name given in EHLO. Default DefaultSMTPHelo.
+	Retry effects.RetryPolicy
+	// Helo is the name given in EHLO. Default DefaultHelo.
 	Helo string
 }
 
 // String describes the config with the password redacted, so that printing
 // it never shows the secret.
-func (c SMTPConfig) String() string {
+func (c Config) String() string {
 	pw := ""
 	if c.Password != "" {
 		pw = "[redacted]"
@@ -76,23 +77,23 @@ func (c SMTPConfig) String() string {
 }
 
 // GoString is String for %#v.
-func (c SMTPConfig) GoString() string { return "effects.SMTPConfig" + c.String() }
+func (c Config) GoString() string { return "smtp.Config" + c.String() }
 
-// NewSMTP returns an smtp effect for cfg, or an error joining a
+// New returns an smtp effect for cfg, or an error joining a
 // *SettingError for every invalid field. It reads CAFile.
-func NewSMTP(cfg SMTPConfig) (*SMTP, error) {
+func New(cfg Config) (*Effect, error) {
 	return cfg.withDefaults().build()
 }
 
-func (c SMTPConfig) withDefaults() SMTPConfig {
+func (c Config) withDefaults() Config {
 	if c.StartTLS == "" {
 		c.StartTLS = StartTLSOpportunistic
 	}
 	if c.Timeout == 0 {
-		c.Timeout = DefaultSMTPTimeout
+		c.Timeout = DefaultTimeout
 	}
 	if c.Helo == "" {
-		c.Helo = DefaultSMTPHelo
+		c.Helo = DefaultHelo
 	}
 	c.Retry = c.Retry.WithDefaults()
 	return c
@@ -104,12 +105,12 @@ var (
 )
 
 // build validates a config with its defaults applied and builds the effect.
-func (c SMTPConfig) build() (*SMTP, error) {
+func (c Config) build() (*Effect, error) {
 	var errs []error
 	add := func(field, problem, hint string) {
-		errs = append(errs, &SettingError{Kind: intent.EffectSMTP, Field: field, Problem: problem, Hint: hint})
+		errs = append(errs, &effects.SettingError{Kind: intent.EffectSMTP, Field: field, Problem: problem, Hint: hint})
 	}
-	s := &SMTP{addr: c.Addr, starttls: c.StartTLS, timeout: c.Timeout, retry: c.Retry, helo: c.Helo}
+	s := &Effect{addr: c.Addr, starttls: c.StartTLS, timeout: c.Timeout, retry: c.Retry, helo: c.Helo}
 
 	const addrHint = "write e.g. smtp.internal:587"
 	if c.Addr == "" {

@@ -1,4 +1,4 @@
-package effects_test
+package webhook_test
 
 import (
 	"context"
@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
 	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
+	"github.com/idemgate/idemgate/pkg/effects/webhook"
 )
 
 // received is one request as the test server saw it.
@@ -66,7 +68,7 @@ var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 
 // newWebhook builds a webhook with fast retries, allowed to reach loopback,
 // unless cfg says otherwise.
-func newWebhook(t *testing.T, cfg effects.WebhookConfig) *effects.Webhook {
+func newWebhook(t *testing.T, cfg webhook.Config) *webhook.Effect {
 	t.Helper()
 	if cfg.AllowPrivate == nil {
 		cfg.AllowPrivate = loopback
@@ -77,7 +79,7 @@ func newWebhook(t *testing.T, cfg effects.WebhookConfig) *effects.Webhook {
 	if cfg.Retry.MaxInterval == 0 {
 		cfg.Retry.MaxInterval = 5 * time.Millisecond
 	}
-	w, err := effects.NewWebhook(cfg)
+	w, err := webhook.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = w.Close() })
 	return w
@@ -91,6 +93,16 @@ func status(codes ...int) func(int, http.ResponseWriter, *http.Request) {
 			_, _ = io.WriteString(w, http.StatusText(code))
 		}
 	}
+}
+
+var (
+	_ effects.Effect  = (*webhook.Effect)(nil)
+	_ effects.Bounded = (*webhook.Effect)(nil)
+	_ io.Closer       = (*webhook.Effect)(nil)
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
 }
 
 var testCall = effects.Call{
@@ -108,7 +120,7 @@ func TestWebhookSendsArgsAndHeaders(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{ "id": "msg-1" }`)
 	})
-	w := newWebhook(t, effects.WebhookConfig{
+	w := newWebhook(t, webhook.Config{
 		URL:     b.srv.URL + "/hooks/email",
 		Headers: map[string]string{"Authorization": "Bearer s3cret", "X-Team": "mail"},
 	})
@@ -136,7 +148,7 @@ func TestWebhookSendsArgsAndHeaders(t *testing.T) {
 func TestWebhookOmitsEmptyOptionalHeaders(t *testing.T) {
 	t.Parallel()
 	b := setupWebhook(t, status(http.StatusNoContent))
-	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL, Method: "put"})
+	w := newWebhook(t, webhook.Config{URL: b.srv.URL, Method: "put"})
 
 	out, err := w.Fire(context.Background(), effects.Call{Key: "k", Tool: "t", Args: json.RawMessage(`{}`)})
 	require.NoError(t, err)
@@ -149,7 +161,7 @@ func TestWebhookOmitsEmptyOptionalHeaders(t *testing.T) {
 
 func TestWebhookResultBodies(t *testing.T) {
 	t.Parallel()
-	long := strings.Repeat("x", effects.MaxWebhookResponse+10)
+	long := strings.Repeat("x", webhook.MaxResponse+10)
 	for _, tc := range []struct {
 		name, body, want string
 	}{
@@ -158,14 +170,14 @@ func TestWebhookResultBodies(t *testing.T) {
 		{"PlainText", "OK <done>\n", `"OK <done>\n"`},
 		{"InvalidUTF8", "a\xffb", `"a\ufffdb"`},
 		{"Whitespace", "  \n", `null`},
-		{"CutAtLimit", `"` + long, `"\"` + long[:effects.MaxWebhookResponse-1] + `"`},
+		{"CutAtLimit", `"` + long, `"\"` + long[:webhook.MaxResponse-1] + `"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setupWebhook(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
 				_, _ = io.WriteString(w, tc.body)
 			})
-			w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL})
+			w := newWebhook(t, webhook.Config{URL: b.srv.URL})
 			out, err := w.Fire(context.Background(), testCall)
 			require.NoError(t, err)
 			require.True(t, json.Valid(out.Result), "result must be JSON")
@@ -189,7 +201,7 @@ func TestWebhookRetriesWithTheSameKey(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, `{"ok":true}`)
 	})
-	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL})
+	w := newWebhook(t, webhook.Config{URL: b.srv.URL})
 
 	out, err := w.Fire(context.Background(), testCall)
 	require.NoError(t, err)
@@ -209,7 +221,7 @@ func TestWebhookRetryableStatuses(t *testing.T) {
 		t.Run(http.StatusText(code), func(t *testing.T) {
 			t.Parallel()
 			b := setupWebhook(t, status(code, http.StatusOK))
-			w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL})
+			w := newWebhook(t, webhook.Config{URL: b.srv.URL})
 			out, err := w.Fire(context.Background(), testCall)
 			require.NoError(t, err)
 			require.Equal(t, 2, out.Invocations)
@@ -227,7 +239,7 @@ func TestWebhookRetryAfterIsHonouredAndCapped(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, `{}`)
 	})
-	w := newWebhook(t, effects.WebhookConfig{
+	w := newWebhook(t, webhook.Config{
 		URL:   b.srv.URL,
 		Retry: effects.RetryPolicy{InitialInterval: time.Millisecond, MaxInterval: 150 * time.Millisecond},
 	})
@@ -249,7 +261,7 @@ func TestWebhookClientErrorIsPermanent(t *testing.T) {
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = io.WriteString(w, `{"error":"to: invalid address"}`+strings.Repeat(".", 2000))
 	})
-	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL + "/hooks/email?token=s3cret"})
+	w := newWebhook(t, webhook.Config{URL: b.srv.URL + "/hooks/email?token=s3cret"})
 
 	out, err := w.Fire(context.Background(), testCall)
 	require.Equal(t, 1, out.Invocations)
@@ -269,7 +281,7 @@ func TestWebhookRedirectIsPermanent(t *testing.T) {
 	b := setupWebhook(t, func(_ int, w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/elsewhere", http.StatusFound)
 	})
-	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL})
+	w := newWebhook(t, webhook.Config{URL: b.srv.URL})
 
 	out, err := w.Fire(context.Background(), testCall)
 	require.Equal(t, 1, out.Invocations)
@@ -284,7 +296,7 @@ func TestWebhookRedirectIsPermanent(t *testing.T) {
 func TestWebhookUnsendableHeaderIsPermanent(t *testing.T) {
 	t.Parallel()
 	b := setupWebhook(t, status(http.StatusOK))
-	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL})
+	w := newWebhook(t, webhook.Config{URL: b.srv.URL})
 	for _, call := range []effects.Call{
 		{Tool: "t", Key: "t.k", Args: []byte(`{}`), Session: "run-7\r\nX-Evil: 1"},
 		{Tool: "t", Key: "t.k", Args: []byte(`{}`), CallID: "call\x00"},
@@ -303,7 +315,7 @@ func TestWebhookUnsendableHeaderIsPermanent(t *testing.T) {
 func TestWebhookExhaustedIsTransient(t *testing.T) {
 	t.Parallel()
 	b := setupWebhook(t, status(http.StatusServiceUnavailable))
-	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL, Retry: effects.RetryPolicy{MaxAttempts: 3}})
+	w := newWebhook(t, webhook.Config{URL: b.srv.URL, Retry: effects.RetryPolicy{MaxAttempts: 3}})
 
 	out, err := w.Fire(context.Background(), testCall)
 	require.Equal(t, 3, out.Invocations)
@@ -319,7 +331,7 @@ func TestWebhookConnectionRefused(t *testing.T) {
 	require.NoError(t, err)
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
-	w := newWebhook(t, effects.WebhookConfig{URL: "http://" + addr + "/x", Retry: effects.RetryPolicy{MaxAttempts: 3}})
+	w := newWebhook(t, webhook.Config{URL: "http://" + addr + "/x", Retry: effects.RetryPolicy{MaxAttempts: 3}})
 
 	out, err := w.Fire(context.Background(), testCall)
 	require.Equal(t, 3, out.Invocations)
@@ -337,7 +349,7 @@ func TestWebhookTimeout(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, `{"ok":true}`)
 	})
-	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL, Timeout: 50 * time.Millisecond})
+	w := newWebhook(t, webhook.Config{URL: b.srv.URL, Timeout: 50 * time.Millisecond})
 
 	// The first request times out; the retry is a second firing with the
 	// same key, and succeeds.
@@ -354,7 +366,7 @@ func TestWebhookTimeoutExhausted(t *testing.T) {
 	b := setupWebhook(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	})
-	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL, Timeout: 20 * time.Millisecond, Retry: effects.RetryPolicy{MaxAttempts: 2}})
+	w := newWebhook(t, webhook.Config{URL: b.srv.URL, Timeout: 20 * time.Millisecond, Retry: effects.RetryPolicy{MaxAttempts: 2}})
 
 	out, err := w.Fire(context.Background(), testCall)
 	require.Equal(t, 2, out.Invocations)
@@ -365,7 +377,7 @@ func TestWebhookTimeoutExhausted(t *testing.T) {
 func TestWebhookContextCancelStopsRetrying(t *testing.T) {
 	t.Parallel()
 	b := setupWebhook(t, status(http.StatusServiceUnavailable))
-	w := newWebhook(t, effects.WebhookConfig{
+	w := newWebhook(t, webhook.Config{
 		URL:   b.srv.URL,
 		Retry: effects.RetryPolicy{MaxAttempts: 10, InitialInterval: time.Hour, MaxInterval: time.Hour},
 	})
@@ -387,7 +399,7 @@ func TestWebhookContextCancelAbortsRequest(t *testing.T) {
 	b := setupWebhook(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	})
-	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL, Timeout: time.Hour})
+	w := newWebhook(t, webhook.Config{URL: b.srv.URL, Timeout: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-b.seen
@@ -402,7 +414,7 @@ func TestWebhookContextCancelAbortsRequest(t *testing.T) {
 func TestWebhookCancelledBeforeFire(t *testing.T) {
 	t.Parallel()
 	b := setupWebhook(t, status(http.StatusOK))
-	w := newWebhook(t, effects.WebhookConfig{URL: b.srv.URL})
+	w := newWebhook(t, webhook.Config{URL: b.srv.URL})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 
@@ -414,7 +426,7 @@ func TestWebhookCancelledBeforeFire(t *testing.T) {
 
 func TestWebhookMaxDuration(t *testing.T) {
 	t.Parallel()
-	w := newWebhook(t, effects.WebhookConfig{
+	w := newWebhook(t, webhook.Config{
 		URL:     "http://127.0.0.1:1",
 		Timeout: 10 * time.Second,
 		Retry:   effects.RetryPolicy{MaxAttempts: 4, InitialInterval: 200 * time.Millisecond, MaxInterval: 5 * time.Second},
@@ -426,23 +438,23 @@ func TestNewWebhookRejects(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		cfg  effects.WebhookConfig
+		cfg  webhook.Config
 		want string
 	}{
-		{"NoURL", effects.WebhookConfig{}, "url: is missing"},
-		{"Scheme", effects.WebhookConfig{URL: "ftp://h/x"}, "not an http or https URL"},
-		{"NoHost", effects.WebhookConfig{URL: "http:///x"}, "has no host"},
-		{"Method", effects.WebhookConfig{URL: "http://h", Method: "GET"}, "not one of POST"},
-		{"ReservedHeader", effects.WebhookConfig{URL: "http://h", Headers: map[string]string{"idempotency-key": "x"}}, "set by the webhook itself"},
-		{"IdemHeader", effects.WebhookConfig{URL: "http://h", Headers: map[string]string{"Idem-Tool": "x"}}, "set by the webhook itself"},
-		{"HeaderName", effects.WebhookConfig{URL: "http://h", Headers: map[string]string{"Bad Name": "x"}}, "not a header name"},
-		{"HeaderValue", effects.WebhookConfig{URL: "http://h", Headers: map[string]string{"X-A": "a\r\nB: c"}}, "line break"},
-		{"Attempts", effects.WebhookConfig{URL: "http://h", Retry: effects.RetryPolicy{MaxAttempts: -1}}, "not between 1 and 100"},
-		{"Intervals", effects.WebhookConfig{URL: "http://h", Retry: effects.RetryPolicy{InitialInterval: time.Second, MaxInterval: time.Millisecond}}, "under initial_interval"},
+		{"NoURL", webhook.Config{}, "url: is missing"},
+		{"Scheme", webhook.Config{URL: "ftp://h/x"}, "not an http or https URL"},
+		{"NoHost", webhook.Config{URL: "http:///x"}, "has no host"},
+		{"Method", webhook.Config{URL: "http://h", Method: "GET"}, "not one of POST"},
+		{"ReservedHeader", webhook.Config{URL: "http://h", Headers: map[string]string{"idempotency-key": "x"}}, "set by the webhook itself"},
+		{"IdemHeader", webhook.Config{URL: "http://h", Headers: map[string]string{"Idem-Tool": "x"}}, "set by the webhook itself"},
+		{"HeaderName", webhook.Config{URL: "http://h", Headers: map[string]string{"Bad Name": "x"}}, "not a header name"},
+		{"HeaderValue", webhook.Config{URL: "http://h", Headers: map[string]string{"X-A": "a\r\nB: c"}}, "line break"},
+		{"Attempts", webhook.Config{URL: "http://h", Retry: effects.RetryPolicy{MaxAttempts: -1}}, "not between 1 and 100"},
+		{"Intervals", webhook.Config{URL: "http://h", Retry: effects.RetryPolicy{InitialInterval: time.Second, MaxInterval: time.Millisecond}}, "under initial_interval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := effects.NewWebhook(tc.cfg)
+			_, err := webhook.New(tc.cfg)
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
@@ -456,7 +468,7 @@ func TestWebhookRefusesLoopbackByDefault(t *testing.T) {
 	b := setupWebhook(t, status(http.StatusOK))
 	port := b.srv.URL[strings.LastIndexByte(b.srv.URL, ':')+1:]
 	for _, u := range []string{b.srv.URL + "/x?token=s3cret", "http://localhost:" + port + "/x"} {
-		w, err := effects.NewWebhook(effects.WebhookConfig{URL: u})
+		w, err := webhook.New(webhook.Config{URL: u})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = w.Close() })
 		out, err := w.Fire(context.Background(), testCall)
@@ -471,7 +483,7 @@ func TestWebhookRefusesLoopbackByDefault(t *testing.T) {
 	require.Empty(t, b.requests(), "nothing reached the server")
 
 	// The same server, allowed explicitly.
-	w, err := effects.NewWebhook(effects.WebhookConfig{URL: "http://localhost:" + port + "/x", AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")}})
+	w, err := webhook.New(webhook.Config{URL: "http://localhost:" + port + "/x", AllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = w.Close() })
 	_, err = w.Fire(context.Background(), testCall)
@@ -488,7 +500,7 @@ func TestWebhookErrorsHideSecrets(t *testing.T) {
 		_, _ = io.WriteString(w, "bad credentials: "+r.Header.Get("Authorization")+" key="+r.Header.Get("X-Api-Key")+" q="+r.URL.RawQuery)
 	})
 	u := strings.Replace(b.srv.URL, "http://", "http://hookuser:pa55word@", 1) + "/hooks?sig=abcdef123"
-	w := newWebhook(t, effects.WebhookConfig{URL: u, Headers: map[string]string{"Authorization": "Bearer tok-9f8e7d", "X-Api-Key": "k-123456"}})
+	w := newWebhook(t, webhook.Config{URL: u, Headers: map[string]string{"Authorization": "Bearer tok-9f8e7d", "X-Api-Key": "k-123456"}})
 	_, err := w.Fire(context.Background(), testCall)
 	pe, ok := effects.IsPermanent(err)
 	require.True(t, ok, "%v", err)
@@ -501,22 +513,11 @@ func TestWebhookErrorsHideSecrets(t *testing.T) {
 	}
 
 	// A connection error names the URL without credentials or query.
-	dead := newWebhook(t, effects.WebhookConfig{URL: "http://user:pa55word@127.0.0.1:1/x?sig=abcdef123", Retry: effects.RetryPolicy{MaxAttempts: 1}})
+	dead := newWebhook(t, webhook.Config{URL: "http://user:pa55word@127.0.0.1:1/x?sig=abcdef123", Retry: effects.RetryPolicy{MaxAttempts: 1}})
 	_, err = dead.Fire(context.Background(), testCall)
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "pa55word")
 	require.NotContains(t, err.Error(), "abcdef123")
-}
-
-func TestErrorMessagesAreCapped(t *testing.T) {
-	t.Parallel()
-	long := strings.Repeat("é", 3000)
-	e := effects.Permanent("", long).(*effects.PermanentError).IntentError()
-	require.LessOrEqual(t, len(e.Message), effects.MaxErrorMessage)
-	require.True(t, strings.HasSuffix(e.Message, "…"))
-	require.Equal(t, "short", effects.TruncateMessage("short", 10))
-	require.Equal(t, "ab…", effects.TruncateMessage("abcdef", 5))
-	require.Equal(t, "\uFFFD", effects.TruncateMessage("\xff", 10))
 }
 
 func TestToolsFileAllowPrivate(t *testing.T) {
@@ -551,4 +552,35 @@ func TestToolsFileAllowPrivate(t *testing.T) {
 	require.ErrorContains(t, err, `tools.yaml:8: t.webhook.allow_private[1]: "intranet" is not an IP address or CIDR prefix (write e.g. 127.0.0.1/32 or 10.0.0.0/8)`)
 	_, err = toolsfile.Parse(file("      allow_private: 10.0.0.0/8\n"))
 	require.ErrorContains(t, err, "t.webhook.allow_private: is \"10.0.0.0/8\", want a list")
+}
+
+// firingCall is a third claim of an operation, fired by worker w2.3.
+var firingCall = effects.Call{
+	Key: "send_email.77aa", Tool: "send_email", Attempt: 3, Holder: "w2.3",
+	Args: json.RawMessage(`{"subject":"hi","to":"ann@example.com"}`),
+}
+
+func TestWebhookSendsHolderAndAttempt(t *testing.T) {
+	t.Parallel()
+	b := setupWebhook(t, status(http.StatusServiceUnavailable, http.StatusOK))
+	w := newWebhook(t, webhook.Config{URL: b.srv.URL})
+
+	out, err := w.Fire(context.Background(), firingCall)
+	require.NoError(t, err)
+	require.Equal(t, 2, out.Invocations)
+	for _, r := range b.requests() {
+		require.Equal(t, "w2.3", r.header.Get(effects.HeaderHolder), "the same on every retry of one firing")
+		require.Equal(t, "3", r.header.Get(effects.HeaderAttempt))
+	}
+
+	_, err = w.Fire(context.Background(), effects.Call{Key: "k", Tool: "t", Holder: "w1\r\nX-Evil: 1"})
+	require.NoError(t, err)
+	r := b.requests()[2]
+	require.Equal(t, "w1??X-Evil: 1", r.header.Get(effects.HeaderHolder), "a line break cannot end the header")
+	require.Empty(t, r.header.Get("X-Evil"))
+	require.NotContains(t, r.header, effects.HeaderAttempt, "no attempt, no header")
+
+	_, err = w.Fire(context.Background(), effects.Call{Key: "k", Tool: "t"})
+	require.NoError(t, err)
+	require.NotContains(t, b.requests()[3].header, effects.HeaderHolder)
 }

@@ -1,4 +1,7 @@
-package effects
+// Package mcp is the mcp effect kind: it calls a tool of an upstream MCP
+// server over a shared client session (Conn), forwarding the operation's
+// key in the call's _meta (see Effect). Package upstream names the server.
+package mcp
 
 import (
 	"context"
@@ -6,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os/exec"
 	"sort"
@@ -15,9 +17,11 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/internal/text"
+	"github.com/idemgate/idemgate/pkg/effects/mcp/upstream"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -36,47 +40,10 @@ const (
 
 // Defaults of the mcp effect.
 const (
-	// DefaultMCPTimeout bounds one call to an upstream tool (connecting
+	// DefaultTimeout bounds one call to an upstream tool (connecting
 	// included).
-	DefaultMCPTimeout = 30 * time.Second
+	DefaultTimeout = 30 * time.Second
 )
-
-// MCPUpstream names an MCP server: a command run with its stdin and stdout
-// as the stdio transport, or the URL of a streamable HTTP endpoint. Exactly
-// one is set.
-type MCPUpstream struct {
-	// Command is the program and its arguments.
-	Command []string
-	// URL is an http or https URL. Its connections go only to public
-	// addresses and those in AllowPrivate (see netguard.Guard), checked when each
-	// is dialled, as a webhook's are.
-	URL string
-	// AllowPrivate lists the addresses outside the public internet a URL
-	// upstream may be reached at: loopback, private, link-local and the
-	// other ranges a netguard.Guard refuses by default. Default none. Only with
-	// URL.
-	AllowPrivate []netip.Prefix
-}
-
-// String names the upstream without what may be a secret: a URL without its
-// user, password, query and fragment (https://mcp.example.com/mcp), or a
-// command's program and the count of its arguments (npx [2 arguments not
-// shown]). A URL upstream's credential can only go in its URL, and a
-// command's in its arguments (--api-key ...). It is the upstream's name in
-// the catalogue, which every agent reads, and in every message and log.
-func (u MCPUpstream) String() string {
-	switch {
-	case u.URL != "":
-		return text.URL(u.URL)
-	case len(u.Command) == 0:
-		return ""
-	case len(u.Command) == 1:
-		return u.Command[0]
-	case len(u.Command) == 2:
-		return u.Command[0] + " [1 argument not shown]"
-	}
-	return fmt.Sprintf("%s [%d arguments not shown]", u.Command[0], len(u.Command)-1)
-}
 
 // urlSecrets are the parts of a URL a message never quotes: its password,
 // user and query values (and the whole query and fragment), longest first,
@@ -120,65 +87,36 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// ErrMCPRedirect is matched by errors.Is when a URL upstream answered with a
+// ErrRedirect is matched by errors.Is when a URL upstream answered with a
 // redirect: it is never followed.
-var ErrMCPRedirect = errors.New("the upstream answered with a redirect, which is not followed")
+var ErrRedirect = errors.New("the upstream answered with a redirect, which is not followed")
 
-// Validate reports what is wrong with u.
-func (u MCPUpstream) Validate() error {
-	switch {
-	case len(u.Command) > 0 && u.URL != "":
-		return errors.New("give a command or a url, not both")
-	case u.URL != "":
-		p, err := url.Parse(u.URL)
-		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return fmt.Errorf("url %s is not an http or https URL with a host", text.URL(u.URL))
-		}
-	case len(u.Command) == 0 || u.Command[0] == "":
-		return errors.New("give the server's command (a list: program, then arguments) or its url")
-	case len(u.AllowPrivate) > 0:
-		return errors.New("allow_private applies only to a url upstream: a command runs on the worker's host")
-	}
-	return nil
-}
-
-// ParseMCPUpstream reads an upstream given on a command line: a URL when it
-// starts with http:// or https://, else a command split on spaces.
-func ParseMCPUpstream(s string) (MCPUpstream, error) {
-	s = strings.TrimSpace(s)
-	u := MCPUpstream{Command: strings.Fields(s)}
-	if strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://") {
-		u = MCPUpstream{URL: s}
-	}
-	return u, u.Validate()
-}
-
-// MCPConn is a client session to an upstream MCP server, shared by every
+// Conn is a client session to an upstream MCP server, shared by every
 // tool of that upstream and safe for concurrent use. It connects on first
 // use, and again after a call finds the session broken (a killed stdio
 // server is started again).
-type MCPConn struct {
-	up       MCPUpstream
+type Conn struct {
+	up       upstream.Server
 	onChange func()       // the upstream's tools changed
 	http     *http.Client // a URL upstream's, dialling through its netguard.Guard
 	secrets  []string     // what messages never quote (see hide)
 
 	mu     sync.Mutex
-	cs     *mcp.ClientSession
+	cs     *sdk.ClientSession
 	closed bool
 }
 
-// NewMCPConn returns a connection to up; onChange, when not nil, is called
+// NewConn returns a connection to up; onChange, when not nil, is called
 // (on its own goroutine) when the upstream sends
 // notifications/tools/list_changed.
-func NewMCPConn(up MCPUpstream, onChange func()) *MCPConn {
-	c := &MCPConn{up: up, onChange: onChange}
+func NewConn(up upstream.Server, onChange func()) *Conn {
+	c := &Conn{up: up, onChange: onChange}
 	if up.URL != "" {
 		c.http = &http.Client{
-			Transport: netguard.New(up.AllowPrivate...).Transport(DefaultMCPTimeout),
+			Transport: netguard.New(up.AllowPrivate...).Transport(DefaultTimeout),
 			// A redirect would move a tools/call, with the model's arguments
 			// and the key, to a host the tools file does not name.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return ErrMCPRedirect },
+			CheckRedirect: func(*http.Request, []*http.Request) error { return ErrRedirect },
 		}
 		c.secrets = urlSecrets(up.URL)
 	}
@@ -189,7 +127,7 @@ func NewMCPConn(up MCPUpstream, onChange func()) *MCPConn {
 // the URL's credentials, query and fragment wherever the message quotes the
 // URL or any of them (an HTTP client's error names the URL it requested,
 // and an upstream may echo what it was sent). nil stays nil.
-func (c *MCPConn) hide(err error) error {
+func (c *Conn) hide(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -201,7 +139,7 @@ func (c *MCPConn) hide(err error) error {
 }
 
 // hideText is hide for a message.
-func (c *MCPConn) hideText(msg string) string {
+func (c *Conn) hideText(msg string) string {
 	if c.up.URL == "" {
 		return msg
 	}
@@ -221,11 +159,11 @@ func (c *MCPConn) hideText(msg string) string {
 }
 
 // Upstream is the server the connection reaches.
-func (c *MCPConn) Upstream() MCPUpstream { return c.up }
+func (c *Conn) Upstream() upstream.Server { return c.up }
 
 // Session returns the live client session, connecting first if there is
 // none.
-func (c *MCPConn) Session(ctx context.Context) (*mcp.ClientSession, error) {
+func (c *Conn) Session(ctx context.Context) (*sdk.ClientSession, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -234,19 +172,19 @@ func (c *MCPConn) Session(ctx context.Context) (*mcp.ClientSession, error) {
 	if c.cs != nil {
 		return c.cs, nil
 	}
-	var t mcp.Transport
+	var t sdk.Transport
 	if c.up.URL != "" {
-		t = &mcp.StreamableClientTransport{Endpoint: c.up.URL, HTTPClient: c.http, MaxRetries: -1}
+		t = &sdk.StreamableClientTransport{Endpoint: c.up.URL, HTTPClient: c.http, MaxRetries: -1}
 	} else {
 		// The process outlives ctx (a call's): it is stopped by Close or
 		// when its session breaks.
-		t = &mcp.CommandTransport{Command: exec.Command(c.up.Command[0], c.up.Command[1:]...), TerminateDuration: time.Second}
+		t = &sdk.CommandTransport{Command: exec.Command(c.up.Command[0], c.up.Command[1:]...), TerminateDuration: time.Second}
 	}
-	opts := &mcp.ClientOptions{}
+	opts := &sdk.ClientOptions{}
 	if c.onChange != nil {
-		opts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { go c.onChange() }
+		opts.ToolListChangedHandler = func(context.Context, *sdk.ToolListChangedRequest) { go c.onChange() }
 	}
-	cl := mcp.NewClient(&mcp.Implementation{Name: "idemgate", Version: "0.1.0"}, opts)
+	cl := sdk.NewClient(&sdk.Implementation{Name: "idemgate", Version: "0.1.0"}, opts)
 	cs, err := cl.Connect(ctx, t, nil)
 	if err != nil {
 		return nil, c.hide(fmt.Errorf("connect to %s: %w", c.up, err))
@@ -257,7 +195,7 @@ func (c *MCPConn) Session(ctx context.Context) (*mcp.ClientSession, error) {
 
 // drop forgets cs after a failure of its transport; the next call
 // connects again.
-func (c *MCPConn) drop(cs *mcp.ClientSession) {
+func (c *Conn) drop(cs *sdk.ClientSession) {
 	c.mu.Lock()
 	if c.cs == cs {
 		c.cs = nil
@@ -267,12 +205,12 @@ func (c *MCPConn) drop(cs *mcp.ClientSession) {
 }
 
 // Tools lists the upstream's tools.
-func (c *MCPConn) Tools(ctx context.Context) ([]*mcp.Tool, error) {
+func (c *Conn) Tools(ctx context.Context) ([]*sdk.Tool, error) {
 	cs, err := c.Session(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []*mcp.Tool
+	var out []*sdk.Tool
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			if !isRPCError(err) {
@@ -286,7 +224,7 @@ func (c *MCPConn) Tools(ctx context.Context) ([]*mcp.Tool, error) {
 }
 
 // Close ends the session (and stops a stdio server).
-func (c *MCPConn) Close() error {
+func (c *Conn) Close() error {
 	c.mu.Lock()
 	cs := c.cs
 	c.cs, c.closed = nil, true
@@ -300,7 +238,7 @@ func (c *MCPConn) Close() error {
 	return nil
 }
 
-// MCP is the effect that calls a tool of an upstream MCP server, forwarding
+// Effect is the effect that calls a tool of an upstream MCP server, forwarding
 // the operation's key in the call's _meta (MetaKey).
 //
 // A broken transport (a refused connection, a killed server, a timeout) is
@@ -309,29 +247,29 @@ func (c *MCPConn) Close() error {
 // unknown tool, invalid params), is a permanent outcome, recorded and
 // replayed. The recorded result is the upstream's result: {"content": [...],
 // "structuredContent": ...}. A connection to an address a URL upstream may
-// not reach (see MCPUpstream.AllowPrivate) is a *PermanentError wrapping a
+// not reach (see upstream.Server.AllowPrivate) is a *PermanentError wrapping a
 // *netguard.DestinationError: nothing was sent.
-type MCP struct {
-	conn    *MCPConn
+type Effect struct {
+	conn    *Conn
 	tool    string
 	timeout time.Duration
-	retry   RetryPolicy
+	retry   effects.RetryPolicy
 }
 
-// MCPConfig configures an mcp effect. Zero fields mean the defaults.
-type MCPConfig struct {
+// Config configures an mcp effect. Zero fields mean the defaults.
+type Config struct {
 	// Tool is the upstream's name of the tool to call. Required.
 	Tool string
 	// Timeout bounds one call, connecting included. Default
-	// DefaultMCPTimeout.
+	// DefaultTimeout.
 	Timeout time.Duration
 	// Retry is the retry policy, as for a webhook.
-	Retry RetryPolicy
+	Retry effects.RetryPolicy
 }
 
-func (c MCPConfig) withDefaults() MCPConfig {
+func (c Config) withDefaults() Config {
 	if c.Timeout == 0 {
-		c.Timeout = DefaultMCPTimeout
+		c.Timeout = DefaultTimeout
 	}
 	c.Retry = c.Retry.WithDefaults()
 	return c
@@ -339,48 +277,48 @@ func (c MCPConfig) withDefaults() MCPConfig {
 
 // Validate returns an error joining a *SettingError for every invalid field
 // of c, its defaults applied.
-func (c MCPConfig) Validate() error {
+func (c Config) Validate() error {
 	c = c.withDefaults()
 	errs := c.Retry.Problems(intent.EffectMCP)
 	if c.Tool == "" {
-		errs = append(errs, &SettingError{Kind: intent.EffectMCP, Field: "tool", Problem: "is missing", Hint: "name the upstream's tool, e.g. tool: create_issue"})
+		errs = append(errs, &effects.SettingError{Kind: intent.EffectMCP, Field: "tool", Problem: "is missing", Hint: "name the upstream's tool, e.g. tool: create_issue"})
 	}
 	if c.Timeout < 0 {
-		errs = append(errs, &SettingError{Kind: intent.EffectMCP, Field: "timeout", Problem: "is negative", Hint: "write e.g. 30s"})
+		errs = append(errs, &effects.SettingError{Kind: intent.EffectMCP, Field: "timeout", Problem: "is negative", Hint: "write e.g. 30s"})
 	}
 	return errors.Join(errs...)
 }
 
-// NewMCP returns an effect that calls cfg.Tool on conn, which it shares
+// New returns an effect that calls cfg.Tool on conn, which it shares
 // (closing it is the caller's), or the error of cfg.Validate.
-func NewMCP(conn *MCPConn, cfg MCPConfig) (*MCP, error) {
+func New(conn *Conn, cfg Config) (*Effect, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if conn == nil {
-		return nil, &SettingError{Kind: intent.EffectMCP, Field: "connection", Problem: "is nil", Hint: "pass a connection to the upstream (NewMCPConn)"}
+		return nil, &effects.SettingError{Kind: intent.EffectMCP, Field: "connection", Problem: "is nil", Hint: "pass a connection to the upstream (NewConn)"}
 	}
 	cfg = cfg.withDefaults()
-	return &MCP{conn: conn, tool: cfg.Tool, timeout: cfg.Timeout, retry: cfg.Retry}, nil
+	return &Effect{conn: conn, tool: cfg.Tool, timeout: cfg.Timeout, retry: cfg.Retry}, nil
 }
 
 // Upstream is the server the effect calls.
-func (m *MCP) Upstream() MCPUpstream { return m.conn.up }
+func (m *Effect) Upstream() upstream.Server { return m.conn.up }
 
 // UpstreamTool is the upstream's name of the tool the effect calls.
-func (m *MCP) UpstreamTool() string { return m.tool }
+func (m *Effect) UpstreamTool() string { return m.tool }
 
 // Fire calls the upstream tool with the call's args.
-func (m *MCP) Fire(ctx context.Context, call Call) (Outcome, error) {
+func (m *Effect) Fire(ctx context.Context, call effects.Call) (effects.Outcome, error) {
 	what := fmt.Sprintf("mcp %s tool %s", m.conn.up, m.tool)
-	return Retry(ctx, m.retry, what, "call", func(ctx context.Context) (json.RawMessage, error) {
+	return effects.Retry(ctx, m.retry, what, "call", func(ctx context.Context) (json.RawMessage, error) {
 		actx, cancel := context.WithTimeout(ctx, m.timeout)
 		defer cancel()
 		cs, err := m.conn.Session(actx)
 		if err != nil {
 			return nil, refused(what, err)
 		}
-		meta := mcp.Meta{MetaKey: call.Key}
+		meta := sdk.Meta{MetaKey: call.Key}
 		holder, attempt := call.FiringHeaders()
 		if holder != "" {
 			meta[MetaHolder] = holder
@@ -388,26 +326,26 @@ func (m *MCP) Fire(ctx context.Context, call Call) (Outcome, error) {
 		if attempt != "" {
 			meta[MetaAttempt] = attempt
 		}
-		res, err := cs.CallTool(actx, &mcp.CallToolParams{Name: m.tool, Arguments: json.RawMessage(call.Args), Meta: meta})
+		res, err := cs.CallTool(actx, &sdk.CallToolParams{Name: m.tool, Arguments: json.RawMessage(call.Args), Meta: meta})
 		switch {
 		case err != nil && isRPCError(err):
-			return nil, Permanentf("", "%s: %v", what, m.conn.hide(err))
+			return nil, effects.Permanentf("", "%s: %v", what, m.conn.hide(err))
 		case err != nil:
 			m.conn.drop(cs)
 			return nil, refused(what, m.conn.hide(fmt.Errorf("%s: %w", what, err)))
 		case res.IsError:
-			return nil, Permanentf("", "%s answered an error: %s", what, m.conn.hideText(contentText(res.Content)))
+			return nil, effects.Permanentf("", "%s answered an error: %s", what, m.conn.hideText(contentText(res.Content)))
 		}
 		out := struct {
-			Content           []mcp.Content `json:"content"`
+			Content           []sdk.Content `json:"content"`
 			StructuredContent any           `json:"structuredContent,omitempty"`
 		}{res.Content, res.StructuredContent}
 		if out.Content == nil {
-			out.Content = []mcp.Content{}
+			out.Content = []sdk.Content{}
 		}
 		data, err := json.Marshal(out)
 		if err != nil {
-			return nil, Permanentf("", "%s: its result cannot be recorded: %v", what, err)
+			return nil, effects.Permanentf("", "%s: its result cannot be recorded: %v", what, err)
 		}
 		return data, nil
 	})
@@ -420,17 +358,17 @@ func refused(what string, err error) error {
 	var de *netguard.DestinationError
 	switch {
 	case errors.As(err, &de):
-		return &PermanentError{Code: intent.CodeEffectFailed, Err: de, Message: fmt.Sprintf(
+		return &effects.PermanentError{Code: intent.CodeEffectFailed, Err: de, Message: fmt.Sprintf(
 			"%s: %v (nothing was sent; list it in the upstream's allow_private or the worker's --webhook-allow to allow it)", what, de)}
-	case errors.Is(err, ErrMCPRedirect):
-		return &PermanentError{Code: intent.CodeEffectFailed, Err: err, Message: fmt.Sprintf(
-			"%s: %v: configure the final URL (the request may have reached the upstream; nothing was sent where it pointed)", what, ErrMCPRedirect)}
+	case errors.Is(err, ErrRedirect):
+		return &effects.PermanentError{Code: intent.CodeEffectFailed, Err: err, Message: fmt.Sprintf(
+			"%s: %v: configure the final URL (the request may have reached the upstream; nothing was sent where it pointed)", what, ErrRedirect)}
 	}
 	return err
 }
 
 // MaxDuration bounds one Fire: every attempt's timeout and the waits.
-func (m *MCP) MaxDuration() time.Duration {
+func (m *Effect) MaxDuration() time.Duration {
 	return time.Duration(m.retry.MaxAttempts)*(m.timeout+m.retry.MaxInterval) - m.retry.MaxInterval
 }
 
@@ -451,10 +389,10 @@ func isRPCError(err error) bool {
 }
 
 // contentText is the text of an upstream's content blocks, bounded.
-func contentText(content []mcp.Content) string {
+func contentText(content []sdk.Content) string {
 	var b strings.Builder
 	for _, c := range content {
-		if tc, ok := c.(*mcp.TextContent); ok {
+		if tc, ok := c.(*sdk.TextContent); ok {
 			if b.Len() > 0 {
 				b.WriteString(" ")
 			}

@@ -1,4 +1,4 @@
-package effects
+package smtp
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -27,7 +28,7 @@ type mailResult struct {
 }
 
 // send runs one SMTP transaction.
-func (s *SMTP) send(ctx context.Context, m *message) (json.RawMessage, error) {
+func (s *Effect) send(ctx context.Context, m *message) (json.RawMessage, error) {
 	attemptCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	stage := "connect"
@@ -164,13 +165,13 @@ func isReply(err error) bool {
 
 // classify turns a failed step into the effect's error: the relay's 5xx
 // replies are permanent, everything else is transient.
-func (s *SMTP) classify(ctx, attemptCtx context.Context, stage string, err error) error {
+func (s *Effect) classify(ctx, attemptCtx context.Context, stage string, err error) error {
 	var te *textproto.Error
 	switch {
 	case errors.As(err, &te):
 		msg := fmt.Sprintf("smtp %s: %s answered %d %s", s.addr, stage, te.Code, oneLine(te.Msg))
 		if te.Code >= 500 && te.Code < 600 {
-			return Permanent(intent.CodeEffectFailed, msg)
+			return effects.Permanent(intent.CodeEffectFailed, msg)
 		}
 		return errors.New(msg)
 	case ctx.Err() != nil:

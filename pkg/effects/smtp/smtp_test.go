@@ -1,4 +1,4 @@
-package effects_test
+package smtp_test
 
 import (
 	"bytes"
@@ -34,14 +34,16 @@ import (
 	"github.com/emersion/go-sasl"
 	gosmtp "github.com/emersion/go-smtp"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/smtp"
 	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 )
 
 var (
-	_ effects.Effect  = (*effects.SMTP)(nil)
-	_ effects.Bounded = (*effects.SMTP)(nil)
+	_ effects.Effect  = (*smtp.Effect)(nil)
+	_ effects.Bounded = (*smtp.Effect)(nil)
 )
 
 // delivered is one message as the test relay received it.
@@ -234,7 +236,7 @@ func smtpErr(code int, msg string) error {
 }
 
 // newSMTP builds an smtp effect with fast retries unless cfg says otherwise.
-func newSMTP(t *testing.T, cfg effects.SMTPConfig) *effects.SMTP {
+func newSMTP(t *testing.T, cfg smtp.Config) *smtp.Effect {
 	t.Helper()
 	if cfg.From == "" {
 		cfg.From = "Billing <billing@example.com>"
@@ -245,7 +247,7 @@ func newSMTP(t *testing.T, cfg effects.SMTPConfig) *effects.SMTP {
 	if cfg.Retry.MaxInterval == 0 {
 		cfg.Retry.MaxInterval = 5 * time.Millisecond
 	}
-	s, err := effects.NewSMTP(cfg)
+	s, err := smtp.New(cfg)
 	require.NoError(t, err)
 	return s
 }
@@ -288,7 +290,7 @@ type mailResult struct {
 func TestSMTPRefusesAddressesThatBreakTheEnvelope(t *testing.T) {
 	t.Parallel()
 	b := setupMail(t, withDSN())
-	s := newSMTP(t, effects.SMTPConfig{Addr: b.addr})
+	s := newSMTP(t, smtp.Config{Addr: b.addr})
 	for _, to := range []string{
 		`"victim@evil.example> NOTIFY=SUCCESS ORCPT=rfc822;x"@good.example`,
 		`"a b"@good.example`,
@@ -313,14 +315,14 @@ func TestSMTPRefusesAddressesThatBreakTheEnvelope(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"MAIL billing@example.com", "RCPT ann.lee+billing@good.example", "RCPT ops@[192.0.2.1]"}, b.envelopeSeen())
 
-	_, err = effects.NewSMTP(effects.SMTPConfig{Addr: b.addr, From: `"billing@evil.example> RET=FULL"@example.com`})
+	_, err = smtp.New(smtp.Config{Addr: b.addr, From: `"billing@evil.example> RET=FULL"@example.com`})
 	require.ErrorContains(t, err, "cannot be sent as the envelope sender")
 }
 
 func TestSMTPSendsTheMessage(t *testing.T) {
 	t.Parallel()
 	b := setupMail(t) // no STARTTLS offered: the default policy sends in the clear
-	s := newSMTP(t, effects.SMTPConfig{Addr: b.addr})
+	s := newSMTP(t, smtp.Config{Addr: b.addr})
 
 	out, err := s.Fire(context.Background(), mailCall)
 	require.NoError(t, err)
@@ -364,7 +366,7 @@ func TestSMTPSendsTheMessage(t *testing.T) {
 func TestSMTPMultipartAndEncodedSubject(t *testing.T) {
 	t.Parallel()
 	b := setupMail(t)
-	s := newSMTP(t, effects.SMTPConfig{Addr: b.addr})
+	s := newSMTP(t, smtp.Config{Addr: b.addr})
 	subject := "Grüße aus Köln — Ihre Rechnung Nr. 2024-0042 ist da, bitte prüfen Sie die Beträge sorgfältig"
 	args, err := json.Marshal(map[string]any{
 		"to":      []string{"Jürgen Groß <j@example.com>"},
@@ -419,7 +421,7 @@ func TestSMTPMultipartAndEncodedSubject(t *testing.T) {
 func TestSMTPHTMLOnly(t *testing.T) {
 	t.Parallel()
 	b := setupMail(t)
-	s := newSMTP(t, effects.SMTPConfig{Addr: b.addr})
+	s := newSMTP(t, smtp.Config{Addr: b.addr})
 	_, err := s.Fire(context.Background(), effects.Call{Key: "k", Tool: "t", Args: json.RawMessage(`{"html":"<b>hi</b>","to":"a@example.com"}`)})
 	require.NoError(t, err)
 	m := readMail(t, b.delivered()[0])
@@ -455,7 +457,7 @@ func TestSMTPMessageIDStableAcrossRetries(t *testing.T) {
 		}
 		return nil
 	}))
-	s := newSMTP(t, effects.SMTPConfig{Addr: b.addr})
+	s := newSMTP(t, smtp.Config{Addr: b.addr})
 
 	out, err := s.Fire(context.Background(), mailCall)
 	require.NoError(t, err)
@@ -481,7 +483,7 @@ func TestSMTPTransientReplies(t *testing.T) {
 				}
 				return nil
 			}))
-			s := newSMTP(t, effects.SMTPConfig{Addr: b.addr})
+			s := newSMTP(t, smtp.Config{Addr: b.addr})
 			out, err := s.Fire(context.Background(), mailCall)
 			require.NoError(t, err)
 			require.Equal(t, 2, out.Invocations)
@@ -492,7 +494,7 @@ func TestSMTPTransientReplies(t *testing.T) {
 func TestSMTPTransientExhausted(t *testing.T) {
 	t.Parallel()
 	b := setupMail(t, withReply(func(int, string) error { return smtpErr(421, "Service shutting down") }))
-	s := newSMTP(t, effects.SMTPConfig{Addr: b.addr, Retry: effects.RetryPolicy{MaxAttempts: 3}})
+	s := newSMTP(t, smtp.Config{Addr: b.addr, Retry: effects.RetryPolicy{MaxAttempts: 3}})
 	out, err := s.Fire(context.Background(), mailCall)
 	require.Equal(t, 3, out.Invocations)
 	require.ErrorIs(t, err, effects.ErrExhausted)
@@ -518,7 +520,7 @@ func TestSMTPRejectionIsPermanent(t *testing.T) {
 				}
 				return nil
 			}))
-			s := newSMTP(t, effects.SMTPConfig{Addr: b.addr})
+			s := newSMTP(t, smtp.Config{Addr: b.addr})
 			out, err := s.Fire(context.Background(), mailCall)
 			require.Equal(t, 1, out.Invocations, "one transaction")
 			pe, ok := effects.IsPermanent(err)
@@ -610,13 +612,13 @@ func TestSMTPStartTLSOpportunisticVerifies(t *testing.T) {
 	b := setupMail(t, withTLS(ca.cert))
 
 	// Offered and verified: used.
-	s := newSMTP(t, effects.SMTPConfig{Addr: b.addr, CAFile: ca.caFile})
+	s := newSMTP(t, smtp.Config{Addr: b.addr, CAFile: ca.caFile})
 	_, err := s.Fire(context.Background(), mailCall)
 	require.NoError(t, err)
 	require.True(t, b.delivered()[0].tls)
 
 	// Offered but not verifiable: an error, never plain text.
-	s = newSMTP(t, effects.SMTPConfig{Addr: b.addr, Retry: effects.RetryPolicy{MaxAttempts: 2}})
+	s = newSMTP(t, smtp.Config{Addr: b.addr, Retry: effects.RetryPolicy{MaxAttempts: 2}})
 	out, err := s.Fire(context.Background(), mailCall)
 	require.Equal(t, 2, out.Invocations)
 	require.ErrorIs(t, err, effects.ErrExhausted)
@@ -630,7 +632,7 @@ func TestSMTPStartTLSOpportunisticVerifies(t *testing.T) {
 func TestSMTPStartTLSRequiredButNotOffered(t *testing.T) {
 	t.Parallel()
 	b := setupMail(t)
-	s := newSMTP(t, effects.SMTPConfig{Addr: b.addr, StartTLS: effects.StartTLSRequired, Retry: effects.RetryPolicy{MaxAttempts: 2}})
+	s := newSMTP(t, smtp.Config{Addr: b.addr, StartTLS: smtp.StartTLSRequired, Retry: effects.RetryPolicy{MaxAttempts: 2}})
 	out, err := s.Fire(context.Background(), mailCall)
 	require.Equal(t, 2, out.Invocations)
 	require.ErrorIs(t, err, effects.ErrExhausted)
@@ -713,7 +715,7 @@ func TestSMTPConnectionRefused(t *testing.T) {
 	require.NoError(t, err)
 	addr := l.Addr().String()
 	require.NoError(t, l.Close())
-	s := newSMTP(t, effects.SMTPConfig{Addr: addr, Retry: effects.RetryPolicy{MaxAttempts: 3}})
+	s := newSMTP(t, smtp.Config{Addr: addr, Retry: effects.RetryPolicy{MaxAttempts: 3}})
 
 	out, err := s.Fire(context.Background(), mailCall)
 	require.Equal(t, 3, out.Invocations)
@@ -741,7 +743,7 @@ func hangingMail(t *testing.T) *mailBundle {
 func TestSMTPTimeoutAfterTheMessage(t *testing.T) {
 	t.Parallel()
 	b := hangingMail(t)
-	s := newSMTP(t, effects.SMTPConfig{Addr: b.addr, Timeout: 100 * time.Millisecond, Retry: effects.RetryPolicy{MaxAttempts: 2}})
+	s := newSMTP(t, smtp.Config{Addr: b.addr, Timeout: 100 * time.Millisecond, Retry: effects.RetryPolicy{MaxAttempts: 2}})
 
 	out, err := s.Fire(context.Background(), mailCall)
 	require.Equal(t, 2, out.Invocations)
@@ -755,7 +757,7 @@ func TestSMTPTimeoutAfterTheMessage(t *testing.T) {
 func TestSMTPContextCancelAbortsTheTransaction(t *testing.T) {
 	t.Parallel()
 	b := hangingMail(t)
-	s := newSMTP(t, effects.SMTPConfig{Addr: b.addr, Timeout: time.Hour})
+	s := newSMTP(t, smtp.Config{Addr: b.addr, Timeout: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-b.data // the relay has the message and does not answer
@@ -779,7 +781,7 @@ func TestSMTPContextCancelStopsRetrying(t *testing.T) {
 		}
 		return nil
 	}))
-	s := newSMTP(t, effects.SMTPConfig{Addr: b.addr, Retry: effects.RetryPolicy{MaxAttempts: 10, InitialInterval: time.Hour, MaxInterval: time.Hour}})
+	s := newSMTP(t, smtp.Config{Addr: b.addr, Retry: effects.RetryPolicy{MaxAttempts: 10, InitialInterval: time.Hour, MaxInterval: time.Hour}})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-b.data
@@ -799,8 +801,8 @@ func TestSMTPContextCancelStopsRetrying(t *testing.T) {
 func TestSMTPArgsProblemsArePermanent(t *testing.T) {
 	t.Parallel()
 	b := setupMail(t)
-	s := newSMTP(t, effects.SMTPConfig{Addr: b.addr})
-	many := make([]string, effects.MaxSMTPRecipients+1)
+	s := newSMTP(t, smtp.Config{Addr: b.addr})
+	many := make([]string, smtp.MaxRecipients+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("u%d@example.com", i)
 	}
@@ -838,7 +840,7 @@ func TestSMTPArgsProblemsArePermanent(t *testing.T) {
 func TestSMTPCommaSeparatedTo(t *testing.T) {
 	t.Parallel()
 	b := setupMail(t)
-	s := newSMTP(t, effects.SMTPConfig{Addr: b.addr, Helo: "worker1.example.com"})
+	s := newSMTP(t, smtp.Config{Addr: b.addr, Helo: "worker1.example.com"})
 	_, err := s.Fire(context.Background(), effects.Call{Key: "k", Tool: "t", Args: json.RawMessage(`{"to":"a@example.com, B <b@example.com>, A@example.com"}`)})
 	require.NoError(t, err)
 	require.Equal(t, []string{"a@example.com", "b@example.com"}, b.delivered()[0].rcpts, "one RCPT per distinct address")
@@ -846,9 +848,9 @@ func TestSMTPCommaSeparatedTo(t *testing.T) {
 
 func TestSMTPMaxDuration(t *testing.T) {
 	t.Parallel()
-	s, err := effects.NewSMTP(effects.SMTPConfig{Addr: "relay:25", From: "a@example.com"})
+	s, err := smtp.New(smtp.Config{Addr: "relay:25", From: "a@example.com"})
 	require.NoError(t, err)
-	require.Equal(t, 4*effects.DefaultSMTPTimeout+3*effects.DefaultMaxInterval, s.MaxDuration())
+	require.Equal(t, 4*smtp.DefaultTimeout+3*effects.DefaultMaxInterval, s.MaxDuration())
 	sum := sha256.Sum256([]byte("k"))
 	require.Equal(t, "<t."+hex.EncodeToString(sum[:16])+"@example.com>", s.MessageID("t", "k"))
 	require.Equal(t, "<"+hex.EncodeToString(sum[:16])+"@example.com>", s.MessageID("", "k"), "no tool, no prefix")
@@ -858,36 +860,36 @@ func TestNewSMTPRejects(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		cfg  effects.SMTPConfig
+		cfg  smtp.Config
 		want string
 	}{
-		{"NoAddr", effects.SMTPConfig{From: "a@x.org"}, "addr: is missing"},
-		{"AddrNoPort", effects.SMTPConfig{Addr: "relay", From: "a@x.org"}, "is not host:port"},
-		{"AddrBadPort", effects.SMTPConfig{Addr: "relay:smtp", From: "a@x.org"}, "has no valid port"},
-		{"NoFrom", effects.SMTPConfig{Addr: "relay:25"}, "from: is missing"},
-		{"BadFrom", effects.SMTPConfig{Addr: "relay:25", From: "nobody"}, "is not an email address"},
-		{"StartTLS", effects.SMTPConfig{Addr: "relay:25", From: "a@x.org", StartTLS: "always"}, "is not one of required, opportunistic, off"},
-		{"CAFileWithOff", effects.SMTPConfig{Addr: "relay:25", From: "a@x.org", StartTLS: effects.StartTLSOff, CAFile: "/x.pem"}, "has no use with starttls: off"},
-		{"CAFileMissing", effects.SMTPConfig{Addr: "relay:25", From: "a@x.org", CAFile: "/nonexistent/ca.pem"}, "cannot be read"},
-		{"NoPassword", effects.SMTPConfig{Addr: "relay:25", From: "a@x.org", Username: "u"}, "password_env: is missing"},
-		{"ClearTextAuth", effects.SMTPConfig{Addr: "relay:25", From: "a@x.org", Username: "u", Password: "p", StartTLS: effects.StartTLSOff}, "in the clear to relay"},
-		{"Helo", effects.SMTPConfig{Addr: "relay:25", From: "a@x.org", Helo: "a b"}, `"a b" is not a host name`},
-		{"Retry", effects.SMTPConfig{Addr: "relay:25", From: "a@x.org", Retry: effects.RetryPolicy{MaxAttempts: 101}}, "not between 1 and 100"},
+		{"NoAddr", smtp.Config{From: "a@x.org"}, "addr: is missing"},
+		{"AddrNoPort", smtp.Config{Addr: "relay", From: "a@x.org"}, "is not host:port"},
+		{"AddrBadPort", smtp.Config{Addr: "relay:smtp", From: "a@x.org"}, "has no valid port"},
+		{"NoFrom", smtp.Config{Addr: "relay:25"}, "from: is missing"},
+		{"BadFrom", smtp.Config{Addr: "relay:25", From: "nobody"}, "is not an email address"},
+		{"StartTLS", smtp.Config{Addr: "relay:25", From: "a@x.org", StartTLS: "always"}, "is not one of required, opportunistic, off"},
+		{"CAFileWithOff", smtp.Config{Addr: "relay:25", From: "a@x.org", StartTLS: smtp.StartTLSOff, CAFile: "/x.pem"}, "has no use with starttls: off"},
+		{"CAFileMissing", smtp.Config{Addr: "relay:25", From: "a@x.org", CAFile: "/nonexistent/ca.pem"}, "cannot be read"},
+		{"NoPassword", smtp.Config{Addr: "relay:25", From: "a@x.org", Username: "u"}, "password_env: is missing"},
+		{"ClearTextAuth", smtp.Config{Addr: "relay:25", From: "a@x.org", Username: "u", Password: "p", StartTLS: smtp.StartTLSOff}, "in the clear to relay"},
+		{"Helo", smtp.Config{Addr: "relay:25", From: "a@x.org", Helo: "a b"}, `"a b" is not a host name`},
+		{"Retry", smtp.Config{Addr: "relay:25", From: "a@x.org", Retry: effects.RetryPolicy{MaxAttempts: 101}}, "not between 1 and 100"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := effects.NewSMTP(tc.cfg)
+			_, err := smtp.New(tc.cfg)
 			require.ErrorContains(t, err, tc.want)
 			require.NotContains(t, err.Error(), `"p"`)
 		})
 	}
-	_, err := effects.NewSMTP(effects.SMTPConfig{Addr: "localhost:25", From: "a@x.org", Username: "u", Password: "p", StartTLS: effects.StartTLSOff})
+	_, err := smtp.New(smtp.Config{Addr: "localhost:25", From: "a@x.org", Username: "u", Password: "p", StartTLS: smtp.StartTLSOff})
 	require.NoError(t, err, "AUTH in the clear to localhost is allowed, as net/smtp allows it")
 }
 
 func TestSMTPConfigStringHidesThePassword(t *testing.T) {
 	t.Parallel()
-	cfg := effects.SMTPConfig{Addr: "relay:587", Username: "mailer", Password: "s3cret"}
+	cfg := smtp.Config{Addr: "relay:587", Username: "mailer", Password: "s3cret"}
 	for _, format := range []string{"%v", "%+v", "%#v", "%s"} {
 		got := fmt.Sprintf(format, cfg)
 		require.NotContains(t, got, "s3cret")
@@ -917,11 +919,11 @@ func TestParseSMTP(t *testing.T) {
       retry: {max_attempts: 3, initial_interval: 1s, max_interval: 10s}
 `, ca.caFile, env))
 	require.Equal(t, "smtp", tool.Kind)
-	require.IsType(t, &effects.SMTP{}, tool.Effect)
+	require.IsType(t, &smtp.Effect{}, tool.Effect)
 	require.Equal(t, 3*20*time.Second+2*10*time.Second, tool.MaxDuration)
 
 	bare := parseTool(t, "tools:\n  t:\n    effect: smtp\n    key_args: [to]\n    smtp: {addr: 'relay:25', from: a@example.com}\n")
-	require.Equal(t, 4*effects.DefaultSMTPTimeout+3*effects.DefaultMaxInterval, bare.MaxDuration)
+	require.Equal(t, 4*smtp.DefaultTimeout+3*effects.DefaultMaxInterval, bare.MaxDuration)
 }
 
 func TestParseSMTPErrors(t *testing.T) {
@@ -975,4 +977,42 @@ func TestParseSMTPErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// firingCall is a third claim of an operation, fired by worker w2.3.
+var firingCall = effects.Call{
+	Key: "send_email.77aa", Tool: "send_email", Attempt: 3, Holder: "w2.3",
+	Args: json.RawMessage(`{"subject":"hi","to":"ann@example.com"}`),
+}
+
+func TestSMTPSendsHolderAndAttempt(t *testing.T) {
+	t.Parallel()
+	b := setupMail(t)
+	s := newSMTP(t, smtp.Config{Addr: b.addr})
+
+	_, err := s.Fire(context.Background(), firingCall)
+	require.NoError(t, err)
+	_, err = s.Fire(context.Background(), effects.Call{Key: firingCall.Key, Tool: firingCall.Tool, Args: firingCall.Args})
+	require.NoError(t, err)
+	msgs := b.delivered()
+	require.Len(t, msgs, 2)
+	m := readMail(t, msgs[0])
+	require.Equal(t, "w2.3", m.Header.Get(effects.HeaderHolder))
+	require.Equal(t, "3", m.Header.Get(effects.HeaderAttempt))
+	bare := readMail(t, msgs[1])
+	require.NotContains(t, bare.Header, effects.HeaderHolder)
+	require.NotContains(t, bare.Header, effects.HeaderAttempt)
+	require.Equal(t, m.Header.Get("Message-ID"), bare.Header.Get("Message-ID"), "the key alone makes the Message-ID")
+}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func parse(t *testing.T, data string, opts ...toolsfile.Option) *effects.Registry {
+	t.Helper()
+	r, err := toolsfile.Parse([]byte(data), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Close()) })
+	return r
 }

@@ -1,15 +1,15 @@
-package effects_test
+package smtp_test
 
 import (
 	"fmt"
 
-	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/smtp"
 	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 )
 
 // An smtp tool sends every firing of an operation with the same Message-ID,
 // derived from the key alone, so a mail system can drop a repeat.
-func ExampleSMTP_MessageID() {
+func ExampleEffect_MessageID() {
 	registry, err := toolsfile.Parse([]byte(`
 tools:
   send_invoice:
@@ -26,7 +26,7 @@ tools:
 	}
 	defer registry.Close()
 	tool, _ := registry.Lookup("send_invoice")
-	mailer := tool.Effect.(*effects.SMTP)
+	mailer := tool.Effect.(*smtp.Effect)
 	fmt.Println(tool.Kind, tool.MaxDuration)
 	fmt.Println(mailer.MessageID("send_invoice", "send_invoice.0d9c4f"))
 	// Output:

@@ -1,4 +1,4 @@
-package effects_test
+package mcp_test
 
 import (
 	"bytes"
@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/mcp"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
 	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -29,7 +31,7 @@ import (
 // side-effect tool (charge), a read (lookup), a tool that fails (decline)
 // and one whose name idemgate cannot serve.
 type testUpstream struct {
-	srv      *mcp.Server
+	srv      *sdk.Server
 	http     *httptest.Server
 	requests atomic.Int64 // HTTP requests that reached the server
 	mu       sync.Mutex
@@ -40,27 +42,27 @@ type testUpstream struct {
 
 func newTestUpstream(t *testing.T) *testUpstream {
 	t.Helper()
-	u := &testUpstream{srv: mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, nil)}
+	u := &testUpstream{srv: sdk.NewServer(&sdk.Implementation{Name: "upstream", Version: "1"}, nil)}
 	obj := map[string]any{"type": "object"}
-	u.srv.AddTool(&mcp.Tool{Name: "charge", Description: "Charge a card.", InputSchema: obj}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	u.srv.AddTool(&sdk.Tool{Name: "charge", Description: "Charge a card.", InputSchema: obj}, func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		u.mu.Lock()
 		defer u.mu.Unlock()
 		u.charge++
-		key, _ := req.Params.Meta[effects.MetaKey].(string)
+		key, _ := req.Params.Meta[mcp.MetaKey].(string)
 		u.keys = append(u.keys, key)
-		u.firing = append(u.firing, fmt.Sprint(req.Params.Meta[effects.MetaHolder], "/", req.Params.Meta[effects.MetaAttempt]))
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "charged"}}, StructuredContent: map[string]any{"charge": u.charge}}, nil
+		u.firing = append(u.firing, fmt.Sprint(req.Params.Meta[mcp.MetaHolder], "/", req.Params.Meta[mcp.MetaAttempt]))
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "charged"}}, StructuredContent: map[string]any{"charge": u.charge}}, nil
 	})
-	u.srv.AddTool(&mcp.Tool{Name: "lookup", InputSchema: obj, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "found"}}}, nil
+	u.srv.AddTool(&sdk.Tool{Name: "lookup", InputSchema: obj, Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "found"}}}, nil
 	})
-	u.srv.AddTool(&mcp.Tool{Name: "decline", InputSchema: obj, Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: new(false)}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "card declined"}}}, nil
+	u.srv.AddTool(&sdk.Tool{Name: "decline", InputSchema: obj, Annotations: &sdk.ToolAnnotations{IdempotentHint: true, DestructiveHint: new(false)}}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: "card declined"}}}, nil
 	})
-	u.srv.AddTool(&mcp.Tool{Name: "Bad.Name", InputSchema: obj}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return &mcp.CallToolResult{}, nil
+	u.srv.AddTool(&sdk.Tool{Name: "Bad.Name", InputSchema: obj}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		return &sdk.CallToolResult{}, nil
 	})
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return u.srv }, nil)
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return u.srv }, nil)
 	u.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.requests.Add(1)
 		h.ServeHTTP(w, r)
@@ -106,7 +108,7 @@ tools:
 	require.Equal(t, []string{"order"}, charge.KeySpec.KeyArgs)
 	require.Equal(t, "Charge a card.", charge.Description)
 	require.True(t, charge.IsDestructive())
-	require.Equal(t, u.http.URL, charge.Effect.(*effects.MCP).Upstream().String())
+	require.Equal(t, u.http.URL, charge.Effect.(*mcp.Effect).Upstream().String())
 	decline, _ := reg.Lookup("decline")
 	require.Equal(t, intent.ClassIdempotent, decline.Policy.Class)
 	require.False(t, decline.IsDestructive())
@@ -136,8 +138,8 @@ tools:
 	open := map[string]any{"type": "object"}
 	closed := map[string]any{"type": "object", "properties": map[string]any{"order": map[string]any{"type": "string"}}, "additionalProperties": false}
 	for name, schema := range map[string]any{"refund": closed, "void": open} {
-		u.srv.AddTool(&mcp.Tool{Name: name, InputSchema: schema}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return &mcp.CallToolResult{}, nil
+		u.srv.AddTool(&sdk.Tool{Name: name, InputSchema: schema}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{}, nil
 		})
 	}
 	require.Eventually(t, func() bool { _, ok := reg.Lookup("refund"); return ok }, 10*time.Second, 20*time.Millisecond)
@@ -312,15 +314,15 @@ func TestMCPURLUpstreamGuard(t *testing.T) {
 // otherwise — and the file is warned about the hint it ignores.
 func TestMCPUpstreamHintsDoNotSetTheClass(t *testing.T) {
 	t.Parallel()
-	srv := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
+	srv := sdk.NewServer(&sdk.Implementation{Name: "up", Version: "1"}, nil)
 	closed := map[string]any{"type": "object", "properties": map[string]any{"id": map[string]any{"type": "string"}}, "additionalProperties": false}
 	for _, name := range []string{"peek", "peek_pinned", "touch"} {
-		a := &mcp.ToolAnnotations{ReadOnlyHint: name != "touch", IdempotentHint: name == "touch"}
-		srv.AddTool(&mcp.Tool{Name: name, InputSchema: closed, Annotations: a}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return &mcp.CallToolResult{}, nil
+		a := &sdk.ToolAnnotations{ReadOnlyHint: name != "touch", IdempotentHint: name == "touch"}
+		srv.AddTool(&sdk.Tool{Name: name, InputSchema: closed, Annotations: a}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{}, nil
 		})
 	}
-	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	hs := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil))
 	t.Cleanup(hs.Close)
 	reg, err := toolsfile.Parse([]byte("mcp_upstreams:\n  up:\n    url: "+hs.URL+"\n    tools:\n      peek_pinned: {class: read}\n"), allowLoopback)
 	require.NoError(t, err)
@@ -341,22 +343,17 @@ func TestMCPUpstreamHintsDoNotSetTheClass(t *testing.T) {
 }
 
 // What may be a secret of an upstream — a URL's user, password, query and
-// fragment, a command's arguments — is in no name the catalogue shows and
-// in no message a failure records.
+// fragment — is in no name the catalogue shows and in no message a failure
+// records.
 func TestMCPUpstreamSecretsAreNotShown(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "npx [3 arguments not shown]", effects.MCPUpstream{Command: []string{"npx", "srv", "--api-key", "k-s3cret"}}.String())
-	require.Equal(t, "srv [1 argument not shown]", effects.MCPUpstream{Command: []string{"srv", "k-s3cret"}}.String())
-	require.Equal(t, "srv", effects.MCPUpstream{Command: []string{"srv"}}.String())
-	require.Equal(t, "https://mcp.example.com/v1/mcp", effects.MCPUpstream{URL: "https://agent:pw-s3cret@mcp.example.com/v1/mcp?token=tok-s3cret#frag-s3cret"}.String())
-
 	u := newTestUpstream(t)
 	secretURL := strings.Replace(u.http.URL, "http://", "http://agent-user:pw-s3cret@", 1) + "/mcp?token=tok-s3cret&x=1"
 	reg, err := toolsfile.Parse([]byte("tools:\n  pay: {effect: mcp, key_args: [order], mcp: {url: '"+secretURL+"', tool: decline, retry: {max_attempts: 2, initial_interval: 1ms, max_interval: 1ms}}}\n"), allowLoopback)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = reg.Close() })
 	pay, _ := reg.Lookup("pay")
-	require.Equal(t, u.http.URL+"/mcp", pay.Effect.(*effects.MCP).Upstream().String())
+	require.Equal(t, u.http.URL+"/mcp", pay.Effect.(*mcp.Effect).Upstream().String())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	hidden := func(t *testing.T, msg string) {
@@ -426,4 +423,8 @@ func TestMCPUpstreamRedirectIsNotFollowed(t *testing.T) {
 	_, err = toolsfile.Parse([]byte("mcp_upstreams:\n  pay: {url: '"+all.URL+"'}\n"), allowLoopback)
 	require.ErrorContains(t, err, "give the upstream's final URL: redirects are not followed")
 	require.Zero(t, elsewhere.requests.Load())
+}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
 }

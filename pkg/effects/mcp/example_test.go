@@ -1,4 +1,4 @@
-package effects_test
+package mcp_test
 
 import (
 	"context"
@@ -7,9 +7,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/mcp"
 	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 )
 
@@ -20,24 +21,24 @@ import (
 // is an in-process server over streamable HTTP; it is on 127.0.0.1, which a
 // url upstream reaches only when allow_private (or the worker's
 // --webhook-allow) lists it.
-func Example_mcpUpstream() {
-	server := mcp.NewServer(&mcp.Implementation{Name: "payments", Version: "1"}, nil)
+func Example() {
+	server := sdk.NewServer(&sdk.Implementation{Name: "payments", Version: "1"}, nil)
 	type chargeArgs struct {
 		Order string `json:"order"`
 		Cents int    `json:"cents"`
 	}
-	mcp.AddTool(server, &mcp.Tool{Name: "charge", Description: "Charge an order."},
-		func(_ context.Context, req *mcp.CallToolRequest, args chargeArgs) (*mcp.CallToolResult, any, error) {
+	sdk.AddTool(server, &sdk.Tool{Name: "charge", Description: "Charge an order."},
+		func(_ context.Context, req *sdk.CallToolRequest, args chargeArgs) (*sdk.CallToolResult, any, error) {
 			// A keyed upstream stores what it did under the key and answers
 			// a repeat with it.
-			key := req.Params.Meta[effects.MetaKey]
+			key := req.Params.Meta[mcp.MetaKey]
 			return nil, map[string]any{"charged": args.Cents, "ref": key}, nil
 		})
-	mcp.AddTool(server, &mcp.Tool{Name: "balance", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
-		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+	sdk.AddTool(server, &sdk.Tool{Name: "balance", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *sdk.CallToolRequest, struct{}) (*sdk.CallToolResult, any, error) {
 			return nil, map[string]any{"cents": 1250}, nil
 		})
-	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	hs := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server }, nil))
 	defer func() {
 		for ss := range server.Sessions() {
 			_ = ss.Close()

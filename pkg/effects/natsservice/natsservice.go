@@ -1,4 +1,8 @@
-package effects
+// Package natsservice is the nats effect kind: a request to a NATS service
+// in any language (one built with nats.go's micro package, for one), with
+// the operation's key in the Idempotency-Key header, its reply read by the
+// micro error convention (see Effect). It sends on the caller's connection.
+package natsservice
 
 import (
 	"context"
@@ -12,13 +16,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/internal/reply"
 	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// DefaultNATSTimeout bounds one request to a NATS service.
-const DefaultNATSTimeout = 10 * time.Second
+// DefaultTimeout bounds one request to a NATS service.
+const DefaultTimeout = 10 * time.Second
 
 // Reply headers of the NATS service error convention, the ones nats.go's
 // micro package sets when a handler answers with an error.
@@ -31,26 +36,26 @@ const (
 	HeaderServiceErrorCode = "Nats-Service-Error-Code"
 )
 
-// NATSServiceConfig configures a NATS service effect. Zero fields mean the
+// Config configures a NATS service effect. Zero fields mean the
 // defaults.
-type NATSServiceConfig struct {
+type Config struct {
 	// Subject is where requests go: a valid NATS subject without wildcards,
 	// e.g. "billing.charge". Required.
 	Subject string
 	// Timeout bounds one request, from sending it to the reply. It must
 	// exceed what the service may legitimately take: a request that times
 	// out may still have acted, and its retry is a second firing (same key).
-	// Default DefaultNATSTimeout.
+	// Default DefaultTimeout.
 	Timeout time.Duration
 	// Retry is the retry policy, as for a webhook.
-	Retry RetryPolicy
+	Retry effects.RetryPolicy
 	// Headers are static headers added to every request. Names are
 	// case-sensitive, as NATS headers are; they may not be Idempotency-Key,
 	// nor start with Idem- or Nats- (any case).
 	Headers map[string]string
 }
 
-// NATSService is the effect that sends an intent to a NATS service (kind
+// Effect is the effect that sends an intent to a NATS service (kind
 // nats): a request-reply to a configured subject, answered by a service
 // written in any language, such as one built with nats.go's micro package.
 //
@@ -62,7 +67,7 @@ type NATSServiceConfig struct {
 //   - no Nats-Service-Error header (and no Nats-Service-Error-Code): success.
 //     The result is the reply's data when it is JSON, the data as a JSON
 //     string when it is not, and null when it is empty; at most
-//     MaxWebhookResponse bytes are kept, as for a webhook.
+//     webhook.MaxResponse bytes are kept, as for a webhook.
 //   - an error reply (the micro convention: Nats-Service-Error holds the
 //     description, Nats-Service-Error-Code the code) with code 408, 429 or
 //     5xx, with no code, or with a code that is not a 4xx: transient,
@@ -82,22 +87,22 @@ type NATSServiceConfig struct {
 // reply. The same holds when the worker crashes after the request and before
 // the result is recorded.
 //
-// The connection belongs to the caller; a NATSService does not close it
+// The connection belongs to the caller; an Effect does not close it
 // and needs no Close.
-type NATSService struct {
+type Effect struct {
 	nc      *nats.Conn
 	subject string
 	headers nats.Header
 	timeout time.Duration
-	retry   RetryPolicy
+	retry   effects.RetryPolicy
 }
 
-// NewNATSService returns a NATS service effect that sends its requests on
+// New returns a NATS service effect that sends its requests on
 // nc, or an error joining a *SettingError for every invalid field.
-func NewNATSService(nc *nats.Conn, cfg NATSServiceConfig) (*NATSService, error) {
+func New(nc *nats.Conn, cfg Config) (*Effect, error) {
 	err := cfg.Validate()
 	if nc == nil {
-		err = errors.Join(err, &SettingError{Kind: intent.EffectNATS, Field: "connection", Problem: "is nil", Hint: "pass the worker's NATS connection"})
+		err = errors.Join(err, &effects.SettingError{Kind: intent.EffectNATS, Field: "connection", Problem: "is nil", Hint: "pass the worker's NATS connection"})
 	}
 	if err != nil {
 		return nil, err
@@ -107,12 +112,12 @@ func NewNATSService(nc *nats.Conn, cfg NATSServiceConfig) (*NATSService, error) 
 	for k, v := range cfg.Headers {
 		h.Set(k, v)
 	}
-	return &NATSService{nc: nc, subject: cfg.Subject, headers: h, timeout: cfg.Timeout, retry: cfg.Retry}, nil
+	return &Effect{nc: nc, subject: cfg.Subject, headers: h, timeout: cfg.Timeout, retry: cfg.Retry}, nil
 }
 
-func (c NATSServiceConfig) withDefaults() NATSServiceConfig {
+func (c Config) withDefaults() Config {
 	if c.Timeout == 0 {
-		c.Timeout = DefaultNATSTimeout
+		c.Timeout = DefaultTimeout
 	}
 	c.Retry = c.Retry.WithDefaults()
 	return c
@@ -120,11 +125,11 @@ func (c NATSServiceConfig) withDefaults() NATSServiceConfig {
 
 // Validate returns an error joining a *SettingError for every invalid field
 // of c, its defaults applied.
-func (c NATSServiceConfig) Validate() error {
+func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
 	add := func(field, problem, hint string) {
-		errs = append(errs, &SettingError{Kind: intent.EffectNATS, Field: field, Problem: problem, Hint: hint})
+		errs = append(errs, &effects.SettingError{Kind: intent.EffectNATS, Field: field, Problem: problem, Hint: hint})
 	}
 	const subjectHint = "write e.g. subject: billing.charge"
 	if c.Subject == "" {
@@ -138,7 +143,7 @@ func (c NATSServiceConfig) Validate() error {
 		switch {
 		case !httpguts.ValidHeaderFieldName(name):
 			add(field, fmt.Sprintf("%q is not a header name", name), "use letters, digits and '-', e.g. Authorization")
-		case lower == strings.ToLower(HeaderIdempotencyKey) || strings.HasPrefix(lower, "idem-"):
+		case lower == strings.ToLower(effects.HeaderIdempotencyKey) || strings.HasPrefix(lower, "idem-"):
 			add(field, "is set by the effect itself", "remove it")
 		case strings.HasPrefix(lower, "nats-"):
 			add(field, "is reserved for NATS", "choose another name")
@@ -173,48 +178,48 @@ func subjectProblem(subject string) string {
 
 // MaxDuration is the longest one Fire may take: every request timing out,
 // with the longest wait between them.
-func (s *NATSService) MaxDuration() time.Duration {
+func (s *Effect) MaxDuration() time.Duration {
 	n := time.Duration(s.retry.MaxAttempts)
 	return n*s.timeout + (n-1)*s.retry.MaxInterval
 }
 
 // Fire sends call to the service, retrying as the policy says. See
-// NATSService for the request and how replies are classified.
+// Effect for the request and how replies are classified.
 // Outcome.Invocations is the number of requests sent.
-func (s *NATSService) Fire(ctx context.Context, call Call) (Outcome, error) {
+func (s *Effect) Fire(ctx context.Context, call effects.Call) (effects.Outcome, error) {
 	data := []byte(call.Args)
 	if len(data) == 0 {
 		data = []byte("{}")
 	}
-	return Retry(ctx, s.retry, "nats "+s.subject, "request", func(ctx context.Context) (json.RawMessage, error) {
+	return effects.Retry(ctx, s.retry, "nats "+s.subject, "request", func(ctx context.Context) (json.RawMessage, error) {
 		return s.request(ctx, call, data)
 	})
 }
 
 // request sends one request and classifies its reply.
-func (s *NATSService) request(ctx context.Context, call Call, data []byte) (json.RawMessage, error) {
+func (s *Effect) request(ctx context.Context, call effects.Call, data []byte) (json.RawMessage, error) {
 	msg := nats.NewMsg(s.subject)
 	msg.Data = data
 	for k, v := range s.headers {
 		msg.Header[k] = v
 	}
-	msg.Header.Set(HeaderIdempotencyKey, call.Key)
-	msg.Header.Set(HeaderTool, call.Tool)
+	msg.Header.Set(effects.HeaderIdempotencyKey, call.Key)
+	msg.Header.Set(effects.HeaderTool, call.Tool)
 	if call.Session != "" {
-		msg.Header.Set(HeaderSession, call.Session)
+		msg.Header.Set(effects.HeaderSession, call.Session)
 	}
 	for k, v := range call.Trace {
 		msg.Header.Set(k, v)
 	}
 	if call.CallID != "" {
-		msg.Header.Set(HeaderCallID, call.CallID)
+		msg.Header.Set(effects.HeaderCallID, call.CallID)
 	}
 	holder, attempt := call.FiringHeaders()
 	if holder != "" {
-		msg.Header.Set(HeaderHolder, holder)
+		msg.Header.Set(effects.HeaderHolder, holder)
 	}
 	if attempt != "" {
-		msg.Header.Set(HeaderAttempt, attempt)
+		msg.Header.Set(effects.HeaderAttempt, attempt)
 	}
 
 	reqCtx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -248,7 +253,7 @@ func (s *NATSService) request(ctx context.Context, call Call, data []byte) (json
 	}
 	n, numErr := strconv.Atoi(code)
 	if numErr == nil && n >= 400 && n < 500 && n != 408 && n != 429 {
-		return nil, Permanent(intent.CodeEffectFailed, what)
+		return nil, effects.Permanent(intent.CodeEffectFailed, what)
 	}
 	return nil, errors.New(what)
 }

@@ -1,4 +1,4 @@
-package effects
+package smtp
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"net/mail"
 	"strconv"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -16,12 +17,12 @@ type mailArgs struct {
 	hasHTML             bool
 }
 
-// parseMailArgs reads the args contract (see SMTP); every problem is a
+// parseMailArgs reads the args contract (see Effect); every problem is a
 // *PermanentError.
 func parseMailArgs(raw json.RawMessage) (*mailArgs, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
-		return nil, Permanent(intent.CodeEffectFailed, "smtp: the args are not a JSON object")
+		return nil, effects.Permanent(intent.CodeEffectFailed, "smtp: the args are not a JSON object")
 	}
 	a := &mailArgs{}
 	var err error
@@ -29,7 +30,7 @@ func parseMailArgs(raw json.RawMessage) (*mailArgs, error) {
 		return nil, err
 	}
 	if len(a.to) == 0 {
-		return nil, Permanent(intent.CodeEffectFailed, `smtp: args.to is missing: give the recipient, e.g. "to": "ann@example.com", or a list of them`)
+		return nil, effects.Permanent(intent.CodeEffectFailed, `smtp: args.to is missing: give the recipient, e.g. "to": "ann@example.com", or a list of them`)
 	}
 	if a.cc, err = addressArg(fields, "cc"); err != nil {
 		return nil, err
@@ -57,7 +58,7 @@ func stringArg(fields map[string]json.RawMessage, name string) (string, bool, er
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", false, Permanentf(intent.CodeEffectFailed, "smtp: args.%s is %s, want a string", name, jsonKind(raw))
+		return "", false, effects.Permanentf(intent.CodeEffectFailed, "smtp: args.%s is %s, want a string", name, jsonKind(raw))
 	}
 	return s, true, nil
 }
@@ -74,7 +75,7 @@ func addressArg(fields map[string]json.RawMessage, name string) ([]*mail.Address
 	if err := json.Unmarshal(raw, &one); err == nil {
 		items = []string{one}
 	} else if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, Permanentf(intent.CodeEffectFailed, "smtp: args.%s is %s, want an address or a list of addresses", name, jsonKind(raw))
+		return nil, effects.Permanentf(intent.CodeEffectFailed, "smtp: args.%s is %s, want an address or a list of addresses", name, jsonKind(raw))
 	}
 	var out []*mail.Address
 	for i, it := range items {
@@ -84,14 +85,14 @@ func addressArg(fields map[string]json.RawMessage, name string) ([]*mail.Address
 		}
 		list, err := mail.ParseAddressList(it)
 		if err != nil {
-			return nil, Permanentf(intent.CodeEffectFailed, "smtp: %s: %q is not an email address (%v)", where, it, err)
+			return nil, effects.Permanentf(intent.CodeEffectFailed, "smtp: %s: %q is not an email address (%v)", where, it, err)
 		}
 		for _, a := range list {
 			if !isASCII(a.Address) {
-				return nil, Permanentf(intent.CodeEffectFailed, "smtp: %s: %q is not an ASCII address (international addresses are not supported)", where, a.Address)
+				return nil, effects.Permanentf(intent.CodeEffectFailed, "smtp: %s: %q is not an ASCII address (international addresses are not supported)", where, a.Address)
 			}
 			if p := envelopeProblem(a.Address); p != "" {
-				return nil, Permanentf(intent.CodeEffectFailed, "smtp: %s: %q cannot be sent: %s", where, a.Address, p)
+				return nil, effects.Permanentf(intent.CodeEffectFailed, "smtp: %s: %q cannot be sent: %s", where, a.Address, p)
 			}
 		}
 		out = append(out, list...)

@@ -1,4 +1,4 @@
-package effects_test
+package natsservice_test
 
 import (
 	"context"
@@ -11,16 +11,18 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/internal/natstest"
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/natsservice"
 	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 var (
-	_ effects.Effect  = (*effects.NATSService)(nil)
-	_ effects.Bounded = (*effects.NATSService)(nil)
+	_ effects.Effect  = (*natsservice.Effect)(nil)
+	_ effects.Bounded = (*natsservice.Effect)(nil)
 )
 
 // request is one request as the test service saw it.
@@ -76,7 +78,7 @@ func setupNATS(t *testing.T, subject string, handle func(n int, req micro.Reques
 
 // newNATSService builds the effect with fast retries unless cfg says
 // otherwise.
-func newNATSService(t *testing.T, nc *nats.Conn, cfg effects.NATSServiceConfig) *effects.NATSService {
+func newNATSService(t *testing.T, nc *nats.Conn, cfg natsservice.Config) *natsservice.Effect {
 	t.Helper()
 	if cfg.Retry.InitialInterval == 0 {
 		cfg.Retry.InitialInterval = time.Millisecond
@@ -84,7 +86,7 @@ func newNATSService(t *testing.T, nc *nats.Conn, cfg effects.NATSServiceConfig) 
 	if cfg.Retry.MaxInterval == 0 {
 		cfg.Retry.MaxInterval = 5 * time.Millisecond
 	}
-	e, err := effects.NewNATSService(nc, cfg)
+	e, err := natsservice.New(nc, cfg)
 	require.NoError(t, err)
 	return e
 }
@@ -96,7 +98,7 @@ func respond(body string) func(int, micro.Request) {
 func TestNATSServiceSendsArgsAndHeaders(t *testing.T) {
 	t.Parallel()
 	b := setupNATS(t, "svc.mail.send", respond(`{ "id": "msg-1" }`))
-	e := newNATSService(t, b.nc, effects.NATSServiceConfig{
+	e := newNATSService(t, b.nc, natsservice.Config{
 		Subject: "svc.mail.send",
 		Headers: map[string]string{"Authorization": "Bearer s3cret", "X-Team": "mail"},
 	})
@@ -121,7 +123,7 @@ func TestNATSServiceSendsArgsAndHeaders(t *testing.T) {
 func TestNATSServiceOmitsEmptyOptionalHeaders(t *testing.T) {
 	t.Parallel()
 	b := setupNATS(t, "svc.x", respond(""))
-	e := newNATSService(t, b.nc, effects.NATSServiceConfig{Subject: "svc.x"})
+	e := newNATSService(t, b.nc, natsservice.Config{Subject: "svc.x"})
 	out, err := e.Fire(context.Background(), effects.Call{Key: "k", Tool: "t"})
 	require.NoError(t, err)
 	require.Equal(t, "null", string(out.Result), "an empty reply is null")
@@ -144,7 +146,7 @@ func TestNATSServiceResults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setupNATS(t, "svc.r", respond(tc.body))
-			e := newNATSService(t, b.nc, effects.NATSServiceConfig{Subject: "svc.r"})
+			e := newNATSService(t, b.nc, natsservice.Config{Subject: "svc.r"})
 			out, err := e.Fire(context.Background(), testCall)
 			require.NoError(t, err)
 			require.Equal(t, tc.want, string(out.Result))
@@ -161,7 +163,7 @@ func TestNATSServiceRetriesWithTheSameKey(t *testing.T) {
 		}
 		_ = req.Respond([]byte(`{"ok":true}`))
 	})
-	e := newNATSService(t, b.nc, effects.NATSServiceConfig{Subject: "svc.mail.send"})
+	e := newNATSService(t, b.nc, natsservice.Config{Subject: "svc.mail.send"})
 
 	out, err := e.Fire(context.Background(), testCall)
 	require.NoError(t, err)
@@ -209,7 +211,7 @@ func TestNATSServiceErrorCodes(t *testing.T) {
 			t.Cleanup(func() { _ = sub.Unsubscribe() })
 			require.NoError(t, b.svc.Flush())
 
-			e := newNATSService(t, b.nc, effects.NATSServiceConfig{Subject: "svc.e", Retry: effects.RetryPolicy{MaxAttempts: 2}})
+			e := newNATSService(t, b.nc, natsservice.Config{Subject: "svc.e", Retry: effects.RetryPolicy{MaxAttempts: 2}})
 			out, err := e.Fire(context.Background(), testCall)
 			pe, perm := effects.IsPermanent(err)
 			require.Equal(t, tc.permanent, perm, "err: %v", err)
@@ -231,7 +233,7 @@ func TestNATSServiceMicroErrorIsPermanent(t *testing.T) {
 	b := setupNATS(t, "svc.mail.send", func(_ int, req micro.Request) {
 		_ = req.Error("400", "to: invalid address", nil)
 	})
-	e := newNATSService(t, b.nc, effects.NATSServiceConfig{Subject: "svc.mail.send"})
+	e := newNATSService(t, b.nc, natsservice.Config{Subject: "svc.mail.send"})
 	out, err := e.Fire(context.Background(), testCall)
 	require.Equal(t, 1, out.Invocations)
 	require.ErrorIs(t, err, effects.ErrPermanent)
@@ -242,7 +244,7 @@ func TestNATSServiceMicroErrorIsPermanent(t *testing.T) {
 func TestNATSServiceNoResponders(t *testing.T) {
 	t.Parallel()
 	b := setupNATS(t, "", nil)
-	e := newNATSService(t, b.nc, effects.NATSServiceConfig{Subject: "svc.nobody", Retry: effects.RetryPolicy{MaxAttempts: 3}})
+	e := newNATSService(t, b.nc, natsservice.Config{Subject: "svc.nobody", Retry: effects.RetryPolicy{MaxAttempts: 3}})
 	out, err := e.Fire(context.Background(), testCall)
 	require.Equal(t, 3, out.Invocations)
 	require.ErrorIs(t, err, effects.ErrExhausted)
@@ -260,7 +262,7 @@ func TestNATSServiceTimeout(t *testing.T) {
 		}
 		_ = req.Respond([]byte(`{"ok":true}`))
 	})
-	e := newNATSService(t, b.nc, effects.NATSServiceConfig{Subject: "svc.slow", Timeout: 50 * time.Millisecond})
+	e := newNATSService(t, b.nc, natsservice.Config{Subject: "svc.slow", Timeout: 50 * time.Millisecond})
 
 	// The first request times out; the retry is a second firing with the
 	// same key, and succeeds.
@@ -275,7 +277,7 @@ func TestNATSServiceTimeout(t *testing.T) {
 func TestNATSServiceTimeoutExhausted(t *testing.T) {
 	t.Parallel()
 	b := setupNATS(t, "svc.silent", func(int, micro.Request) {})
-	e := newNATSService(t, b.nc, effects.NATSServiceConfig{Subject: "svc.silent", Timeout: 20 * time.Millisecond, Retry: effects.RetryPolicy{MaxAttempts: 2}})
+	e := newNATSService(t, b.nc, natsservice.Config{Subject: "svc.silent", Timeout: 20 * time.Millisecond, Retry: effects.RetryPolicy{MaxAttempts: 2}})
 	out, err := e.Fire(context.Background(), testCall)
 	require.Equal(t, 2, out.Invocations)
 	require.ErrorIs(t, err, effects.ErrExhausted)
@@ -285,7 +287,7 @@ func TestNATSServiceTimeoutExhausted(t *testing.T) {
 func TestNATSServiceContextCancel(t *testing.T) {
 	t.Parallel()
 	b := setupNATS(t, "svc.silent", func(int, micro.Request) {})
-	e := newNATSService(t, b.nc, effects.NATSServiceConfig{Subject: "svc.silent", Timeout: time.Hour})
+	e := newNATSService(t, b.nc, natsservice.Config{Subject: "svc.silent", Timeout: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		<-b.seen // the service has the request and does not answer
@@ -307,7 +309,7 @@ func TestNATSServiceContextCancel(t *testing.T) {
 func TestNATSServiceContextCancelStopsRetrying(t *testing.T) {
 	t.Parallel()
 	b := setupNATS(t, "svc.busy", func(_ int, req micro.Request) { _ = req.Error("503", "busy", nil) })
-	e := newNATSService(t, b.nc, effects.NATSServiceConfig{
+	e := newNATSService(t, b.nc, natsservice.Config{
 		Subject: "svc.busy",
 		Retry:   effects.RetryPolicy{MaxAttempts: 10, InitialInterval: time.Hour, MaxInterval: time.Hour},
 	})
@@ -324,9 +326,9 @@ func TestNATSServiceContextCancelStopsRetrying(t *testing.T) {
 func TestNATSServiceMaxDuration(t *testing.T) {
 	t.Parallel()
 	b := setupNATS(t, "", nil)
-	e, err := effects.NewNATSService(b.nc, effects.NATSServiceConfig{Subject: "svc.x"})
+	e, err := natsservice.New(b.nc, natsservice.Config{Subject: "svc.x"})
 	require.NoError(t, err)
-	require.Equal(t, 4*effects.DefaultNATSTimeout+3*effects.DefaultMaxInterval, e.MaxDuration())
+	require.Equal(t, 4*natsservice.DefaultTimeout+3*effects.DefaultMaxInterval, e.MaxDuration())
 }
 
 func TestNewNATSServiceRejects(t *testing.T) {
@@ -334,27 +336,27 @@ func TestNewNATSServiceRejects(t *testing.T) {
 	b := setupNATS(t, "", nil)
 	for _, tc := range []struct {
 		name string
-		cfg  effects.NATSServiceConfig
+		cfg  natsservice.Config
 		want string
 	}{
-		{"NoSubject", effects.NATSServiceConfig{}, "subject: is missing"},
-		{"Wildcard", effects.NATSServiceConfig{Subject: "svc.*"}, "holds a wildcard"},
-		{"FullWildcard", effects.NATSServiceConfig{Subject: "svc.>"}, "holds a wildcard"},
-		{"EmptyToken", effects.NATSServiceConfig{Subject: "svc..send"}, "has an empty token"},
-		{"Space", effects.NATSServiceConfig{Subject: "svc send"}, "holds a space"},
-		{"IdemHeader", effects.NATSServiceConfig{Subject: "s", Headers: map[string]string{"idem-tool": "x"}}, "set by the effect itself"},
-		{"KeyHeader", effects.NATSServiceConfig{Subject: "s", Headers: map[string]string{"Idempotency-Key": "x"}}, "set by the effect itself"},
-		{"NatsHeader", effects.NATSServiceConfig{Subject: "s", Headers: map[string]string{"Nats-Msg-Id": "x"}}, "reserved for NATS"},
-		{"HeaderValue", effects.NATSServiceConfig{Subject: "s", Headers: map[string]string{"X-A": "a\r\nB: c"}}, "line break"},
-		{"Retry", effects.NATSServiceConfig{Subject: "s", Retry: effects.RetryPolicy{InitialInterval: time.Second, MaxInterval: time.Millisecond}}, "under initial_interval"},
+		{"NoSubject", natsservice.Config{}, "subject: is missing"},
+		{"Wildcard", natsservice.Config{Subject: "svc.*"}, "holds a wildcard"},
+		{"FullWildcard", natsservice.Config{Subject: "svc.>"}, "holds a wildcard"},
+		{"EmptyToken", natsservice.Config{Subject: "svc..send"}, "has an empty token"},
+		{"Space", natsservice.Config{Subject: "svc send"}, "holds a space"},
+		{"IdemHeader", natsservice.Config{Subject: "s", Headers: map[string]string{"idem-tool": "x"}}, "set by the effect itself"},
+		{"KeyHeader", natsservice.Config{Subject: "s", Headers: map[string]string{"Idempotency-Key": "x"}}, "set by the effect itself"},
+		{"NatsHeader", natsservice.Config{Subject: "s", Headers: map[string]string{"Nats-Msg-Id": "x"}}, "reserved for NATS"},
+		{"HeaderValue", natsservice.Config{Subject: "s", Headers: map[string]string{"X-A": "a\r\nB: c"}}, "line break"},
+		{"Retry", natsservice.Config{Subject: "s", Retry: effects.RetryPolicy{InitialInterval: time.Second, MaxInterval: time.Millisecond}}, "under initial_interval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := effects.NewNATSService(b.nc, tc.cfg)
+			_, err := natsservice.New(b.nc, tc.cfg)
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
-	_, err := effects.NewNATSService(nil, effects.NATSServiceConfig{Subject: "s"})
+	_, err := natsservice.New(nil, natsservice.Config{Subject: "s"})
 	require.ErrorContains(t, err, "connection: is nil")
 }
 
@@ -374,7 +376,7 @@ func TestParseNATSService(t *testing.T) {
 	tool, ok := r.Lookup("charge")
 	require.True(t, ok)
 	require.Equal(t, intent.EffectNATS, tool.Kind)
-	require.IsType(t, &effects.NATSService{}, tool.Effect)
+	require.IsType(t, &natsservice.Effect{}, tool.Effect)
 	require.Equal(t, 2*2*time.Second+time.Second, tool.MaxDuration)
 
 	out, err := tool.Effect.Fire(context.Background(), effects.Call{Key: "charge.1", Tool: "charge", Args: json.RawMessage(`{"order_id":7}`)})
@@ -418,4 +420,57 @@ func TestParseNATSServiceErrors(t *testing.T) {
 	// Without the connection, the kind is unknown.
 	_, err := toolsfile.Parse([]byte(head + "    nats: {subject: s}\n"))
 	require.ErrorContains(t, err, `tools.yaml:3: t.effect: unknown effect "nats"`)
+}
+
+// firingCall is a third claim of an operation, fired by worker w2.3.
+var firingCall = effects.Call{
+	Key: "send_email.77aa", Tool: "send_email", Attempt: 3, Holder: "w2.3",
+	Args: json.RawMessage(`{"subject":"hi","to":"ann@example.com"}`),
+}
+
+func TestNATSServiceSendsHolderAndAttempt(t *testing.T) {
+	t.Parallel()
+	b := setupNATS(t, "svc.mail.send", func(n int, req micro.Request) {
+		if n == 0 {
+			_ = req.Error("503", "busy", nil)
+			return
+		}
+		_ = req.Respond([]byte(`{}`))
+	})
+	e := newNATSService(t, b.nc, natsservice.Config{Subject: "svc.mail.send"})
+
+	out, err := e.Fire(context.Background(), firingCall)
+	require.NoError(t, err)
+	require.Equal(t, 2, out.Invocations)
+	for _, r := range b.requests() {
+		require.Equal(t, "w2.3", r.header.Get(effects.HeaderHolder), "the same on every retry of one firing")
+		require.Equal(t, "3", r.header.Get(effects.HeaderAttempt))
+	}
+
+	_, err = e.Fire(context.Background(), effects.Call{Key: "k", Tool: "t"})
+	require.NoError(t, err)
+	r := b.requests()[2]
+	require.NotContains(t, r.header, effects.HeaderHolder)
+	require.NotContains(t, r.header, effects.HeaderAttempt)
+}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func parse(t *testing.T, data string, opts ...toolsfile.Option) *effects.Registry {
+	t.Helper()
+	r, err := toolsfile.Parse([]byte(data), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Close()) })
+	return r
+}
+
+var testCall = effects.Call{
+	Key:     "send_email.4f2a",
+	Tool:    "send_email",
+	Session: "run-7",
+	CallID:  "call_abc",
+	Args:    json.RawMessage(`{"subject":"hi","to":"a@example.com"}`),
+	Attempt: 1,
 }

@@ -1,4 +1,8 @@
-package effects
+// Package smtp is the smtp effect kind: it sends the email an intent's args
+// describe through a relay, with a Message-ID derived from the operation's
+// key alone, so that every firing of one operation sends the same message
+// (see Effect).
+package smtp
 
 import (
 	"context"
@@ -9,27 +13,28 @@ import (
 	"net/smtp"
 	"time"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // SMTP defaults and limits.
 const (
-	// DefaultSMTPTimeout bounds one SMTP transaction, from connecting to
+	// DefaultTimeout bounds one SMTP transaction, from connecting to
 	// the relay's reply to the end of the message.
-	DefaultSMTPTimeout = 30 * time.Second
-	// DefaultSMTPHelo is the name an smtp effect gives in EHLO.
-	DefaultSMTPHelo = "localhost"
-	// MaxSMTPRecipients is how many distinct recipients (to, cc and bcc
+	DefaultTimeout = 30 * time.Second
+	// DefaultHelo is the name an smtp effect gives in EHLO.
+	DefaultHelo = "localhost"
+	// MaxRecipients is how many distinct recipients (to, cc and bcc
 	// together) one message may have: the number RFC 5321 requires every
 	// relay to accept.
-	MaxSMTPRecipients = 100
+	MaxRecipients = 100
 )
 
 // HeaderMailTool is the message header in which an smtp effect names the
 // tool. The operation's key travels in HeaderIdempotencyKey.
 const HeaderMailTool = "X-Idem-Tool"
 
-// SMTP is the effect that sends an email through a relay (kind smtp).
+// Effect is the effect that sends an email through a relay (kind smtp).
 //
 // The intent's args are the message:
 //
@@ -48,7 +53,7 @@ const HeaderMailTool = "X-Idem-Tool"
 // quoted local part, whose spaces and '>' would end the path there, is
 // refused. Other args are ignored (they may still enter the key). An args
 // problem (to missing, a bad address, a field of the wrong type, more than
-// MaxSMTPRecipients recipients) is a *PermanentError: nothing is sent.
+// MaxRecipients recipients) is a *PermanentError: nothing is sent.
 //
 // The message carries Date, From, To, Cc, Subject (RFC 2047-encoded when
 // not ASCII), MIME-Version, Content-Type (charset utf-8, quoted-printable)
@@ -80,8 +85,8 @@ const HeaderMailTool = "X-Idem-Tool"
 // the same Message-ID, which only a system that deduplicates by Message-ID
 // absorbs; keep Timeout above what the relay may take.
 //
-// An SMTP holds no connection between firings and needs no Close.
-type SMTP struct {
+// An Effect holds no connection between firings and needs no Close.
+type Effect struct {
 	addr      string
 	host      string
 	from      string // the envelope sender
@@ -91,13 +96,13 @@ type SMTP struct {
 	tlsConfig *tls.Config
 	auth      smtp.Auth
 	timeout   time.Duration
-	retry     RetryPolicy
+	retry     effects.RetryPolicy
 	helo      string
 }
 
 // MaxDuration is the longest one Fire may take: every transaction timing
 // out, with the longest wait between them.
-func (s *SMTP) MaxDuration() time.Duration {
+func (s *Effect) MaxDuration() time.Duration {
 	n := time.Duration(s.retry.MaxAttempts)
 	return n*s.timeout + (n-1)*s.retry.MaxInterval
 }
@@ -108,7 +113,7 @@ func (s *SMTP) MaxDuration() time.Duration {
 // address's domain (without a valid tool, "<H@domain>"). Nothing else
 // enters it, so it is the same on every retry, in every worker and after a
 // restart.
-func (s *SMTP) MessageID(tool, key string) string {
+func (s *Effect) MessageID(tool, key string) string {
 	sum := sha256.Sum256([]byte(key))
 	id := hex.EncodeToString(sum[:16])
 	if intent.ValidTool(tool) {
@@ -118,15 +123,15 @@ func (s *SMTP) MessageID(tool, key string) string {
 }
 
 // Fire sends the email the call's args describe, retrying as the policy
-// says. See SMTP for the message, the args and how replies are classified.
+// says. See Effect for the message, the args and how replies are classified.
 // Outcome.Invocations is the number of SMTP transactions attempted
 // (connections included that failed before the first command).
-func (s *SMTP) Fire(ctx context.Context, call Call) (Outcome, error) {
+func (s *Effect) Fire(ctx context.Context, call effects.Call) (effects.Outcome, error) {
 	m, err := s.compose(call)
 	if err != nil {
-		return Outcome{}, err
+		return effects.Outcome{}, err
 	}
-	return Retry(ctx, s.retry, "smtp "+s.addr, "transaction", func(ctx context.Context) (json.RawMessage, error) {
+	return effects.Retry(ctx, s.retry, "smtp "+s.addr, "transaction", func(ctx context.Context) (json.RawMessage, error) {
 		return s.send(ctx, m)
 	})
 }

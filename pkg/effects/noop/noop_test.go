@@ -1,4 +1,4 @@
-package effects_test
+package noop_test
 
 import (
 	"context"
@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/noop"
 )
 
 func TestNoop(t *testing.T) {
@@ -17,7 +19,7 @@ func TestNoop(t *testing.T) {
 
 	t.Run("Echo", func(t *testing.T) {
 		t.Parallel()
-		n, err := effects.NewNoop(effects.NoopConfig{})
+		n, err := noop.New(noop.Config{})
 		require.NoError(t, err)
 		out, err := n.Fire(context.Background(), call)
 		require.NoError(t, err)
@@ -27,7 +29,7 @@ func TestNoop(t *testing.T) {
 
 	t.Run("ConfiguredResult", func(t *testing.T) {
 		t.Parallel()
-		n, err := effects.NewNoop(effects.NoopConfig{Result: json.RawMessage(`{"ok":true}`)})
+		n, err := noop.New(noop.Config{Result: json.RawMessage(`{"ok":true}`)})
 		require.NoError(t, err)
 		out, err := n.Fire(context.Background(), call)
 		require.NoError(t, err)
@@ -36,7 +38,7 @@ func TestNoop(t *testing.T) {
 
 	t.Run("Delay", func(t *testing.T) {
 		t.Parallel()
-		n, err := effects.NewNoop(effects.NoopConfig{Delay: 20 * time.Millisecond})
+		n, err := noop.New(noop.Config{Delay: 20 * time.Millisecond})
 		require.NoError(t, err)
 		require.Equal(t, 20*time.Millisecond, n.MaxDuration())
 		start := time.Now()
@@ -47,7 +49,7 @@ func TestNoop(t *testing.T) {
 
 	t.Run("CancelDuringDelay", func(t *testing.T) {
 		t.Parallel()
-		n, err := effects.NewNoop(effects.NoopConfig{Delay: time.Hour})
+		n, err := noop.New(noop.Config{Delay: time.Hour})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -60,8 +62,17 @@ func TestNoop(t *testing.T) {
 
 	t.Run("Invalid", func(t *testing.T) {
 		t.Parallel()
-		_, err := effects.NewNoop(effects.NoopConfig{Delay: -time.Second, Result: json.RawMessage(`{`)})
+		_, err := noop.New(noop.Config{Delay: -time.Second, Result: json.RawMessage(`{`)})
 		require.ErrorContains(t, err, "negative")
 		require.ErrorContains(t, err, "not valid JSON")
 	})
+}
+
+var (
+	_ effects.Effect  = (*noop.Effect)(nil)
+	_ effects.Bounded = (*noop.Effect)(nil)
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
 }

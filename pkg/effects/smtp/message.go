@@ -1,4 +1,4 @@
-package effects
+package smtp
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"net/textproto"
 	"strings"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -22,7 +23,7 @@ type message struct {
 }
 
 // compose builds the message for call; an args problem is permanent.
-func (s *SMTP) compose(call Call) (*message, error) {
+func (s *Effect) compose(call effects.Call) (*message, error) {
 	a, err := parseMailArgs(call.Args)
 	if err != nil {
 		return nil, err
@@ -37,8 +38,8 @@ func (s *SMTP) compose(call Call) (*message, error) {
 			}
 		}
 	}
-	if len(m.rcpts) > MaxSMTPRecipients {
-		return nil, Permanentf(intent.CodeEffectFailed, "smtp: %d recipients, more than the %d one message may have", len(m.rcpts), MaxSMTPRecipients)
+	if len(m.rcpts) > MaxRecipients {
+		return nil, effects.Permanentf(intent.CodeEffectFailed, "smtp: %d recipients, more than the %d one message may have", len(m.rcpts), MaxRecipients)
 	}
 
 	var b bytes.Buffer
@@ -52,16 +53,16 @@ func (s *SMTP) compose(call Call) (*message, error) {
 		header("Subject", fold("Subject", encodeWords(a.subject)))
 	}
 	header("Message-ID", m.id)
-	header(HeaderIdempotencyKey, fold(HeaderIdempotencyKey, encodeWords(call.Key)))
+	header(effects.HeaderIdempotencyKey, fold(effects.HeaderIdempotencyKey, encodeWords(call.Key)))
 	if call.Tool != "" {
 		header(HeaderMailTool, fold(HeaderMailTool, encodeWords(call.Tool)))
 	}
 	holder, attempt := call.FiringHeaders()
 	if holder != "" {
-		header(HeaderHolder, fold(HeaderHolder, encodeWords(holder)))
+		header(effects.HeaderHolder, fold(effects.HeaderHolder, encodeWords(holder)))
 	}
 	if attempt != "" {
-		header(HeaderAttempt, attempt)
+		header(effects.HeaderAttempt, attempt)
 	}
 	header("MIME-Version", "1.0")
 
@@ -97,7 +98,7 @@ func (s *SMTP) compose(call Call) (*message, error) {
 	}
 	for line := range bytes.SplitSeq(b.Bytes(), []byte("\r\n")) {
 		if len(line) > 998 {
-			return nil, Permanent(intent.CodeEffectFailed, "smtp: a header line would exceed 998 characters: shorten the subject or the display names")
+			return nil, effects.Permanent(intent.CodeEffectFailed, "smtp: a header line would exceed 998 characters: shorten the subject or the display names")
 		}
 	}
 	m.body = b.Bytes()

@@ -1,4 +1,8 @@
-package effects
+// Package webhook is the webhook effect kind: it sends an intent's args to
+// an HTTP endpoint, with the operation's key in Idempotency-Key, and reads
+// the response as a result, a retry or a permanent failure (see Effect).
+// Its connections go only where package netguard allows.
+package webhook
 
 import (
 	"bytes"
@@ -17,6 +21,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/internal/reply"
 	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 	"github.com/idemgate/idemgate/pkg/effects/netguard"
@@ -25,23 +30,23 @@ import (
 
 // Webhook defaults and limits.
 const (
-	// DefaultWebhookMethod is the HTTP method when a webhook names none.
-	DefaultWebhookMethod = http.MethodPost
-	// DefaultWebhookTimeout bounds one HTTP request, response body included.
-	DefaultWebhookTimeout = 10 * time.Second
-	// MaxWebhookResponse is how much of a response body a webhook reads. The
+	// DefaultMethod is the HTTP method when a webhook names none.
+	DefaultMethod = http.MethodPost
+	// DefaultTimeout bounds one HTTP request, response body included.
+	DefaultTimeout = 10 * time.Second
+	// MaxResponse is how much of a response body a webhook reads. The
 	// result is recorded in the ledger and sent to every caller, both NATS
 	// messages (1 MiB by default, all fields together), so a longer body is
-	// cut here and recorded as a JSON string of its first MaxWebhookResponse
+	// cut here and recorded as a JSON string of its first MaxResponse
 	// bytes.
-	MaxWebhookResponse = reply.MaxResult
+	MaxResponse = reply.MaxResult
 )
 
-// WebhookConfig configures a webhook effect. Zero fields mean the defaults.
-type WebhookConfig struct {
+// Config configures a webhook effect. Zero fields mean the defaults.
+type Config struct {
 	// URL is where requests go: http or https, with a host. Required.
 	URL string
-	// Method is POST, PUT, PATCH or DELETE. Default DefaultWebhookMethod.
+	// Method is POST, PUT, PATCH or DELETE. Default DefaultMethod.
 	Method string
 	// Headers are static headers added to every request, e.g. Authorization.
 	// They may not set Content-Type, Content-Length, Transfer-Encoding,
@@ -50,10 +55,10 @@ type WebhookConfig struct {
 	// Timeout bounds one request, response body included. It must exceed
 	// what the downstream may legitimately take: a request that times out
 	// may still have acted, and its retry is a second firing (same key).
-	// Default DefaultWebhookTimeout.
+	// Default DefaultTimeout.
 	Timeout time.Duration
 	// Retry is the retry policy.
-	Retry RetryPolicy
+	Retry effects.RetryPolicy
 	// AllowPrivate lists the addresses outside the public internet the
 	// webhook may connect to: loopback, private, link-local, CGNAT and the
 	// other ranges a netguard.Guard refuses by default. Every connection is
@@ -62,7 +67,7 @@ type WebhookConfig struct {
 	AllowPrivate []netip.Prefix
 }
 
-// Webhook is the effect that sends an intent's args to an HTTP endpoint.
+// Effect is the effect that sends an intent's args to an HTTP endpoint.
 //
 // Each Fire sends call.Args as a JSON body with the headers Content-Type:
 // application/json, Idempotency-Key: <call.Key> (the same on every retry),
@@ -71,7 +76,7 @@ type WebhookConfig struct {
 //
 //   - 2xx: success. The result is the body when it is JSON, else the body
 //     as a JSON string; an empty body is null. Bodies are read up to
-//     MaxWebhookResponse.
+//     MaxResponse.
 //   - 408, 429, 5xx, a connection error or a request timeout: retried, with
 //     exponential backoff and up to RetryPolicy.MaxAttempts requests. When
 //     such a response carries Retry-After (seconds or an HTTP date), the
@@ -82,7 +87,7 @@ type WebhookConfig struct {
 //     effect_failed and a message quoting the status and the start of the
 //     body.
 //   - a connection to an address the webhook may not reach (see netguard.Guard
-//     and WebhookConfig.AllowPrivate): a *PermanentError with code
+//     and Config.AllowPrivate): a *PermanentError with code
 //     effect_failed that wraps a *netguard.DestinationError. Nothing was sent.
 //
 // Messages name the URL without its credentials and query, and the quoted
@@ -97,22 +102,22 @@ type WebhookConfig struct {
 // legitimately take. The same holds when the worker crashes after the
 // request and before the result is recorded.
 //
-// A Webhook holds one http.Client with its own connection pool; Close
+// An Effect holds one http.Client with its own connection pool; Close
 // releases its idle connections.
-type Webhook struct {
+type Effect struct {
 	url     string
 	target  string   // the URL without query or credentials, for messages
 	secrets []string // values that messages never quote
 	method  string
 	headers http.Header
 	timeout time.Duration
-	retry   RetryPolicy
+	retry   effects.RetryPolicy
 	client  *http.Client
 }
 
-// NewWebhook returns a webhook effect for cfg, or an error joining a
+// New returns a webhook effect for cfg, or an error joining a
 // *SettingError for every invalid field.
-func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
+func New(cfg Config) (*Effect, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -124,7 +129,7 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	}
 	h.Set("Content-Type", "application/json")
 	transport := netguard.New(cfg.AllowPrivate...).Transport(cfg.Timeout)
-	return &Webhook{
+	return &Effect{
 		url:     cfg.URL,
 		target:  text.URL(cfg.URL),
 		secrets: secretsOf(u, cfg.Headers),
@@ -141,26 +146,26 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	}, nil
 }
 
-func (c WebhookConfig) withDefaults() WebhookConfig {
+func (c Config) withDefaults() Config {
 	if c.Method == "" {
-		c.Method = DefaultWebhookMethod
+		c.Method = DefaultMethod
 	}
 	c.Method = strings.ToUpper(c.Method)
 	if c.Timeout == 0 {
-		c.Timeout = DefaultWebhookTimeout
+		c.Timeout = DefaultTimeout
 	}
 	c.Retry = c.Retry.WithDefaults()
 	return c
 }
 
 // reservedHeaders are set by the webhook itself.
-var reservedHeaders = []string{"Content-Type", "Content-Length", "Transfer-Encoding", "Host", HeaderIdempotencyKey}
+var reservedHeaders = []string{"Content-Type", "Content-Length", "Transfer-Encoding", "Host", effects.HeaderIdempotencyKey}
 
 // validate checks a config with its defaults applied.
-func (c WebhookConfig) validate() error {
+func (c Config) validate() error {
 	var errs []error
 	add := func(field, problem, hint string) {
-		errs = append(errs, &SettingError{Kind: intent.EffectWebhook, Field: field, Problem: problem, Hint: hint})
+		errs = append(errs, &effects.SettingError{Kind: intent.EffectWebhook, Field: field, Problem: problem, Hint: hint})
 	}
 	const urlHint = "write e.g. http://127.0.0.1:8080/hooks/email"
 	if c.URL == "" {
@@ -222,32 +227,32 @@ func unsendableHeader(h http.Header) (string, bool) {
 
 // MaxDuration is the longest one Fire may take: every attempt timing out,
 // with the longest wait between them.
-func (w *Webhook) MaxDuration() time.Duration {
+func (w *Effect) MaxDuration() time.Duration {
 	n := time.Duration(w.retry.MaxAttempts)
 	return n*w.timeout + (n-1)*w.retry.MaxInterval
 }
 
 // Close releases the webhook's idle connections. Fire must not be called
 // afterwards.
-func (w *Webhook) Close() error {
+func (w *Effect) Close() error {
 	if w != nil {
 		w.client.CloseIdleConnections()
 	}
 	return nil
 }
 
-// Fire sends call to the webhook, retrying as the policy says. See Webhook
+// Fire sends call to the webhook, retrying as the policy says. See Effect
 // for the request and how responses are classified. Outcome.Invocations is
 // the number of requests sent.
-func (w *Webhook) Fire(ctx context.Context, call Call) (Outcome, error) {
+func (w *Effect) Fire(ctx context.Context, call effects.Call) (effects.Outcome, error) {
 	body := []byte(call.Args)
 	if len(body) == 0 {
 		body = []byte("{}")
 	}
-	return Retry(ctx, w.retry, "webhook "+w.method+" "+w.target, "request", func(ctx context.Context) (json.RawMessage, error) {
+	return effects.Retry(ctx, w.retry, "webhook "+w.method+" "+w.target, "request", func(ctx context.Context) (json.RawMessage, error) {
 		result, retryAfter, err := w.send(ctx, call, body)
 		if err != nil && retryAfter >= 0 {
-			return nil, RetryAfter(err, retryAfter)
+			return nil, effects.RetryAfter(err, retryAfter)
 		}
 		return result, err
 	})
@@ -256,28 +261,28 @@ func (w *Webhook) Fire(ctx context.Context, call Call) (Outcome, error) {
 // send sends one request. It returns the result on 2xx; otherwise an error,
 // a *PermanentError when retrying cannot help, and the wait a Retry-After
 // header asked for (-1 when none).
-func (w *Webhook) send(ctx context.Context, call Call, body []byte) (json.RawMessage, time.Duration, error) {
+func (w *Effect) send(ctx context.Context, call effects.Call, body []byte) (json.RawMessage, time.Duration, error) {
 	reqCtx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(reqCtx, w.method, w.url, bytes.NewReader(body))
 	if err != nil {
-		return nil, -1, Permanentf(intent.CodeEffectFailed, "webhook %s %s: %v", w.method, w.target, err)
+		return nil, -1, effects.Permanentf(intent.CodeEffectFailed, "webhook %s %s: %v", w.method, w.target, err)
 	}
 	req.Header = w.headers.Clone()
-	req.Header.Set(HeaderIdempotencyKey, call.Key)
-	req.Header.Set(HeaderTool, call.Tool)
+	req.Header.Set(effects.HeaderIdempotencyKey, call.Key)
+	req.Header.Set(effects.HeaderTool, call.Tool)
 	if call.Session != "" {
-		req.Header.Set(HeaderSession, call.Session)
+		req.Header.Set(effects.HeaderSession, call.Session)
 	}
 	if call.CallID != "" {
-		req.Header.Set(HeaderCallID, call.CallID)
+		req.Header.Set(effects.HeaderCallID, call.CallID)
 	}
 	holder, attempt := call.FiringHeaders()
 	if holder != "" {
-		req.Header.Set(HeaderHolder, holder)
+		req.Header.Set(effects.HeaderHolder, holder)
 	}
 	if attempt != "" {
-		req.Header.Set(HeaderAttempt, attempt)
+		req.Header.Set(effects.HeaderAttempt, attempt)
 	}
 	for k, v := range call.Trace {
 		req.Header.Set(k, v)
@@ -285,14 +290,14 @@ func (w *Webhook) send(ctx context.Context, call Call, body []byte) (json.RawMes
 	if name, bad := unsendableHeader(req.Header); bad {
 		// The HTTP client would refuse the request before sending it, on
 		// every attempt: retrying cannot help.
-		return nil, -1, Permanentf(intent.CodeEffectFailed, "webhook %s %s: the %s header's value holds a control character, which HTTP does not allow: the request cannot be sent (nothing was sent)", w.method, w.target, name)
+		return nil, -1, effects.Permanentf(intent.CodeEffectFailed, "webhook %s %s: the %s header's value holds a control character, which HTTP does not allow: the request cannot be sent (nothing was sent)", w.method, w.target, name)
 	}
 
 	resp, err := w.client.Do(req)
 	if err != nil {
 		var de *netguard.DestinationError
 		if errors.As(err, &de) {
-			return nil, -1, &PermanentError{Code: intent.CodeEffectFailed, Err: de, Message: fmt.Sprintf(
+			return nil, -1, &effects.PermanentError{Code: intent.CodeEffectFailed, Err: de, Message: fmt.Sprintf(
 				"webhook %s %s: %v (nothing was sent; list it in the tool's webhook allow_private or the worker's --webhook-allow to allow it)",
 				w.method, w.target, de)}
 		}
@@ -305,7 +310,7 @@ func (w *Webhook) send(ctx context.Context, call Call, body []byte) (json.RawMes
 	}()
 
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		data, err := io.ReadAll(io.LimitReader(resp.Body, MaxWebhookResponse+1))
+		data, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponse+1))
 		if err != nil {
 			return nil, -1, w.requestError(ctx, reqCtx, fmt.Errorf("reading the %s response: %w", resp.Status, err))
 		}
@@ -321,14 +326,14 @@ func (w *Webhook) send(ctx context.Context, call Call, body []byte) (json.RawMes
 	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
 		return nil, retryAfter(resp.Header.Get("Retry-After")), errors.New(msg)
 	case code >= 300 && code < 400:
-		return nil, -1, Permanent(intent.CodeEffectFailed, msg+" (redirects are not followed: configure the final URL)")
+		return nil, -1, effects.Permanent(intent.CodeEffectFailed, msg+" (redirects are not followed: configure the final URL)")
 	default:
-		return nil, -1, Permanent(intent.CodeEffectFailed, msg)
+		return nil, -1, effects.Permanent(intent.CodeEffectFailed, msg)
 	}
 }
 
 // requestError describes a failed request; all are transient.
-func (w *Webhook) requestError(ctx, reqCtx context.Context, err error) error {
+func (w *Effect) requestError(ctx, reqCtx context.Context, err error) error {
 	if ctx.Err() == nil && errors.Is(reqCtx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("webhook %s %s: no complete response within %s (the request may have reached the downstream)", w.method, w.target, w.timeout)
 	}

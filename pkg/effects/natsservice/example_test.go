@@ -1,4 +1,4 @@
-package effects_test
+package natsservice_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // A tool answered by a NATS service: the worker adds the nats kind with its
 // own connection, and any service on the subject — here one built with
 // nats.go's micro package — receives the args and the key.
-func ExampleWithNATSConn() {
+func Example() {
 	// An embedded server, so that the example runs on its own; a worker
 	// uses the connection it already has.
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
