@@ -161,9 +161,9 @@ func (c *Conn) hideText(msg string) string {
 // Upstream is the server the connection reaches.
 func (c *Conn) Upstream() upstream.Server { return c.up }
 
-// Session returns the live client session, connecting first if there is
+// session returns the live client session, connecting first if there is
 // none.
-func (c *Conn) Session(ctx context.Context) (*sdk.ClientSession, error) {
+func (c *Conn) session(ctx context.Context) (*sdk.ClientSession, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -206,7 +206,7 @@ func (c *Conn) drop(cs *sdk.ClientSession) {
 
 // Tools lists the upstream's tools.
 func (c *Conn) Tools(ctx context.Context) ([]*sdk.Tool, error) {
-	cs, err := c.Session(ctx)
+	cs, err := c.session(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -314,7 +314,7 @@ func (m *Effect) Fire(ctx context.Context, call effects.Call) (effects.Outcome, 
 	return effects.Retry(ctx, m.retry, what, "call", func(ctx context.Context) (json.RawMessage, error) {
 		actx, cancel := context.WithTimeout(ctx, m.timeout)
 		defer cancel()
-		cs, err := m.conn.Session(actx)
+		cs, err := m.conn.session(actx)
 		if err != nil {
 			return nil, refused(what, err)
 		}

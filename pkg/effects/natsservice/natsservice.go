@@ -28,12 +28,12 @@ const DefaultTimeout = 10 * time.Second
 // Reply headers of the NATS service error convention, the ones nats.go's
 // micro package sets when a handler answers with an error.
 const (
-	// HeaderServiceError carries the error's description; its presence marks
+	// headerServiceError carries the error's description; its presence marks
 	// the reply as an error.
-	HeaderServiceError = "Nats-Service-Error"
-	// HeaderServiceErrorCode carries the error's code, an HTTP-like status
+	headerServiceError = "Nats-Service-Error"
+	// headerServiceErrorCode carries the error's code, an HTTP-like status
 	// such as "400" or "503".
-	HeaderServiceErrorCode = "Nats-Service-Error-Code"
+	headerServiceErrorCode = "Nats-Service-Error-Code"
 )
 
 // Config configures a NATS service effect. Zero fields mean the
@@ -237,7 +237,7 @@ func (s *Effect) request(ctx context.Context, call effects.Call, data []byte) (j
 		return nil, fmt.Errorf("nats %s: %w", s.subject, err)
 	}
 
-	desc, code := answer.Header.Get(HeaderServiceError), answer.Header.Get(HeaderServiceErrorCode)
+	desc, code := answer.Header.Get(headerServiceError), answer.Header.Get(headerServiceErrorCode)
 	if desc == "" && code == "" {
 		return reply.Result(answer.Data), nil
 	}

@@ -79,14 +79,6 @@ func New(allow ...netip.Prefix) *Guard {
 	return g
 }
 
-// Allowed returns the extra prefixes the guard allows.
-func (g *Guard) Allowed() []netip.Prefix {
-	if g == nil {
-		return nil
-	}
-	return append([]netip.Prefix(nil), g.allow...)
-}
-
 // Check returns nil when the guard allows a connection to ip, and otherwise a
 // *DestinationError (matching ErrForbidden) saying why not.
 func (g *Guard) Check(ip netip.Addr) error {

@@ -20,7 +20,7 @@
 // (Registry.Warnings), with their lines:
 //
 //   - a field that can enter a tool's key and whose name looks like a
-//     timestamp, an attempt counter or a random id (see VolatileLooking),
+//     timestamp, an attempt counter or a random id (see volatileLooking),
 //     while it is not declared in volatile_args: such a value differs
 //     between two calls of one operation, so the second call would get
 //     another key and fire again. The fields checked are the tool's

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,11 +22,24 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// kinds are the effect kinds a tools file may name: each reads the tool's
-// settings block of its name and builds the effect with the kind's
-// constructor. The nats kind is there only with a connection (WithNATSConn).
-func kinds(nc *nats.Conn, withNATS bool) map[string]factory {
-	k := map[string]factory{
+// kindReader reads the settings of one effect kind — the mapping named
+// after the kind under a tool (a tool's "webhook:"), empty when the tool has
+// none — and builds the effect with the kind's constructor. It reads its
+// fields with the section's getters and reports bad values with
+// section.Invalid (the constructor's *effects.SettingErrors with
+// section.invalidSettings); fields it does not read are reported as
+// unknown. It returns an error only for a problem it did not report on the
+// section (the error is then recorded at the section's line); once it has
+// reported problems, its returned error and effect are ignored.
+type kindReader func(s *section) (effects.Effect, error)
+
+// builtinKinds are the effect kinds a tools file may name, each with its
+// reader. The nats kind is there only with a connection (WithNATSConn).
+// The list is fixed: a tool in another language is served through the nats
+// effect (a NATS service) or the mcp effect (an MCP server), not a Go
+// plug-in (docs/tools.md, "Adding a tool in another language").
+func builtinKinds(nc *nats.Conn, withNATS bool) map[string]kindReader {
+	k := map[string]kindReader{
 		intent.EffectWebhook: readWebhook,
 		intent.EffectSMTP:    readSMTP,
 		intent.EffectMCP:     readMCP,
@@ -35,6 +49,24 @@ func kinds(nc *nats.Conn, withNATS bool) map[string]factory {
 		k[intent.EffectNATS] = readNATS(nc)
 	}
 	return k
+}
+
+// withKind makes kind available as a tool's effect, read by read, or
+// replaces a built-in one: a test's seam. A kind is [a-z][a-z0-9_]{0,31}
+// and may not be one of a tool's own field names.
+func withKind(kind string, read kindReader) Option {
+	return func(o *options) {
+		switch {
+		case !kindPattern.MatchString(kind):
+			o.errs = append(o.errs, fmt.Errorf("toolsfile: effect kind %q: use [a-z][a-z0-9_]{0,31}", kind))
+		case slices.Contains(toolFields, kind):
+			o.errs = append(o.errs, fmt.Errorf("toolsfile: effect kind %q is a tool field name", kind))
+		case read == nil:
+			o.errs = append(o.errs, fmt.Errorf("toolsfile: effect kind %q: nil reader", kind))
+		default:
+			o.kinds[kind] = read
+		}
+	}
 }
 
 // invalidSettings reports what a kind's constructor refused: each
@@ -130,7 +162,7 @@ var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // readNATS returns the reader of a tool's "nats:" settings (subject,
 // timeout, retry and headers; docs/tools.md describes them), whose effects
 // send on nc. With a nil nc every nats tool is a problem.
-func readNATS(nc *nats.Conn) factory {
+func readNATS(nc *nats.Conn) kindReader {
 	return func(s *section) (effects.Effect, error) {
 		cfg := natsservice.Config{
 			Subject: s.String("subject", ""),

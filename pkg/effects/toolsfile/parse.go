@@ -27,50 +27,16 @@ var kindPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
 var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease", "class", "ledger", "approval", "approval_ttl", "on_abandoned", "max_in_flight",
 	"description", "schema", "destructive", "approver"}
 
-// factory reads the settings of one effect kind — the mapping named after
-// the kind under a tool (a tool's "webhook:"), empty when the tool has none
-// — and builds the effect. It reads its fields with the section's getters
-// and reports bad values with section.Invalid (a kind's constructor's
-// *SettingErrors with section.invalidSettings); fields it does not read are
-// reported as unknown. It returns an error only for a problem it did not
-// report on the section (the error is then recorded at the section's line);
-// once it has reported problems, its returned error and effect are ignored.
-//
-// The kinds are fixed (see kinds): a tool in another language is served
-// through the nats effect (a NATS service) or the mcp effect (an MCP
-// server), not a Go plug-in (docs/tools.md, "Adding a tool in another
-// language").
-type factory func(s *section) (effects.Effect, error)
-
 // Option adjusts Parse and LoadFile.
 type Option func(*options)
 
 type options struct {
-	file      string
-	nc        *nats.Conn // WithNATSConn
-	withNATS  bool
-	factories map[string]factory // withFactory
-	allow     []netip.Prefix     // WithAllowPrivate
-	errs      []error
-}
-
-// withFactory makes kind available as a tool's effect, built by f. It adds
-// a kind (one needing runtime dependencies, such as a NATS connection) or
-// replaces a built-in one. A kind is [a-z][a-z0-9_]{0,31} and may not be
-// one of a tool's own field names.
-func withFactory(kind string, f factory) Option {
-	return func(o *options) {
-		switch {
-		case !kindPattern.MatchString(kind):
-			o.errs = append(o.errs, fmt.Errorf("toolsfile: effect kind %q: use [a-z][a-z0-9_]{0,31}", kind))
-		case slices.Contains(toolFields, kind):
-			o.errs = append(o.errs, fmt.Errorf("toolsfile: effect kind %q is a tool field name", kind))
-		case f == nil:
-			o.errs = append(o.errs, fmt.Errorf("toolsfile: effect kind %q: nil factory", kind))
-		default:
-			o.factories[kind] = f
-		}
-	}
+	file     string
+	nc       *nats.Conn // WithNATSConn
+	withNATS bool
+	kinds    map[string]kindReader // withKind
+	allow    []netip.Prefix        // WithAllowPrivate
+	errs     []error
 }
 
 // WithNATSConn makes the nats effect (intent.EffectNATS) available: its requests go
@@ -124,15 +90,15 @@ const MaxTools = 1000
 // the line, the field and a hint (see the package doc). The registry's
 // Warnings are the file's.
 func Parse(data []byte, opts ...Option) (*effects.Registry, error) {
-	o := &options{file: "tools.yaml", factories: map[string]factory{}}
+	o := &options{file: "tools.yaml", kinds: map[string]kindReader{}}
 	for _, opt := range opts {
 		opt(o)
 	}
-	builtin := kinds(o.nc, o.withNATS)
-	for k, f := range o.factories {
-		builtin[k] = f
+	kinds := builtinKinds(o.nc, o.withNATS)
+	for k, read := range o.kinds {
+		kinds[k] = read
 	}
-	o.factories = builtin
+	o.kinds = kinds
 	if err := errors.Join(o.errs...); err != nil {
 		return nil, err
 	}
@@ -268,7 +234,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) 
 	t := &effects.Tool{Name: name}
 
 	t.Kind = s.String("effect", "")
-	build, known := o.factories[t.Kind]
+	read, known := o.kinds[t.Kind]
 	switch {
 	case !s.Has("effect"):
 		s.Invalid("effect", "is missing", "add effect: one of "+strings.Join(kindNames(o), ", "))
@@ -316,7 +282,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) 
 	if known {
 		settings := s.Section(t.Kind)
 		mark := s.Problems()
-		eff, err := build(settings)
+		eff, err := read(settings)
 		switch {
 		case s.Problems() > mark:
 			closeEffect(eff)
@@ -329,14 +295,14 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) 
 			}
 			closeEffect(eff)
 		case eff == nil:
-			settings.Invalid("", "the "+t.Kind+" factory built no effect", "")
+			settings.Invalid("", "the "+t.Kind+" kind built no effect", "")
 		default:
 			t.Effect = eff
 		}
 	}
 
 	s.unknown(func(s *section, field string) (string, string, bool) {
-		if _, isKind := o.factories[field]; !isKind {
+		if _, isKind := o.kinds[field]; !isKind {
 			return "", "", false
 		}
 		if !known {
@@ -395,8 +361,8 @@ func argList(s *section, name string) ([]string, []int) {
 }
 
 func kindNames(o *options) []string {
-	out := make([]string, 0, len(o.factories))
-	for k := range o.factories {
+	out := make([]string, 0, len(o.kinds))
+	for k := range o.kinds {
 		out = append(out, k)
 	}
 	sort.Strings(out)

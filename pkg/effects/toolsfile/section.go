@@ -74,21 +74,15 @@ type field struct {
 	key, val *yaml.Node
 }
 
-// problem is one invalid field of a config, named as in the tools file: an
-// effect's config validation returns them, and its factory records each on
-// the section it read (section.Invalid).
-type problem struct {
-	field, problem, hint string
-}
-
 // section is a mapping in the tools file — a tool, or an effect's settings
-// block such as a tool's "webhook:" — as a factory sees it.
+// block such as a tool's "webhook:" — as the parser and a kind's reader see
+// it.
 //
 // Its getters read one field each, returning the given default when the field
 // is absent. A value of the wrong type is recorded as a problem (with the
-// file, line and a hint) and the default is returned, so a factory reads all
+// file, line and a hint) and the default is returned, so a reader reads all
 // its fields in a row and every problem of the file is reported at once. A
-// field no getter read is reported as unknown when the factory returns: a typo
+// field no getter read is reported as unknown when the reader returns: a typo
 // never passes silently.
 type section struct {
 	c        *collector
@@ -310,7 +304,7 @@ func (s *section) StringMap(name string) map[string]string {
 }
 
 // Section reads a nested mapping. An absent one is returned empty (its
-// getters return their defaults), so a factory needs no special case.
+// getters return their defaults), so a reader needs no special case.
 func (s *section) Section(name string) *section {
 	raw, ok := s.take(name)
 	line := s.Line(name)

@@ -21,8 +21,8 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// DefaultUpstreamListTimeout bounds listing an upstream's tools.
-const DefaultUpstreamListTimeout = 10 * time.Second
+// defaultListTimeout bounds listing an upstream's tools.
+const defaultListTimeout = 10 * time.Second
 
 // mcpUpstream is one mcp_upstreams entry: an MCP server whose tools the
 // registry serves as its own, each with the mcp effect. Its tools are
@@ -56,7 +56,7 @@ func parseUpstreams(c *collector, o *options, root *section) []*mcpUpstream {
 	for _, name := range all.order {
 		s := all.Section(name)
 		mark := s.Problems()
-		u := &mcpUpstream{name: name, prefix: s.String("prefix", ""), timeout: positiveDuration(s, "list_timeout", DefaultUpstreamListTimeout),
+		u := &mcpUpstream{name: name, prefix: s.String("prefix", ""), timeout: positiveDuration(s, "list_timeout", defaultListTimeout),
 			overrides: map[string]field{}, o: o, stop: make(chan struct{}), line: s.line}
 		up := readUpstream(s)
 		if err := up.Validate(); err != nil {

@@ -17,7 +17,7 @@ import (
 )
 
 // Warn records a warning about field name of the section (dotted for nested
-// fields; "" for the section itself). A factory uses it for settings that
+// fields; "" for the section itself). A kind's reader uses it for settings that
 // load but will likely misbehave.
 func (s *section) Warn(name, problem, hint string) {
 	s.c.warn(s.Line(name), s.join(name), problem, hint)
@@ -34,7 +34,7 @@ func (c *collector) warnings() []effects.Warning {
 	return out
 }
 
-// VolatileLooking reports whether an argument name looks like a value that
+// volatileLooking reports whether an argument name looks like a value that
 // changes between two calls of one operation, and what it looks like. The
 // name is split into words at '_', '-', '.' and lower-to-upper case changes
 // ("requestedAt" is "requested at"); it looks volatile when:
@@ -54,7 +54,7 @@ func (c *collector) warnings() []effects.Warning {
 // runtime or update do not match. A match is only a warning: a date can be
 // part of an operation's identity (book a table for a date); then keep it
 // in key_args and ignore the warning.
-func VolatileLooking(name string) (what string, ok bool) {
+func volatileLooking(name string) (what string, ok bool) {
 	words := splitWords(name)
 	if len(words) == 0 {
 		return "", false
@@ -117,7 +117,7 @@ func splitWords(name string) []string {
 }
 
 // keyWarnings warns about the fields of tool t that can enter its key and
-// look volatile (see VolatileLooking) without being declared volatile: its
+// look volatile (see volatileLooking) without being declared volatile: its
 // key_args when it has them, else the top-level properties of its schema.
 func keyWarnings(s *section, t *effects.Tool, keyArgLines []int) {
 	declared := func(name string) bool {
@@ -133,7 +133,7 @@ func keyWarnings(s *section, t *effects.Tool, keyArgLines []int) {
 	}
 	if len(t.KeySpec.KeyArgs) > 0 {
 		for i, name := range t.KeySpec.KeyArgs {
-			if what, ok := VolatileLooking(name); ok && !declared(name) {
+			if what, ok := volatileLooking(name); ok && !declared(name) {
 				line := s.Line("key_args")
 				if i < len(keyArgLines) {
 					line = keyArgLines[i]
@@ -146,7 +146,7 @@ func keyWarnings(s *section, t *effects.Tool, keyArgLines []int) {
 	}
 	names, lines := schemaArgNames(s)
 	for i, name := range names {
-		if what, ok := VolatileLooking(name); ok && !declared(name) {
+		if what, ok := volatileLooking(name); ok && !declared(name) {
 			warn(lines[i], s.path+".schema.properties."+name, name, what,
 				"add it to volatile_args, or list the distinguishing args in key_args")
 		}

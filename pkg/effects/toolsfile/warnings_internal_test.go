@@ -39,3 +39,26 @@ schema:
 	keyWarnings(s, &effects.Tool{Name: "create_ticket", KeySpec: intent.KeySpec{KeyArgs: []string{"title"}}}, []int{1})
 	require.Empty(t, c.warnings())
 }
+
+func TestVolatileLooking(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{
+		"requested_at", "createdAt", "sent_at", "time", "start_time", "timestamp", "eventTimestamp", "date",
+		"send_date", "ts", "now", "attempt", "attempts", "retry_count", "retries", "try", "nonce", "uuid",
+		"client_uuid", "guid", "request_id", "x-request-id", "requestId", "req_id", "trace_id", "traceparent",
+		"span_id", "idempotency_key", "IdempotencyKey",
+	} {
+		_, ok := volatileLooking(name)
+		require.True(t, ok, name)
+	}
+	for _, name := range []string{
+		"to", "subject", "order_id", "timeout", "runtime", "update", "format", "status", "at", "data", "customer",
+		"amount_cents", "user", "title", "attachment", "strategy", "entry_id", "country",
+	} {
+		what, ok := volatileLooking(name)
+		require.False(t, ok, "%s looks like %s", name, what)
+	}
+}
+
+// Warnings, with their lines: key args that look volatile, and webhooks to
+// addresses that will be refused; none for the same file done right.
