@@ -72,6 +72,26 @@ func (call Call) FiringHeaders() (holder, attempt string) {
 	return holder, attempt
 }
 
+// Headers returns the request headers an effect that sends headers (the
+// webhook and nats kinds) gives the call: the trace context, then
+// HeaderIdempotencyKey and HeaderTool, and HeaderSession, HeaderCallID,
+// HeaderHolder and HeaderAttempt when set (see FiringHeaders).
+func (call Call) Headers() map[string]string {
+	h := make(map[string]string, len(call.Trace)+6)
+	for k, v := range call.Trace {
+		h[k] = v
+	}
+	h[HeaderIdempotencyKey] = call.Key
+	h[HeaderTool] = call.Tool
+	holder, attempt := call.FiringHeaders()
+	for name, v := range map[string]string{HeaderSession: call.Session, HeaderCallID: call.CallID, HeaderHolder: holder, HeaderAttempt: attempt} {
+		if v != "" {
+			h[name] = v
+		}
+	}
+	return h
+}
+
 // Outcome is what an effect did.
 type Outcome struct {
 	// Result is the effect's result, a JSON value recorded in the ledger and

@@ -203,23 +203,8 @@ func (s *Effect) request(ctx context.Context, call effects.Call, data []byte) (j
 	for k, v := range s.headers {
 		msg.Header[k] = v
 	}
-	msg.Header.Set(effects.HeaderIdempotencyKey, call.Key)
-	msg.Header.Set(effects.HeaderTool, call.Tool)
-	if call.Session != "" {
-		msg.Header.Set(effects.HeaderSession, call.Session)
-	}
-	for k, v := range call.Trace {
+	for k, v := range call.Headers() {
 		msg.Header.Set(k, v)
-	}
-	if call.CallID != "" {
-		msg.Header.Set(effects.HeaderCallID, call.CallID)
-	}
-	holder, attempt := call.FiringHeaders()
-	if holder != "" {
-		msg.Header.Set(effects.HeaderHolder, holder)
-	}
-	if attempt != "" {
-		msg.Header.Set(effects.HeaderAttempt, attempt)
 	}
 
 	reqCtx, cancel := context.WithTimeout(ctx, s.timeout)

@@ -73,17 +73,10 @@ func (n *Effect) Fire(ctx context.Context, call effects.Call) (effects.Outcome, 
 
 // wait waits the delay; it returns ctx's error when ctx is done first.
 func (n *Effect) wait(ctx context.Context) error {
-	if err := ctx.Err(); err != nil || n.delay <= 0 {
-		return err
-	}
-	t := time.NewTimer(n.delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	delay, cancel := context.WithTimeout(ctx, n.delay)
+	defer cancel()
+	<-delay.Done()
+	return ctx.Err()
 }
 
 // MaxDuration is the delay.

@@ -269,22 +269,7 @@ func (w *Effect) send(ctx context.Context, call effects.Call, body []byte) (json
 		return nil, -1, effects.Permanentf(intent.CodeEffectFailed, "webhook %s %s: %v", w.method, w.target, err)
 	}
 	req.Header = w.headers.Clone()
-	req.Header.Set(effects.HeaderIdempotencyKey, call.Key)
-	req.Header.Set(effects.HeaderTool, call.Tool)
-	if call.Session != "" {
-		req.Header.Set(effects.HeaderSession, call.Session)
-	}
-	if call.CallID != "" {
-		req.Header.Set(effects.HeaderCallID, call.CallID)
-	}
-	holder, attempt := call.FiringHeaders()
-	if holder != "" {
-		req.Header.Set(effects.HeaderHolder, holder)
-	}
-	if attempt != "" {
-		req.Header.Set(effects.HeaderAttempt, attempt)
-	}
-	for k, v := range call.Trace {
+	for k, v := range call.Headers() {
 		req.Header.Set(k, v)
 	}
 	if name, bad := unsendableHeader(req.Header); bad {
