@@ -425,6 +425,11 @@ func TestMCPUpstreamRedirectIsNotFollowed(t *testing.T) {
 	require.Zero(t, elsewhere.requests.Load())
 }
 
+var (
+	_ effects.Effect  = (*mcp.Effect)(nil)
+	_ effects.Bounded = (*mcp.Effect)(nil)
+)
+
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }

@@ -454,6 +454,11 @@ func TestNATSServiceSendsHolderAndAttempt(t *testing.T) {
 	require.NotContains(t, r.header, effects.HeaderAttempt)
 }
 
+var (
+	_ effects.Effect  = (*natsservice.Effect)(nil)
+	_ effects.Bounded = (*natsservice.Effect)(nil)
+)
+
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }

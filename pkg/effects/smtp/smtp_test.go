@@ -1005,6 +1005,11 @@ func TestSMTPSendsHolderAndAttempt(t *testing.T) {
 	require.Equal(t, m.Header.Get("Message-ID"), bare.Header.Get("Message-ID"), "the key alone makes the Message-ID")
 }
 
+var (
+	_ effects.Effect  = (*smtp.Effect)(nil)
+	_ effects.Bounded = (*smtp.Effect)(nil)
+)
+
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }

@@ -181,7 +181,11 @@ func readNATS(nc *nats.Conn) kindReader {
 		if nc == nil {
 			return nil, errors.New("no NATS connection: the worker must pass one with WithNATSConn")
 		}
-		return natsservice.New(nc, cfg)
+		eff, err := natsservice.New(nc, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return eff, nil
 	}
 }
 
@@ -242,7 +246,11 @@ func readMCP(s *section) (effects.Effect, error) {
 	if invalid != nil || conn == nil {
 		return nil, nil // reported above
 	}
-	return mcp.New(conn, cfg)
+	m, err := mcp.New(conn, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // readRetry reads a "retry:" block, reporting an explicit zero (which
