@@ -29,7 +29,7 @@ import (
 	"github.com/idemgate/idemgate/internal/logging"
 	"github.com/idemgate/idemgate/internal/mcpgate"
 	"github.com/idemgate/idemgate/internal/natsconn"
-	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 )
 
 const (
@@ -979,12 +979,12 @@ func TestToolsFilesParse(t *testing.T) {
 	cm := decodeAs[configMap](t, one(t, objs, "ConfigMap"))
 	data, ok := cm.Data["tools.yaml"]
 	require.True(t, ok, "the ConfigMap has a tools.yaml key")
-	reg, err := effects.Parse([]byte(data), effects.WithFilename("kubernetes/tools-configmap.yaml#tools.yaml"))
+	reg, err := toolsfile.Parse([]byte(data), toolsfile.WithFilename("kubernetes/tools-configmap.yaml#tools.yaml"))
 	require.NoError(t, err)
 	require.NotEmpty(t, reg.Names())
 	require.NoError(t, reg.Close())
 
-	reg, err = effects.LoadFile(filepath.Join("demo", "tools.yaml"))
+	reg, err = toolsfile.LoadFile(filepath.Join("demo", "tools.yaml"))
 	require.NoError(t, err)
 	require.NotEmpty(t, reg.Names())
 	require.NoError(t, reg.Close())

@@ -427,7 +427,7 @@ func TestUpstreamReadOnlyHintDoesNotSkipTheLedger(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(cat.stdout), &c))
 	classes := map[string]string{}
 	for _, tl := range c.Tools {
-		classes[tl.Name] = tl.Class
+		classes[tl.Name] = string(tl.Class)
 	}
 	require.Equal(t, "unsafe", classes["peek"])
 	require.Equal(t, "read", classes["p_peek"])

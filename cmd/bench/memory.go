@@ -20,6 +20,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/worker"
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/noop"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -74,7 +75,7 @@ func memWorkerMain() error {
 	}
 	defer nc.Close()
 	var fired atomic.Int64
-	noop, err := effects.NewNoop(effects.NoopConfig{Delay: delay})
+	noop, err := noop.New(noop.Config{Delay: delay})
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/idemgate/idemgate/internal/worker"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/noop"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -131,7 +132,7 @@ func (t *tally) check(want int32) error {
 // registry is the noop tool (with delay), counting its executions in
 // *fires when it holds a tally.
 func registry(delay time.Duration, fires *atomic.Pointer[tally]) (*effects.Registry, error) {
-	noop, err := effects.NewNoop(effects.NoopConfig{Delay: delay})
+	noop, err := noop.New(noop.Config{Delay: delay})
 	if err != nil {
 		return nil, err
 	}

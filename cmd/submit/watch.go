@@ -12,6 +12,8 @@ import (
 
 	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/netguard"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -66,13 +68,13 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 func toolsFileSpec(path, allow, tool string) (intent.KeySpec, error) {
 	var prefixes []netip.Prefix
 	if allow != "" {
-		p, err := effects.ParsePrefixes(strings.Split(allow, ","))
+		p, err := netguard.ParsePrefixes(strings.Split(allow, ","))
 		if err != nil {
 			return intent.KeySpec{}, fmt.Errorf("--webhook-allow: %w", err)
 		}
 		prefixes = p
 	}
-	reg, err := effects.LoadFile(path, effects.WithNATSConn(new(nats.Conn)), effects.WithAllowPrivate(prefixes...))
+	reg, err := toolsfile.LoadFile(path, toolsfile.WithNATSConn(new(nats.Conn)), toolsfile.WithAllowPrivate(prefixes...))
 	if err != nil {
 		return intent.KeySpec{}, err
 	}

@@ -29,7 +29,8 @@ import (
 	"github.com/idemgate/idemgate/internal/tracing"
 	"github.com/idemgate/idemgate/internal/worker"
 	"github.com/idemgate/idemgate/pkg/audit"
-	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/netguard"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -152,16 +153,16 @@ func run(args []string) error {
 			cfg.ReplyPrefixes = append(cfg.ReplyPrefixes, p)
 		}
 	}
-	allow, err := effects.ParsePrefixes(strings.Split(*hookAllow, ","))
+	allow, err := netguard.ParsePrefixes(strings.Split(*hookAllow, ","))
 	if err != nil {
 		return fmt.Errorf("--webhook-allow: %w", err)
 	}
-	allowPrivate := effects.WithAllowPrivate(allow...)
+	allowPrivate := toolsfile.WithAllowPrivate(allow...)
 
 	if *checkConfig {
 		// Validation only: the nats effect is built on a connection that is
 		// never opened.
-		tools, err := effects.LoadFile(*toolsFile, effects.WithNATSConn(new(nats.Conn)), allowPrivate)
+		tools, err := toolsfile.LoadFile(*toolsFile, toolsfile.WithNATSConn(new(nats.Conn)), allowPrivate)
 		if err != nil {
 			return err
 		}
@@ -213,7 +214,7 @@ func run(args []string) error {
 	}
 	defer nc.Close()
 
-	tools, err := effects.LoadFile(*toolsFile, effects.WithNATSConn(nc), allowPrivate)
+	tools, err := toolsfile.LoadFile(*toolsFile, toolsfile.WithNATSConn(nc), allowPrivate)
 	if err != nil {
 		return err
 	}

@@ -194,10 +194,10 @@ type recordData struct {
 	Forgettable bool
 	// Unresolved: forgetting it needs "forget anyway" (see forget).
 	Unresolved bool
-	Error       string
-	Result      string
-	Raw         string
-	Commands    []command
+	Error      string
+	Result     string
+	Raw        string
+	Commands   []command
 }
 
 // command is a shell command that does what the page does.

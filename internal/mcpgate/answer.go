@@ -84,7 +84,7 @@ func replayNote(res *intent.Result) string {
 // own content and structured content, with the replay note after it.
 func (s *served) render(res *intent.Result) *mcp.CallToolResult {
 	out := render(res)
-	if s.info.Effect != kindMCP || res.Status != intent.StatusCompleted {
+	if s.info.Effect != intent.EffectMCP || res.Status != intent.StatusCompleted {
 		return out
 	}
 	var up mcp.CallToolResult

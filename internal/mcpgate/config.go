@@ -9,7 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/internal/auth"
-	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/mcp/upstream"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -169,7 +169,7 @@ func (c *Config) validate() error {
 		}
 	}
 	if c.Upstream != "" {
-		up, err := effects.ParseMCPUpstream(c.Upstream)
+		up, err := upstream.Parse(c.Upstream)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("mcpgate: upstream: %w", err))
 		}

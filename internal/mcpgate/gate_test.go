@@ -20,6 +20,7 @@ import (
 	"github.com/idemgate/idemgate/internal/worker"
 	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 )
 
 // testTools are the tools the tests' workers serve. Each is counted: its
@@ -117,7 +118,7 @@ func setup(t *testing.T, cfg Config) *testBundle {
 // counting effect.
 func (b *testBundle) counted(t *testing.T, file string) *effects.Registry {
 	t.Helper()
-	parsed, err := effects.Parse([]byte(file))
+	parsed, err := toolsfile.Parse([]byte(file))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = parsed.Close() })
 	var tools []*effects.Tool

@@ -10,7 +10,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/argschema"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -30,7 +30,7 @@ func newServed(info intent.ToolInfo) (*served, error) {
 	}
 	input := json.RawMessage(info.Schema)
 	if len(input) > 0 {
-		res, err := effects.ResolveSchema(input)
+		res, err := argschema.Resolve(input)
 		if err != nil {
 			return nil, fmt.Errorf("schema %w", err)
 		}
@@ -68,7 +68,7 @@ func defaultSchema(info intent.ToolInfo) json.RawMessage {
 			props[a] = map[string]any{"description": "a key argument: it tells operations apart"}
 		}
 		sch["properties"] = props
-		if info.Class == string(effects.ClassUnsafe) {
+		if info.Class == intent.ClassUnsafe {
 			sch["required"] = info.KeyArgs
 		}
 	}
@@ -77,7 +77,7 @@ func defaultSchema(info intent.ToolInfo) json.RawMessage {
 
 // annotations are the MCP hints of a tool, from its policy.
 func annotations(info intent.ToolInfo) *mcp.ToolAnnotations {
-	read := info.Class == string(effects.ClassRead)
+	read := info.Class == intent.ClassRead
 	a := &mcp.ToolAnnotations{
 		ReadOnlyHint: read,
 		// Behind the ledger a repeat is answered, not run: idempotent
@@ -95,14 +95,11 @@ func annotations(info intent.ToolInfo) *mcp.ToolAnnotations {
 // openWorld reports whether an effect kind reaches beyond the installation.
 func openWorld(kind string) bool {
 	switch kind {
-	case effects.KindWebhook, effects.KindSMTP, kindMCP:
+	case intent.EffectWebhook, intent.EffectSMTP, intent.EffectMCP:
 		return true
 	}
 	return false
 }
-
-// kindMCP is the effect kind of a tool served by an upstream MCP server.
-const kindMCP = "mcp"
 
 // describe is a tool's description: the tools file's, and what a repeat
 // does, as the model needs to know whether it may retry.
@@ -113,7 +110,7 @@ func describe(info intent.ToolInfo) string {
 		b.WriteString("\n\n")
 	}
 	switch {
-	case info.Class == string(effects.ClassRead):
+	case info.Class == intent.ClassRead:
 		b.WriteString("Read-only: it changes nothing and every call runs, so it is safe to call again.")
 	case !info.Ledger:
 		b.WriteString("Idempotent: a repeat leaves the same state, and every call runs, so it is safe to retry.")
@@ -142,7 +139,7 @@ func describe(info intent.ToolInfo) string {
 		}
 		b.WriteString(" Until then the call returns awaiting_approval with an operation reference: check it with " + StatusTool + ", do not call again to hurry it.")
 	}
-	if info.OnAbandoned == string(effects.AbandonHold) {
+	if info.OnAbandoned == intent.AbandonHold {
 		b.WriteString(" If it is interrupted mid-way it is held as uncertain for an operator to settle, never run again on its own.")
 	}
 	return b.String()

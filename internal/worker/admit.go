@@ -92,7 +92,7 @@ func (w *Worker) admit(stop, work context.Context, j *job) verdict {
 	if err := w.schemas.check(tool, env.Args); err != nil {
 		return w.reject(j, env.Tool, intent.CodeInvalidIntent, err)
 	}
-	if tool.Policy.Class == effects.ClassUnsafe {
+	if tool.Policy.Class == intent.ClassUnsafe {
 		if err := derivable(env, tool.KeySpec); err != nil {
 			return w.reject(j, env.Tool, intent.CodeInvalidIntent, err)
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup"
-	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -144,12 +143,18 @@ func (a *auditor) fired(j *job, lease *dedup.Lease) {
 	rec := lease.Record()
 	ev := audit.Event{Kind: audit.KindFired, Key: j.id.Key, Holder: a.holder, Attempt: rec.Attempt, Effect: j.tool.Kind, At: time.Now()}
 	switch e := j.tool.Effect.(type) {
-	case *effects.MCP:
+	case upstreamEffect:
 		ev.Destination = e.Upstream().String() + " " + e.UpstreamTool()
-	case *effects.SMTP:
+	case messageIDEffect:
 		ev.ForwardedKey = e.MessageID(j.env.Tool, j.id.Key)
 	}
 	a.trail.Append(a.partition(j.id.Key), ev)
+}
+
+// messageIDEffect is an effect that forwards the key as a message id of its
+// own making (the smtp kind's Message-ID), which the trail records.
+type messageIDEffect interface {
+	MessageID(tool, key string) string
 }
 
 // released records a transient failure that gave the key back.

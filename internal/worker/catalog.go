@@ -6,7 +6,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/mcp/upstream"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -21,7 +21,7 @@ func (w *Worker) catalog() intent.Catalog {
 		info := intent.ToolInfo{
 			Name:          t.Name,
 			Effect:        t.Kind,
-			Class:         string(t.Policy.Class),
+			Class:         t.Policy.Class,
 			SafeToRetry:   t.Policy.SafeToRetry(),
 			Ledger:        t.Policy.Ledger,
 			KeyArgs:       t.KeySpec.KeyArgs,
@@ -33,23 +33,30 @@ func (w *Worker) catalog() intent.Catalog {
 			Destructive:   t.IsDestructive(),
 		}
 		if t.Policy.Approval {
-			info.Approval, info.Approver = "required", "operator"
+			info.Approval, info.Approver = intent.ApprovalRequired, intent.ApproverOperator
 			if t.Policy.UserApproves {
-				info.Approver = "user"
+				info.Approver = intent.ApproverUser
 			}
 		}
 		if t.Policy.Ledger {
 			info.RetentionSeconds = int64(w.cfg.LedgerTTL.Seconds())
 		}
-		if m, ok := t.Effect.(*effects.MCP); ok {
+		if m, ok := t.Effect.(upstreamEffect); ok {
 			info.Upstream, info.UpstreamTool = m.Upstream().String(), m.UpstreamTool()
 		}
 		if t.Policy.Ledger {
-			info.OnAbandoned = string(t.Policy.OnAbandoned)
+			info.OnAbandoned = t.Policy.OnAbandoned
 		}
 		cat.Tools = append(cat.Tools, info)
 	}
 	return cat
+}
+
+// upstreamEffect is an effect that calls a tool of an upstream MCP server
+// (the mcp kind's).
+type upstreamEffect interface {
+	Upstream() upstream.Server
+	UpstreamTool() string
 }
 
 // serveCatalog runs the workers' NATS service ("idemgate", discoverable with

@@ -28,7 +28,7 @@ func (w *Worker) direct(work context.Context, j *job) verdict {
 	var out effects.Outcome
 	var err error
 	shared := false
-	if j.tool.Policy.Class == effects.ClassRead {
+	if j.tool.Policy.Class == intent.ClassRead {
 		out, err, shared = w.reads.do(j.id.Key, fire)
 	} else {
 		out, err = fire()

@@ -24,7 +24,7 @@ func (w *Worker) actOnLease(stop, work context.Context, j *job, c dedup.ClaimRes
 	lease, rec, pol := c.Lease, c.Lease.Record(), j.tool.Policy
 	var write func(context.Context) (dedup.Record, error)
 	switch {
-	case c.Outcome == dedup.TookOver && pol.OnAbandoned == effects.AbandonHold:
+	case c.Outcome == dedup.TookOver && pol.OnAbandoned == intent.AbandonHold:
 		w.log.Warn("holder vanished mid-effect; holding the operation as uncertain", zap.String("key", j.id.Key),
 			zap.String("previous_holder", c.Previous.Holder), zap.Int("attempt", c.Previous.Attempt))
 		reason := fmt.Sprintf("attempt %d (holder %s) was firing this operation when its worker vanished: it may or may not have happened; an operator must resolve it",

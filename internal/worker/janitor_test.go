@@ -24,7 +24,7 @@ func TestLedgerScanCountsUnresolvedAndRetainsUntimed(t *testing.T) {
 	t.Parallel()
 	b := start(t, Config{LedgerScan: NoLedgerScan, LedgerTTL: 3 * time.Second, DuplicateWindow: time.Second, AnswerCache: NoAnswerCache},
 		&effects.Tool{Name: "refund",
-			Policy: effects.Policy{Class: effects.ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: time.Hour, OnAbandoned: effects.AbandonRetry},
+			Policy: effects.Policy{Class: intent.ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: time.Hour, OnAbandoned: intent.AbandonRetry},
 			Effect: noopEffect})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

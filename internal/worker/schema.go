@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/idemgate/idemgate/pkg/argschema"
 	"github.com/idemgate/idemgate/pkg/effects"
 )
 
@@ -25,7 +26,7 @@ func (s *schemas) check(t *effects.Tool, args json.RawMessage) error {
 	}
 	v, ok := s.m.Load(t)
 	if !ok {
-		r, err := effects.ResolveSchema(t.Schema)
+		r, err := argschema.Resolve(t.Schema)
 		if err != nil {
 			return fmt.Errorf("tool %s: its schema: %w", t.Name, err)
 		}

@@ -221,7 +221,7 @@ func TestReadsInFlightAreCoalesced(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
 	release := make(chan struct{})
-	b := start(t, Config{}, &effects.Tool{Name: "lookup", Policy: effects.Policy{Class: effects.ClassRead},
+	b := start(t, Config{}, &effects.Tool{Name: "lookup", Policy: effects.Policy{Class: intent.ClassRead},
 		Effect: effects.EffectFunc(func(ctx context.Context, c effects.Call) (effects.Outcome, error) {
 			calls.Add(1)
 			<-release
@@ -258,7 +258,7 @@ func TestLapsedApprovalDoesNotFire(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
 	b := start(t, Config{}, &effects.Tool{Name: "refund",
-		Policy: effects.Policy{Class: effects.ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: time.Hour, OnAbandoned: effects.AbandonRetry},
+		Policy: effects.Policy{Class: intent.ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: time.Hour, OnAbandoned: intent.AbandonRetry},
 		Effect: effects.EffectFunc(func(ctx context.Context, c effects.Call) (effects.Outcome, error) {
 			calls.Add(1)
 			return effects.Outcome{Result: json.RawMessage(`"refunded"`), Invocations: 1}, nil
@@ -322,7 +322,7 @@ func TestToolInFlightCap(t *testing.T) {
 	var running, peak atomic.Int32
 	release := make(chan struct{})
 	b := start(t, Config{RetryDelay: 20 * time.Millisecond, MaxRetryDelay: 50 * time.Millisecond},
-		&effects.Tool{Name: "slow", Policy: effects.Policy{Class: effects.ClassUnsafe, Ledger: true, OnAbandoned: effects.AbandonRetry, MaxInFlight: 1},
+		&effects.Tool{Name: "slow", Policy: effects.Policy{Class: intent.ClassUnsafe, Ledger: true, OnAbandoned: intent.AbandonRetry, MaxInFlight: 1},
 			Effect: effects.EffectFunc(func(ctx context.Context, c effects.Call) (effects.Outcome, error) {
 				n := running.Add(1)
 				defer running.Add(-1)

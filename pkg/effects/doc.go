@@ -1,5 +1,8 @@
-// Package effects runs the side effects behind idemgate's tools: the Effect
-// contract, the registry of configured tools and the built-in effects.
+// Package effects is the contract between idemgate's workers and the side
+// effects behind its tools: what an effect implements (Effect, EffectFunc),
+// what it is given and returns (Call, Outcome), how its errors are read
+// (PermanentError, ErrExhausted), how it retries (RetryPolicy, Retry), and
+// the tools a worker serves (Tool, Policy, Registry).
 //
 // # The contract
 //
@@ -32,36 +35,39 @@
 // this side: the downstream may have acted, and the retry is a second firing.
 // Nothing on this side can tell those cases from an effect that never
 // happened, so the repeat is absorbed downstream: every effect forwards
-// Call.Key to the outside world (the webhook's Idempotency-Key header, an
-// email's Message-ID) so that a keyed service recognises the repeat and does
+// Call.Key to the outside world (HeaderIdempotencyKey; an email's
+// Message-ID) so that a keyed service recognises the repeat and does
 // nothing. An effect whose downstream cannot do that should keep its
 // timeouts generous; for such tools the ledger can hold an abandoned key as
 // uncertain, for a person to decide, rather than fire again. Call.Attempt
 // above 1 says an earlier holder claimed the key.
 //
-// # The registry
+// # Retries
 //
-// A tools file (YAML; the format is in docs/tools.md) names each tool, how
-// its keys are derived (intent.KeySpec), its lease, and its effect: a kind
-// and that kind's settings. Parse and LoadFile build a Registry from it and
-// report every problem at once, each as a *ConfigError with the file, line,
-// field and a hint; unknown fields are problems, so a typo never passes
-// silently. So is an unsafe tool whose key a model could choose: keyed by
-// all its args, with no closed schema to refuse an arg the model invents;
-// it needs key_args, a closed schema or key_args: all. Settings that load but likely misbehave — a key arg that looks
-// like a timestamp, a webhook to an address it will refuse — are kept as
-// warnings (Registry.Warnings), with their lines. An intent for a tool that
-// is not configured gets Registry.UnknownTool's error, which names the
-// closest configured tool. NewRegistry builds one from tools written in code,
-// as they are: the file's rules, this one included, are the loader's.
+// An effect retries within one Fire as its RetryPolicy says; Retry is that
+// loop (exponential backoff, RetryAfter for a wait the other side asked
+// for, ErrExhausted when the attempts run out), and every built-in kind
+// uses it.
 //
-// The built-in kinds are webhook (Webhook), smtp (SMTP), mcp (MCP: a tool
-// of another MCP server; a file's mcp_upstreams entries serve an upstream's
-// whole tool list, kept current with it) and noop (Noop). The nats kind
-// (NATSService) needs the caller's connection and is added with
-// WithNATSConn; WithAllowPrivate names the private addresses every
-// URL-taking effect may reach. The kinds a tools file may name are fixed: a
-// tool written in another language is served as a NATS service (the nats
-// effect) or as an MCP server (the mcp effect), which are the extension
-// points, so the loader's plug-in seam is internal to this package.
+// # Tools and the registry
+//
+// A Tool is a configured tool: its name, how its keys are derived
+// (intent.KeySpec), its lease, its Policy (class, ledger, approval,
+// abandoned leases, in the values intent defines) and its Effect. A
+// Registry is the set of them, read-only and safe for concurrent use:
+// Lookup finds a tool, and an intent for a tool that is not configured gets
+// UnknownTool's error, which names the closest configured tool. NewRegistry
+// builds one from tools written in code, as they are; package toolsfile
+// builds one from a tools file, with that file's rules and warnings.
+//
+// # The kinds
+//
+// Each built-in kind is a package of its own, with a Config and a New that
+// reports every invalid setting as a *SettingError: webhook (an HTTP
+// request), smtp (an email through a relay), natsservice (a request to a
+// NATS service), mcp (a tool of another MCP server) and noop. Package
+// netguard holds the destination rules of the kinds that take a URL. A
+// tool written in another language is served as a NATS service or as an
+// MCP server, which are the extension points; the kinds a tools file may
+// name are fixed.
 package effects

@@ -56,10 +56,10 @@ const (
 	HeaderAttempt = "Idem-Attempt" // Call.Attempt in decimal, when at least 1
 )
 
-// firingHeaders returns the values of HeaderHolder and HeaderAttempt for
-// call ("" for one to leave out). A control character in the holder (a line
-// break would end the header) becomes '?'.
-func firingHeaders(call Call) (holder, attempt string) {
+// FiringHeaders returns the values of HeaderHolder and HeaderAttempt for
+// the call ("" for one to leave out). A control character in the holder (a
+// line break would end the header) becomes '?'.
+func (call Call) FiringHeaders() (holder, attempt string) {
 	holder = strings.Map(func(r rune) rune {
 		if r < ' ' || r == 0x7f {
 			return '?'
@@ -70,6 +70,26 @@ func firingHeaders(call Call) (holder, attempt string) {
 		attempt = strconv.Itoa(call.Attempt)
 	}
 	return holder, attempt
+}
+
+// Headers returns the request headers an effect that sends headers (the
+// webhook and nats kinds) gives the call: the trace context, then
+// HeaderIdempotencyKey and HeaderTool, and HeaderSession, HeaderCallID,
+// HeaderHolder and HeaderAttempt when set (see FiringHeaders).
+func (call Call) Headers() map[string]string {
+	h := make(map[string]string, len(call.Trace)+6)
+	for k, v := range call.Trace {
+		h[k] = v
+	}
+	h[HeaderIdempotencyKey] = call.Key
+	h[HeaderTool] = call.Tool
+	holder, attempt := call.FiringHeaders()
+	for name, v := range map[string]string{HeaderSession: call.Session, HeaderCallID: call.CallID, HeaderHolder: holder, HeaderAttempt: attempt} {
+		if v != "" {
+			h[name] = v
+		}
+	}
+	return h
 }
 
 // Outcome is what an effect did.

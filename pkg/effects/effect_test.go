@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,14 +19,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var (
-	_ effects.Effect  = effects.EffectFunc(nil)
-	_ effects.Effect  = (*effects.Webhook)(nil)
-	_ effects.Effect  = (*effects.Noop)(nil)
-	_ effects.Bounded = (*effects.Webhook)(nil)
-	_ effects.Bounded = (*effects.Noop)(nil)
-	_ io.Closer       = (*effects.Webhook)(nil)
-)
+var _ effects.Effect = effects.EffectFunc(nil)
 
 func TestEffectFunc(t *testing.T) {
 	t.Parallel()
@@ -80,4 +73,15 @@ func TestPermanentError(t *testing.T) {
 			require.NotErrorIs(t, err, effects.ErrPermanent)
 		}
 	})
+}
+
+func TestErrorMessagesAreCapped(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", 3000)
+	e := effects.Permanent("", long).(*effects.PermanentError).IntentError()
+	require.LessOrEqual(t, len(e.Message), effects.MaxErrorMessage)
+	require.True(t, strings.HasSuffix(e.Message, "…"))
+	require.Equal(t, "short", effects.TruncateMessage("short", 10))
+	require.Equal(t, "ab…", effects.TruncateMessage("abcdef", 5))
+	require.Equal(t, "\uFFFD", effects.TruncateMessage("\xff", 10))
 }

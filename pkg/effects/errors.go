@@ -69,6 +69,28 @@ func (e *PermanentError) Unwrap() error { return e.Err }
 // Is reports whether target is ErrPermanent.
 func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 
+// SettingError is one invalid setting of an effect: a constructor of a
+// built-in kind (webhook.New, for one) returns one for each invalid field,
+// joined, and the tools-file parser reports each at its field's line.
+type SettingError struct {
+	Kind    string // the effect's kind: "webhook"
+	Field   string // the field as the tools file names it: "url", "retry.max_attempts"
+	Problem string // what is wrong: "is missing"
+	Hint    string // how to fix it: "write e.g. http://127.0.0.1:8080/hooks/email"
+}
+
+// Error returns "<kind>: <field>: <problem> (<hint>)".
+func (e *SettingError) Error() string {
+	s := e.Field + ": " + e.Problem
+	if e.Kind != "" {
+		s = e.Kind + ": " + s
+	}
+	if e.Hint != "" {
+		s += " (" + e.Hint + ")"
+	}
+	return s
+}
+
 // MaxErrorMessage is the longest error message IntentError records, in
 // bytes: a longer one is cut at a character boundary and ends in "…". Errors
 // are recorded in the ledger and sent to every caller, so their size is

@@ -5,16 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
-	"os"
-	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -27,16 +22,6 @@ const (
 	// MinLease is the shortest lease a tool may declare.
 	MinLease = time.Second
 )
-
-var (
-	toolNamePattern = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
-	kindPattern     = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
-)
-
-// toolFields are the fields every tool has; no effect kind may take one of
-// these names, since a kind's settings live under a field named after it.
-var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease", "class", "ledger", "approval", "approval_ttl", "on_abandoned", "max_in_flight",
-	"description", "schema", "destructive", "approver"}
 
 // Tool is one configured tool: how its keys are derived, how long a holder
 // owns a key, and the effect that fires.
@@ -81,100 +66,40 @@ type Bounded interface {
 	MaxDuration() time.Duration
 }
 
-// factory builds an effect of one kind from its settings: the mapping named
-// after the kind under a tool (a tool's "webhook:"), empty when the tool has
-// none. A factory reads its fields with the section's getters and reports
-// bad values with section.Invalid; fields it does not read are reported as
-// unknown. It returns an error only for a problem it did not report on the
-// section (the error is then recorded at the section's line); once it has
-// reported problems, its returned error and effect are ignored.
-//
-// The seam is internal on purpose: a tool in another language is served
-// through the nats effect (a NATS service) or the mcp effect (an MCP
-// server), not a Go plug-in (docs/tools.md, "Adding a tool in another
-// language").
-type factory func(s *section) (Effect, error)
-
-// builtin are the kinds every Parse knows; each effect's file adds itself.
-var builtin = map[string]factory{}
-
-func registerBuiltin(kind string, f factory) {
-	if _, dup := builtin[kind]; dup || !kindPattern.MatchString(kind) {
-		panic("effects: bad or duplicate builtin kind " + kind)
-	}
-	builtin[kind] = f
-}
-
-// Option adjusts Parse and LoadFile.
-type Option func(*options)
-
-type options struct {
-	file      string
-	factories map[string]factory
-	allow     []netip.Prefix // WithAllowPrivate
-	errs      []error
-}
-
-// withFactory makes kind available as a tool's effect, built by f. It adds
-// a kind (one needing runtime dependencies, such as a NATS connection) or
-// replaces a built-in one. A kind is [a-z][a-z0-9_]{0,31} and may not be
-// one of a tool's own field names.
-func withFactory(kind string, f factory) Option {
-	return func(o *options) {
-		switch {
-		case !kindPattern.MatchString(kind):
-			o.errs = append(o.errs, fmt.Errorf("effects: effect kind %q: use [a-z][a-z0-9_]{0,31}", kind))
-		case slices.Contains(toolFields, kind):
-			o.errs = append(o.errs, fmt.Errorf("effects: effect kind %q is a tool field name", kind))
-		case f == nil:
-			o.errs = append(o.errs, fmt.Errorf("effects: effect kind %q: nil factory", kind))
-		default:
-			o.factories[kind] = f
-		}
-	}
-}
-
-// WithNATSConn makes the nats effect (KindNATS) available: its requests go
-// out on nc, which the caller owns (the registry never closes it). Without
-// it a tools file naming effect nats reports unknown effect "nats". A
-// connection that is never opened (new(nats.Conn)) is enough to validate a
-// file; such a registry's nats effects must not fire. A nil nc makes
-// every nats tool of the file a problem.
-func WithNATSConn(nc *nats.Conn) Option {
-	return withFactory(KindNATS, natsServiceFactory(nc))
-}
-
-// WithAllowPrivate lets every effect that takes a URL — each webhook, and
-// each mcp upstream given by url — reach the addresses in prefixes besides
-// public ones, on top of what its own allow_private lists (see NetGuard for
-// what is refused by default). A worker passes its --webhook-allow list
-// here. Given more than once, the lists add up.
-func WithAllowPrivate(prefixes ...netip.Prefix) Option {
-	return func(o *options) {
-		for _, p := range prefixes {
-			if !p.IsValid() {
-				o.errs = append(o.errs, fmt.Errorf("effects: WithAllowPrivate: invalid prefix %v", p))
-				continue
-			}
-			o.allow = append(o.allow, p.Masked())
-		}
-	}
-}
-
-// WithFilename names the file in error messages. Default "tools.yaml";
-// LoadFile uses the path it reads.
-func WithFilename(name string) Option {
-	return func(o *options) { o.file = name }
-}
-
 // Registry is the set of configured tools. It is read-only once built and
 // safe for concurrent use.
 type Registry struct {
-	tools     map[string]*Tool
-	names     []string
-	upstreams []*upstream // mcp_upstreams: tools that follow the upstream's list
-	owned     []*MCPConn
-	warnings  []Warning // from Parse; see Warnings
+	tools    map[string]*Tool
+	names    []string
+	sources  []Source
+	warnings []Warning
+	release  func()
+}
+
+// A Source serves tools that come and go while a registry is in use: an
+// upstream MCP server's, which follow its list (a tools file's
+// mcp_upstreams). Its methods are called concurrently.
+type Source interface {
+	// Lookup returns the tool named name, if the source serves it now.
+	Lookup(name string) (*Tool, bool)
+	// Names returns the names of the tools it serves now.
+	Names() []string
+}
+
+// RegistryConfig is a registry as a loader (package toolsfile) builds it.
+type RegistryConfig struct {
+	// Tools are the tools, as NewRegistry takes them.
+	Tools []*Tool
+	// Sources serve tools besides Tools, looked up after them: a name
+	// both have is the tool of Tools.
+	Sources []Source
+	// Warnings are what the loader found that loads but probably does not
+	// do what its author meant; Registry.Warnings returns them.
+	Warnings []Warning
+	// Release, when set, is called by Registry.Close after the effects are
+	// closed: it releases what the loader holds for them (the connections
+	// their effects share, the sources).
+	Release func()
 }
 
 // NewRegistry builds a registry from tools built in code (tests, embedding).
@@ -182,14 +107,20 @@ type Registry struct {
 // DefaultLease and a zero Policy DefaultPolicy(). The tools are used as given,
 // not copied.
 func NewRegistry(tools ...*Tool) (*Registry, error) {
-	r := &Registry{tools: make(map[string]*Tool, len(tools))}
+	return NewRegistryFrom(RegistryConfig{Tools: tools})
+}
+
+// NewRegistryFrom builds a registry from what a loader built (see
+// NewRegistry for the rules of its tools).
+func NewRegistryFrom(cfg RegistryConfig) (*Registry, error) {
+	r := &Registry{tools: make(map[string]*Tool, len(cfg.Tools))}
 	var errs []error
-	for _, t := range tools {
+	for _, t := range cfg.Tools {
 		switch {
 		case t == nil:
 			errs = append(errs, errors.New("effects: nil tool"))
 			continue
-		case !toolNamePattern.MatchString(t.Name):
+		case !intent.ValidTool(t.Name):
 			errs = append(errs, fmt.Errorf("effects: tool name %q: use 1-64 of a-z, 0-9, '_' and '-'", t.Name))
 		case r.tools[t.Name] != nil:
 			errs = append(errs, fmt.Errorf("effects: tool %q defined twice", t.Name))
@@ -216,40 +147,44 @@ func NewRegistry(tools ...*Tool) (*Registry, error) {
 		return nil, err
 	}
 	sort.Strings(r.names)
+	r.sources = cfg.Sources
+	r.warnings = append([]Warning(nil), cfg.Warnings...)
+	r.release = cfg.Release
 	return r, nil
 }
 
-// Lookup returns the tool named name: one of the tools file, or of an
-// upstream MCP server's current list (mcp_upstreams).
+// Lookup returns the tool named name: one of the registry's tools, or one
+// its sources serve now (an upstream MCP server's current list).
 func (r *Registry) Lookup(name string) (*Tool, bool) {
 	if t, ok := r.tools[name]; ok {
 		return t, true
 	}
-	for _, u := range r.upstreams {
-		if t, ok := u.lookup(name); ok {
+	for _, src := range r.sources {
+		if t, ok := src.Lookup(name); ok {
 			return t, true
 		}
 	}
 	return nil, false
 }
 
-// Names returns the tool names, sorted: the tools file's, and those the
-// upstream MCP servers list now.
+// Names returns the tool names, sorted: the registry's tools, and those
+// its sources serve now.
 func (r *Registry) Names() []string {
 	names := append([]string(nil), r.names...)
-	if len(r.upstreams) == 0 {
+	if len(r.sources) == 0 {
 		return names
 	}
-	for _, u := range r.upstreams {
-		names = append(names, u.names()...)
+	for _, src := range r.sources {
+		names = append(names, src.Names()...)
 	}
 	sort.Strings(names)
 	return slices.Compact(names)
 }
 
 // Close releases what the effects hold (idle HTTP connections, for one): it
-// closes every effect that is an io.Closer. The registry's effects must not
-// fire afterwards.
+// closes every effect that is an io.Closer, then releases what its loader
+// holds (RegistryConfig.Release). The registry's effects must not fire
+// afterwards.
 func (r *Registry) Close() error {
 	var errs []error
 	for _, name := range r.names {
@@ -259,320 +194,55 @@ func (r *Registry) Close() error {
 			}
 		}
 	}
-	for _, u := range r.upstreams {
-		_ = u.close() // ending a session with a server that is gone is no failure
-	}
-	for _, c := range r.owned {
-		_ = c.Close()
+	if r.release != nil {
+		r.release()
 	}
 	return errors.Join(errs...)
 }
 
-// LoadFile reads and parses the tools file at path (see Parse).
-func LoadFile(path string, opts ...Option) (*Registry, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("effects: read tools file: %w", err)
-	}
-	return Parse(data, append([]Option{WithFilename(path)}, opts...)...)
+// Warnings returns what the registry's loader found that loads but probably
+// does not do what its author meant, in line order (none for a registry
+// built with NewRegistry); package toolsfile lists the kinds.
+func (r *Registry) Warnings() []Warning {
+	return append([]Warning(nil), r.warnings...)
 }
 
-// MaxTools is the most tools one tools file may declare.
-const MaxTools = 1000
-
-// Parse builds a registry from a tools file (the format is in docs/tools.md).
-// It reports every problem it finds, not just the first: the error joins one
-// *ConfigError per problem (each matches ErrConfig), in line order, each with
-// the line, the field and a hint. An unsafe tool keyed by all its args whose
-// schema does not refuse an arg it does not declare (none, or one without
-// additionalProperties: false) is a problem unless it says key_args: all:
-// a model could choose its key (docs/tools.md, "An unsafe tool names its
-// operation").
-func Parse(data []byte, opts ...Option) (*Registry, error) {
-	o := &options{file: "tools.yaml", factories: make(map[string]factory, len(builtin))}
-	for k, f := range builtin {
-		o.factories[k] = f
-	}
-	for _, opt := range opts {
-		opt(o)
-	}
-	if err := errors.Join(o.errs...); err != nil {
-		return nil, err
-	}
-	c := &collector{file: o.file, allow: o.allow}
-	root, ok := decodeDocument(c, data)
-	if !ok {
-		return nil, c.err()
-	}
-	ups := parseUpstreams(c, o, root)
-	c.upstreams = upstreamConns(ups)
-	var tools []*Tool
-	entries := toolsEntries(c, root, len(ups) > 0)
-	if len(entries) > MaxTools {
-		c.add(entries[MaxTools].key.Line, "tools", fmt.Sprintf("%d tools, more than the limit of %d", len(entries), MaxTools), "split the tools over several installations (--prefix)")
-		return nil, c.err()
-	}
-	for _, name := range entries {
-		if t := parseTool(c, o, name.key, name.val, ""); t != nil {
-			tools = append(tools, t)
-		}
-	}
-	expandUpstreams(c, ups, tools)
-	root.unknown(nil)
-	closeUpstreams := func() {
-		for _, u := range ups {
-			_ = u.close()
-		}
-		for _, conn := range c.owned {
-			_ = conn.Close()
-		}
-	}
-	if err := c.err(); err != nil {
-		closeAll(tools)
-		closeUpstreams()
-		return nil, err
-	}
-	r, err := NewRegistry(tools...)
-	if err != nil {
-		closeUpstreams()
-		return nil, err
-	}
-	r.upstreams, r.owned = ups, c.owned
-	r.warnings = c.warnings()
-	return r, nil
+// Warning is a setting that loads but probably does not do what its author
+// meant: a key that can hold a timestamp, a webhook to an address that will
+// be refused at run time. Unlike a problem it does not stop the file from
+// loading; worker --check-config prints them, and a worker logs them at
+// start.
+type Warning struct {
+	File    string // the file name, as the loader was given it
+	Line    int    // 1-based line of the field; 0 when unknown
+	Path    string // the field, dotted from the tool name: "create_ticket.key_args[1]"
+	Problem string // what looks wrong
+	Hint    string // what to do about it; may be empty
 }
 
-// decodeDocument parses data as a single YAML document whose top is a mapping.
-func decodeDocument(c *collector, data []byte) (*section, bool) {
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			c.add(1, "", "the file is empty", "start with tools: and one entry per tool")
-			return nil, false
-		}
-		line, msg := yamlErrorLine(err)
-		c.add(line, "", msg, "check the indentation and quote values that hold ':' or '#'")
-		return nil, false
+// String formats the warning as "file:line: path: problem (hint)".
+func (w Warning) String() string {
+	var b strings.Builder
+	b.WriteString(w.File)
+	if w.Line > 0 {
+		b.WriteString(":" + strconv.Itoa(w.Line))
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		c.add(extra.Line, "", "more than one YAML document", "remove the '---' separator: one file holds one tools mapping")
-		return nil, false
+	b.WriteString(": ")
+	if w.Path != "" {
+		b.WriteString(w.Path + ": ")
 	}
-	if len(doc.Content) == 0 || isNull(resolve(doc.Content[0])) {
-		c.add(1, "", "the file is empty", "start with tools: and one entry per tool")
-		return nil, false
+	b.WriteString(w.Problem)
+	if w.Hint != "" {
+		b.WriteString(" (" + w.Hint + ")")
 	}
-	root := newSection(c, "", 1, doc.Content[0])
-	return root, root.present && len(c.errs) == 0
+	return b.String()
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
-
-// yamlErrorLine splits a yaml.v3 syntax error into its line and message.
-func yamlErrorLine(err error) (int, string) {
-	m := yamlLine.FindStringSubmatch(err.Error())
-	if m == nil {
-		return 0, err.Error()
+// IsDestructive reports whether the tool may destroy or overwrite: the tools
+// file's destructive field, by default true for every tool but reads.
+func (t *Tool) IsDestructive() bool {
+	if t.Destructive != nil {
+		return *t.Destructive
 	}
-	line := 0
-	fmt.Sscan(m[1], &line)
-	return line, m[2]
-}
-
-// toolsEntries returns the entries of the top-level "tools" mapping.
-func toolsEntries(c *collector, root *section, upstreams bool) []field {
-	raw, ok := root.take("tools")
-	if !ok && upstreams {
-		return nil
-	}
-	if !ok {
-		c.add(1, "tools", "is missing", "start the file with tools: and one entry per tool")
-		return nil
-	}
-	node := resolve(raw)
-	if node.Kind != yaml.MappingNode || len(node.Content) == 0 {
-		c.add(node.Line, "tools", fmt.Sprintf("is %s, want a mapping of tool names to tools", describe(node)), "write e.g. tools: then, indented, send_email: {effect: webhook, ...}")
-		return nil
-	}
-	var out []field
-	seen := map[string]int{}
-	for i := 0; i+1 < len(node.Content); i += 2 {
-		k := resolve(node.Content[i])
-		if first, dup := seen[k.Value]; dup {
-			c.add(k.Line, k.Value, fmt.Sprintf("tool defined twice (first at line %d)", first), "rename or remove one")
-			continue
-		}
-		seen[k.Value] = k.Line
-		out = append(out, field{key: k, val: node.Content[i+1]})
-	}
-	return out
-}
-
-// parseTool reads one tool; nil when it has problems. entry is where the
-// tool's fields are written, for hints: "" for an entry of tools, else the
-// override's path (mcp_upstreams.<name>.tools.<tool>).
-func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) *Tool {
-	before := len(c.errs)
-	name := keyNode.Value
-	if keyNode.Kind != yaml.ScalarNode || !toolNamePattern.MatchString(name) {
-		c.add(keyNode.Line, "tools", fmt.Sprintf("tool name %s is invalid", describe(keyNode)), "use 1-64 of a-z, 0-9, '_' and '-'")
-	}
-	s := newSection(c, name, keyNode.Line, val)
-	if !s.present || len(s.fields) == 0 {
-		if len(c.errs) == before {
-			c.add(keyNode.Line, name, "has no settings", "add at least effect: noop or effect: webhook")
-		}
-		return nil
-	}
-	t := &Tool{Name: name}
-
-	t.Kind = s.String("effect", "")
-	build, known := o.factories[t.Kind]
-	switch {
-	case !s.Has("effect"):
-		s.Invalid("effect", "is missing", "add effect: one of "+strings.Join(kinds(o), ", "))
-	case t.Kind != "" && !known:
-		hint := suggest(t.Kind, kinds(o))
-		if strings.HasPrefix(hint, "known fields: ") {
-			hint = "known effects: " + strings.TrimPrefix(hint, "known fields: ")
-		}
-		s.Invalid("effect", fmt.Sprintf("unknown effect %q", t.Kind), hint)
-	}
-
-	keyArgs, keyArgLines := keyArgList(s)
-	volatile, _ := argList(s, "volatile_args")
-	for _, a := range keyArgs {
-		if slices.Contains(volatile, a) {
-			s.Invalid("volatile_args", fmt.Sprintf("%q is also a key arg", a), "a key arg always tells operations apart; remove it from one of the lists")
-		}
-	}
-	t.KeySpec = intent.KeySpec{KeyArgs: keyArgs, VolatileArgs: volatile}
-	keyWarnings(s, t, keyArgLines)
-
-	if s.Has("window") {
-		mark := s.Problems()
-		w := s.Duration("window", 0)
-		switch {
-		case s.Problems() > mark:
-		case w == 0:
-			s.Invalid("window", "must be at least 1s", "remove window for keys without a time window, or write e.g. 168h")
-		case w%time.Second != 0:
-			s.Invalid("window", fmt.Sprintf("%s is not a whole number of seconds", w), "write e.g. 168h")
-		case w > 0 && w < time.Second:
-			s.Invalid("window", "must be at least 1s", "write e.g. 168h")
-		}
-		t.KeySpec.Window = w
-	}
-
-	t.Policy = parsePolicy(s)
-	parseDescription(s, t)
-	requireIdentity(s, t, entry)
-	t.AuditArgs = s.Bool("audit_args", false)
-	t.Lease = s.Duration("lease", DefaultLease)
-	if t.Lease < MinLease {
-		s.Invalid("lease", fmt.Sprintf("%s is under the minimum of %s", formatDuration(t.Lease), MinLease), "write e.g. lease: 30s")
-	}
-
-	if known {
-		settings := s.Section(t.Kind)
-		mark := s.Problems()
-		eff, err := build(settings)
-		switch {
-		case s.Problems() > mark:
-			closeEffect(eff)
-		case err != nil:
-			var ce *ConfigError
-			if errors.As(err, &ce) {
-				c.errs = append(c.errs, ce)
-			} else {
-				settings.Invalid("", err.Error(), "")
-			}
-			closeEffect(eff)
-		case eff == nil:
-			settings.Invalid("", "the "+t.Kind+" factory built no effect", "")
-		default:
-			t.Effect = eff
-		}
-	}
-
-	s.unknown(func(s *section, field string) (string, string, bool) {
-		if _, isKind := o.factories[field]; !isKind {
-			return "", "", false
-		}
-		if !known {
-			return "", "", true // the unknown effect is reported already
-		}
-		return fmt.Sprintf("settings for effect %s, but this tool's effect is %s", field, t.Kind),
-			"remove the " + field + " block or change effect", true
-	})
-	if len(c.errs) > before {
-		closeEffect(t.Effect)
-		return nil
-	}
-	if b, ok := t.Effect.(Bounded); ok {
-		t.MaxDuration = b.MaxDuration()
-	}
-	return t
-}
-
-// keyArgList reads key_args: a list of argument names (see argList), or
-// the word all, which says that every argument names the operation (the
-// default spelled out; see requireIdentity).
-func keyArgList(s *section) (names []string, lines []int) {
-	if f, ok := s.fields["key_args"]; ok {
-		if v := resolve(f.val); v.Kind == yaml.ScalarNode && !isNull(v) {
-			s.take("key_args")
-			if v.Value != "all" {
-				s.Invalid("key_args", fmt.Sprintf("%q is neither a list of argument names nor all", v.Value),
-					"write e.g. key_args: [order_id], or key_args: all when every argument names the operation")
-			}
-			return nil, nil
-		}
-	}
-	names, lines = argList(s, "key_args")
-	if s.Has("key_args") && len(names) == 0 && resolve(s.fields["key_args"].val).Kind == yaml.SequenceNode {
-		s.Invalid("key_args", "is an empty list", "list the arguments that name the operation, e.g. key_args: [order_id], or write key_args: all")
-	}
-	return names, lines
-}
-
-// argList reads a list of top-level argument names, non-empty and unique,
-// and the line of each.
-func argList(s *section, name string) ([]string, []int) {
-	items, lines := s.strings(name)
-	seen := map[string]bool{}
-	for i, it := range items {
-		p := fmt.Sprintf("%s.%s[%d]", s.path, name, i)
-		switch {
-		case it == "":
-			s.c.add(lines[i], p, "is empty", "name a top-level argument, e.g. to")
-		case seen[it]:
-			s.c.add(lines[i], p, fmt.Sprintf("%q is listed twice", it), "keep one")
-		}
-		seen[it] = true
-	}
-	return items, lines
-}
-
-func kinds(o *options) []string {
-	out := make([]string, 0, len(o.factories))
-	for k := range o.factories {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func closeEffect(e Effect) {
-	if c, ok := e.(io.Closer); ok {
-		_ = c.Close()
-	}
-}
-
-func closeAll(tools []*Tool) {
-	for _, t := range tools {
-		closeEffect(t.Effect)
-	}
+	return t.Policy.Class != intent.ClassRead
 }

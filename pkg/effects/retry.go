@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 )
 
 // Retry defaults, shared by every effect that retries (webhook, smtp, nats,
@@ -36,78 +38,47 @@ type RetryPolicy struct {
 	MaxInterval time.Duration
 }
 
-// retryDefaults fills the zero fields of a retry policy with the defaults.
-func retryDefaults(r RetryPolicy) RetryPolicy {
-	if r.MaxAttempts == 0 {
-		r.MaxAttempts = DefaultMaxAttempts
+// WithDefaults returns p with its zero fields set to the defaults.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = DefaultMaxAttempts
 	}
-	if r.InitialInterval == 0 {
-		r.InitialInterval = DefaultInitialInterval
+	if p.InitialInterval == 0 {
+		p.InitialInterval = DefaultInitialInterval
 	}
-	if r.MaxInterval == 0 {
-		r.MaxInterval = max(DefaultMaxInterval, r.InitialInterval)
-	}
-	return r
-}
-
-// retryProblems validates a retry policy with its defaults applied; the
-// fields are named as in the tools file.
-func retryProblems(r RetryPolicy) []problem {
-	var ps []problem
-	if r.MaxAttempts < 1 || r.MaxAttempts > 100 {
-		ps = append(ps, problem{"retry.max_attempts", fmt.Sprintf("%d is not between 1 and 100", r.MaxAttempts), "write e.g. 4; 1 disables retries"})
-	}
-	if r.InitialInterval < 0 {
-		ps = append(ps, problem{"retry.initial_interval", "is negative", "write e.g. 200ms"})
-	}
-	if r.MaxInterval < r.InitialInterval {
-		ps = append(ps, problem{"retry.max_interval", fmt.Sprintf("%s is under initial_interval %s", formatDuration(r.MaxInterval), formatDuration(r.InitialInterval)), "make max_interval at least initial_interval"})
-	}
-	return ps
-}
-
-// readRetry reads a "retry:" block the way the webhook's is read, reporting
-// an explicit zero (which would mean "default" in code) as a mistake.
-func readRetry(s *section) RetryPolicy {
-	r := s.Section("retry")
-	p := RetryPolicy{
-		MaxAttempts:     r.Int("max_attempts", DefaultMaxAttempts),
-		InitialInterval: r.Duration("initial_interval", DefaultInitialInterval),
-		MaxInterval:     r.Duration("max_interval", DefaultMaxInterval),
-	}
-	for _, f := range []struct {
-		name string
-		zero bool
-		hint string
-	}{
-		{"max_attempts", p.MaxAttempts == 0, "write e.g. 4; 1 disables retries"},
-		{"initial_interval", p.InitialInterval == 0, "write e.g. 200ms"},
-		{"max_interval", p.MaxInterval == 0, "write e.g. 5s"},
-	} {
-		if f.zero && r.Has(f.name) {
-			r.Invalid(f.name, "must be positive", f.hint)
-		}
+	if p.MaxInterval == 0 {
+		p.MaxInterval = max(DefaultMaxInterval, p.InitialInterval)
 	}
 	return p
 }
 
-// positiveDuration reads a duration field that must not be written as zero
-// (zero means "default" in code).
-func positiveDuration(s *section, name string, def time.Duration) time.Duration {
-	d := s.Duration(name, def)
-	if d == 0 && s.Has(name) {
-		s.Invalid(name, "must be positive", "write e.g. "+formatDuration(def))
+// Problems returns a *SettingError of an effect of kind for each invalid
+// field of p, which has its defaults applied; the fields are named as in
+// the tools file ("retry.max_attempts").
+func (p RetryPolicy) Problems(kind string) []error {
+	var errs []error
+	add := func(field, problem, hint string) {
+		errs = append(errs, &SettingError{Kind: kind, Field: field, Problem: problem, Hint: hint})
 	}
-	return d
+	if p.MaxAttempts < 1 || p.MaxAttempts > 100 {
+		add("retry.max_attempts", fmt.Sprintf("%d is not between 1 and 100", p.MaxAttempts), "write e.g. 4; 1 disables retries")
+	}
+	if p.InitialInterval < 0 {
+		add("retry.initial_interval", "is negative", "write e.g. 200ms")
+	}
+	if p.MaxInterval < p.InitialInterval {
+		add("retry.max_interval", fmt.Sprintf("%s is under initial_interval %s", text.FormatDuration(p.MaxInterval), text.FormatDuration(p.InitialInterval)), "make max_interval at least initial_interval")
+	}
+	return errs
 }
 
-// attemptFunc makes one call to the outside world. It returns the result on
-// success; otherwise an error, a *PermanentError when retrying cannot help.
-type attemptFunc func(ctx context.Context) (json.RawMessage, error)
+// RetryAfter returns err, an attempt's transient error, with the wait the
+// other side asked for before the next attempt (an HTTP Retry-After): Retry
+// waits that long instead of its backoff, within the policy's MaxInterval.
+func RetryAfter(err error, wait time.Duration) error {
+	return &retryAfterError{err: err, wait: wait}
+}
 
-// retryAfterError is an attempt's transient error together with the wait the
-// other side asked for before the next attempt (an HTTP Retry-After); the
-// retry loop waits that long instead of its backoff, within MaxInterval.
 type retryAfterError struct {
 	err  error
 	wait time.Duration
@@ -116,13 +87,15 @@ type retryAfterError struct {
 func (e *retryAfterError) Error() string { return e.err.Error() }
 func (e *retryAfterError) Unwrap() error { return e.err }
 
-// retryLoop runs attempt up to policy.MaxAttempts times with exponential
-// backoff (or the wait a *retryAfterError asks for), and counts the attempts
-// in the Outcome.
-// Context errors are wrapped with what (e.g. "smtp relay:25"); exhausted
-// retries wrap ErrExhausted and the last error, with the count of attempts
-// in unit ("request", "transaction"; pluralised as needed).
-func retryLoop(ctx context.Context, policy RetryPolicy, what, unit string, attempt attemptFunc) (Outcome, error) {
+// Retry runs attempt, one call to the outside world, until it succeeds,
+// fails permanently (a *PermanentError) or ctx is done, at most
+// policy.MaxAttempts times, waiting between attempts with exponential
+// backoff (or as RetryAfter asks). policy has its defaults applied. The
+// Outcome counts the attempts and holds the result of the one that
+// succeeded. Context errors are wrapped with what (e.g. "smtp relay:25");
+// exhausted retries wrap ErrExhausted and the last error, with the count of
+// attempts in unit ("request", "transaction"; pluralised as needed).
+func Retry(ctx context.Context, policy RetryPolicy, what, unit string, attempt func(ctx context.Context) (json.RawMessage, error)) (Outcome, error) {
 	exp := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(policy.InitialInterval),
 		backoff.WithMaxInterval(policy.MaxInterval),

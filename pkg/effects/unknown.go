@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/idemgate/idemgate/pkg/effects/internal/text"
 )
 
 // ErrUnknownTool is matched by errors.Is for the error UnknownTool returns.
@@ -31,7 +33,7 @@ func Closest(name string, known []string) string {
 		if n == name {
 			return ""
 		}
-		d := editDistance(want, norm(n))
+		d := text.EditDistance(want, norm(n))
 		if d > 2 || d*3 > max(len(want), 3) {
 			continue
 		}

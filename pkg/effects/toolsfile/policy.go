@@ -1,0 +1,64 @@
+package toolsfile
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// parsePolicy reads the policy fields of a tool.
+func parsePolicy(s *section) effects.Policy {
+	p := effects.DefaultPolicy()
+	switch c := intent.Class(s.String("class", string(intent.ClassUnsafe))); c {
+	case intent.ClassRead, intent.ClassIdempotent, intent.ClassUnsafe:
+		p.Class = c
+	default:
+		s.Invalid("class", fmt.Sprintf("unknown class %q", c), "use read, idempotent or unsafe")
+	}
+	p.Ledger = p.Class != intent.ClassRead
+	if s.Has("ledger") {
+		p.Ledger = s.Bool("ledger", p.Ledger)
+		switch {
+		case p.Class == intent.ClassUnsafe && !p.Ledger:
+			s.Invalid("ledger", "an unsafe tool needs the ledger", "remove ledger: false, or declare class: idempotent if repeats are harmless")
+		case p.Class == intent.ClassRead && p.Ledger:
+			s.Invalid("ledger", "a read never uses the ledger", "remove ledger, or declare class: idempotent")
+		}
+	}
+	switch a := intent.Approval(s.String("approval", string(intent.ApprovalNone))); a {
+	case intent.ApprovalNone:
+	case intent.ApprovalRequired:
+		p.Approval = true
+	default:
+		s.Invalid("approval", fmt.Sprintf("unknown approval %q", a), "use required or none")
+	}
+	if s.Has("approval_ttl") {
+		p.ApprovalTTL = s.Duration("approval_ttl", effects.DefaultApprovalTTL)
+		if !p.Approval {
+			s.Invalid("approval_ttl", "is set but approval is not required", "add approval: required or remove approval_ttl")
+		} else if p.ApprovalTTL < time.Second {
+			s.Invalid("approval_ttl", "must be at least 1s", "write e.g. approval_ttl: 1h")
+		}
+	}
+	if p.Approval && !p.Ledger {
+		s.Invalid("approval", "an approval needs the ledger", "remove approval, or use the ledger (class idempotent or unsafe)")
+	}
+	switch a := intent.Abandon(s.String("on_abandoned", string(intent.AbandonRetry))); a {
+	case intent.AbandonRetry, intent.AbandonHold:
+		p.OnAbandoned = a
+	default:
+		s.Invalid("on_abandoned", fmt.Sprintf("unknown policy %q", a), "use retry or hold")
+	}
+	if s.Has("max_in_flight") {
+		p.MaxInFlight = s.Int("max_in_flight", 0)
+		if p.MaxInFlight < 1 {
+			s.Invalid("max_in_flight", "must be at least 1", "remove it for no cap, or write e.g. max_in_flight: 16")
+		}
+	}
+	if p.OnAbandoned == intent.AbandonHold && !p.Ledger {
+		s.Invalid("on_abandoned", "hold needs the ledger", "remove on_abandoned for a tool without the ledger")
+	}
+	return p
+}
