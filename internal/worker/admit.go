@@ -19,7 +19,7 @@ import (
 // job is one intent being handled.
 type job struct {
 	ctx     context.Context // carries the intent's span, for the answer
-	msg     jetstream.Msg
+	msg     message
 	meta    *jetstream.MsgMetadata
 	replyTo string
 	env     *intent.Envelope

@@ -65,7 +65,7 @@ func (w *Worker) reply(ctx context.Context, subject, replyTo string, seq uint64,
 	if ctx != nil {
 		otel.GetTextMapPropagator().Inject(ctx, tracing.Header(out.Header))
 	}
-	if err := w.nc.PublishMsg(out); err != nil {
+	if err := w.replies.PublishMsg(out); err != nil {
 		w.log.Warn("publish answer", zap.String("reply_to", replyTo), zap.Error(err))
 	}
 }

@@ -50,7 +50,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) verdict {
 		w.mark(&j.stages.Claimed)
 		switch c.Outcome {
 		case dedup.Acquired, dedup.TookOver:
-			w.audit.claimed(j, c, req.Confirmed != 0)
+			w.audit.claimed(j, c.ClaimResult, req.Confirmed != 0)
 			v, again := w.actOnLease(stop, work, j, c)
 			if again {
 				continue

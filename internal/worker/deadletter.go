@@ -39,7 +39,7 @@ func (w *Worker) deadLetter(ctx context.Context, subject string, hdr nats.Header
 	out.Header.Set(intent.HeaderDLQTime, time.Now().UTC().Format(time.RFC3339Nano))
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := w.res.js.PublishMsg(ctx, out, jetstream.WithMsgID(fmt.Sprintf("dlq-%s-%d", w.res.names.Stream, seq))); err != nil {
+	if _, err := w.letters.PublishMsg(ctx, out, jetstream.WithMsgID(fmt.Sprintf("dlq-%s-%d", w.res.names.Stream, seq))); err != nil {
 		return fmt.Errorf("dead-letter stream seq %d: %w", seq, err)
 	}
 	return nil

@@ -20,7 +20,7 @@ import (
 // actOnLease decides what a claimant does with the lease it won: hold an
 // abandoned operation as uncertain, park it for approval, or fire. again
 // reports that the lease was lost before anything happened: claim again.
-func (w *Worker) actOnLease(stop, work context.Context, j *job, c dedup.ClaimResult) (v verdict, again bool) {
+func (w *Worker) actOnLease(stop, work context.Context, j *job, c claim) (v verdict, again bool) {
 	lease, rec, pol := c.Lease, c.Lease.Record(), j.tool.Policy
 	var write func(context.Context) (dedup.Record, error)
 	switch {
@@ -66,7 +66,7 @@ func (w *Worker) actOnLease(stop, work context.Context, j *job, c dedup.ClaimRes
 // handlers'). Once the effect returns, a handler goroutine (warm: its stack
 // grown already) records the outcome by CAS on the lease's revision,
 // answers and settles. The returned verdict is not to be settled.
-func (w *Worker) fire(stop, work context.Context, j *job, lease *dedup.Lease) verdict {
+func (w *Worker) fire(stop, work context.Context, j *job, lease lease) verdict {
 	ectx, cancel := context.WithCancel(work)
 	period := min(j.tool.Lease, w.cfg.AckWait) / 3
 	// The heartbeat lives on work, not on the effect's context: it goes on,
@@ -95,7 +95,7 @@ type firing struct {
 	cancel           context.CancelFunc
 	halt             func()
 	j                *job
-	lease            *dedup.Lease
+	lease            lease
 	claimed          time.Time
 	out              effects.Outcome
 	err              error
@@ -145,7 +145,7 @@ func (w *Worker) recoverFiring(f *firing) {
 
 // invoke fires j's effect. It is all that is on the effect goroutine's stack
 // while the effect runs: keep its frame small.
-func (w *Worker) invoke(ectx context.Context, j *job, lease *dedup.Lease) (effects.Outcome, error) {
+func (w *Worker) invoke(ectx context.Context, j *job, lease lease) (effects.Outcome, error) {
 	return j.tool.Effect.Fire(ectx, effects.Call{
 		Key:     j.id.Key,
 		Tool:    j.env.Tool,
@@ -160,7 +160,7 @@ func (w *Worker) invoke(ectx context.Context, j *job, lease *dedup.Lease) (effec
 
 // conclude records what the effect returned (out, ferr) under the lease and
 // answers j's caller; claimed is when the effect started.
-func (w *Worker) conclude(stop, work context.Context, j *job, lease *dedup.Lease, claimed time.Time, out effects.Outcome, ferr error) verdict {
+func (w *Worker) conclude(stop, work context.Context, j *job, lease lease, claimed time.Time, out effects.Outcome, ferr error) verdict {
 	w.m.effectTime.WithLabelValues(j.env.Tool).Observe(time.Since(claimed).Seconds())
 	w.mark(&j.stages.Fired)
 	attempts := lease.Record().Attempts + out.Invocations

@@ -37,14 +37,21 @@ var tracer = otel.Tracer("github.com/idemgate/idemgate/internal/worker")
 // the ledger, fires the effect of the claim's winner and answers every caller.
 // Any number of workers, in any number of processes, share one consumer.
 type Worker struct {
-	cfg    Config
-	nc     *nats.Conn
-	tools  *effects.Registry
-	log    *zap.Logger
-	res    *resources
-	ledger *dedup.Ledger
-	m      *Metrics
-	reads  coalescer
+	cfg   Config
+	nc    *nats.Conn
+	tools *effects.Registry
+	log   *zap.Logger
+	res   *resources
+	// ledger is the ledger as the stages use it (ledger.go); store is the
+	// same ledger, for what is not handling an intent: the scan, the group
+	// commit's counts, closing.
+	ledger ledger
+	store  *dedup.Ledger
+	// replies publishes answers; letters, dead letters.
+	replies publisher
+	letters streamPublisher
+	m       *Metrics
+	reads   coalescer
 	// schemas validates the args of tools that declare a schema.
 	schemas schemas
 	// answers is nil when the answer cache is off.
@@ -113,7 +120,7 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	stats, auditStats := ledger.BatchStats, auditor.stats
 	cfg.Metrics.batchStats.Store(&stats)
 	cfg.Metrics.auditStats.Store(&auditStats)
-	w := &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, audit: auditor, m: cfg.Metrics, ready: make(chan struct{}), beats: newHeartbeats(),
+	w := &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: dedupLedger{ledger}, store: ledger, replies: nc, letters: js, audit: auditor, m: cfg.Metrics, ready: make(chan struct{}), beats: newHeartbeats(),
 		limits: newSessionLimits(cfg.SessionRate, cfg.SessionBurst), slots: newToolSlots(tools), queued: make(chan struct{}, cfg.MaxAckPending)}
 	if cfg.AnswerCache > 0 {
 		w.answers = newAnswerCache(cfg.AnswerCache, cfg.AnswerCacheBytes)
@@ -129,7 +136,7 @@ func (w *Worker) Names() intent.Names { return w.res.names }
 
 // LedgerBatchStats reports what the ledger's group commit did so far (all
 // zero when it is off).
-func (w *Worker) LedgerBatchStats() dedup.BatchStats { return w.ledger.BatchStats() }
+func (w *Worker) LedgerBatchStats() dedup.BatchStats { return w.store.BatchStats() }
 
 // AuditStats reports what the audit trail did so far, and how many
 // receipts were signed with how many signatures (all zero with
@@ -241,7 +248,7 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 		<-done
 	}
 	// Every handler has returned: send what the group commit still holds.
-	w.ledger.Close()
+	w.store.Close()
 	w.log.Info("worker stopped")
 	return nil
 }
