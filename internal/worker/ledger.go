@@ -78,7 +78,6 @@ type message interface {
 	InProgress() error
 	Ack() error
 	NakWithDelay(delay time.Duration) error
-	Term() error
 	TermWithReason(reason string) error
 }
 
