@@ -57,7 +57,7 @@ type Worker struct {
 	limits  *sessionLimits
 	slots   toolSlots
 	// queued counts the intents waiting for a capped tool that gave their
-	// handler's slot back (see toolSlot); at most MaxAckPending.
+	// concurrency slot back (see toolSlot); at most MaxAckPending.
 	queued chan struct{}
 	// audit writes the audit trail and signs receipts (audit.go).
 	audit *auditor
