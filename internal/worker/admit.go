@@ -1,127 +1,55 @@
 package worker
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// job is one intent being handled.
-type job struct {
-	ctx     context.Context // carries the intent's span, for the answer
-	msg     jetstream.Msg
-	meta    *jetstream.MsgMetadata
-	replyTo string
-	env     *intent.Envelope
-	tool    *effects.Tool
-	id      intent.Identity
-	// seq is the stream sequence of the call this job answers: the intent's
-	// own, or — for an approval that fires a parked operation — the sequence
-	// of the intent that parked it. A record written for another sequence
-	// answers this job as a replay.
-	seq uint64
-	// free gives the handler's concurrency slot back while the job waits in
-	// a tool's queue (see toolSlot); nil in tests that build a job by hand.
-	free func()
-	// done is called once the job is settled (see Worker.finish); nil in
-	// tests that build a job by hand.
-	done func()
-	// releaseTool gives the tool's slot back (see toolSlot), once settled.
-	releaseTool func()
-	// run is the handler's goroutine in the pool, which a wait that may last
-	// leaves (nil in tests that build a job by hand, and once handed off).
-	run *poolRun
-	// span is the intent's, ended once settled.
-	span trace.Span
-	// handedOff reports that the job's effect goroutine settles it (see
-	// fire), not its handler.
-	handedOff bool
-	// answered reports that the job's caller was answered.
-	answered bool
-	// stages are the times the job reached each stage, taken only when
-	// Config.OnStages is set.
-	stages Stages
-}
-
-// detach takes the job's handler out of the pool before a wait that may
-// last (see poolRun.detach); a job without one (handed off to its effect's
-// goroutine, or built by hand) has nothing to leave.
-func (j *job) detach() {
-	if j.run != nil {
-		j.run.detach()
-	}
-}
-
-// lastDelivery reports whether the consumer will not deliver this intent again.
-func (w *Worker) lastDelivery(j *job) bool { return j.meta.NumDelivered >= uint64(w.cfg.MaxDeliver) }
-
-// admit decodes and validates one intent (or operator decision), derives its
-// key, applies the limits and hands it on: to the ledger (claim), to a
-// direct firing, or to the decision it carries. It returns how to settle it.
-func (w *Worker) admit(stop, work context.Context, j *job) verdict {
-	if op := w.res.names.ControlOp(j.msg.Subject()); op != "" {
-		return w.control(stop, work, j, op)
-	}
+// admit decodes and validates an intent and derives its key — the worker's
+// own derivation, never the headers' — so that the intent may go on (ok);
+// bad input is rejected: answered, dead-lettered, never delivered again.
+func (w *Worker) admit(j *job) (h handled, ok bool) {
 	subjectTool := w.res.names.ToolFromSubject(j.msg.Subject())
 	w.m.received.WithLabelValues(w.m.tool(subjectTool)).Inc()
 
 	decoded, err := intent.DecodeEnvelope(j.msg.Data(), w.cfg.Limits)
 	if err != nil {
-		return w.reject(j, subjectTool, intent.Code(err), err)
+		return w.reject(j, subjectTool, intent.Code(err), err), false
 	}
 	env := decoded.Envelope
 	j.env = env
 	if err := env.CheckSubject(subjectTool); err != nil {
-		return w.reject(j, env.Tool, intent.Code(err), err)
+		return w.reject(j, env.Tool, intent.Code(err), err), false
 	}
 	tool, ok := w.tools.Lookup(env.Tool)
 	if !ok {
-		return w.reject(j, env.Tool, intent.CodeUnknownTool, w.tools.UnknownTool(env.Tool))
+		return w.reject(j, env.Tool, intent.CodeUnknownTool, w.tools.UnknownTool(env.Tool)), false
 	}
 	j.tool = tool
 	if err := w.schemas.check(tool, env.Args); err != nil {
-		return w.reject(j, env.Tool, intent.CodeInvalidIntent, err)
+		return w.reject(j, env.Tool, intent.CodeInvalidIntent, err), false
 	}
 	if tool.Policy.Class == intent.ClassUnsafe {
 		if err := derivable(env, tool.KeySpec); err != nil {
-			return w.reject(j, env.Tool, intent.CodeInvalidIntent, err)
+			return w.reject(j, env.Tool, intent.CodeInvalidIntent, err), false
 		}
 	}
 	j.id, err = decoded.Derive(tool.KeySpec, intentTime(j.msg.Headers(), j.meta.Timestamp))
 	if err != nil {
-		return w.reject(j, env.Tool, intent.Code(err), err)
+		return w.reject(j, env.Tool, intent.Code(err), err), false
 	}
 	if err := w.sameIdentity(j); err != nil {
-		return w.reject(j, env.Tool, intent.CodeKeyMismatch, err)
+		return w.reject(j, env.Tool, intent.CodeKeyMismatch, err), false
 	}
-	trace.SpanFromContext(work).SetAttributes(attribute.String("idemgate.tool", env.Tool), attribute.String("idemgate.key", j.id.Key))
-	if !w.limits.allow(env.Session) {
-		w.m.limited.WithLabelValues(env.Tool, "session_rate").Inc()
-		res := intent.Rejected(intent.CodeRateLimited, fmt.Sprintf(
-			"session %q is over its rate of %g intents/s: nothing was done; retry later with the same key", env.Session, w.cfg.SessionRate))
-		res.Key, res.Tool, res.Fingerprint, res.CallID = j.id.Key, env.Tool, j.id.Fingerprint, env.CallID
-		w.answer(j, res)
-		return ack()
-	}
-	release, err := w.toolSlot(stop, j)
-	if err != nil {
-		return nak(0, "worker stopping while the intent waited for its tool")
-	}
-	j.releaseTool = release
-	if !tool.Policy.Ledger {
-		return w.direct(work, j)
-	}
-	return w.claim(stop, work, j)
+	j.span.SetAttributes(attribute.String("idemgate.tool", env.Tool), attribute.String("idemgate.key", j.id.Key))
+	return handled{}, true
 }
 
 // intentTime is the time a window key derives from when the envelope has no
@@ -176,8 +104,8 @@ func derivable(env *intent.Envelope, spec intent.KeySpec) error {
 	return nil
 }
 
-// reject answers bad input and terminates it: it is never delivered again.
-func (w *Worker) reject(j *job, tool, code string, err error) verdict {
+// reject is bad input, answered and terminated: never delivered again.
+func (w *Worker) reject(j *job, tool, code string, err error) handled {
 	w.log.Info("intent rejected", zap.String("subject", j.msg.Subject()), zap.String("code", code), zap.Error(err))
 	w.m.badInputs.WithLabelValues(w.m.tool(tool), code).Inc()
 	// The identity is the worker's own derivation, or none: never the
@@ -188,6 +116,5 @@ func (w *Worker) reject(j *job, tool, code string, err error) verdict {
 	if j.env != nil {
 		res.CallID = j.env.CallID
 	}
-	w.answer(j, res)
-	return term(code + ": " + err.Error())
+	return answered(res, term(code+": "+err.Error()))
 }

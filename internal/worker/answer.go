@@ -15,24 +15,17 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// answer publishes res to the intent's reply subject, if it named one,
-// bound to the message it answers: its Idem-Intent-Seq is that message's
-// stream sequence (for an approval, the decision's, whose Idem-Reply-To it
-// is), which its publisher's PubAck gave it and no one else's did. Replies
-// are at most once: callers without one watch the ledger.
-func (w *Worker) answer(j *job, res intent.Result) {
-	j.answered = true
-	var seq uint64
-	if j.meta != nil {
-		w.m.endToEnd.WithLabelValues(w.m.tool(res.Tool)).Observe(since(j.meta.Timestamp))
-		seq = j.meta.Sequence.Stream
-	}
-	w.reply(j.ctx, j.msg.Subject(), j.replyTo, seq, res)
+// answer publishes res to j's caller on the intent's reply subject, if it
+// named one, bound to the message it answers: its Idem-Intent-Seq is that
+// message's stream sequence (for an approval, the decision's, whose
+// Idem-Reply-To it is), which its publisher's PubAck gave it and no one
+// else's did. Replies are at most once: callers without one watch the
+// ledger. ctx's span goes with it. finish is its one caller.
+func (w *Worker) answer(ctx context.Context, j *job, res intent.Result) {
+	w.m.endToEnd.WithLabelValues(w.m.tool(res.Tool)).Observe(since(j.meta.Timestamp))
+	w.reply(ctx, j.msg.Subject(), j.replyTo, j.meta.Sequence.Stream, res)
 	if w.cfg.OnStages != nil {
-		j.stages.Key, j.stages.Answered = res.Key, time.Now()
-		if j.meta != nil {
-			j.stages.Stored = j.meta.Timestamp
-		}
+		j.stages.Key, j.stages.Stored, j.stages.Answered = res.Key, j.meta.Timestamp, time.Now()
 		w.cfg.OnStages(j.stages)
 	}
 }
@@ -65,7 +58,7 @@ func (w *Worker) reply(ctx context.Context, subject, replyTo string, seq uint64,
 	if ctx != nil {
 		otel.GetTextMapPropagator().Inject(ctx, tracing.Header(out.Header))
 	}
-	if err := w.nc.PublishMsg(out); err != nil {
+	if err := w.replies.PublishMsg(out); err != nil {
 		w.log.Warn("publish answer", zap.String("reply_to", replyTo), zap.Error(err))
 	}
 }

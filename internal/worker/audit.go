@@ -136,7 +136,7 @@ func (a *auditor) claimed(j *job, c dedup.ClaimResult, confirmed bool) {
 }
 
 // fired records the holder handing the operation to its effect.
-func (a *auditor) fired(j *job, lease *dedup.Lease) {
+func (a *auditor) fired(j *job, lease lease) {
 	if a == nil {
 		return
 	}

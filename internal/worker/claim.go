@@ -11,10 +11,20 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// claim claims the intent's key and fires, replays, or waits for the holder.
-// While the ledger cannot be reached it holds the intent (no delivery is
-// spent) and tries again: an outage delays an operation, it never ends one.
-func (w *Worker) claim(stop, work context.Context, j *job) verdict {
+// claim claims j's key in the ledger and acts on what it finds, round by
+// round: a lease it won is acted on (act.go); a record that answers the
+// intent is replayed; a live holder is waited for, and one whose lease
+// expired is confirmed gone before its lease is taken over. While the
+// ledger cannot be reached it holds the intent (no delivery is spent) and
+// tries again: an outage delays an operation, it never ends one.
+func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
+	if rec, ok := w.answers.get(j.id.Key); ok {
+		// A final record this worker wrote or read a moment ago: no need
+		// to ask the ledger again.
+		w.mark(&j.stages.Claimed)
+		w.m.cacheHits.WithLabelValues(j.env.Tool).Inc()
+		return w.replay(j, rec), nil
+	}
 	req := dedup.ClaimRequest{
 		Key:         j.id.Key,
 		Tool:        j.env.Tool,
@@ -27,84 +37,62 @@ func (w *Worker) claim(stop, work context.Context, j *job) verdict {
 		// Delivered before: the key most likely has a record already.
 		ReadFirst: j.meta.NumDelivered > 1,
 	}
-	if rec, ok := w.answers.get(req.Key); ok {
-		// A final record this worker wrote or read a moment ago: no need
-		// to ask the ledger again.
-		w.mark(&j.stages.Claimed)
-		w.m.cacheHits.WithLabelValues(j.env.Tool).Inc()
-		return w.replay(j, rec)
-	}
 	outage := w.outage(stop, j)
 	defer outage.end()
 	waitUntil := time.Now().Add(w.cfg.MaxWait)
 	for {
 		c, err := w.ledger.Claim(stop, req)
 		if err != nil {
-			if unavailable(err) && outage.wait(err) {
+			if outage.wait(err) {
 				continue
 			}
 			w.log.Warn("claim", zap.String("key", req.Key), zap.Error(err))
-			return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")
+			return unanswered(nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")), nil
 		}
 		outage.over()
 		w.mark(&j.stages.Claimed)
-		switch c.Outcome {
-		case dedup.Acquired, dedup.TookOver:
-			w.audit.claimed(j, c, req.Confirmed != 0)
-			v, again := w.actOnLease(stop, work, j, c)
-			if again {
-				continue
-			}
-			return v
-		case dedup.Done, dedup.Conflict:
+		var r round
+		switch {
+		case c.Outcome == dedup.Acquired, c.Outcome == dedup.TookOver:
+			r = w.act(stop, work, j, c, req.Confirmed != 0)
+		case c.Outcome == dedup.Done, c.Outcome == dedup.Conflict:
 			w.answers.put(req.Key, c.Record)
-			return w.replay(j, c.Record)
-		case dedup.Busy:
-			if rec := c.Record; rec.Status == intent.StatusPending && !rec.Released() && rec.LeaseExpired(time.Now()) {
-				// The lease expired: confirm the holder is gone — its record
-				// stays unchanged for a grace period on this worker's clock —
-				// before taking over. After an outage of the ledger every
-				// live lease has expired at once; a live holder extends (or
-				// records) within its heartbeat period, shorter than the grace.
-				changed, err := w.confirmAbandoned(stop, j, c.Revision)
-				switch {
-				case err != nil && outage.wait(err):
-					// The grace proved nothing while the ledger could not
-					// be read: count it again once it can.
-				case err != nil:
-					return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")
-				case !changed:
-					req.Confirmed = c.Revision
-				}
-				continue
+			r = ended(w.replay(j, c.Record))
+		case c.Outcome == dedup.Busy && abandoned(c.Record):
+			if r = w.confirm(stop, j, c.Revision, outage); r.confirmed {
+				req.Confirmed = c.Revision
 			}
-			// Wait for the holder (push, not poll) up to its lease, bounded by
-			// MaxWait unless this is the last delivery.
-			w.log.Debug("waiting for the holder", zap.String("key", req.Key), zap.String("holder", c.Record.Holder))
-			rec, err := w.await(stop, j, waitUntil)
-			switch {
-			case err == nil && rec.Status.Answered():
-				w.answers.put(req.Key, rec)
-				if rec.Fingerprint == j.id.Fingerprint {
-					w.m.coalesced.WithLabelValues(j.env.Tool).Inc()
-				}
-				return w.replay(j, rec)
-			case err == nil, errors.Is(err, dedup.ErrReleased):
-				continue // the lease expired or was released: claim again
-			default:
-				return nak(w.cfg.RetryDelay, "holder still in flight")
-			}
+		case c.Outcome == dedup.Busy:
+			r = w.waitHolder(stop, j, c.Record.Holder, waitUntil)
 		default:
-			return nak(w.cfg.RetryDelay, "unknown claim outcome")
+			r = ended(unanswered(nak(w.cfg.RetryDelay, "unknown claim outcome")))
+		}
+		if !r.again {
+			return r.handled, r.firing
 		}
 	}
 }
+
+// round is what one round of the claim stage came to: the intent handled,
+// its effect handed to a firing, or again: claim once more (confirmed
+// reports the holder found gone at the revision claimed).
+type round struct {
+	handled   handled
+	firing    *firing
+	again     bool
+	confirmed bool
+}
+
+func ended(h handled) round { return round{handled: h} }
+
+// claimAgain is a round that claims once more.
+var claimAgain = round{again: true}
 
 // replay answers j from rec, a record of its key that answers it without
 // this worker firing: a conflict when the fingerprints differ (Claim reports
 // that as Conflict, Done otherwise), else the record's outcome — a replay
 // unless j's own call caused it (the same intent delivered again).
-func (w *Worker) replay(j *job, rec dedup.Record) verdict {
+func (w *Worker) replay(j *job, rec dedup.Record) handled {
 	res := w.fromRecord(j, rec, rec.IntentSeq != j.seq)
 	if rec.Fingerprint != j.id.Fingerprint {
 		w.m.conflicts.WithLabelValues(j.env.Tool).Inc()
@@ -112,8 +100,51 @@ func (w *Worker) replay(j *job, rec dedup.Record) verdict {
 	} else {
 		w.m.replays.WithLabelValues(j.env.Tool).Inc()
 	}
-	w.answer(j, res)
-	return ack()
+	return answered(res, ack())
+}
+
+// abandoned reports whether rec's holder may have vanished: pending, not
+// released, its lease expired.
+func abandoned(rec dedup.Record) bool {
+	return rec.Status == intent.StatusPending && !rec.Released() && rec.LeaseExpired(time.Now())
+}
+
+// confirm confirms that the holder of an expired lease at revision rev is
+// gone — its record stays unchanged for a grace period on this worker's
+// clock — before the next round takes the lease over (confirmed). After an
+// outage of the ledger every live lease has expired at once; a live holder
+// extends (or records) within its heartbeat period, shorter than the grace.
+func (w *Worker) confirm(stop context.Context, j *job, rev uint64, outage *ledgerOutage) round {
+	changed, err := w.confirmAbandoned(stop, j, rev)
+	switch {
+	case err != nil && outage.wait(err):
+		// The grace proved nothing while the ledger could not be read:
+		// count it again once it can.
+		return claimAgain
+	case err != nil:
+		return ended(unanswered(nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")))
+	}
+	return round{again: true, confirmed: !changed}
+}
+
+// waitHolder waits for the outcome of a live holder (push, not poll) up to
+// its lease, bounded by until unless this is the last delivery, and replays
+// it; a lease that expired or was released meanwhile is claimed again.
+func (w *Worker) waitHolder(stop context.Context, j *job, holder string, until time.Time) round {
+	w.log.Debug("waiting for the holder", zap.String("key", j.id.Key), zap.String("holder", holder))
+	rec, err := w.await(stop, j, until)
+	switch {
+	case err == nil && rec.Status.Answered():
+		w.answers.put(j.id.Key, rec)
+		if rec.Fingerprint == j.id.Fingerprint {
+			w.m.coalesced.WithLabelValues(j.env.Tool).Inc()
+		}
+		return ended(w.replay(j, rec))
+	case err == nil, errors.Is(err, dedup.ErrReleased):
+		return claimAgain // the lease expired or was released
+	default:
+		return ended(unanswered(nak(w.cfg.RetryDelay, "holder still in flight")))
+	}
 }
 
 // confirmAbandoned watches the key for the takeover grace (one more lease of

@@ -17,10 +17,10 @@ import (
 // approvals and workers see it), deny, or resolve an uncertain outcome. The
 // decision's caller is answered with the operation's resulting record;
 // callers waiting on the key see it on the ledger.
-func (w *Worker) control(stop, work context.Context, j *job, op string) verdict {
+func (w *Worker) control(stop, work context.Context, j *job, op string) (handled, *firing) {
 	c, err := intent.DecodeControl(op, j.msg.Data())
 	if err != nil {
-		return w.reject(j, "", intent.CodeInvalidIntent, err)
+		return w.reject(j, "", intent.CodeInvalidIntent, err), nil
 	}
 	j.id = intent.Identity{Key: c.Key}
 	w.log.Info("operator decision", zap.String("op", op), zap.String("key", c.Key), zap.String("by", c.By))
@@ -31,7 +31,7 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) verdict 
 	case intent.ControlApprove:
 		cur, _, err := w.ledger.Get(stop, c.Key)
 		if err != nil {
-			return w.undecided(j, err)
+			return w.undecided(j, err), nil
 		}
 		tool, known := w.tools.Lookup(cur.Tool)
 		ttl := effects.DefaultApprovalTTL
@@ -45,18 +45,18 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) verdict 
 			// refuses the approval by the key as it is.)
 			full, err := fullKey(c.Key, cur, tool, known)
 			if err != nil {
-				return w.undecided(j, err)
+				return w.undecided(j, err), nil
 			}
 			c.Key, j.id.Key = full, full
 		}
 		if rec, _, err = w.ledger.Approve(stop, c.Key, c.Fingerprint, c.By, c.Reason, ttl); err != nil {
-			return w.undecided(j, err)
+			return w.undecided(j, err), nil
 		}
 		w.audit.decided(op, c, rec, nil)
 		if known && len(rec.Intent) > 0 && (rec.Status == intent.StatusApproved || rec.Status == intent.StatusPending) {
 			env, err := intent.Decode(rec.Intent, intent.Limits{MaxBytes: len(rec.Intent) + 1})
 			if err != nil {
-				return w.undecided(j, fmt.Errorf("the recorded intent does not decode: %w", err))
+				return w.undecided(j, fmt.Errorf("the recorded intent does not decode: %w", err)), nil
 			}
 			// The firing answers the call that parked the operation: its
 			// record keeps that call's sequence.
@@ -65,25 +65,24 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) verdict 
 		}
 	case intent.ControlDeny:
 		if rec, _, err = w.ledger.Deny(dctx, c.Key, c.By, c.Reason); err != nil {
-			return w.undecided(j, err)
+			return w.undecided(j, err), nil
 		}
 	case intent.ControlResolve:
 		if rec, _, err = w.ledger.Resolve(dctx, c.Key, c.Outcome == intent.OutcomeSucceeded, c.Result, c.By, c.Reason); err != nil {
-			return w.undecided(j, err)
+			return w.undecided(j, err), nil
 		}
 	}
 	if op != intent.ControlApprove {
 		w.audit.decided(op, c, rec, wrote)
 	}
-	w.answer(j, w.fromRecord(j, rec, false)) // the decision's own outcome
-	return ack()
+	return answered(w.fromRecord(j, rec, false), ack()), nil // the decision's own outcome
 }
 
 // undecided answers a decision that could not be applied. A decision that
 // does not apply (no such key, wrong state, other arguments) is answered and
 // acknowledged — it is an answer, not a poison message; a ledger that cannot
 // be reached is retried later.
-func (w *Worker) undecided(j *job, err error) verdict {
+func (w *Worker) undecided(j *job, err error) handled {
 	var code string
 	switch {
 	case errors.Is(err, dedup.ErrNotFound):
@@ -96,12 +95,11 @@ func (w *Worker) undecided(j *job, err error) verdict {
 		code = intent.CodeInvalidIntent
 	default:
 		w.log.Warn("operator decision", zap.String("key", j.id.Key), zap.Error(err))
-		return nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")
+		return unanswered(nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable"))
 	}
 	res := intent.Rejected(code, err.Error())
 	res.Key = j.id.Key
-	w.answer(j, res)
-	return ack()
+	return answered(res, ack())
 }
 
 // fullKey returns the derived key whose compact ledger key is stored, from

@@ -8,9 +8,38 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/pkg/intent"
 )
+
+// letter seals the verdict v that ends j: a nak at the last delivery is a
+// term (the server would not deliver it again), and an intent that is
+// terminated is copied to the dead-letter stream first. A copy that fails
+// leaves the intent to redelivery (a nak): past its last delivery, the next
+// worker copies it again. Every path that ends an intent answers it: one
+// dead-lettered before it was answered is answered dead_lettered (finish),
+// so its caller may retry the operation under the same key.
+func (w *Worker) letter(j *job, v verdict) verdict {
+	if j.meta == nil {
+		return v // not a JetStream message: nowhere to redeliver, nothing to copy
+	}
+	if v.verb == verbNak && w.lastDelivery(j) {
+		v = term(fmt.Sprintf("max deliveries (%d) reached: %s", j.meta.NumDelivered, v.reason))
+	}
+	if v.verb != verbTerm {
+		return v
+	}
+	msg, meta := j.msg, j.meta
+	if err := w.deadLetter(context.Background(), msg.Subject(), msg.Headers(), msg.Data(), meta.Sequence.Stream, meta.NumDelivered, meta.Timestamp, v.reason); err != nil {
+		// Never drop it: leave it to redelivery (past the last delivery,
+		// the next worker dead-letters it again).
+		w.log.Error("dead-letter; leaving the intent to redelivery", zap.String("subject", msg.Subject()), zap.Error(err))
+		return nak(w.cfg.RetryDelay, "dead-letter: "+err.Error())
+	}
+	w.m.deadLetters.WithLabelValues(w.m.tool(w.res.names.ToolFromSubject(msg.Subject()))).Inc()
+	return v
+}
 
 // deadLetter copies an intent to the dead-letter stream with its reason, its
 // original subject, headers and delivery count, and waits for the stream's
@@ -39,7 +68,7 @@ func (w *Worker) deadLetter(ctx context.Context, subject string, hdr nats.Header
 	out.Header.Set(intent.HeaderDLQTime, time.Now().UTC().Format(time.RFC3339Nano))
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := w.res.js.PublishMsg(ctx, out, jetstream.WithMsgID(fmt.Sprintf("dlq-%s-%d", w.res.names.Stream, seq))); err != nil {
+	if _, err := w.letters.PublishMsg(ctx, out, jetstream.WithMsgID(fmt.Sprintf("dlq-%s-%d", w.res.names.Stream, seq))); err != nil {
 		return fmt.Errorf("dead-letter stream seq %d: %w", seq, err)
 	}
 	return nil
@@ -55,6 +84,16 @@ func dlqToken(n intent.Names, subject string) string {
 		return "_control"
 	}
 	return "_unknown"
+}
+
+// overdue is an intent delivered past Config.MaxDeliver: the worker that had
+// its last delivery died holding it. The consumer delivers without limit so
+// that such an intent comes back to a worker, which dead-letters and
+// answers it, whatever became of the others (a server advisory would reach
+// only the workers subscribed at that moment, and only once).
+func (w *Worker) overdue(j *job) handled {
+	j.id, j.env = w.identify(j.msg.Subject(), j.msg.Headers(), j.msg.Data(), j.meta.Timestamp)
+	return unanswered(term(fmt.Sprintf("max deliveries (%d) reached without an answer", w.cfg.MaxDeliver)))
 }
 
 // identify derives, as far as it can, the identity of an intent (or

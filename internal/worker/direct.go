@@ -15,7 +15,7 @@ import (
 // direct fires a tool that does not use the ledger (reads, and idempotent
 // writes configured with ledger: false). Identical reads in flight on this
 // worker are coalesced into one call; their callers share its answer.
-func (w *Worker) direct(work context.Context, j *job) verdict {
+func (w *Worker) direct(work context.Context, j *job) handled {
 	j.detach() // the effect runs on the handler's goroutine
 	halt := w.beats.hold(work, j.msg, w.cfg.AckWait/3)
 	defer halt() // on a panic too; halting twice is harmless
@@ -52,10 +52,9 @@ func (w *Worker) direct(work context.Context, j *job) verdict {
 		res.Status, res.Error = intent.StatusFailed, &o.err
 	default:
 		w.log.Info("effect failed transiently", zap.String("tool", j.env.Tool), zap.Error(o.cause))
-		return nak(w.retryDelay(j.meta.NumDelivered), "effect failed transiently")
+		return unanswered(nak(w.retryDelay(j.meta.NumDelivered), "effect failed transiently"))
 	}
-	w.answer(j, res)
-	return ack()
+	return answered(res, ack())
 }
 
 // coalescer runs one call per key at a time; callers that arrive while a

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/idemgate/idemgate/pkg/dedup"
 )
 
@@ -26,10 +24,13 @@ type heartbeats struct {
 
 func newHeartbeats() *heartbeats { return &heartbeats{wake: make(chan struct{}, 1)} }
 
+// inProgress is what a beat asks of a message (a jetstream.Msg).
+type inProgress interface{ InProgress() error }
+
 // beat is one intent's keep-alive.
 type beat struct {
 	ctx      context.Context // the beat ends with it, at its next due time
-	msg      jetstream.Msg
+	msg      inProgress
 	period   time.Duration
 	lease    time.Duration
 	extend   func(context.Context) error
@@ -46,7 +47,7 @@ type beat struct {
 // hold calls InProgress on msg every period until ctx is done (seen when
 // the beat is next due) or the returned stop is called: a message held this
 // way is not delivered again, and no delivery is spent.
-func (hb *heartbeats) hold(ctx context.Context, msg jetstream.Msg, period time.Duration) (stop func()) {
+func (hb *heartbeats) hold(ctx context.Context, msg inProgress, period time.Duration) (stop func()) {
 	return hb.add(&beat{ctx: ctx, msg: msg, period: period})
 }
 
@@ -65,7 +66,7 @@ func (hb *heartbeats) hold(ctx context.Context, msg jetstream.Msg, period time.D
 // return.) An extension in flight is never cancelled by stop: a write
 // cancelled mid-way may land without its writer knowing, which would leave
 // the holder with a stale revision.
-func (hb *heartbeats) guard(ctx context.Context, msg jetstream.Msg, period, lease time.Duration, extend func(context.Context) error, lost func(cutOff bool)) (stop func()) {
+func (hb *heartbeats) guard(ctx context.Context, msg inProgress, period, lease time.Duration, extend func(context.Context) error, lost func(cutOff bool)) (stop func()) {
 	return hb.add(&beat{ctx: ctx, msg: msg, period: period, lease: lease, extend: extend, lost: lost})
 }
 

@@ -65,20 +65,20 @@ func (w *Worker) scanRound(ctx context.Context) error {
 	}
 	// Leaders gather on the nodes that stayed up when one restarts: spread
 	// them again each round.
-	spreadLeaders(ctx, w.ledger, w.log)
+	spreadLeaders(ctx, w.store, w.log)
 	counts := map[[2]string]int{}
 	oldest := map[string]time.Duration{}
 	now := time.Now()
 	retained := 0
 	q := dedup.Query{Limit: dedup.MaxListLimit}
 	for {
-		page, err := w.ledger.List(ctx, q)
+		page, err := w.store.List(ctx, q)
 		if err != nil {
 			return err
 		}
 		for _, r := range page.Records {
 			if r.Untimed() {
-				if err := w.ledger.Retain(ctx, r); err != nil {
+				if err := w.store.Retain(ctx, r); err != nil {
 					return err
 				}
 				retained++

@@ -101,14 +101,14 @@ func TestLedgerScanSpreadsPartitionLeaders(t *testing.T) {
 
 	// Every leader on one node, as after the other two restarted.
 	first := servers[0].Name()
-	buckets := w.ledger.Buckets()
+	buckets := w.store.Buckets()
 	require.Len(t, buckets, 8)
 	require.Eventually(t, func() bool {
 		// Each try bounded: an API request may go unanswered during an
 		// election.
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		leaders, err := w.ledger.Leaders(ctx)
+		leaders, err := w.store.Leaders(ctx)
 		if err != nil {
 			return false
 		}
@@ -131,7 +131,7 @@ func TestLedgerScanSpreadsPartitionLeaders(t *testing.T) {
 			t.Logf("scan: %v", err)
 			return false
 		}
-		leaders, err := w.ledger.Leaders(ctx)
+		leaders, err := w.store.Leaders(ctx)
 		if err != nil {
 			return false
 		}

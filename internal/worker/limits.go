@@ -2,11 +2,13 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"golang.org/x/time/rate"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // maxSessionLimiters bounds the per-session limiters kept: past it the oldest
@@ -68,23 +70,41 @@ func newToolSlots(reg *effects.Registry) toolSlots {
 	return slots
 }
 
+// limit applies this worker's limits to an admitted intent, so that it may
+// go on (ok): a session over its rate is answered rate_limited and nothing
+// is done; an intent of a tool at its max_in_flight cap waits for a slot
+// (toolSlot).
+func (w *Worker) limit(stop context.Context, j *job) (h handled, ok bool) {
+	if !w.limits.allow(j.env.Session) {
+		w.m.limited.WithLabelValues(j.env.Tool, "session_rate").Inc()
+		res := intent.Rejected(intent.CodeRateLimited, fmt.Sprintf(
+			"session %q is over its rate of %g intents/s: nothing was done; retry later with the same key", j.env.Session, w.cfg.SessionRate))
+		res.Key, res.Tool, res.Fingerprint, res.CallID = j.id.Key, j.env.Tool, j.id.Fingerprint, j.env.CallID
+		return answered(res, ack()), false
+	}
+	if err := w.toolSlot(stop, j); err != nil {
+		return unanswered(nak(0, "worker stopping while the intent waited for its tool")), false
+	}
+	return handled{}, true
+}
+
 // toolSlot takes a slot of j's tool when the tool is capped
 // (effects.Policy.MaxInFlight), waiting while it is at its cap: back-pressure
 // delays an intent, it never ends one. A waiting intent is held
 // (InProgress: no delivery is spent) and, while the worker's queue has room,
-// gives its handler's concurrency slot back, so that other tools' intents go
-// on meanwhile; past that room it waits in its slot, and the worker takes no
-// more intents until one finishes. release gives the tool's slot back. The
-// error is stop's, when the worker stops first.
-func (w *Worker) toolSlot(stop context.Context, j *job) (release func(), err error) {
+// gives its concurrency slot back, so that other tools' intents go on
+// meanwhile; past that room it waits in its slot, and the worker takes no
+// more intents until one finishes. The slot taken is j's (seat.tool) until
+// it is settled. The error is stop's, when the worker stops first.
+func (w *Worker) toolSlot(stop context.Context, j *job) error {
 	ch, capped := w.slots[j.env.Tool]
 	if !capped {
-		return func() {}, nil
+		return nil
 	}
-	release = func() { <-ch }
 	select {
 	case ch <- struct{}{}:
-		return release, nil
+		j.seat.tool = ch
+		return nil
 	default:
 	}
 	w.m.limited.WithLabelValues(j.env.Tool, "tool_in_flight").Inc()
@@ -94,15 +114,14 @@ func (w *Worker) toolSlot(stop context.Context, j *job) (release func(), err err
 	select {
 	case w.queued <- struct{}{}:
 		defer func() { <-w.queued }()
-		if j.free != nil {
-			j.free()
-		}
+		w.free(j)
 	default:
 	}
 	select {
 	case ch <- struct{}{}:
-		return release, nil
+		j.seat.tool = ch
+		return nil
 	case <-stop.Done():
-		return nil, stop.Err()
+		return stop.Err()
 	}
 }

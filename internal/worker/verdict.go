@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -43,42 +42,23 @@ func nak(delay time.Duration, reason string) verdict {
 	return verdict{verb: verbNak, delay: delay, reason: reason}
 }
 
-// settle is the one place where outcomes become JetStream verbs. Long work
-// keeps the message with InProgress while it runs (see heartbeats.hold and
-// guard); a panic is recovered by the caller and settled as a nak. Every
-// path that ends an intent answers it: an intent dead-lettered before it was
-// answered (out of deliveries) is answered dead_lettered, so its caller may
-// retry the operation under the same key.
+// settle is the one place where outcomes become JetStream verbs (finish
+// calls it once letter has sealed the verdict). Long work keeps the message
+// with InProgress while it runs (see heartbeats.hold and guard); a panic is
+// recovered by the stages and settled as a nak.
 func (w *Worker) settle(j *job, v verdict) {
-	msg, meta := j.msg, j.meta
-	if v.verb == verbNak && meta.NumDelivered >= uint64(w.cfg.MaxDeliver) {
-		// Not delivered again by the server: dead-letter it rather than
-		// leave it in the work stream unanswered.
-		v = term(fmt.Sprintf("max deliveries (%d) reached: %s", meta.NumDelivered, v.reason))
-	}
 	var err error
 	switch v.verb {
 	case verbAck:
-		err = msg.Ack()
+		err = j.msg.Ack()
 	case verbNak:
-		err = msg.NakWithDelay(v.delay)
+		err = j.msg.NakWithDelay(v.delay)
 	case verbTerm:
-		if derr := w.deadLetter(context.Background(), msg.Subject(), msg.Headers(), msg.Data(), meta.Sequence.Stream, meta.NumDelivered, meta.Timestamp, v.reason); derr != nil {
-			// Never drop it: leave it to redelivery (past the last
-			// delivery, the next worker dead-letters it again).
-			w.log.Error("dead-letter; leaving the intent to redelivery", zap.String("subject", msg.Subject()), zap.Error(derr))
-			err = msg.NakWithDelay(w.cfg.RetryDelay)
-			break
-		}
-		w.m.deadLetters.WithLabelValues(w.m.tool(w.res.names.ToolFromSubject(msg.Subject()))).Inc()
-		if !j.answered {
-			w.answer(j, deadLettered(j.id, j.env, meta.NumDelivered, v.reason))
-		}
-		err = msg.TermWithReason(v.reason)
+		err = j.msg.TermWithReason(v.reason)
 	}
-	if err != nil {
+	if err != nil && j.meta != nil {
 		// The message is redelivered after AckWait; the ledger makes that safe.
-		w.log.Warn("settle intent", zap.Stringer("verb", v.verb), zap.String("subject", msg.Subject()), zap.Error(err))
+		w.log.Warn("settle intent", zap.Stringer("verb", v.verb), zap.String("subject", j.msg.Subject()), zap.Error(err))
 	}
 }
 

@@ -10,11 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/internal/tracing"
 	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/effects"
@@ -37,14 +34,21 @@ var tracer = otel.Tracer("github.com/idemgate/idemgate/internal/worker")
 // the ledger, fires the effect of the claim's winner and answers every caller.
 // Any number of workers, in any number of processes, share one consumer.
 type Worker struct {
-	cfg    Config
-	nc     *nats.Conn
-	tools  *effects.Registry
-	log    *zap.Logger
-	res    *resources
-	ledger *dedup.Ledger
-	m      *Metrics
-	reads  coalescer
+	cfg   Config
+	nc    *nats.Conn
+	tools *effects.Registry
+	log   *zap.Logger
+	res   *resources
+	// ledger is the ledger as the stages use it (ledger.go); store is the
+	// same ledger, for what is not handling an intent: the scan, the group
+	// commit's counts, closing.
+	ledger ledger
+	store  *dedup.Ledger
+	// replies publishes answers; letters, dead letters.
+	replies publisher
+	letters streamPublisher
+	m       *Metrics
+	reads   coalescer
 	// schemas validates the args of tools that declare a schema.
 	schemas schemas
 	// answers is nil when the answer cache is off.
@@ -53,35 +57,27 @@ type Worker struct {
 	limits  *sessionLimits
 	slots   toolSlots
 	// queued counts the intents waiting for a capped tool that gave their
-	// handler's slot back (see toolSlot); at most MaxAckPending.
+	// concurrency slot back (see toolSlot); at most MaxAckPending.
 	queued chan struct{}
 	// audit writes the audit trail and signs receipts (audit.go).
 	audit *auditor
-	// pool runs the handlers while Run consumes (nil before).
-	pool  *handlerPool
-	ready chan struct{}
+	// sem holds one of Config.Concurrency slots for each intent handled
+	// (see dispatch); handling counts the intents not finished yet; pool
+	// runs their handlers while Run consumes (nil before).
+	sem      chan struct{}
+	handling sync.WaitGroup
+	pool     *handlerPool
+	ready    chan struct{}
 }
 
 // New checks cfg, creates (or updates) the stream, consumer and ledger bucket,
 // and returns a worker ready to Run. log may be nil.
 func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.Logger, cfg Config) (*Worker, error) {
-	cfg.setDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := prepare(&cfg, tools); err != nil {
 		return nil, err
-	}
-	if tools == nil {
-		return nil, errors.New("worker: no tools registry")
 	}
 	if log == nil {
 		log = zap.NewNop()
-	}
-	cfg.Metrics.knownTools = map[string]bool{}
-	for _, name := range tools.Names() {
-		cfg.Metrics.knownTools[name] = true
-		t, _ := tools.Lookup(name)
-		if err := t.KeySpec.Validate(); err != nil {
-			return nil, fmt.Errorf("worker: tool %s: %w", name, err)
-		}
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -113,12 +109,43 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	stats, auditStats := ledger.BatchStats, auditor.stats
 	cfg.Metrics.batchStats.Store(&stats)
 	cfg.Metrics.auditStats.Store(&auditStats)
-	w := &Worker{cfg: cfg, nc: nc, tools: tools, log: log, res: res, ledger: ledger, audit: auditor, m: cfg.Metrics, ready: make(chan struct{}), beats: newHeartbeats(),
-		limits: newSessionLimits(cfg.SessionRate, cfg.SessionBurst), slots: newToolSlots(tools), queued: make(chan struct{}, cfg.MaxAckPending)}
+	w := newWorker(cfg, tools, log, res, dedupLedger{ledger}, nc, js)
+	w.nc, w.store, w.audit = nc, ledger, auditor
+	return w, nil
+}
+
+// prepare sets cfg's defaults and checks it, and the tools.
+func prepare(cfg *Config, tools *effects.Registry) error {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if tools == nil {
+		return errors.New("worker: no tools registry")
+	}
+	cfg.Metrics.knownTools = map[string]bool{}
+	for _, name := range tools.Names() {
+		cfg.Metrics.knownTools[name] = true
+		t, _ := tools.Lookup(name)
+		if err := t.KeySpec.Validate(); err != nil {
+			return fmt.Errorf("worker: tool %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// newWorker assembles what handling an intent needs: cfg (prepared), the
+// tools, res's names, the ledger l, and where answers (replies) and dead
+// letters (letters) are published — JetStream's for New, fakes for the
+// unit tests.
+func newWorker(cfg Config, tools *effects.Registry, log *zap.Logger, res *resources, l ledger, replies publisher, letters streamPublisher) *Worker {
+	w := &Worker{cfg: cfg, tools: tools, log: log, res: res, ledger: l, replies: replies, letters: letters, m: cfg.Metrics,
+		ready: make(chan struct{}), beats: newHeartbeats(), limits: newSessionLimits(cfg.SessionRate, cfg.SessionBurst),
+		slots: newToolSlots(tools), queued: make(chan struct{}, cfg.MaxAckPending), sem: make(chan struct{}, cfg.Concurrency)}
 	if cfg.AnswerCache > 0 {
 		w.answers = newAnswerCache(cfg.AnswerCache, cfg.AnswerCacheBytes)
 	}
-	return w, nil
+	return w
 }
 
 // Ready is closed once Run serves the tool catalogue and consumes intents.
@@ -129,7 +156,7 @@ func (w *Worker) Names() intent.Names { return w.res.names }
 
 // LedgerBatchStats reports what the ledger's group commit did so far (all
 // zero when it is off).
-func (w *Worker) LedgerBatchStats() dedup.BatchStats { return w.ledger.BatchStats() }
+func (w *Worker) LedgerBatchStats() dedup.BatchStats { return w.store.BatchStats() }
 
 // AuditStats reports what the audit trail did so far, and how many
 // receipts were signed with how many signatures (all zero with
@@ -207,8 +234,6 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 		go func() { defer close(scanDone); w.scanLedger(scanCtx) }()
 		defer func() { stopScan(); <-scanDone }()
 	}
-	sem := make(chan struct{}, w.cfg.Concurrency)
-	var wg sync.WaitGroup
 	pool := newHandlerPool(min(w.cfg.Concurrency, maxHandlers), handlerIdle)
 	w.pool = pool
 	stopReaping := make(chan struct{})
@@ -224,15 +249,11 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 			w.log.Warn("next intent", zap.Error(err))
 			continue
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		var once sync.Once
-		free := func() { once.Do(func() { <-sem }) }
-		pool.run(func(run *poolRun) { w.handle(ctx, work, msg, run, free, func() { free(); wg.Done() }) })
+		w.dispatch(ctx, work, msg)
 	}
 
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() { w.handling.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(drain):
@@ -241,75 +262,7 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 		<-done
 	}
 	// Every handler has returned: send what the group commit still holds.
-	w.ledger.Close()
+	w.store.Close()
 	w.log.Info("worker stopped")
 	return nil
-}
-
-// handle processes one intent message, on a goroutine of the handler pool
-// (run), and settles it: itself, or through the goroutine of the effect it
-// hands the intent to (see fire). stop is
-// cancelled when the worker is asked to stop (waits end then); work only
-// when the drain period is over (effects and ledger writes use it). free
-// gives the handler's concurrency slot back early (see toolSlot); done is
-// called once the intent is settled.
-func (w *Worker) handle(stop, work context.Context, msg jetstream.Msg, run *poolRun, free, done func()) {
-	// The intent's trace context (a traceparent header) is the parent of the
-	// worker's span; the span reaches the effect and the answer.
-	ctx := otel.GetTextMapPropagator().Extract(context.Background(), tracing.Header(msg.Headers()))
-	_, span := tracer.Start(ctx, "idemgate.intent", trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("messaging.destination.name", msg.Subject())))
-	stop, work = trace.ContextWithSpan(stop, span), trace.ContextWithSpan(work, span)
-	w.m.inFlight.Inc()
-	j := &job{ctx: work, msg: msg, span: span, run: run, free: free, done: done}
-	meta, err := msg.Metadata()
-	if err != nil {
-		// Not a JetStream message: nothing to answer, nowhere to redeliver.
-		_ = msg.Term()
-		w.finish(j, verdict{verb: verbTerm, reason: "not a JetStream message"})
-		return
-	}
-	j.meta, j.replyTo, j.seq = meta, msg.Headers().Get(intent.HeaderReplyTo), meta.Sequence.Stream
-	w.mark(&j.stages.Delivered)
-	v := nak(w.cfg.RetryDelay, "panic")
-	defer func() {
-		if r := recover(); r != nil {
-			w.log.Error("panic handling intent", zap.String("subject", msg.Subject()), zap.Any("panic", r), zap.Stack("stack"))
-			v = nak(w.cfg.RetryDelay, "panic")
-		}
-		if !j.handedOff {
-			w.finish(j, v)
-		}
-	}()
-	if meta.NumDelivered > uint64(w.cfg.MaxDeliver) {
-		// The worker that had its last delivery died holding it. The
-		// consumer delivers without limit so that such an intent comes back
-		// to a worker, which dead-letters and answers it, whatever became of
-		// the others (a server advisory would reach only the workers
-		// subscribed at that moment, and only once).
-		j.id, j.env = w.identify(msg.Subject(), msg.Headers(), msg.Data(), meta.Timestamp)
-		v = term(fmt.Sprintf("max deliveries (%d) reached without an answer", w.cfg.MaxDeliver))
-		return
-	}
-	v = w.admit(stop, work, j)
-}
-
-// finish ends j's handling with v: the tool's slot is given back, the
-// message settled (unless it is not a JetStream message), the span ended and
-// the concurrency slot freed.
-func (w *Worker) finish(j *job, v verdict) {
-	if j.releaseTool != nil {
-		j.releaseTool()
-	}
-	if j.meta != nil {
-		w.settle(j, v)
-	}
-	if j.span != nil {
-		j.span.SetAttributes(attribute.String("idemgate.verdict", v.verb.String()))
-		j.span.End()
-	}
-	w.m.inFlight.Dec()
-	if j.done != nil {
-		j.done()
-	}
 }

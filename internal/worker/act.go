@@ -1,0 +1,74 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/intent"
+)
+
+// act is what a claimant does with the lease it won (dedup.Acquired,
+// dedup.TookOver; confirmed: a takeover after the grace): the trail records
+// the claim; then, by the tool's policy, an operation abandoned mid-effect
+// is held as uncertain (on_abandoned: hold), one that needs an operator's
+// approval is parked for it, and any other is fired: handed to a firing.
+// A lease lost before anything happened is claimed again.
+func (w *Worker) act(stop, work context.Context, j *job, c claim, confirmed bool) round {
+	w.audit.claimed(j, c.ClaimResult, confirmed)
+	rec, pol := c.Lease.Record(), j.tool.Policy
+	switch {
+	case c.Outcome == dedup.TookOver && pol.OnAbandoned == intent.AbandonHold:
+		return w.holdUncertain(work, j, c)
+	case pol.Approval && !rec.Approved(time.Now()) && !(c.Outcome == dedup.TookOver && rec.Decision != nil && rec.Decision.Op == intent.ControlApprove):
+		// Needs an operator's approval first (or its approval lapsed before
+		// the firing started). A takeover of an approved firing goes on.
+		return w.parkForApproval(work, j, c.Lease)
+	}
+	if c.Outcome == dedup.TookOver {
+		w.m.takeovers.WithLabelValues(j.env.Tool).Inc()
+		w.log.Info("lease taken over", zap.String("key", j.id.Key), zap.Int("attempt", rec.Attempt),
+			zap.String("previous_holder", c.Previous.Holder))
+	}
+	return round{firing: w.firing(stop, work, j, c.Lease)}
+}
+
+// holdUncertain holds an operation whose holder vanished mid-effect as
+// uncertain: it may or may not have happened, and an operator resolves it.
+func (w *Worker) holdUncertain(work context.Context, j *job, c claim) round {
+	w.log.Warn("holder vanished mid-effect; holding the operation as uncertain", zap.String("key", j.id.Key),
+		zap.String("previous_holder", c.Previous.Holder), zap.Int("attempt", c.Previous.Attempt))
+	reason := fmt.Sprintf("attempt %d (holder %s) was firing this operation when its worker vanished: it may or may not have happened; an operator must resolve it",
+		c.Previous.Attempt, c.Previous.Holder)
+	return w.leaveToOperator(work, j, func(ctx context.Context) (dedup.Record, error) { return c.Lease.Hold(ctx, reason) })
+}
+
+// parkForApproval parks the operation until an operator decides; its
+// record keeps the intent, which an approval fires.
+func (w *Worker) parkForApproval(work context.Context, j *job, l lease) round {
+	envelope, err := json.Marshal(j.env)
+	if err != nil {
+		return ended(w.reject(j, j.env.Tool, intent.CodeInvalidIntent, err))
+	}
+	return w.leaveToOperator(work, j, func(ctx context.Context) (dedup.Record, error) { return l.AwaitApproval(ctx, envelope) })
+}
+
+// leaveToOperator records a state that waits for an operator (uncertain,
+// awaiting approval) with the lease's write and answers with it: this call
+// parked the operation.
+func (w *Worker) leaveToOperator(work context.Context, j *job, write func(context.Context) (dedup.Record, error)) round {
+	rec, err := w.record(work, j, write)
+	switch {
+	case errors.Is(err, dedup.ErrLeaseLost):
+		return claimAgain
+	case err != nil:
+		w.log.Warn("record state", zap.String("key", j.id.Key), zap.Error(err))
+		return ended(unanswered(nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")))
+	}
+	return ended(answered(w.fromRecord(j, rec, false), ack()))
+}
