@@ -179,7 +179,7 @@ const keepLiveTries = 3
 // claimant took the lease over meanwhile, and the claim starts over (again).
 func (l *Ledger) keepLive(ctx context.Context, req ClaimRequest, res ClaimResult) (ClaimResult, bool, error) {
 	for range keepLiveTries {
-		if l.clock().Add(req.Lease / 2).Before(res.Record.LeaseUntil) {
+		if fresh(res.Record, req.Lease, l.clock()) {
 			return res, false, nil
 		}
 		err := res.Lease.Extend(ctx, req.Lease)
@@ -200,19 +200,7 @@ func (l *Ledger) keepLive(ctx context.Context, req ClaimRequest, res ClaimResult
 // first does: the key had a record a moment ago.
 func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest, readFirst bool) (res ClaimResult, again bool, err error) {
 	now := l.clock()
-	rec := Record{
-		Status:      intent.StatusPending,
-		Tool:        req.Tool,
-		Session:     req.Session,
-		Fingerprint: req.Fingerprint,
-		Holder:      req.Holder,
-		LeaseUntil:  now.Add(req.Lease),
-		Attempt:     1,
-		IntentSeq:   req.IntentSeq,
-		CallID:      req.CallID,
-		CreatedAt:   now,
-		UpdatedAt:   now,
-	}
+	rec := claimed(req, now)
 	var e entry
 	if readFirst {
 		if e, err = l.read(ctx, req.Key); err != nil {
@@ -260,48 +248,22 @@ func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest, readFirst boo
 	if err != nil {
 		return ClaimResult{}, false, fmt.Errorf("decode record at revision %d: %w", e.rev, err)
 	}
-	existing := ClaimResult{Record: cur, Revision: e.rev}
-	switch {
-	case cur.Fingerprint != req.Fingerprint:
-		existing.Outcome = Conflict
-	case cur.Status.Answered():
-		existing.Outcome = Done
-	case cur.Status == intent.StatusPending && cur.LeaseExpired(now) && !cur.Released() &&
-		l.confirmTakeover && req.Confirmed != e.rev:
-		existing.Outcome = Busy // expired, not yet confirmed abandoned
-	case cur.Status == intent.StatusApproved,
-		cur.Status == intent.StatusPending && cur.LeaseExpired(now):
-		next := cur
-		next.Status = intent.StatusPending
-		next.Holder = req.Holder
-		next.LeaseUntil = now.Add(req.Lease)
-		next.Attempt = cur.Attempt + 1
-		next.IntentSeq = req.IntentSeq
-		next.CallID = req.CallID
-		next.UpdatedAt = now
-		outcome := TookOver
-		if cur.Released() || cur.Status == intent.StatusApproved {
-			// Nobody held it: a retry after a transient failure, or the
-			// firing of an approved operation (the approval stays in the
-			// record for the claimant to check).
-			outcome = Acquired
-		}
-		rev, err := l.cas(ctx, req.Key, e.rev, next)
-		switch {
-		case err == nil:
-			res := l.held(outcome, req.Key, rev, next)
-			if outcome == TookOver {
-				res.Previous = cur
-			}
-			return res, false, nil
-		case errors.Is(err, ErrRevisionMismatch):
-			return ClaimResult{}, true, nil // another taker won: re-read
-		}
-		return ClaimResult{}, false, err
-	default:
-		existing.Outcome = Busy
+	step := l.policy.claim(cur, e.rev, req, now)
+	if !step.writes() {
+		return ClaimResult{Outcome: step.outcome, Record: cur, Revision: e.rev}, false, nil
 	}
-	return existing, false, nil
+	rev, err := l.cas(ctx, req.Key, e.rev, step.next)
+	switch {
+	case err == nil:
+		res := l.held(step.outcome, req.Key, rev, step.next)
+		if step.outcome == TookOver {
+			res.Previous = cur
+		}
+		return res, false, nil
+	case errors.Is(err, ErrRevisionMismatch):
+		return ClaimResult{}, true, nil // another taker won: re-read
+	}
+	return ClaimResult{}, false, err
 }
 
 func (l *Ledger) held(o Outcome, key string, rev uint64, rec Record) ClaimResult {

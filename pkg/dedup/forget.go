@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 var (
@@ -76,7 +74,7 @@ func (l *Ledger) Forget(ctx context.Context, key string, opts ...ForgetOption) (
 		if err := forgettable(rec, l.clock(), o.forced); err != nil {
 			return rec, fmt.Errorf("forget %s: %w", key, err)
 		}
-		if abandoning(rec, l.clock()) {
+		if rec.abandoned(l.clock()) {
 			if err := l.confirmGone(ctx, key, rec, rev); err != nil {
 				return rec, fmt.Errorf("forget %s: %w", key, err)
 			}
@@ -99,50 +97,6 @@ func (l *Ledger) Forget(ctx context.Context, key string, opts ...ForgetOption) (
 		}
 	}
 	return Record{}, fmt.Errorf("forget %s: %w", key, ErrContended)
-}
-
-// forgettable returns nil when rec may be deleted at now (forced or not), or
-// the error that says why not.
-func forgettable(rec Record, now time.Time, forced bool) error {
-	switch {
-	case rec.Status == intent.StatusApproved:
-		return fmt.Errorf("%w: approved: a worker fires it now; wait for its outcome", ErrInFlight)
-	case rec.Status == intent.StatusPending && !rec.Released() && !rec.LeaseExpired(now):
-		return fmt.Errorf("%w: pending: its holder %s has its lease until %s and may be firing it now; wait for its outcome",
-			ErrInFlight, rec.Holder, rec.LeaseUntil.Format(time.RFC3339Nano))
-	case rec.Status.Final() || forced:
-		return nil
-	case rec.Status == intent.StatusPending && rec.Released():
-		return fmt.Errorf("%w: pending: released after a transient failure, and the next call retries it anyway; "+
-			"forgetting it drops its count of attempts", ErrUnresolved)
-	case rec.Status == intent.StatusPending:
-		return fmt.Errorf("%w: pending: its holder %s's lease ran out at %s, but a holder that is only stalled (a pause, "+
-			"a partition) still fires it when it wakes, and forgetting the record lets the next call fire it a second time; "+
-			"forced, it is forgotten only once its record stays unchanged for one more lease (%s)",
-			ErrUnresolved, rec.Holder, rec.LeaseUntil.Format(time.RFC3339Nano), rec.leaseLength())
-	case rec.Status == intent.StatusAwaitingApproval:
-		return fmt.Errorf("%w: awaiting approval: forgetting it drops the request, and the next call asks again; deny it instead", ErrUnresolved)
-	case rec.Status == intent.StatusUncertain:
-		return fmt.Errorf("%w: uncertain: its holder may have fired it, and forgetting it lets the next call fire it again; "+
-			"resolve it instead with what happened downstream", ErrUnresolved)
-	}
-	return fmt.Errorf("%w: %s", ErrUnresolved, rec.Status)
-}
-
-// abandoning reports whether rec is pending with a holder whose lease ran
-// out at now: the holder may be gone, or only stalled.
-func abandoning(rec Record, now time.Time) bool {
-	return rec.Status == intent.StatusPending && !rec.Released() && rec.LeaseExpired(now)
-}
-
-// leaseLength is the length of the lease rec's holder took: a claim, a
-// takeover and an extension each write lease_until as updated_at plus the
-// lease, on the holder's clock. DefaultLease when the record does not say.
-func (r Record) leaseLength() time.Duration {
-	if d := r.LeaseUntil.Sub(r.UpdatedAt); d > 0 {
-		return d
-	}
-	return DefaultLease
 }
 
 // confirmGone watches key's record, at revision rev past its lease, for one

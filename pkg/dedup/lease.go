@@ -64,9 +64,7 @@ func (ls *Lease) Extend(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("%w: extend %s: duration %s: use a positive duration", ErrInvalid, ls.key, d)
 	}
-	_, err := ls.write(direct(ctx), "extend", func(r *Record, now time.Time) {
-		r.LeaseUntil = now.Add(d)
-	}, false)
+	_, err := ls.write(direct(ctx), "extend", extend(d), false)
 	return err
 }
 
@@ -75,14 +73,7 @@ func (ls *Lease) Extend(ctx context.Context, d time.Duration) error {
 // effect was invoked for this key, retries included. It returns the written
 // record, or an error matching ErrLeaseLost or ErrLeaseDone.
 func (ls *Lease) Complete(ctx context.Context, result json.RawMessage, attempts int) (Record, error) {
-	return ls.write(ctx, "complete", func(r *Record, now time.Time) {
-		r.Status = intent.StatusCompleted
-		r.Result = result
-		r.Error = nil
-		r.Attempts = attempts
-		r.LeaseUntil = time.Time{}
-		r.CompletedAt = now
-	}, true)
+	return ls.write(ctx, "complete", complete(result, attempts), true)
 }
 
 // Fail records a permanent failure: the record becomes failed and is replayed
@@ -90,14 +81,7 @@ func (ls *Lease) Complete(ctx context.Context, result json.RawMessage, attempts 
 // failure use Release. It returns the written record, or an error matching
 // ErrLeaseLost or ErrLeaseDone.
 func (ls *Lease) Fail(ctx context.Context, e intent.Error, attempts int) (Record, error) {
-	return ls.write(ctx, "fail", func(r *Record, now time.Time) {
-		r.Status = intent.StatusFailed
-		r.Result = nil
-		r.Error = &e
-		r.Attempts = attempts
-		r.LeaseUntil = time.Time{}
-		r.CompletedAt = now
-	}, true)
+	return ls.write(ctx, "fail", fail(e, attempts), true)
 }
 
 // Release gives the key up after a transient failure, so that a retry may
@@ -107,11 +91,7 @@ func (ls *Lease) Fail(ctx context.Context, e intent.Error, attempts int) (Record
 // claim the key. It returns an error matching ErrLeaseLost if the lease was
 // taken over, or ErrLeaseDone.
 func (ls *Lease) Release(ctx context.Context, attempts int) error {
-	_, err := ls.write(ctx, "release", func(r *Record, now time.Time) {
-		r.Holder = ""
-		r.LeaseUntil = now
-		r.Attempts = attempts
-	}, true)
+	_, err := ls.write(ctx, "release", release(attempts), true)
 	return err
 }
 
@@ -120,12 +100,7 @@ func (ls *Lease) Release(ctx context.Context, attempts int) error {
 // and gives up the lease. Callers are answered awaiting_approval. It returns
 // the written record, or an error matching ErrLeaseLost or ErrLeaseDone.
 func (ls *Lease) AwaitApproval(ctx context.Context, envelope json.RawMessage) (Record, error) {
-	return ls.write(ctx, "await approval", func(r *Record, now time.Time) {
-		r.Status = intent.StatusAwaitingApproval
-		r.Intent = envelope
-		r.Holder = ""
-		r.LeaseUntil = time.Time{}
-	}, true)
+	return ls.write(ctx, "await approval", awaitApproval(envelope), true)
 }
 
 // Hold moves an abandoned operation to uncertain instead of firing it again:
@@ -134,18 +109,12 @@ func (ls *Lease) AwaitApproval(ctx context.Context, envelope json.RawMessage) (R
 // among the record's attempts: it may have reached the effect. It returns
 // the written record, or an error matching ErrLeaseLost or ErrLeaseDone.
 func (ls *Lease) Hold(ctx context.Context, reason string) (Record, error) {
-	return ls.write(ctx, "hold", func(r *Record, now time.Time) {
-		r.Status = intent.StatusUncertain
-		r.Attempts++
-		r.Error = &intent.Error{Code: intent.CodeUncertain, Message: reason}
-		r.Holder = ""
-		r.LeaseUntil = time.Time{}
-	}, true)
+	return ls.write(ctx, "hold", hold(reason), true)
 }
 
-// write applies change to a copy of the lease's record and writes it by
+// write applies t to a copy of the lease's record and writes it by
 // compare-and-set on the lease's revision; final marks the lease done.
-func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time.Time), final bool) (Record, error) {
+func (ls *Lease) write(ctx context.Context, op string, t transition, final bool) (Record, error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.done {
@@ -158,9 +127,7 @@ func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time
 		ctx = direct(ctx)
 	}
 	now := ls.ledger.clock()
-	next := ls.rec
-	change(&next, now)
-	next.UpdatedAt = now
+	next := t.apply(ls.rec, now)
 	ls.ledger.seal(ctx, ls.key, &next)
 	rev, err := ls.ledger.cas(ctx, ls.key, ls.rev, next)
 	if errors.Is(err, ErrRevisionMismatch) {
@@ -179,9 +146,7 @@ func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time
 			return Record{}, fmt.Errorf("%s %s: revision %d is still the latest, a write of it in process: %w", op, ls.key, ls.rev, err)
 		case adopted:
 			// An earlier write of ours had landed: write again over it.
-			next = ls.rec
-			change(&next, now)
-			next.UpdatedAt = now
+			next = t.apply(ls.rec, now)
 			ls.ledger.seal(ctx, ls.key, &next)
 			rev, err = ls.ledger.cas(ctx, ls.key, ls.rev, next)
 		}

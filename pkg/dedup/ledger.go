@@ -38,10 +38,9 @@ type Ledger struct {
 	putPrefix string // subject prefix of a key's writes
 	timeout   time.Duration
 	now       func() time.Time
-	retention time.Duration // the per-message TTL of a final record
-	layout    int           // the key layout (intent.LedgerKey); set by WithLayout
+	layout    int // the key layout (intent.LedgerKey); set by WithLayout
 
-	confirmTakeover bool // set by WithConfirmedTakeover
+	policy policy // the rules' options: WithConfirmedTakeover, WithRetention
 
 	receipts ReceiptFunc // set by WithReceipts
 
@@ -67,7 +66,7 @@ func WithClock(now func() time.Time) Option {
 // expire. Default: the bucket's TTL when the ledger is built by Open, else
 // DefaultTTL.
 func WithRetention(d time.Duration) Option {
-	return func(l *Ledger) { l.retention = d }
+	return func(l *Ledger) { l.policy.retention = d }
 }
 
 // WithLayout makes the ledger store keys in the given layout
@@ -88,7 +87,7 @@ func WithLayout(layout int) Option {
 // once, and only a holder that had its chance to extend (and did not) is
 // really gone. Without the option an expired lease is taken over at once.
 func WithConfirmedTakeover() Option {
-	return func(l *Ledger) { l.confirmTakeover = true }
+	return func(l *Ledger) { l.policy.confirmTakeover = true }
 }
 
 // ReceiptFunc returns the receipt of a record about to be written with a
@@ -148,7 +147,7 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, opts ...Option) (*Ledger
 		putPrefix: "$KV." + kv.Bucket() + ".",
 		timeout:   timeout,
 		now:       time.Now,
-		retention: DefaultTTL,
+		policy:    policy{retention: DefaultTTL},
 		layout:    intent.LayoutFull,
 	}
 	if prefix != jetstream.DefaultAPIPrefix {
@@ -157,8 +156,8 @@ func New(js jetstream.JetStream, kv jetstream.KeyValue, opts ...Option) (*Ledger
 	for _, opt := range opts {
 		opt(l)
 	}
-	if l.retention < time.Second {
-		return nil, fmt.Errorf("%w: new ledger: retention %s: use at least 1s", ErrInvalid, l.retention)
+	if l.policy.retention < time.Second {
+		return nil, fmt.Errorf("%w: new ledger: retention %s: use at least 1s", ErrInvalid, l.policy.retention)
 	}
 	if !intent.ValidLedgerLayout(l.layout) {
 		return nil, fmt.Errorf("%w: new ledger: layout %d: use %d or %d, as the ledger records it (RecordedLayout)",
@@ -247,16 +246,6 @@ func (l *Ledger) update(ctx context.Context, key string, data []byte, rev uint64
 	return l.batch.do(ctx, &write{key: key, data: data, rev: rev, ttl: ttl})
 }
 
-// ttlFor is the per-message TTL of a record written in status s: the
-// retention for a final record, none (it never expires) otherwise.
-func (l *Ledger) ttlFor(s intent.Status) time.Duration {
-	switch s {
-	case intent.StatusCompleted, intent.StatusFailed, intent.StatusDenied:
-		return l.retention
-	}
-	return 0
-}
-
 // Bucket returns the name of the ledger's KV bucket: its partition 0's when
 // it has several (see Buckets).
 func (l *Ledger) Bucket() string { return l.kv.Bucket() }
@@ -325,7 +314,7 @@ func (l *Ledger) cas(ctx context.Context, key string, rev uint64, rec Record) (u
 		settleIn = min(settleIn, max(time.Until(d), 100*time.Millisecond))
 	}
 	for try := 0; ; try++ {
-		newRev, err := l.update(ctx, key, data, rev, l.ttlFor(rec.Status))
+		newRev, err := l.update(ctx, key, data, rev, l.policy.ttl(rec.Status))
 		switch {
 		case err == nil:
 			return newRev, nil

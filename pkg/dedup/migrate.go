@@ -107,11 +107,11 @@ func Migrate(ctx context.Context, js jetstream.JetStream, bucket string, cfg Mig
 	for _, p := range old.partitions() {
 		err := p.each(ctx, func(r Listed) error {
 			found++
-			if r.Status == intent.StatusApproved || (r.Status == intent.StatusPending && !r.Released() && !r.LeaseExpired(now)) {
+			if r.firing(now) {
 				return fmt.Errorf("migrate ledger %s: %w: %s is %s (lease until %s): stop the workers and let it settle first",
 					bucket, ErrInFlight, r.Key, r.Status, r.LeaseUntil.Format(time.RFC3339))
 			}
-			if abandoning(r.Record, now) {
+			if r.abandoned(now) {
 				stale = append(stale, staleLease{p, r})
 			}
 			if _, err := intent.LedgerKey(r.Key, to.layout); err != nil {
@@ -216,7 +216,7 @@ func (l *Ledger) moveIn(ctx context.Context, from *Ledger, stream jetstream.Stre
 	}
 	var ttl time.Duration
 	if r.ttl > 0 {
-		ttl = max(r.ttl-time.Since(r.UpdatedAt), time.Second).Round(time.Second)
+		ttl = r.restOf(r.ttl, time.Now())
 	}
 	_, err = to.publish(ctx, r.Key, data, 0, ttl) // create-only, with the rest of its TTL
 	switch {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -32,7 +31,7 @@ func (l *Ledger) Retain(ctx context.Context, r Listed) error {
 	if err != nil {
 		return fmt.Errorf("retain %s: %w", r.Key, err)
 	}
-	ttl := max(l.retention-l.clock().Sub(r.UpdatedAt), time.Second).Round(time.Second)
+	ttl := r.restOf(l.policy.retention, l.clock())
 	if _, err := l.put(ctx, r.Key, data, r.Revision, ttl); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return fmt.Errorf("retain %s: %w", r.Key, err)
 	}

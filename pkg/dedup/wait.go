@@ -59,7 +59,7 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 				return Record{}, 0, fmt.Errorf("wait %s: %w", key, ErrReleased)
 			case err != nil:
 				return Record{}, 0, fmt.Errorf("wait %s: %w", key, err)
-			case rev <= lastRev || cur.Status.Answered() || cur.LeaseExpired(l.clock()):
+			case rev <= lastRev || cur.settled(l.clock()):
 				return cur, rev, nil
 			}
 			lastRev = rev
