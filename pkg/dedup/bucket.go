@@ -2,13 +2,12 @@ package dedup
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -57,12 +56,7 @@ type BucketConfig struct {
 	// existing ledger (intent.LayoutFull for one that records none),
 	// intent.DefaultLayout (compact keys) for a new one.
 	Layout int
-
-	metadata map[string]string // stream metadata EnsurePartitions records
 }
-
-// expiryMarkerTTL is how long the delete marker of an expired record stays.
-const expiryMarkerTTL = time.Minute
 
 // DefaultMaxConsumers is the consumer limit set on the bucket's stream.
 const DefaultMaxConsumers = 65536
@@ -127,64 +121,16 @@ func validBucketName(s string) bool {
 // existing one to match it, and returns it. It is safe to call on every start.
 // An invalid cfg gives an error matching ErrInvalid.
 func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) (jetstream.KeyValue, error) {
+	return ensureBucket(ctx, js, cfg, nil)
+}
+
+// ensureBucket is EnsureBucket, recording metadata on the bucket's stream
+// (the ledger's other idemgate.* entries there stay).
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig, metadata map[string]string) (jetstream.KeyValue, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("ensure bucket: %w", err)
 	}
-	// Updating the bucket rewrites its stream's configuration: keep atomic
-	// publish on if it was.
-	// The partition records (idemgate.* metadata) stay too.
-	stream := "KV_" + cfg.Bucket
-	var metadata map[string]string
-	s, err := js.Stream(ctx, stream)
-	switch {
-	case err == nil:
-		cfg.AtomicPublish = cfg.AtomicPublish || s.CachedInfo().Config.AllowAtomicPublish
-		for k, v := range s.CachedInfo().Config.Metadata {
-			if strings.HasPrefix(k, "idemgate.") {
-				metadata = setMeta(metadata, k, v)
-			}
-		}
-	case !errors.Is(err, jetstream.ErrStreamNotFound):
-		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
-	}
-	for k, v := range cfg.metadata {
-		metadata = setMeta(metadata, k, v)
-	}
-	// No age limit on the bucket: final records expire by their own TTL
-	// (LimitMarkerTTL allows per-message TTLs; an expired record leaves a
-	// delete marker for that long, so that a watcher sees it go).
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:         cfg.Bucket,
-		Description:    "idemgate ledger: one record per operation key",
-		History:        1,
-		Storage:        cfg.Storage,
-		Replicas:       cfg.Replicas,
-		LimitMarkerTTL: expiryMarkerTTL,
-		Metadata:       metadata,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
-	}
-	s, err = js.Stream(ctx, stream)
-	if err != nil {
-		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
-	}
-	if sc := s.CachedInfo().Config; (cfg.AtomicPublish && !sc.AllowAtomicPublish) || sc.MaxConsumers != cfg.MaxConsumers {
-		sc.AllowAtomicPublish = sc.AllowAtomicPublish || cfg.AtomicPublish
-		sc.MaxConsumers = cfg.MaxConsumers
-		if _, err := js.UpdateStream(ctx, sc); err != nil {
-			return nil, fmt.Errorf("ensure bucket %s: stream settings: %w", cfg.Bucket, err)
-		}
-	}
-	return kv, nil
-}
-
-// setMeta sets m[k] = v, making m when nil.
-func setMeta(m map[string]string, k, v string) map[string]string {
-	if m == nil {
-		m = map[string]string{}
-	}
-	m[k] = v
-	return m
+	return jsbackend.Ensure(ctx, js, jsbackend.Settings{Name: cfg.Bucket, Replicas: cfg.Replicas, Storage: cfg.Storage,
+		AtomicPublish: cfg.AtomicPublish, MaxConsumers: cfg.MaxConsumers, Metadata: metadata})
 }

@@ -50,9 +50,6 @@ func (l *Ledger) Resolve(ctx context.Context, key string, succeeded bool, result
 // leader) when the record moved underneath; a decision that changes nothing
 // returns the record as read.
 func (l *Ledger) decide(ctx context.Context, op, key string, d decision) (Record, uint64, error) {
-	if p := l.at(key); p != l {
-		return p.decide(ctx, op, key, d)
-	}
 	for range maxDecideRounds {
 		rec, rev, err := l.Get(ctx, key)
 		if err != nil {

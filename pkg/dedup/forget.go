@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 )
 
 var (
@@ -59,9 +59,6 @@ func Forced() ForgetOption { return func(o *forgetOptions) { o.forced = true } }
 // Workers may still answer the key from their answer caches; a front door
 // also tells them to forget it (intent.Names.ForgetSubject).
 func (l *Ledger) Forget(ctx context.Context, key string, opts ...ForgetOption) (Record, error) {
-	if p := l.at(key); p != l {
-		return p.Forget(ctx, key, opts...)
-	}
 	var o forgetOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -79,15 +76,15 @@ func (l *Ledger) Forget(ctx context.Context, key string, opts ...ForgetOption) (
 				return rec, fmt.Errorf("forget %s: %w", key, err)
 			}
 		}
-		sk, err := l.stored(key)
+		s, err := l.slot(key)
 		if err != nil {
 			return Record{}, fmt.Errorf("forget %s: %w", key, err)
 		}
-		err = l.kv.Delete(ctx, sk, jetstream.LastRevision(rev))
+		err = s.bucket.Delete(ctx, s.key, rev)
 		if err == nil {
 			return rec, nil
 		}
-		if !wrongLastSequence(err) {
+		if !errors.Is(err, jsbackend.ErrRevision) {
 			return Record{}, fmt.Errorf("forget %s: %w", key, err)
 		}
 		// Changed since the read (or, on a replicated bucket, a write of

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -20,6 +21,7 @@ import (
 // serialised.
 type Lease struct {
 	ledger *Ledger
+	slot   slot // where the record lives
 	key    string
 
 	mu   sync.Mutex
@@ -33,6 +35,10 @@ type Lease struct {
 	// completion sent after it be refused on its account, both unanswered.
 	unsure []Record
 }
+
+// reconcileTimeout bounds the leader read that reconciles a refused write
+// of the lease, even when the caller's ctx is done.
+const reconcileTimeout = 2 * time.Second
 
 // maxUnsure bounds Lease.unsure; the oldest is forgotten first. A holder cut
 // off from the ledger for minutes makes a few writes a second (heartbeats,
@@ -64,7 +70,7 @@ func (ls *Lease) Extend(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("%w: extend %s: duration %s: use a positive duration", ErrInvalid, ls.key, d)
 	}
-	_, err := ls.write(direct(ctx), "extend", extend(d), false)
+	_, err := ls.write(ctx, "extend", extend(d), false, jsbackend.Alone)
 	return err
 }
 
@@ -73,7 +79,7 @@ func (ls *Lease) Extend(ctx context.Context, d time.Duration) error {
 // effect was invoked for this key, retries included. It returns the written
 // record, or an error matching ErrLeaseLost or ErrLeaseDone.
 func (ls *Lease) Complete(ctx context.Context, result json.RawMessage, attempts int) (Record, error) {
-	return ls.write(ctx, "complete", complete(result, attempts), true)
+	return ls.write(ctx, "complete", complete(result, attempts), true, jsbackend.Grouped)
 }
 
 // Fail records a permanent failure: the record becomes failed and is replayed
@@ -81,7 +87,7 @@ func (ls *Lease) Complete(ctx context.Context, result json.RawMessage, attempts 
 // failure use Release. It returns the written record, or an error matching
 // ErrLeaseLost or ErrLeaseDone.
 func (ls *Lease) Fail(ctx context.Context, e intent.Error, attempts int) (Record, error) {
-	return ls.write(ctx, "fail", fail(e, attempts), true)
+	return ls.write(ctx, "fail", fail(e, attempts), true, jsbackend.Grouped)
 }
 
 // Release gives the key up after a transient failure, so that a retry may
@@ -91,7 +97,7 @@ func (ls *Lease) Fail(ctx context.Context, e intent.Error, attempts int) (Record
 // claim the key. It returns an error matching ErrLeaseLost if the lease was
 // taken over, or ErrLeaseDone.
 func (ls *Lease) Release(ctx context.Context, attempts int) error {
-	_, err := ls.write(ctx, "release", release(attempts), true)
+	_, err := ls.write(ctx, "release", release(attempts), true, jsbackend.Grouped)
 	return err
 }
 
@@ -100,7 +106,7 @@ func (ls *Lease) Release(ctx context.Context, attempts int) error {
 // and gives up the lease. Callers are answered awaiting_approval. It returns
 // the written record, or an error matching ErrLeaseLost or ErrLeaseDone.
 func (ls *Lease) AwaitApproval(ctx context.Context, envelope json.RawMessage) (Record, error) {
-	return ls.write(ctx, "await approval", awaitApproval(envelope), true)
+	return ls.write(ctx, "await approval", awaitApproval(envelope), true, jsbackend.Grouped)
 }
 
 // Hold moves an abandoned operation to uncertain instead of firing it again:
@@ -109,12 +115,13 @@ func (ls *Lease) AwaitApproval(ctx context.Context, envelope json.RawMessage) (R
 // among the record's attempts: it may have reached the effect. It returns
 // the written record, or an error matching ErrLeaseLost or ErrLeaseDone.
 func (ls *Lease) Hold(ctx context.Context, reason string) (Record, error) {
-	return ls.write(ctx, "hold", hold(reason), true)
+	return ls.write(ctx, "hold", hold(reason), true, jsbackend.Grouped)
 }
 
 // write applies t to a copy of the lease's record and writes it by
-// compare-and-set on the lease's revision; final marks the lease done.
-func (ls *Lease) write(ctx context.Context, op string, t transition, final bool) (Record, error) {
+// compare-and-set on the lease's revision, as m says; final marks the lease
+// done.
+func (ls *Lease) write(ctx context.Context, op string, t transition, final bool, m jsbackend.Mode) (Record, error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.done {
@@ -124,12 +131,12 @@ func (ls *Lease) write(ctx context.Context, op string, t transition, final bool)
 		// Recovering from a write of unknown outcome (an outage, most
 		// likely): go straight to the stream, not behind a batch that the
 		// same outage may still hold.
-		ctx = direct(ctx)
+		m = jsbackend.Alone
 	}
 	now := ls.ledger.clock()
 	next := t.apply(ls.rec, now)
 	ls.ledger.seal(ctx, ls.key, &next)
-	rev, err := ls.ledger.cas(ctx, ls.key, ls.rev, next)
+	rev, err := ls.ledger.cas(ctx, ls.slot, ls.rev, next, m)
 	if errors.Is(err, ErrRevisionMismatch) {
 		moved, adopted, rerr := ls.reconcile(ctx)
 		switch {
@@ -148,7 +155,7 @@ func (ls *Lease) write(ctx context.Context, op string, t transition, final bool)
 			// An earlier write of ours had landed: write again over it.
 			next = t.apply(ls.rec, now)
 			ls.ledger.seal(ctx, ls.key, &next)
-			rev, err = ls.ledger.cas(ctx, ls.key, ls.rev, next)
+			rev, err = ls.ledger.cas(ctx, ls.slot, ls.rev, next, m)
 		}
 	}
 	if errors.Is(err, ErrRevisionMismatch) {
@@ -175,22 +182,22 @@ func (ls *Lease) write(ctx context.Context, op string, t transition, final bool)
 // while such a write is still in process would. An error means the leader
 // could not be read.
 func (ls *Lease) reconcile(ctx context.Context) (moved, adopted bool, err error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reconcileTimeout)
 	defer cancel()
-	e, err := ls.ledger.read(rctx, ls.key)
+	e, err := ls.slot.bucket.Read(rctx, ls.slot.key)
 	if err != nil {
 		return false, false, err
 	}
-	if e.live() && e.rev <= ls.rev {
+	if e.Live() && e.Rev <= ls.rev {
 		return false, false, nil
 	}
-	if !e.live() {
+	if !e.Live() {
 		return true, false, nil // deleted
 	}
 	for i := len(ls.unsure) - 1; i >= 0; i-- {
 		want, err := ls.unsure[i].marshal()
-		if err == nil && bytes.Equal(e.data, want) {
-			ls.rev, ls.rec, ls.unsure = e.rev, ls.unsure[i], nil
+		if err == nil && bytes.Equal(e.Data, want) {
+			ls.rev, ls.rec, ls.unsure = e.Rev, ls.unsure[i], nil
 			return true, true, nil
 		}
 	}

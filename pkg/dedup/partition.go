@@ -2,14 +2,13 @@ package dedup
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -18,8 +17,8 @@ import (
 // one-partition ledger is exactly a plain bucket; partition i > 0 is
 // PartitionBucket(bucket, i). A key lives in partition
 // intent.Partition(key, N), and every operation on it — claim, compare-and-
-// set, leader read, wait, batch — goes to that partition's Ledger, which is
-// the single-bucket code unchanged. N is recorded in the stream metadata of
+// set, leader read, wait, batch — goes to that partition's bucket (its slot,
+// Ledger.slot), each bucket with its own group commit. N is recorded in the stream metadata of
 // partition 0 (PartitionsMetadata), where every worker and client reads it,
 // next to the ledger's key layout (LayoutMetadata, intent.LedgerKey): how
 // every partition stores its keys.
@@ -46,9 +45,6 @@ var ErrPartitions = errors.New("dedup: partition count differs from the ledger's
 // recorded when it was created, or records a layout this version does not
 // know.
 var ErrLayout = errors.New("dedup: key layout differs from the ledger's or is unknown")
-
-// cursorShift places a listing cursor's partition above its stream sequence.
-const cursorShift = 56
 
 // PartitionBucket returns the bucket name of partition i of the ledger
 // named bucket: bucket itself for partition 0, bucket + "_P" + i otherwise.
@@ -80,7 +76,7 @@ func RecordedLayout(ctx context.Context, js jetstream.JetStream, bucket string) 
 // recorded reads the partition count and key layout recorded on partition
 // 0's stream of the ledger named bucket; both are 0 when it does not exist.
 func recorded(ctx context.Context, js jetstream.JetStream, bucket string) (partitions, layout int, err error) {
-	md, exists, err := metadataOf(ctx, js, bucket)
+	md, exists, err := jsbackend.Metadata(ctx, js, bucket)
 	if err != nil || !exists {
 		return 0, 0, err
 	}
@@ -90,19 +86,6 @@ func recorded(ctx context.Context, js jetstream.JetStream, bucket string) (parti
 	}
 	s, err := shapeOf(bucket, md)
 	return s.partitions, s.layout, err
-}
-
-// metadataOf returns the stream metadata of the ledger named bucket's
-// partition 0; exists is false when it does not exist.
-func metadataOf(ctx context.Context, js jetstream.JetStream, bucket string) (md map[string]string, exists bool, err error) {
-	s, err := js.Stream(ctx, "KV_"+bucket)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("ledger %s: stream metadata: %w", bucket, err)
-	}
-	return s.CachedInfo().Config.Metadata, true, nil
 }
 
 // shape is a ledger's partition count and key layout.
@@ -162,9 +145,7 @@ func EnsurePartitions(ctx context.Context, js jetstream.JetStream, cfg BucketCon
 	for i := range n {
 		c := cfg
 		c.Bucket = PartitionBucket(cfg.Bucket, i)
-		c.metadata = map[string]string{PartitionsMetadata: strconv.Itoa(n), PartitionMetadata: strconv.Itoa(i),
-			LayoutMetadata: strconv.Itoa(layout)}
-		if kvs[i], err = EnsureBucket(ctx, js, c); err != nil {
+		if kvs[i], err = ensureBucket(ctx, js, c, shapeMetadata(shape{partitions: n, layout: layout}, i, "")); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -183,6 +164,17 @@ func EnsurePartitions(ctx context.Context, js jetstream.JetStream, cfg BucketCon
 		}
 	}
 	return kvs, layout, nil
+}
+
+// shapeMetadata is the stream metadata of partition i of a ledger of shape
+// s; a migration to s that is not finished also marks it with mark.
+func shapeMetadata(s shape, i int, mark string) map[string]string {
+	md := map[string]string{PartitionsMetadata: strconv.Itoa(s.partitions), PartitionMetadata: strconv.Itoa(i),
+		LayoutMetadata: strconv.Itoa(s.layout)}
+	if mark != "" {
+		md[MigratingMetadata] = mark
+	}
+	return md
 }
 
 // agreeLayout is the key layout of a ledger with recorded layout (0: no
@@ -232,7 +224,7 @@ func BindPartitions(ctx context.Context, js jetstream.JetStream, bucket string) 
 	kvs := make([]jetstream.KeyValue, n)
 	for i := range n {
 		name := PartitionBucket(bucket, i)
-		if kvs[i], err = js.KeyValue(ctx, name); err != nil {
+		if kvs[i], err = jsbackend.Open(ctx, js, name); err != nil {
 			return nil, 0, fmt.Errorf("ledger %s: partition %d of %d (%s): %w", bucket, i, n, name, err)
 		}
 	}
@@ -242,29 +234,14 @@ func BindPartitions(ctx context.Context, js jetstream.JetStream, bucket string) 
 // NewPartitioned returns a Ledger over kvs, the buckets of a ledger's
 // partitions in partition order (EnsurePartitions or BindPartitions returns
 // them, with the layout to pass as WithLayout); their count must be a power
-// of two. Each partition gets its own Ledger built by New with opts — its
-// own group commit with WithBatching — and every operation goes to its
-// key's partition. One bucket gives exactly New's Ledger.
+// of two. Each partition has its own group commit with WithBatching, and
+// every operation goes to its key's partition. One bucket gives exactly
+// New's Ledger.
 func NewPartitioned(js jetstream.JetStream, kvs []jetstream.KeyValue, opts ...Option) (*Ledger, error) {
 	if !intent.ValidPartitions(len(kvs)) {
 		return nil, fmt.Errorf("%w: new ledger: %d partitions: give a power of two from 1 to %d", ErrInvalid, len(kvs), intent.MaxPartitions)
 	}
-	first, err := New(js, kvs[0], opts...)
-	if err != nil || len(kvs) == 1 {
-		return first, err
-	}
-	parts := make([]*Ledger, len(kvs))
-	parts[0] = first
-	for i := 1; i < len(kvs); i++ {
-		if parts[i], err = New(js, kvs[i], opts...); err != nil {
-			for _, p := range parts[:i] {
-				p.Close()
-			}
-			return nil, fmt.Errorf("partition %d: %w", i, err)
-		}
-	}
-	first.parts = parts
-	return first, nil
+	return newLedger(js, kvs, opts...)
 }
 
 // Bind returns a Ledger over the existing ledger named bucket, with all its
@@ -289,32 +266,15 @@ func OpenReader(ctx context.Context, js jetstream.JetStream, bucket string) (*Re
 	return &Reader{l: l}, nil
 }
 
-// at returns the Ledger of key's partition: l itself without partitions.
-func (l *Ledger) at(key string) *Ledger {
-	if len(l.parts) < 2 {
-		return l
-	}
-	return l.parts[intent.Partition(key, len(l.parts))]
-}
-
-// partitions returns the per-partition Ledgers, in partition order.
-func (l *Ledger) partitions() []*Ledger {
-	if len(l.parts) < 2 {
-		return []*Ledger{l}
-	}
-	return l.parts
-}
-
 // Partitions returns the ledger's partition count.
-func (l *Ledger) Partitions() int { return len(l.partitions()) }
+func (l *Ledger) Partitions() int { return len(l.parts) }
 
 // Buckets returns the bucket names of the ledger's partitions, in partition
 // order.
 func (l *Ledger) Buckets() []string {
-	ps := l.partitions()
-	names := make([]string, len(ps))
-	for i, p := range ps {
-		names[i] = p.kv.Bucket()
+	names := make([]string, len(l.parts))
+	for i, p := range l.parts {
+		names[i] = p.Name()
 	}
 	return names
 }
@@ -323,30 +283,7 @@ func (l *Ledger) Buckets() []string {
 // partition order ("" for a partition whose leader is not known, e.g. on a
 // server without clustering).
 func (l *Ledger) Leaders(ctx context.Context) ([]string, error) {
-	infos, err := l.streamInfos(ctx)
-	if err != nil {
-		return nil, err
-	}
-	leaders := make([]string, len(infos))
-	for i, si := range infos {
-		if si.Cluster != nil {
-			leaders[i] = si.Cluster.Leader
-		}
-	}
-	return leaders, nil
-}
-
-func (l *Ledger) streamInfos(ctx context.Context) ([]*jetstream.StreamInfo, error) {
-	ps := l.partitions()
-	infos := make([]*jetstream.StreamInfo, len(ps))
-	for i, p := range ps {
-		s, err := l.js.Stream(ctx, "KV_"+p.kv.Bucket())
-		if err != nil {
-			return nil, fmt.Errorf("partition %d: %w", i, err)
-		}
-		infos[i] = s.CachedInfo()
-	}
-	return infos, nil
+	return jsbackend.Leaders(ctx, l.parts)
 }
 
 // SpreadLeaders asks the cluster to move partition leaders off the servers
@@ -359,134 +296,14 @@ func (l *Ledger) streamInfos(ctx context.Context) ([]*jetstream.StreamInfo, erro
 // on the others) is harmless: the worker calls it at start and on every
 // ledger scan.
 func (l *Ledger) SpreadLeaders(ctx context.Context) (int, error) {
-	ps := l.partitions()
-	if len(ps) < 2 {
+	if len(l.parts) < 2 {
 		return 0, nil
 	}
-	infos, err := l.streamInfos(ctx)
+	moved, err := jsbackend.SpreadLeaders(ctx, l.parts)
 	if err != nil {
-		return 0, fmt.Errorf("spread leaders: %w", err)
-	}
-	load := map[string]int{}
-	for _, si := range infos {
-		if si.Cluster == nil || si.Cluster.Leader == "" || len(si.Cluster.Replicas) == 0 {
-			return 0, nil // not replicated, or no leader now: nothing to spread
-		}
-		load[si.Cluster.Leader]++
-		for _, r := range si.Cluster.Replicas {
-			load[r.Name] += 0
-		}
-	}
-	share := (len(ps) + len(load) - 1) / len(load)
-	moved := 0
-	for i, si := range infos {
-		leader := si.Cluster.Leader
-		if load[leader] <= share {
-			continue
-		}
-		var to string
-		for _, r := range si.Cluster.Replicas {
-			if r.Current && !r.Offline && load[r.Name] < share && (to == "" || load[r.Name] < load[to]) {
-				to = r.Name
-			}
-		}
-		if to == "" {
-			continue
-		}
-		if err := l.stepDown(ctx, ps[i].kv.Bucket(), to); err != nil {
-			return moved, fmt.Errorf("spread leaders: partition %d (%s) to %s: %w", i, ps[i].kv.Bucket(), to, err)
-		}
-		load[leader]--
-		load[to]++
-		moved++
+		return moved, fmt.Errorf("spread leaders: %w", err)
 	}
 	return moved, nil
-}
-
-// stepDown asks the leader of bucket's stream to hand over to server.
-func (l *Ledger) stepDown(ctx context.Context, bucket, server string) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.timeout)
-		defer cancel()
-	}
-	prefix := strings.TrimSuffix(l.getSubj, "STREAM.MSG.GET.KV_"+l.kv.Bucket())
-	req, err := json.Marshal(map[string]any{"placement": map[string]string{"preferred": server}})
-	if err != nil {
-		return err
-	}
-	msg, err := l.nc.RequestWithContext(ctx, prefix+"STREAM.LEADER.STEPDOWN.KV_"+bucket, req)
-	if err != nil {
-		return err
-	}
-	var resp struct {
-		Error   *jetstream.APIError `json:"error,omitempty"`
-		Success bool                `json:"success"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return fmt.Errorf("decode step-down response: %w", err)
-	}
-	if resp.Error != nil {
-		return resp.Error
-	}
-	if !resp.Success {
-		return fmt.Errorf("step-down not done: %s", msg.Data)
-	}
-	return nil
-}
-
-// listPartitions is List over a partitioned ledger: the partitions one after
-// the other, each in stream order. A cursor is the partition in its top
-// byte and the stream sequence within it below (so a one-partition cursor is
-// the plain sequence).
-func (l *Ledger) listPartitions(ctx context.Context, q Query) (Page, error) {
-	if err := q.check(); err != nil {
-		return Page{}, err
-	}
-	p, seq := int(q.After>>cursorShift), q.After&(1<<cursorShift-1)
-	if p >= len(l.parts) {
-		return Page{}, fmt.Errorf("%w: list: cursor %d names partition %d of a ledger of %d: pass a Page's Next",
-			ErrInvalid, q.After, p, len(l.parts))
-	}
-	page := Page{Records: []Listed{}, Next: q.After}
-	scanned := 0
-	for ; p < len(l.parts); p, seq = p+1, 0 {
-		sub := q
-		sub.After = seq
-		sub.Limit = q.Limit - len(page.Records)
-		if q.MaxScan > 0 {
-			sub.MaxScan = q.MaxScan - scanned
-		}
-		got, n, err := l.parts[p].listOne(ctx, sub)
-		if err != nil {
-			return Page{}, fmt.Errorf("partition %d: %w", p, err)
-		}
-		scanned += n
-		page.Records = append(page.Records, got.Records...)
-		page.Next = uint64(p)<<cursorShift | got.Next
-		if got.More {
-			page.More = true
-			return page, nil
-		}
-		full := len(page.Records) >= q.Limit || (q.MaxScan > 0 && scanned >= q.MaxScan)
-		if full && p+1 < len(l.parts) {
-			page.Next, page.More = uint64(p+1)<<cursorShift, true
-			return page, nil
-		}
-	}
-	return page, nil
-}
-
-// sumStats adds the group-commit figures of every partition.
-func sumStats(ps []*Ledger) BatchStats {
-	var s BatchStats
-	for _, p := range ps {
-		if p.batch == nil {
-			continue
-		}
-		s = s.Add(p.batch.statsNow())
-	}
-	return s
 }
 
 // validPartitionsConfig checks BucketConfig.Partitions.

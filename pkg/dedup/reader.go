@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 )
 
 // Reader is the read side of the ledger, for clients and operators that
@@ -37,7 +39,7 @@ func (r *Reader) Get(ctx context.Context, key string) (Record, uint64, error) {
 // Current reports false (also when the ledger is gone). While a migration
 // is marked, it returns an error matching ErrMigrating.
 func (r *Reader) Current(ctx context.Context) (bool, error) {
-	n, layout, err := recorded(ctx, r.l.js, r.l.kv.Bucket())
+	n, layout, err := recorded(ctx, r.l.js, r.l.Bucket())
 	if err != nil {
 		return false, err
 	}
@@ -64,34 +66,32 @@ func (r *Reader) WaitFor(ctx context.Context, key string, accept func(Record) bo
 // every path. Unlike Wait, it never returns a record accept refused: it is
 // for callers waiting for an answer, not for claimants.
 func (l *Ledger) WaitFor(ctx context.Context, key string, accept func(Record) bool) (Record, uint64, error) {
-	if p := l.at(key); p != l {
-		return p.WaitFor(ctx, key, accept)
-	}
 	w, err := l.watch(ctx, key)
 	if err != nil {
 		return Record{}, 0, fmt.Errorf("wait for %s: %w", key, err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer w.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return Record{}, 0, fmt.Errorf("wait for %s: %w", key, ctx.Err())
-		case e, ok := <-w.Updates():
+		case u, ok := <-w.Updates():
 			if !ok {
 				if ctx.Err() != nil {
 					return Record{}, 0, fmt.Errorf("wait for %s: %w", key, ctx.Err())
 				}
 				return Record{}, 0, fmt.Errorf("wait for %s: %w", key, errWatchClosed)
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
+			e, ok := jsbackend.Observed(u)
+			if !ok || e.Deleted {
 				continue // the end of the initial values, or a deletion
 			}
-			rec, err := DecodeRecord(e.Value())
+			rec, err := DecodeRecord(e.Data)
 			if err != nil {
-				return Record{}, 0, fmt.Errorf("wait for %s: record at revision %d: %w", key, e.Revision(), err)
+				return Record{}, 0, fmt.Errorf("wait for %s: record at revision %d: %w", key, e.Rev, err)
 			}
 			if accept(rec) {
-				return rec, e.Revision(), nil
+				return rec, e.Rev, nil
 			}
 		}
 	}

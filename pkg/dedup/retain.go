@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 )
 
 // Untimed reports whether r is a final record (completed, failed, denied)
@@ -20,11 +20,12 @@ func (r Listed) Untimed() bool { return r.Status.Final() && r.ttl == 0 }
 // record written since keeps that write, and Retain returns nil. A record
 // that is not untimed is left alone.
 func (l *Ledger) Retain(ctx context.Context, r Listed) error {
-	if p := l.at(r.Key); p != l {
-		return p.Retain(ctx, r)
-	}
 	if !r.Untimed() {
 		return nil
+	}
+	s, err := l.slot(r.Key)
+	if err != nil {
+		return fmt.Errorf("retain %s: %w", r.Key, err)
 	}
 	rec := r.Record
 	data, err := rec.marshal()
@@ -32,7 +33,7 @@ func (l *Ledger) Retain(ctx context.Context, r Listed) error {
 		return fmt.Errorf("retain %s: %w", r.Key, err)
 	}
 	ttl := r.restOf(l.policy.retention, l.clock())
-	if _, err := l.put(ctx, r.Key, data, r.Revision, ttl); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	if _, err := s.bucket.Update(ctx, s.key, data, r.Revision, ttl, jsbackend.Alone); err != nil && !errors.Is(err, jsbackend.ErrRevision) {
 		return fmt.Errorf("retain %s: %w", r.Key, err)
 	}
 	return nil
