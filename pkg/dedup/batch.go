@@ -7,17 +7,17 @@ import (
 
 // Batching defaults and limits.
 const (
-	// DefaultBatchMax is BatchConfig.Max's default.
-	DefaultBatchMax = 500
+	// defaultBatchMax is BatchConfig.Max's default.
+	defaultBatchMax = 500
 	// MaxBatch is the most writes an atomic batch may carry (the server's
 	// limit).
 	MaxBatch = 1000
-	// DefaultBatchMin is BatchConfig.Min's default.
-	DefaultBatchMin = 16
+	// defaultBatchMin is BatchConfig.Min's default.
+	defaultBatchMin = 16
 	// DefaultBatchInFlight is BatchConfig.InFlight's default.
 	DefaultBatchInFlight = 4
-	// DefaultBatchAckWait is BatchConfig.AckWait's default.
-	DefaultBatchAckWait = time.Second
+	// defaultBatchAckWait is BatchConfig.AckWait's default.
+	defaultBatchAckWait = time.Second
 	// MaxBatchInFlight bounds BatchConfig.InFlight; the server allows 50
 	// batches in flight per stream, shared by every writer.
 	MaxBatchInFlight = 8
@@ -27,13 +27,13 @@ const (
 // zero value is valid and means every default.
 type BatchConfig struct {
 	// Max is the most writes one atomic batch carries; writes queued beyond
-	// it wait for the next batch. Default: 500 (DefaultBatchMax). At most
+	// it wait for the next batch. Default: 500. At most
 	// 1000 (MaxBatch), the server's limit.
 	Max int
 	// Min is the fewest queued writes sent as an atomic batch. A batch has a
 	// fixed cost (the server stages it and syncs a few times), so fewer
 	// writes go out one by one, concurrently, as without batching — which is
-	// also what a lightly loaded ledger does. Default: 16 (DefaultBatchMin).
+	// also what a lightly loaded ledger does. Default: 16.
 	// 1 sends even a lone write as a batch.
 	Min int
 	// InFlight is how many batches may await their acknowledgement at once;
@@ -53,23 +53,22 @@ type BatchConfig struct {
 	// server restarted after the commit went out) must not hold the ledger
 	// long: past AckWait its writes' outcomes are unknown, and each caller
 	// settles its own by a leader read, as for a single write. A healthy
-	// batch is acknowledged in milliseconds. Default: 1s
-	// (DefaultBatchAckWait).
+	// batch is acknowledged in milliseconds. Default: 1s.
 	AckWait time.Duration
 }
 
 func (c BatchConfig) withDefaults() BatchConfig {
 	if c.Max == 0 {
-		c.Max = DefaultBatchMax
+		c.Max = defaultBatchMax
 	}
 	if c.Min == 0 {
-		c.Min = min(DefaultBatchMin, c.Max)
+		c.Min = min(defaultBatchMin, c.Max)
 	}
 	if c.InFlight == 0 {
 		c.InFlight = DefaultBatchInFlight
 	}
 	if c.AckWait == 0 {
-		c.AckWait = DefaultBatchAckWait
+		c.AckWait = defaultBatchAckWait
 	}
 	return c
 }
@@ -77,34 +76,18 @@ func (c BatchConfig) withDefaults() BatchConfig {
 func (c BatchConfig) validate() error {
 	switch {
 	case c.Max < 1 || c.Max > MaxBatch:
-		return fmt.Errorf("%w: batch max %d: set 1 to %d, or 0 for the default %d", ErrInvalid, c.Max, MaxBatch, DefaultBatchMax)
+		return fmt.Errorf("%w: batch max %d: set 1 to %d, or 0 for the default %d", ErrInvalid, c.Max, MaxBatch, defaultBatchMax)
 	case c.Min < 1 || c.Min > c.Max:
-		return fmt.Errorf("%w: batch min %d: set 1 to the batch max (%d), or 0 for the default %d", ErrInvalid, c.Min, c.Max, DefaultBatchMin)
+		return fmt.Errorf("%w: batch min %d: set 1 to the batch max (%d), or 0 for the default %d", ErrInvalid, c.Min, c.Max, defaultBatchMin)
 	case c.InFlight < 1 || c.InFlight > MaxBatchInFlight:
 		return fmt.Errorf("%w: batches in flight %d: set 1 to %d, or 0 for the default %d", ErrInvalid, c.InFlight, MaxBatchInFlight, DefaultBatchInFlight)
 	case c.AckWait < 0:
-		return fmt.Errorf("%w: batch ack wait %s: set a positive duration, or 0 for the default %s", ErrInvalid, c.AckWait, DefaultBatchAckWait)
+		return fmt.Errorf("%w: batch ack wait %s: set a positive duration, or 0 for the default %s", ErrInvalid, c.AckWait, defaultBatchAckWait)
 	}
 	return nil
 }
 
-// WithBatching makes the ledger group-commit its writes: the claims (create
-// only) and compare-and-set writes (Extend, Complete, Fail, Release,
-// AwaitApproval, Hold, operator decisions) of all concurrent
-// callers are queued and sent as JetStream atomic batches, each made durable
-// with one sync before its acknowledgement instead of one sync per write.
-// Every call still returns what it would without batching — the same
-// outcome, the same errors — once its batch is acknowledged; batching trades
-// latency for throughput and changes no guarantee.
-//
-// The bucket's stream must allow atomic publish: Open does it, or build the
-// bucket with BucketConfig.AtomicPublish. Call Ledger.Close when done to flush
-// the queue. A bad cfg makes New (or Open) fail with ErrInvalid.
-func WithBatching(cfg BatchConfig) Option {
-	return func(l *Ledger) { l.batchCfg = &cfg }
-}
-
-// BatchStats counts what a batching ledger's writes did since New. All
+// BatchStats counts what a batching ledger's writes did since Open. All
 // counts are zero for a ledger without batching.
 type BatchStats struct {
 	// Batches is the number of atomic batches committed.

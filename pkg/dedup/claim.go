@@ -186,7 +186,7 @@ func (l *Ledger) keepLive(ctx context.Context, req ClaimRequest, res ClaimResult
 		case err != nil:
 			return ClaimResult{}, false, fmt.Errorf("extend a lease acknowledged late: %w", err)
 		}
-		res.Record, res.Revision = res.Lease.Record(), res.Lease.Revision()
+		res.Record, res.Revision = res.Lease.Record(), res.Lease.revision()
 	}
 	return ClaimResult{}, false, fmt.Errorf("%w: every extension of the lease was acknowledged past half its length", context.DeadlineExceeded)
 }
@@ -230,13 +230,13 @@ func (l *Ledger) claimRound(ctx context.Context, s slot, req ClaimRequest, readF
 		switch {
 		case err == nil:
 			return l.held(Acquired, s, req.Key, rev, rec), false, nil
-		case errors.Is(err, ErrRevisionMismatch):
+		case errors.Is(err, errRevisionMismatch):
 			return ClaimResult{}, true, nil
 		}
 		return ClaimResult{}, false, err
 	}
 
-	cur, err := DecodeRecord(e.Data)
+	cur, err := decodeRecord(e.Data)
 	if err != nil {
 		return ClaimResult{}, false, fmt.Errorf("decode record at revision %d: %w", e.Rev, err)
 	}
@@ -252,7 +252,7 @@ func (l *Ledger) claimRound(ctx context.Context, s slot, req ClaimRequest, readF
 			res.Previous = cur
 		}
 		return res, false, nil
-	case errors.Is(err, ErrRevisionMismatch):
+	case errors.Is(err, errRevisionMismatch):
 		return ClaimResult{}, true, nil // another taker won: re-read
 	}
 	return ClaimResult{}, false, err

@@ -64,7 +64,7 @@ func (l *Ledger) decide(ctx context.Context, op, key string, d decision) (Record
 		}
 		l.seal(ctx, key, &rec)
 		newRev, err := l.transition(ctx, key, rev, rec)
-		if errors.Is(err, ErrRevisionMismatch) {
+		if errors.Is(err, errRevisionMismatch) {
 			continue
 		}
 		if err != nil {

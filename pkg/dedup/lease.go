@@ -45,11 +45,9 @@ const reconcileTimeout = 2 * time.Second
 // recording attempts).
 const maxUnsure = 512
 
-// Key returns the key the lease holds.
-func (ls *Lease) Key() string { return ls.key }
-
-// Revision returns the revision of the lease's latest write: its fencing token.
-func (ls *Lease) Revision() uint64 {
+// revision returns the revision of the lease's latest write: its fencing
+// token.
+func (ls *Lease) revision() uint64 {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	return ls.rev
@@ -137,7 +135,7 @@ func (ls *Lease) write(ctx context.Context, op string, t transition, final bool,
 	next := t.apply(ls.rec, now)
 	ls.ledger.seal(ctx, ls.key, &next)
 	rev, err := ls.ledger.cas(ctx, ls.slot, ls.rev, next, m)
-	if errors.Is(err, ErrRevisionMismatch) {
+	if errors.Is(err, errRevisionMismatch) {
 		moved, adopted, rerr := ls.reconcile(ctx)
 		switch {
 		case rerr != nil:
@@ -158,7 +156,7 @@ func (ls *Lease) write(ctx context.Context, op string, t transition, final bool,
 			rev, err = ls.ledger.cas(ctx, ls.slot, ls.rev, next, m)
 		}
 	}
-	if errors.Is(err, ErrRevisionMismatch) {
+	if errors.Is(err, errRevisionMismatch) {
 		return Record{}, fmt.Errorf("%s %s: %w", op, ls.key, ErrLeaseLost)
 	}
 	if err != nil {

@@ -227,7 +227,7 @@ func (l *Ledger) listPart(ctx context.Context, p int, q Query) (Page, int, error
 	now := l.clock()
 	next, read, more, err := l.parts[p].Scan(ctx, jsbackend.Scan{After: q.After, Token: q.Tool, Limit: q.Limit, MaxScan: q.MaxScan},
 		func(m jsbackend.Msg) bool {
-			rec, err := DecodeRecord(m.Data)
+			rec, err := decodeRecord(m.Data)
 			if err != nil {
 				return false // not a record this package wrote
 			}

@@ -13,12 +13,12 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// MigratingMetadata marks a ledger whose migration (Migrate) started and has
+// migratingMetadata marks a ledger whose migration (Migrate) started and has
 // not finished, with its target ("<partitions>/<layout>"), on partition 0's
-// stream. While it is there, opening the ledger (EnsurePartitions, Bind,
-// OpenReader) fails with ErrMigrating: a worker started mid-migration would
-// miss the records already moved.
-const MigratingMetadata = "idemgate.migrating"
+// stream. While it is there, opening the ledger (Open, EnsurePartitions)
+// fails with ErrMigrating: a worker started mid-migration would miss the
+// records already moved.
+const migratingMetadata = "idemgate.migrating"
 
 // ErrMigrating: the ledger is being migrated (or a migration was
 // interrupted); finish it with Migrate before opening the ledger.
@@ -64,7 +64,7 @@ type MigrateReport struct {
 // is only stalled writes it again when it wakes), so Migrate then waits
 // that long before it changes anything.
 //
-// It marks the ledger (MigratingMetadata), so that nothing opens it
+// It marks the ledger (migratingMetadata), so that nothing opens it
 // meanwhile; creates the new partitions' buckets with partition 0's
 // settings; moves every record whose partition or KV key changes — written
 // create-only to its new place with the rest of its TTL, then purged from
@@ -91,7 +91,7 @@ func Migrate(ctx context.Context, js jetstream.JetStream, bucket string, cfg Mig
 	}
 	rep := MigrateReport{FromPartitions: from.partitions, FromLayout: from.layout, ToPartitions: to.partitions, ToLayout: to.layout}
 	mark := strconv.Itoa(to.partitions) + "/" + strconv.Itoa(to.layout)
-	if m := md[MigratingMetadata]; m != "" && m != mark {
+	if m := md[migratingMetadata]; m != "" && m != mark {
 		return rep, fmt.Errorf("%w: ledger %s: a migration to %s partitions/layout was interrupted: run it again with that target", ErrMigrating, bucket, m)
 	}
 
@@ -99,10 +99,7 @@ func Migrate(ctx context.Context, js jetstream.JetStream, bucket string, cfg Mig
 	if err != nil {
 		return rep, err
 	}
-	old, err := newLedger(js, oldKVs, WithLayout(from.layout))
-	if err != nil {
-		return rep, err
-	}
+	old := newLedger(js, oldKVs, from.layout, DefaultTTL, options{})
 	// Look before touching anything: every record, its new place, and
 	// nothing in flight.
 	now := time.Now()
@@ -130,12 +127,12 @@ func Migrate(ctx context.Context, js jetstream.JetStream, bucket string, cfg Mig
 	if err := confirmAllGone(ctx, stale); err != nil {
 		return rep, fmt.Errorf("migrate ledger %s: %w", bucket, err)
 	}
-	if from == to && md[MigratingMetadata] == "" {
+	if from == to && md[migratingMetadata] == "" {
 		rep.Records = found
 		return rep, nil // nothing to do: a migration that finished, run again
 	}
 
-	if err := jsbackend.SetMetadata(ctx, js, bucket, map[string]string{MigratingMetadata: mark}, nil); err != nil {
+	if err := jsbackend.SetMetadata(ctx, js, bucket, map[string]string{migratingMetadata: mark}, nil); err != nil {
 		return rep, fmt.Errorf("migrate ledger %s: mark it: %w", bucket, err)
 	}
 	base, err := jsbackend.SettingsOf(ctx, js, bucket)
@@ -152,10 +149,7 @@ func Migrate(ctx context.Context, js jetstream.JetStream, bucket string, cfg Mig
 		}
 		kvs = append(kvs, kv)
 	}
-	nu, err := newLedger(js, kvs, WithLayout(to.layout))
-	if err != nil {
-		return rep, err
-	}
+	nu := newLedger(js, kvs, to.layout, DefaultTTL, options{})
 
 	for i := range old.parts {
 		err = old.each(ctx, i, func(r Listed) error {
@@ -179,7 +173,7 @@ func Migrate(ctx context.Context, js jetstream.JetStream, bucket string, cfg Mig
 		}
 	}
 	for i := to.partitions - 1; i >= 0; i-- {
-		if err := jsbackend.SetMetadata(ctx, js, PartitionBucket(bucket, i), shapeMetadata(to, i, ""), []string{MigratingMetadata}); err != nil {
+		if err := jsbackend.SetMetadata(ctx, js, PartitionBucket(bucket, i), shapeMetadata(to, i, ""), []string{migratingMetadata}); err != nil {
 			return rep, fmt.Errorf("migrate ledger %s: record the new shape on partition %d: %w", bucket, i, err)
 		}
 	}

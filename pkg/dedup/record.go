@@ -162,9 +162,9 @@ func (r Record) receiptOf() json.RawMessage {
 	return r.Receipt
 }
 
-// DecodeRecord decodes a ledger record as stored in the bucket (a KV
+// decodeRecord decodes a ledger record as stored in the bucket (a KV
 // entry's value).
-func DecodeRecord(data []byte) (Record, error) {
+func decodeRecord(data []byte) (Record, error) {
 	var r Record
 	if err := json.Unmarshal(data, &r); err != nil {
 		return Record{}, fmt.Errorf("%w: ledger record: %w", ErrInvalid, err)

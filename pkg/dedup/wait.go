@@ -84,7 +84,7 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 				}
 				continue // the newer record is on its way through the watch
 			}
-			rec, err := DecodeRecord(e.Data)
+			rec, err := decodeRecord(e.Data)
 			if err != nil {
 				return Record{}, 0, fmt.Errorf("wait %s: decode record at revision %d: %w", key, e.Rev, err)
 			}
@@ -177,6 +177,45 @@ func (l *Ledger) WaitChange(ctx context.Context, key string, rev uint64) (bool, 
 			}
 			if e, ok := jsbackend.Observed(u); ok && e.Rev > rev {
 				return true, nil
+			}
+		}
+	}
+}
+
+// WaitFor watches key until its record satisfies accept and returns that
+// record and its revision. The watch is pushed by the server (no polling),
+// starts with the key's latest record and may start before the key exists;
+// a deletion does not end it (the operation may be claimed again). It
+// returns ctx.Err() (wrapped) when ctx ends first, and stops the watch on
+// every path. Unlike Wait, it never returns a record accept refused: it is
+// for callers waiting for an answer, not for claimants.
+func (l *Ledger) WaitFor(ctx context.Context, key string, accept func(Record) bool) (Record, uint64, error) {
+	w, err := l.watch(ctx, key)
+	if err != nil {
+		return Record{}, 0, fmt.Errorf("wait for %s: %w", key, err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return Record{}, 0, fmt.Errorf("wait for %s: %w", key, ctx.Err())
+		case u, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return Record{}, 0, fmt.Errorf("wait for %s: %w", key, ctx.Err())
+				}
+				return Record{}, 0, fmt.Errorf("wait for %s: %w", key, errWatchClosed)
+			}
+			e, ok := jsbackend.Observed(u)
+			if !ok || e.Deleted {
+				continue // the end of the initial values, or a deletion
+			}
+			rec, err := decodeRecord(e.Data)
+			if err != nil {
+				return Record{}, 0, fmt.Errorf("wait for %s: record at revision %d: %w", key, e.Rev, err)
+			}
+			if accept(rec) {
+				return rec, e.Rev, nil
 			}
 		}
 	}

@@ -18,23 +18,23 @@ import (
 // PartitionBucket(bucket, i). A key lives in partition
 // intent.Partition(key, N), and every operation on it — claim, compare-and-
 // set, leader read, wait, batch — goes to that partition's bucket (its slot,
-// Ledger.slot), each bucket with its own group commit. N is recorded in the stream metadata of
-// partition 0 (PartitionsMetadata), where every worker and client reads it,
-// next to the ledger's key layout (LayoutMetadata, intent.LedgerKey): how
-// every partition stores its keys.
+// Ledger.slot), each bucket with its own group commit. N is recorded in the
+// stream metadata of partition 0 (idemgate.partitions), where every worker
+// and client reads it, next to the ledger's key layout (idemgate.layout,
+// intent.LedgerKey): how every partition stores its keys.
 
 // Stream metadata entries of a ledger's buckets.
 const (
-	// PartitionsMetadata records a ledger's partition count on every
+	// partitionsMetadata records a ledger's partition count on every
 	// partition's stream; partition 0's is the one read at open. A bucket
 	// without it is a one-partition ledger.
-	PartitionsMetadata = "idemgate.partitions"
-	// PartitionMetadata records which partition a bucket is.
-	PartitionMetadata = "idemgate.partition"
-	// LayoutMetadata records a ledger's key layout (intent.LedgerKey) on
+	partitionsMetadata = "idemgate.partitions"
+	// partitionMetadata records which partition a bucket is.
+	partitionMetadata = "idemgate.partition"
+	// layoutMetadata records a ledger's key layout (intent.LedgerKey) on
 	// every partition's stream; partition 0's is the one read at open. A
 	// bucket without it is of layout intent.LayoutFull.
-	LayoutMetadata = "idemgate.layout"
+	layoutMetadata = "idemgate.layout"
 )
 
 // ErrPartitions: a ledger was opened with another partition count than the
@@ -63,16 +63,6 @@ func RecordedPartitions(ctx context.Context, js jetstream.JetStream, bucket stri
 	return n, err
 }
 
-// RecordedLayout returns the key layout recorded on the ledger named bucket
-// (intent.LedgerKey): 0 when its partition 0 does not exist,
-// intent.LayoutFull when it exists without a record (a ledger made before
-// layouts). A layout this version does not know gives an error matching
-// ErrLayout, which names it.
-func RecordedLayout(ctx context.Context, js jetstream.JetStream, bucket string) (int, error) {
-	_, layout, err := recorded(ctx, js, bucket)
-	return layout, err
-}
-
 // recorded reads the partition count and key layout recorded on partition
 // 0's stream of the ledger named bucket; both are 0 when it does not exist.
 func recorded(ctx context.Context, js jetstream.JetStream, bucket string) (partitions, layout int, err error) {
@@ -80,9 +70,9 @@ func recorded(ctx context.Context, js jetstream.JetStream, bucket string) (parti
 	if err != nil || !exists {
 		return 0, 0, err
 	}
-	if m := md[MigratingMetadata]; m != "" {
+	if m := md[migratingMetadata]; m != "" {
 		return 0, 0, fmt.Errorf("%w: ledger %s is being migrated to %s partitions/layout (stream metadata %s): let the migration finish, or run it again to finish an interrupted one (docs/operations.md)",
-			ErrMigrating, bucket, m, MigratingMetadata)
+			ErrMigrating, bucket, m, migratingMetadata)
 	}
 	s, err := shapeOf(bucket, md)
 	return s.partitions, s.layout, err
@@ -95,19 +85,19 @@ type shape struct{ partitions, layout int }
 // metadata md records (1 and intent.LayoutFull where it records none).
 func shapeOf(bucket string, md map[string]string) (shape, error) {
 	s := shape{partitions: 1, layout: intent.LayoutFull}
-	if v, ok := md[PartitionsMetadata]; ok {
+	if v, ok := md[partitionsMetadata]; ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || !intent.ValidPartitions(n) {
 			return shape{}, fmt.Errorf("%w: ledger %s: stream metadata %s=%q is not a partition count (a power of two up to %d)",
-				ErrInvalid, bucket, PartitionsMetadata, v, intent.MaxPartitions)
+				ErrInvalid, bucket, partitionsMetadata, v, intent.MaxPartitions)
 		}
 		s.partitions = n
 	}
-	if v, ok := md[LayoutMetadata]; ok {
+	if v, ok := md[layoutMetadata]; ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || !intent.ValidLedgerLayout(n) {
 			return shape{}, fmt.Errorf("%w: ledger %s records key layout %q (stream metadata %s), which this version does not know (it knows %d and %d): upgrade it",
-				ErrLayout, bucket, v, LayoutMetadata, intent.LayoutFull, intent.LayoutCompact)
+				ErrLayout, bucket, v, layoutMetadata, intent.LayoutFull, intent.LayoutCompact)
 		}
 		s.layout = n
 	}
@@ -115,15 +105,20 @@ func shapeOf(bucket string, md map[string]string) (shape, error) {
 }
 
 // EnsurePartitions creates the buckets of the ledger cfg describes, or
-// updates them (see EnsureBucket), and returns them in partition order with
-// the ledger's key layout: what NewPartitioned takes, with WithLayout (Open
-// does both). With cfg.Partitions 0 it keeps the count recorded on an
-// existing ledger (1 for a new one); a count other than the recorded one
-// gives an error matching ErrPartitions, which names both: partitions are
-// fixed at creation (growing them is a migration, see docs/operations.md).
-// Likewise with cfg.Layout 0 it keeps the recorded layout
-// (intent.DefaultLayout for a new ledger), and another one gives an error
-// matching ErrLayout.
+// updates them to match it (atomic publish, once allowed, stays allowed),
+// and returns them in partition order with the ledger's key layout. It is
+// what Open does before it opens the ledger, for a caller that sets the
+// buckets up apart from opening one (a worker retrying its setup while
+// JetStream starts), and is safe to call on every start.
+//
+// With cfg.Partitions 0 it keeps the count recorded on an existing ledger
+// (1 for a new one); a count other than the recorded one gives an error
+// matching ErrPartitions, which names both: partitions are fixed at
+// creation (growing them is a migration, see Migrate). Likewise with
+// cfg.Layout 0 it keeps the recorded layout (intent.DefaultLayout for a new
+// ledger), and another one gives an error matching ErrLayout. An invalid cfg
+// gives ErrInvalid, and a ledger whose migration is not finished
+// ErrMigrating.
 func EnsurePartitions(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) ([]jetstream.KeyValue, int, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -169,10 +164,10 @@ func EnsurePartitions(ctx context.Context, js jetstream.JetStream, cfg BucketCon
 // shapeMetadata is the stream metadata of partition i of a ledger of shape
 // s; a migration to s that is not finished also marks it with mark.
 func shapeMetadata(s shape, i int, mark string) map[string]string {
-	md := map[string]string{PartitionsMetadata: strconv.Itoa(s.partitions), PartitionMetadata: strconv.Itoa(i),
-		LayoutMetadata: strconv.Itoa(s.layout)}
+	md := map[string]string{partitionsMetadata: strconv.Itoa(s.partitions), partitionMetadata: strconv.Itoa(i),
+		layoutMetadata: strconv.Itoa(s.layout)}
 	if mark != "" {
-		md[MigratingMetadata] = mark
+		md[migratingMetadata] = mark
 	}
 	return md
 }
@@ -189,7 +184,7 @@ func agreeLayout(bucket string, recorded, want int) (int, error) {
 		return want, nil
 	}
 	return 0, fmt.Errorf("%w: ledger %s has key layout %d (stream metadata %s; none recorded is %d), this one was started with %d: start it with %d (or 0, to use the recorded layout); converting a ledger is a migration (docs/operations.md)",
-		ErrLayout, bucket, recorded, LayoutMetadata, intent.LayoutFull, want, recorded)
+		ErrLayout, bucket, recorded, layoutMetadata, intent.LayoutFull, want, recorded)
 }
 
 // agreePartitions is the partition count of a ledger with recorded
@@ -204,16 +199,15 @@ func agreePartitions(bucket string, recorded, want int) (int, error) {
 		return want, nil
 	}
 	return 0, fmt.Errorf("%w: ledger %s has %d partitions (stream metadata %s), this one was started with %d: start it with %d (or 0, to use the recorded count); growing the partitions is a migration (docs/operations.md)",
-		ErrPartitions, bucket, recorded, PartitionsMetadata, want, recorded)
+		ErrPartitions, bucket, recorded, partitionsMetadata, want, recorded)
 }
 
-// BindPartitions returns the buckets of the existing ledger named bucket,
-// in partition order, and its key layout, as its partition 0 records them
-// (see RecordedLayout). It creates nothing: it is for clients and
-// operators. A missing ledger gives an error matching
+// bindPartitions returns the buckets of the existing ledger named bucket,
+// in partition order, and its key layout, as its partition 0 records them.
+// It creates nothing. A missing ledger gives an error matching
 // jetstream.ErrBucketNotFound; a layout this version does not know, one
 // matching ErrLayout.
-func BindPartitions(ctx context.Context, js jetstream.JetStream, bucket string) ([]jetstream.KeyValue, int, error) {
+func bindPartitions(ctx context.Context, js jetstream.JetStream, bucket string) ([]jetstream.KeyValue, int, error) {
 	n, layout, err := recorded(ctx, js, bucket)
 	if err != nil {
 		return nil, 0, err
@@ -229,54 +223,6 @@ func BindPartitions(ctx context.Context, js jetstream.JetStream, bucket string) 
 		}
 	}
 	return kvs, layout, nil
-}
-
-// NewPartitioned returns a Ledger over kvs, the buckets of a ledger's
-// partitions in partition order (EnsurePartitions or BindPartitions returns
-// them, with the layout to pass as WithLayout); their count must be a power
-// of two. Each partition has its own group commit with WithBatching, and
-// every operation goes to its key's partition. One bucket gives exactly
-// New's Ledger.
-func NewPartitioned(js jetstream.JetStream, kvs []jetstream.KeyValue, opts ...Option) (*Ledger, error) {
-	if !intent.ValidPartitions(len(kvs)) {
-		return nil, fmt.Errorf("%w: new ledger: %d partitions: give a power of two from 1 to %d", ErrInvalid, len(kvs), intent.MaxPartitions)
-	}
-	return newLedger(js, kvs, opts...)
-}
-
-// Bind returns a Ledger over the existing ledger named bucket, with all its
-// partitions and its key layout (see BindPartitions): for clients and
-// operators that write (Forget, decisions) but must not create or change the
-// buckets.
-func Bind(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Option) (*Ledger, error) {
-	kvs, layout, err := BindPartitions(ctx, js, bucket)
-	if err != nil {
-		return nil, err
-	}
-	return NewPartitioned(js, kvs, append(append([]Option{}, opts...), WithLayout(layout))...)
-}
-
-// OpenReader returns a Reader over the existing ledger named bucket, with
-// all its partitions (see BindPartitions).
-func OpenReader(ctx context.Context, js jetstream.JetStream, bucket string) (*Reader, error) {
-	l, err := Bind(ctx, js, bucket)
-	if err != nil {
-		return nil, err
-	}
-	return &Reader{l: l}, nil
-}
-
-// Partitions returns the ledger's partition count.
-func (l *Ledger) Partitions() int { return len(l.parts) }
-
-// Buckets returns the bucket names of the ledger's partitions, in partition
-// order.
-func (l *Ledger) Buckets() []string {
-	names := make([]string, len(l.parts))
-	for i, p := range l.parts {
-		names[i] = p.Name()
-	}
-	return names
 }
 
 // Leaders returns the server name leading each partition's stream, in
