@@ -951,8 +951,16 @@ func TestManyWaitersAtOnce(t *testing.T) {
 	// take longer than the default request timeout.
 	js, err := jetstream.New(natstest.Connect(t, s.ClientURL()), jetstream.WithDefaultTimeout(time.Minute))
 	require.NoError(t, err)
+	// kv.Watch creates its consumer with the jetstream package's legacy
+	// context, which ignores WithDefaultTimeout: the request gets the
+	// deadline of ctx, the test's own, or else 5 s.
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	if d, ok := t.Deadline(); ok {
+		var stop context.CancelFunc
+		ctx, stop = context.WithDeadline(ctx, d)
+		defer stop()
+	}
 	kv, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: "MANY"})
 	require.NoError(t, err)
 	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "MANY"}, dedup.Bind())
