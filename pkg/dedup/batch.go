@@ -27,14 +27,14 @@ const (
 // zero value is valid and means every default.
 type BatchConfig struct {
 	// Max is the most writes one atomic batch carries; writes queued beyond
-	// it wait for the next batch. Default: 500. At most
-	// 1000 (MaxBatch), the server's limit.
+	// it wait for the next batch. Default: 500. At most 1000 (MaxBatch), the
+	// server's limit.
 	Max int
 	// Min is the fewest queued writes sent as an atomic batch. A batch has a
 	// fixed cost (the server stages it and syncs a few times), so fewer
 	// writes go out one by one, concurrently, as without batching — which is
-	// also what a lightly loaded ledger does. Default: 16.
-	// 1 sends even a lone write as a batch.
+	// also what a lightly loaded ledger does. Default: 16 (at most Max); 1
+	// sends even a lone write as a batch.
 	Min int
 	// InFlight is how many batches may await their acknowledgement at once;
 	// when all may, the next batch carries whatever was queued meanwhile, so
@@ -44,7 +44,7 @@ type BatchConfig struct {
 	// which its crash repeats the effect), fewer make bigger batches. The
 	// server allows 50 batches in flight per stream, shared by every writer;
 	// a refusal for that is retried after a pause. Default: 4
-	// (DefaultBatchInFlight). At most 8.
+	// (DefaultBatchInFlight). At most 8 (MaxBatchInFlight).
 	InFlight int
 	// AckWait is the longest a batch waits for its acknowledgement (less when
 	// every writer of the batch stopped waiting first; at most the ledger's

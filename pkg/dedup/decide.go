@@ -19,8 +19,10 @@ const maxDecideRounds = 8
 // operator saw. Approving an approved operation again changes nothing and is
 // not an error; so is approving one that is already firing or answered after
 // its approval — the record is returned as it is, so that the caller answers
-// with it. It returns ErrNotFound, ErrFingerprintMismatch, or ErrWrongState
-// (denied, uncertain, or an operation that never awaited approval).
+// with it. It returns ErrNotFound, ErrFingerprintMismatch, ErrWrongState
+// (denied, uncertain, or an operation that never awaited approval),
+// ErrInvalid (ttl not positive, a key the ledger's layout cannot store), or
+// ErrContended (the record kept changing underneath it).
 func (l *Ledger) Approve(ctx context.Context, key, fingerprint, by, reason string, ttl time.Duration) (Record, uint64, error) {
 	if ttl <= 0 {
 		return Record{}, 0, fmt.Errorf("%w: approve %s: ttl %s: use a positive duration", ErrInvalid, key, ttl)
@@ -31,14 +33,16 @@ func (l *Ledger) Approve(ctx context.Context, key, fingerprint, by, reason strin
 // Deny refuses the operation awaiting approval (or approved and not yet
 // firing) under key: the record becomes denied, answered with error code
 // denied and reason, and never fires. Denying a denied operation again is not
-// an error. It returns ErrNotFound or ErrWrongState.
+// an error. It returns ErrNotFound, ErrWrongState, ErrInvalid (a key the
+// ledger's layout cannot store) or ErrContended.
 func (l *Ledger) Deny(ctx context.Context, key, by, reason string) (Record, uint64, error) {
 	return l.decide(ctx, "deny", key, denial(by, reason))
 }
 
 // Resolve settles an uncertain operation under key with what the operator
 // found out: succeeded (completed with result) or failed (failed with
-// reason). It returns ErrNotFound, ErrWrongState (not uncertain) or ErrInvalid.
+// reason). It returns ErrNotFound, ErrWrongState (not uncertain), ErrInvalid
+// (result not JSON, a key the ledger's layout cannot store) or ErrContended.
 func (l *Ledger) Resolve(ctx context.Context, key string, succeeded bool, result json.RawMessage, by, reason string) (Record, uint64, error) {
 	if len(result) > 0 && !json.Valid(result) {
 		return Record{}, 0, fmt.Errorf("%w: resolve %s: result is not valid JSON", ErrInvalid, key)

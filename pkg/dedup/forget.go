@@ -53,8 +53,10 @@ func Forced() ForgetOption { return func(o *forgetOptions) { o.forced = true } }
 // partition from NATS) goes on firing when it wakes. So a forced Forget
 // watches it for one more lease first, as a takeover does, and refuses it
 // (ErrInFlight) when it changes meanwhile. It returns ErrNotFound when the
-// key has no record. The delete is a compare-and-set on the revision it
-// judged, so a record that changed meanwhile is judged again.
+// key has no record, and ErrInvalid for a key the ledger's layout cannot
+// store. The delete is a compare-and-set on the revision it judged, so a
+// record that changed meanwhile is judged again (ErrContended when it keeps
+// changing).
 //
 // Workers may still answer the key from their answer caches; a front door
 // also tells them to forget it (intent.Names.ForgetSubject).

@@ -117,7 +117,8 @@ func (l *Ledger) slot(key string) (slot, error) {
 
 // Get reads key's record and revision from the bucket's stream leader, so it
 // sees every acknowledged write. It returns an error matching ErrNotFound when
-// the key has no record (or only a delete marker).
+// the key has no record (or only a delete marker), ErrInvalid for a key the
+// ledger's layout cannot store.
 func (l *Ledger) Get(ctx context.Context, key string) (Record, uint64, error) {
 	e, err := l.read(ctx, key)
 	if err != nil {

@@ -64,8 +64,8 @@ type MigrateReport struct {
 // is only stalled writes it again when it wakes), so Migrate then waits
 // that long before it changes anything.
 //
-// It marks the ledger (migratingMetadata), so that nothing opens it
-// meanwhile; creates the new partitions' buckets with partition 0's
+// It marks the ledger (stream metadata idemgate.migrating), so that nothing
+// opens it meanwhile; creates the new partitions' buckets with partition 0's
 // settings; moves every record whose partition or KV key changes — written
 // create-only to its new place with the rest of its TTL, then purged from
 // its old one — and at last records the new count and layout on every
@@ -73,6 +73,11 @@ type MigrateReport struct {
 // interruption (with the same target), it finds the records already
 // written, removes their old copies and goes on; run again after it
 // finished, it does nothing. A record is never absent from both places.
+//
+// A missing ledger gives an error matching jetstream.ErrBucketNotFound; an
+// interrupted migration to another target, ErrMigrating; a target that is
+// not a growth of the partitions or a conversion to compact keys,
+// ErrInvalid.
 func Migrate(ctx context.Context, js jetstream.JetStream, bucket string, cfg MigrateConfig) (MigrateReport, error) {
 	md, exists, err := jsbackend.Metadata(ctx, js, bucket)
 	if err != nil {

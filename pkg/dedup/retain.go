@@ -18,7 +18,8 @@ func (r Listed) Untimed() bool { return r.Status.Final() && r.ttl == 0 }
 // had: what is left of the ledger's retention since the record was last
 // written, at least a second. It is a compare-and-set on r's revision: a
 // record written since keeps that write, and Retain returns nil. A record
-// that is not untimed is left alone.
+// that is not untimed is left alone. It returns ErrInvalid for a key the
+// ledger's layout cannot store.
 func (l *Ledger) Retain(ctx context.Context, r Listed) error {
 	if !r.Untimed() {
 		return nil

@@ -57,7 +57,9 @@ func PartitionBucket(bucket string, i int) string {
 
 // RecordedPartitions returns the partition count recorded on the ledger
 // named bucket: 0 when its partition 0 does not exist, 1 when it exists
-// without a record (a ledger made before partitioning, or with one).
+// without a record (a ledger made before partitioning, or with one). It
+// returns ErrMigrating while a migration is marked, ErrLayout for a layout
+// this version does not know, and ErrInvalid for a count it cannot read.
 func RecordedPartitions(ctx context.Context, js jetstream.JetStream, bucket string) (int, error) {
 	n, _, err := recorded(ctx, js, bucket)
 	return n, err
