@@ -9,9 +9,10 @@
 //
 //   - A revision is the stream sequence of a key's latest message; it only
 //     grows, and every conditional write names the revision it replaces.
-//   - Create refuses a key that has any message (ErrExists) and returns it;
-//     Update and Delete refuse a key at another revision (ErrRevision).
-//     A refused write wrote nothing.
+//   - Create refuses a key that has a record (ErrExists) and returns it (a
+//     key with only a delete marker may be written over, or refused with the
+//     marker returned); Update and Delete refuse a key at another revision
+//     (ErrRevision). A refused write wrote nothing.
 //   - A write whose acknowledgement was lost is settled by a leader read: it
 //     is reported written when the leader's latest message is exactly its
 //     data, and otherwise returns the error of the write.

@@ -46,11 +46,13 @@ const (
 	Alone
 )
 
-// Create writes data as key's first record. A key that has any message — a
-// record or a delete marker — refuses it with an error matching ErrExists,
-// and Create returns that key's latest message, read no older than the
-// message the refusal named (by a direct get when a replica has it, else
-// from the leader). A write whose acknowledgement was lost is settled by a
+// Create writes data as key's first record. A key with a record refuses it
+// with an error matching ErrExists, and Create returns that key's latest
+// message, read no older than the message the refusal named (by a direct
+// get when a replica has it, else from the leader). A key with only a delete
+// marker is written over by the group commit (as kv.Create does), and
+// refused on its own, the marker returned, for the caller to write over by
+// compare-and-set. A write whose acknowledgement was lost is settled by a
 // leader read.
 func (b *Bucket) Create(ctx context.Context, key string, data []byte) (uint64, Entry, error) {
 	var rev uint64
