@@ -218,31 +218,22 @@ func (l *Ledger) claimRound(ctx context.Context, s slot, req ClaimRequest, readF
 		}
 		e = latest
 	}
-	if !e.Live() {
-		if e.Rev == 0 {
-			return ClaimResult{}, true, nil // gone before the read: create again
-		}
-		// Deleted (by an operator, or expired): create over the delete
-		// marker by CAS on its revision.
-		// kv.Create tries that too, but decides on a read a lagging follower
-		// may answer.
-		rev, err := l.cas(ctx, s, e.Rev, rec, jsbackend.Grouped)
-		switch {
-		case err == nil:
-			return l.held(Acquired, s, req.Key, rev, rec), false, nil
-		case errors.Is(err, errRevisionMismatch):
-			return ClaimResult{}, true, nil
-		}
-		return ClaimResult{}, false, err
+	if e.Rev == 0 {
+		return ClaimResult{}, true, nil // gone before the read: create again
 	}
-
-	cur, err := decodeRecord(e.Data)
-	if err != nil {
-		return ClaimResult{}, false, fmt.Errorf("decode record at revision %d: %w", e.Rev, err)
-	}
-	step := l.policy.claim(cur, e.Rev, req, now)
-	if !step.writes() {
-		return ClaimResult{Outcome: step.outcome, Record: cur, Revision: e.Rev}, false, nil
+	// Over a delete marker (an operator's, or an expiry) the key is claimed
+	// anew, by compare-and-set on the marker's revision: kv.Create tries that
+	// too, but decides on a read a lagging follower may answer.
+	step := claimStep{outcome: Acquired, next: rec}
+	var cur Record
+	if e.Live() {
+		if cur, err = decodeRecord(e.Data); err != nil {
+			return ClaimResult{}, false, fmt.Errorf("decode record at revision %d: %w", e.Rev, err)
+		}
+		step = l.policy.claim(cur, e.Rev, req, now)
+		if !step.writes() {
+			return ClaimResult{Outcome: step.outcome, Record: cur, Revision: e.Rev}, false, nil
+		}
 	}
 	rev, err := l.cas(ctx, s, e.Rev, step.next, jsbackend.Grouped)
 	switch {
@@ -253,7 +244,7 @@ func (l *Ledger) claimRound(ctx context.Context, s slot, req ClaimRequest, readF
 		}
 		return res, false, nil
 	case errors.Is(err, errRevisionMismatch):
-		return ClaimResult{}, true, nil // another taker won: re-read
+		return ClaimResult{}, true, nil // another claimant won: re-read
 	}
 	return ClaimResult{}, false, err
 }
