@@ -19,13 +19,19 @@ import (
 // the ledger records.
 func storedKey(t *testing.T, js jetstream.JetStream, key string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	layout, err := dedup.RecordedLayout(ctx, js, "IDEM_LEDGER")
-	require.NoError(t, err)
-	sk, err := intent.LedgerKey(key, layout)
+	sk, err := intent.LedgerKey(key, recordedLayout(t, js))
 	require.NoError(t, err)
 	return sk
+}
+
+// recordedLayout is the key layout the ledger IDEM_LEDGER of js records.
+func recordedLayout(t *testing.T, js jetstream.JetStream) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "IDEM_LEDGER"}, dedup.Bind())
+	require.NoError(t, err)
+	return l.Layout()
 }
 
 // A new ledger stores compact keys (layout 2): the raw bucket holds the
@@ -54,9 +60,7 @@ func TestCompactLedgerAnswersDuplicates(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	layout, err := dedup.RecordedLayout(ctx, js, "IDEM_LEDGER")
-	require.NoError(t, err)
-	require.Equal(t, intent.LayoutCompact, layout, "a new ledger records layout 2")
+	require.Equal(t, intent.LayoutCompact, recordedLayout(t, js), "a new ledger records layout 2")
 	stored := storedKey(t, js, key)
 	require.Equal(t, key[:len("send_email.")], stored[:len("send_email.")])
 	require.Len(t, stored, len("send_email.")+22)
@@ -130,7 +134,7 @@ func TestCompactLedgerAnswersDuplicates(t *testing.T) {
 	st, err := js.Stream(ctx, "KV_IDEM_LEDGER")
 	require.NoError(t, err)
 	sc := st.CachedInfo().Config
-	sc.Metadata[dedup.LayoutMetadata] = "9"
+	sc.Metadata["idemgate.layout"] = "9"
 	_, err = js.UpdateStream(ctx, sc)
 	require.NoError(t, err)
 	goUnknown := submit(t, url, "get", key)

@@ -100,9 +100,15 @@ func TestPartitionedLedgerAnswersAsOne(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	kvs, layout, err := dedup.BindPartitions(ctx, js, "IDEM_LEDGER")
+	ledger, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "IDEM_LEDGER"}, dedup.Bind())
 	require.NoError(t, err)
-	require.Len(t, kvs, 8)
+	require.Equal(t, 8, ledger.Partitions())
+	layout := ledger.Layout()
+	kvs := make([]jetstream.KeyValue, 8)
+	for i := range kvs {
+		kvs[i], err = js.KeyValue(ctx, dedup.PartitionBucket("IDEM_LEDGER", i))
+		require.NoError(t, err)
+	}
 	perPart := make([]int, 8)
 	for key := range eight {
 		if strings.HasSuffix(key, " conflict") {

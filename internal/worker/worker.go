@@ -87,7 +87,7 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("worker: setup: %w", err)
 	}
-	lopts := []dedup.Option{dedup.WithConfirmedTakeover(), dedup.WithRetention(cfg.LedgerTTL), dedup.WithLayout(res.layout)}
+	lopts := []dedup.Option{dedup.Bind(), dedup.WithConfirmedTakeover()}
 	var auditor *auditor
 	if !cfg.DisableAudit {
 		if auditor, err = newAuditor(ctx, res, cfg, log); err != nil {
@@ -101,7 +101,7 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if res.persistMismatch {
 		log.Warn(migrateHint(res))
 	}
-	ledger, err := dedup.NewPartitioned(js, res.kvs, lopts...)
+	ledger, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: res.names.Bucket, TTL: cfg.LedgerTTL}, lopts...)
 	if err != nil {
 		return nil, fmt.Errorf("worker: ledger: %w", err)
 	}

@@ -69,7 +69,7 @@ type Client struct {
 	// and again after a migration changed its shape; shapeAt is when the
 	// latest look that found its shape to be the ledger's began. shapeMu
 	// serialises those looks.
-	ledger  *dedup.Reader
+	ledger  *dedup.Ledger
 	shapeAt time.Time
 	shapeMu sync.Mutex
 	// forgetter is the one ledger the client writes with (Forget).
@@ -538,7 +538,7 @@ var errReshaped = errors.New("client: the ledger's shape changed")
 // partition or KV key a migration moved would never be answered where it
 // was watched, so it ends the watch with errReshaped (or the migration's
 // error while one is under way).
-func (c *Client) waitOn(ctx context.Context, r *dedup.Reader, key string, accept func(dedup.Record) bool) (dedup.Record, error) {
+func (c *Client) waitOn(ctx context.Context, r *dedup.Ledger, key string, accept func(dedup.Record) bool) (dedup.Record, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan ledgerAnswer, 1)
@@ -576,7 +576,7 @@ const shapeRecheck = 5 * time.Second
 // reader returns the client's read side of the ledger, opening it on first
 // use, and again when the ledger's recorded shape is no longer the one it
 // was opened in (looked at once per shapeRecheck).
-func (c *Client) reader(ctx context.Context) (*dedup.Reader, error) {
+func (c *Client) reader(ctx context.Context) (*dedup.Ledger, error) {
 	return c.readerAsOf(ctx, time.Now().Add(-shapeRecheck), false)
 }
 
@@ -585,7 +585,7 @@ func (c *Client) reader(ctx context.Context) (*dedup.Reader, error) {
 // look). A caller that finds another's look under way goes on with the
 // reader it has, unless it waits for the look's outcome (a read that
 // missed); the first open is waited for.
-func (c *Client) readerAsOf(ctx context.Context, since time.Time, wait bool) (*dedup.Reader, error) {
+func (c *Client) readerAsOf(ctx context.Context, since time.Time, wait bool) (*dedup.Ledger, error) {
 	c.mu.Lock()
 	r, due := c.ledger, c.shapeAt.Before(since)
 	c.mu.Unlock()
@@ -624,7 +624,7 @@ func (c *Client) readerAsOf(ctx context.Context, since time.Time, wait bool) (*d
 			return r, nil // cannot tell now: the reads say what is wrong
 		}
 	}
-	nr, err := dedup.OpenReader(ctx, c.js, c.names.Bucket)
+	nr, err := dedup.Open(ctx, c.js, dedup.BucketConfig{Bucket: c.names.Bucket}, dedup.Bind())
 	if err != nil {
 		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
 	}

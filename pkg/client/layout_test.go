@@ -59,7 +59,7 @@ func TestClientReadsTheRecordedLayout(t *testing.T) {
 	st, err := js.Stream(ctx, "KV_IDEM_LEDGER")
 	require.NoError(t, err)
 	sc := st.CachedInfo().Config
-	sc.Metadata[dedup.LayoutMetadata] = "9"
+	sc.Metadata["idemgate.layout"] = "9"
 	_, err = js.UpdateStream(ctx, sc)
 	require.NoError(t, err)
 	fresh, err := client.New(natstest.Connect(t, s.ClientURL()))

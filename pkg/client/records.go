@@ -168,7 +168,7 @@ func (c *Client) writer(ctx context.Context) (*dedup.Ledger, error) {
 		return c.forgetter, nil
 	}
 	var err error
-	if c.forgetter, err = dedup.Bind(ctx, c.js, c.names.Bucket); err != nil {
+	if c.forgetter, err = dedup.Open(ctx, c.js, dedup.BucketConfig{Bucket: c.names.Bucket}, dedup.Bind()); err != nil {
 		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
 	}
 	return c.forgetter, nil

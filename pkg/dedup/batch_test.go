@@ -209,9 +209,9 @@ func TestBatchingWithoutAtomicPublish(t *testing.T) {
 	js := jetStream(t, s.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: "PLAIN"})
+	_, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: "PLAIN"})
 	require.NoError(t, err)
-	l, err := dedup.New(js, kv, dedup.WithBatching(dedup.BatchConfig{Min: 1}))
+	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "PLAIN"}, dedup.Bind(), dedup.WithBatching(dedup.BatchConfig{Min: 1}))
 	require.NoError(t, err)
 	defer l.Close()
 	res, err := l.Claim(ctx, dedup.ClaimRequest{Key: "k", Fingerprint: "f", Holder: "h"})
@@ -253,9 +253,8 @@ func TestBatchConfigValidation(t *testing.T) {
 	js := jetStream(t, s.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Storage: jetstream.MemoryStorage})
-	require.NoError(t, err)
-	for name, cfg := range map[string]dedup.BatchConfig{
+	cfg := dedup.BucketConfig{Storage: jetstream.MemoryStorage}
+	for name, batch := range map[string]dedup.BatchConfig{
 		"MaxTooLarge":      {Max: dedup.MaxBatch + 1},
 		"NegativeMax":      {Max: -1},
 		"MinAboveMax":      {Max: 10, Min: 11},
@@ -264,13 +263,13 @@ func TestBatchConfigValidation(t *testing.T) {
 		"NegativeInFlight": {InFlight: -1},
 		"NegativeAckWait":  {AckWait: -time.Second},
 	} {
-		_, err := dedup.New(js, kv, dedup.WithBatching(cfg))
+		_, err := dedup.Open(ctx, js, cfg, dedup.WithBatching(batch))
 		require.ErrorIs(t, err, dedup.ErrInvalid, name)
 	}
-	l, err := dedup.New(js, kv, dedup.WithBatching(dedup.BatchConfig{Max: 8}))
+	l, err := dedup.Open(ctx, js, cfg, dedup.WithBatching(dedup.BatchConfig{Max: 8}))
 	require.NoError(t, err, "Min defaults to at most Max")
 	l.Close()
-	unbatched, err := dedup.New(js, kv)
+	unbatched, err := dedup.Open(ctx, js, cfg)
 	require.NoError(t, err)
 	unbatched.Close()
 	require.Equal(t, dedup.BatchStats{}, unbatched.BatchStats())

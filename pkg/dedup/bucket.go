@@ -2,21 +2,20 @@ package dedup
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// Bucket defaults.
-const (
-	DefaultBucket = "IDEM_LEDGER"
-	DefaultTTL    = 24 * time.Hour
-)
+// DefaultTTL is BucketConfig.TTL's default.
+const DefaultTTL = 24 * time.Hour
+
+// defaultBucket is BucketConfig.Bucket's default.
+const defaultBucket = "IDEM_LEDGER"
 
 // BucketConfig describes the ledger's KV bucket. The zero value is valid and
 // means every default.
@@ -31,45 +30,40 @@ type BucketConfig struct {
 	// write carries it as its per-message TTL; unresolved records (pending,
 	// approved, awaiting approval, uncertain) never expire — expiring one
 	// would let a retry fire an operation nobody decided. A ledger opened on
-	// the bucket (Open, or New WithRetention) writes with it. Default: 24h.
+	// the bucket (Open) writes with it, whether it set the bucket up or
+	// bound it. Default: 24h (DefaultTTL).
 	TTL time.Duration
 	// Storage is where the bucket is kept. Default: jetstream.FileStorage.
 	Storage jetstream.StorageType
 	// AtomicPublish lets the bucket's stream take atomic batches, which a
-	// ledger with WithBatching sends (JetStream 2.12 or later). EnsureBucket
-	// never turns it off once on, so a writer without batching does not undo
+	// ledger with WithBatching sends (JetStream 2.12 or later). Open turns it
+	// on with WithBatching, and never turns it off once on, so a writer without batching does not undo
 	// it for one with. Default: false.
 	AtomicPublish bool
 	// MaxConsumers bounds the consumers on the bucket's stream. Every Wait
 	// and every client's watch of a key is one while it lasts, and the server
 	// caps a stream left unlimited at 1000 consumers, too few for a busy
-	// ledger. Default: DefaultMaxConsumers.
+	// ledger. Default: 65536.
 	MaxConsumers int
 	// Partitions is the ledger's partition count, a power of two fixed when
-	// the ledger is created (see EnsurePartitions); EnsureBucket makes one
-	// bucket and ignores it. Default: 0, the count recorded on an existing
-	// ledger, 1 for a new one.
+	// the ledger is created (see EnsurePartitions). Default: 0, the count
+	// recorded on an existing ledger, 1 for a new one.
 	Partitions int
 	// Layout is the ledger's key layout (intent.LedgerKey: how its KV keys
 	// are made from operation keys), fixed when the ledger is created and
-	// recorded like the partition count (see EnsurePartitions); EnsureBucket
-	// makes one bucket and ignores it. Default: 0, the layout recorded on an
+	// recorded like the partition count (see EnsurePartitions). Default: 0,
+	// the layout recorded on an
 	// existing ledger (intent.LayoutFull for one that records none),
 	// intent.DefaultLayout (compact keys) for a new one.
 	Layout int
-
-	metadata map[string]string // stream metadata EnsurePartitions records
 }
 
-// expiryMarkerTTL is how long the delete marker of an expired record stays.
-const expiryMarkerTTL = time.Minute
-
-// DefaultMaxConsumers is the consumer limit set on the bucket's stream.
-const DefaultMaxConsumers = 65536
+// defaultMaxConsumers is BucketConfig.MaxConsumers's default.
+const defaultMaxConsumers = 65536
 
 func (c BucketConfig) withDefaults() BucketConfig {
 	if c.Bucket == "" {
-		c.Bucket = DefaultBucket
+		c.Bucket = defaultBucket
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 1
@@ -78,7 +72,7 @@ func (c BucketConfig) withDefaults() BucketConfig {
 		c.TTL = DefaultTTL
 	}
 	if c.MaxConsumers == 0 {
-		c.MaxConsumers = DefaultMaxConsumers
+		c.MaxConsumers = defaultMaxConsumers
 	}
 	return c
 }
@@ -94,7 +88,7 @@ func (c BucketConfig) validate() error {
 		return fmt.Errorf("%w: ttl %s: set a positive duration longer than any retry horizon, or 0 for the default %s", ErrInvalid, c.TTL, DefaultTTL)
 	}
 	if c.MaxConsumers < 1 {
-		return fmt.Errorf("%w: max consumers %d: set a positive limit, or 0 for the default %d", ErrInvalid, c.MaxConsumers, DefaultMaxConsumers)
+		return fmt.Errorf("%w: max consumers %d: set a positive limit, or 0 for the default %d", ErrInvalid, c.MaxConsumers, defaultMaxConsumers)
 	}
 	if err := validPartitionsConfig(c.Partitions); err != nil {
 		return err
@@ -123,68 +117,15 @@ func validBucketName(s string) bool {
 	return true
 }
 
-// EnsureBucket creates the ledger bucket described by cfg, or updates an
-// existing one to match it, and returns it. It is safe to call on every start.
-// An invalid cfg gives an error matching ErrInvalid.
-func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) (jetstream.KeyValue, error) {
+// ensureBucket creates the ledger bucket described by cfg, or updates an
+// existing one to match it, recording metadata on its stream (the ledger's
+// other idemgate.* entries there stay), and returns it. An invalid cfg gives
+// an error matching ErrInvalid.
+func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig, metadata map[string]string) (jetstream.KeyValue, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("ensure bucket: %w", err)
 	}
-	// Updating the bucket rewrites its stream's configuration: keep atomic
-	// publish on if it was.
-	// The partition records (idemgate.* metadata) stay too.
-	stream := "KV_" + cfg.Bucket
-	var metadata map[string]string
-	s, err := js.Stream(ctx, stream)
-	switch {
-	case err == nil:
-		cfg.AtomicPublish = cfg.AtomicPublish || s.CachedInfo().Config.AllowAtomicPublish
-		for k, v := range s.CachedInfo().Config.Metadata {
-			if strings.HasPrefix(k, "idemgate.") {
-				metadata = setMeta(metadata, k, v)
-			}
-		}
-	case !errors.Is(err, jetstream.ErrStreamNotFound):
-		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
-	}
-	for k, v := range cfg.metadata {
-		metadata = setMeta(metadata, k, v)
-	}
-	// No age limit on the bucket: final records expire by their own TTL
-	// (LimitMarkerTTL allows per-message TTLs; an expired record leaves a
-	// delete marker for that long, so that a watcher sees it go).
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:         cfg.Bucket,
-		Description:    "idemgate ledger: one record per operation key",
-		History:        1,
-		Storage:        cfg.Storage,
-		Replicas:       cfg.Replicas,
-		LimitMarkerTTL: expiryMarkerTTL,
-		Metadata:       metadata,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
-	}
-	s, err = js.Stream(ctx, stream)
-	if err != nil {
-		return nil, fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
-	}
-	if sc := s.CachedInfo().Config; (cfg.AtomicPublish && !sc.AllowAtomicPublish) || sc.MaxConsumers != cfg.MaxConsumers {
-		sc.AllowAtomicPublish = sc.AllowAtomicPublish || cfg.AtomicPublish
-		sc.MaxConsumers = cfg.MaxConsumers
-		if _, err := js.UpdateStream(ctx, sc); err != nil {
-			return nil, fmt.Errorf("ensure bucket %s: stream settings: %w", cfg.Bucket, err)
-		}
-	}
-	return kv, nil
-}
-
-// setMeta sets m[k] = v, making m when nil.
-func setMeta(m map[string]string, k, v string) map[string]string {
-	if m == nil {
-		m = map[string]string{}
-	}
-	m[k] = v
-	return m
+	return jsbackend.Ensure(ctx, js, jsbackend.Settings{Name: cfg.Bucket, Replicas: cfg.Replicas, Storage: cfg.Storage,
+		AtomicPublish: cfg.AtomicPublish, MaxConsumers: cfg.MaxConsumers, Metadata: metadata})
 }

@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -133,13 +132,11 @@ type ClaimResult struct {
 // ErrInvalid for a bad request, ErrContended if the record kept changing
 // underneath it, or the underlying JetStream error.
 func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
-	if p := l.at(req.Key); p != l {
-		return p.Claim(ctx, req)
-	}
 	if err := req.validate(); err != nil {
 		return ClaimResult{}, err
 	}
-	if _, err := l.stored(req.Key); err != nil {
+	s, err := l.slot(req.Key)
+	if err != nil {
 		return ClaimResult{}, fmt.Errorf("claim: %w", err)
 	}
 	if l.layout == intent.LayoutCompact && !intent.ValidKey(req.Key) && intent.CompactLedgerKey(req.Key) {
@@ -151,7 +148,7 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 		req.Lease = DefaultLease
 	}
 	for round := range maxClaimRounds {
-		res, again, err := l.claimRound(ctx, req, req.ReadFirst || round > 0)
+		res, again, err := l.claimRound(ctx, s, req, req.ReadFirst || round > 0)
 		if err == nil && !again && res.Lease != nil {
 			res, again, err = l.keepLive(ctx, req, res)
 		}
@@ -179,7 +176,7 @@ const keepLiveTries = 3
 // claimant took the lease over meanwhile, and the claim starts over (again).
 func (l *Ledger) keepLive(ctx context.Context, req ClaimRequest, res ClaimResult) (ClaimResult, bool, error) {
 	for range keepLiveTries {
-		if l.clock().Add(req.Lease / 2).Before(res.Record.LeaseUntil) {
+		if fresh(res.Record, req.Lease, l.clock()) {
 			return res, false, nil
 		}
 		err := res.Lease.Extend(ctx, req.Lease)
@@ -189,126 +186,74 @@ func (l *Ledger) keepLive(ctx context.Context, req ClaimRequest, res ClaimResult
 		case err != nil:
 			return ClaimResult{}, false, fmt.Errorf("extend a lease acknowledged late: %w", err)
 		}
-		res.Record, res.Revision = res.Lease.Record(), res.Lease.Revision()
+		res.Record, res.Revision = res.Lease.Record(), res.Lease.revision()
 	}
 	return ClaimResult{}, false, fmt.Errorf("%w: every extension of the lease was acknowledged past half its length", context.DeadlineExceeded)
 }
 
-// claimRound makes one attempt; again reports that the record changed
-// underneath it and the claim should start over. readFirst reads the key
-// before writing (see ClaimRequest.ReadFirst), as every round after the
-// first does: the key had a record a moment ago.
-func (l *Ledger) claimRound(ctx context.Context, req ClaimRequest, readFirst bool) (res ClaimResult, again bool, err error) {
+// claimRound makes one attempt on s, req.Key's slot; again reports that
+// the record changed underneath it and the claim should start over.
+// readFirst reads the key before writing (see ClaimRequest.ReadFirst), as
+// every round after the first does: the key had a record a moment ago.
+func (l *Ledger) claimRound(ctx context.Context, s slot, req ClaimRequest, readFirst bool) (res ClaimResult, again bool, err error) {
 	now := l.clock()
-	rec := Record{
-		Status:      intent.StatusPending,
-		Tool:        req.Tool,
-		Session:     req.Session,
-		Fingerprint: req.Fingerprint,
-		Holder:      req.Holder,
-		LeaseUntil:  now.Add(req.Lease),
-		Attempt:     1,
-		IntentSeq:   req.IntentSeq,
-		CallID:      req.CallID,
-		CreatedAt:   now,
-		UpdatedAt:   now,
-	}
-	var e entry
+	rec := claimed(req, now)
+	var e jsbackend.Entry
 	if readFirst {
-		if e, err = l.read(ctx, req.Key); err != nil {
+		if e, err = s.bucket.Read(ctx, s.key); err != nil {
 			return ClaimResult{}, false, err
 		}
 	}
-	if e.rev == 0 {
+	if e.Rev == 0 {
 		data, err := rec.marshal()
 		if err != nil {
 			return ClaimResult{}, false, err
 		}
-		rev, err := l.create(ctx, req.Key, data)
+		rev, latest, err := s.bucket.Create(ctx, s.key, data)
 		switch {
 		case err == nil:
-			return l.held(Acquired, req.Key, rev, rec), false, nil
-		case !errors.Is(err, jetstream.ErrKeyExists):
-			if got, ok := l.settle(ctx, req.Key, 0, data, settleTimeout); ok {
-				return l.held(Acquired, req.Key, got, rec), false, nil
-			}
+			return l.held(Acquired, s, req.Key, rev, rec), false, nil
+		case !errors.Is(err, jsbackend.ErrExists):
 			return ClaimResult{}, false, err
 		}
-		if e, err = l.readSince(ctx, req.Key, refusedAt(err)); err != nil {
-			return ClaimResult{}, false, err
+		e = latest
+	}
+	if e.Rev == 0 {
+		return ClaimResult{}, true, nil // gone before the read: create again
+	}
+	// Over a delete marker (an operator's, or an expiry) the key is claimed
+	// anew, by compare-and-set on the marker's revision: kv.Create tries that
+	// too, but decides on a read a lagging follower may answer.
+	step := claimStep{outcome: Acquired, next: rec}
+	var cur Record
+	if e.Live() {
+		if cur, err = decodeRecord(e.Data); err != nil {
+			return ClaimResult{}, false, fmt.Errorf("decode record at revision %d: %w", e.Rev, err)
+		}
+		step = l.policy.claim(cur, e.Rev, req, now)
+		if !step.writes() {
+			return ClaimResult{Outcome: step.outcome, Record: cur, Revision: e.Rev}, false, nil
 		}
 	}
-	if !e.live() {
-		if e.rev == 0 {
-			return ClaimResult{}, true, nil // gone before the read: create again
-		}
-		// Deleted (by an operator, or expired): create over the delete
-		// marker by CAS on its revision.
-		// kv.Create tries that too, but decides on a read a lagging follower
-		// may answer.
-		rev, err := l.cas(ctx, req.Key, e.rev, rec)
-		switch {
-		case err == nil:
-			return l.held(Acquired, req.Key, rev, rec), false, nil
-		case errors.Is(err, ErrRevisionMismatch):
-			return ClaimResult{}, true, nil
-		}
-		return ClaimResult{}, false, err
-	}
-
-	cur, err := DecodeRecord(e.data)
-	if err != nil {
-		return ClaimResult{}, false, fmt.Errorf("decode record at revision %d: %w", e.rev, err)
-	}
-	existing := ClaimResult{Record: cur, Revision: e.rev}
+	rev, err := l.cas(ctx, s, e.Rev, step.next, jsbackend.Grouped)
 	switch {
-	case cur.Fingerprint != req.Fingerprint:
-		existing.Outcome = Conflict
-	case cur.Status.Answered():
-		existing.Outcome = Done
-	case cur.Status == intent.StatusPending && cur.LeaseExpired(now) && !cur.Released() &&
-		l.confirmTakeover && req.Confirmed != e.rev:
-		existing.Outcome = Busy // expired, not yet confirmed abandoned
-	case cur.Status == intent.StatusApproved,
-		cur.Status == intent.StatusPending && cur.LeaseExpired(now):
-		next := cur
-		next.Status = intent.StatusPending
-		next.Holder = req.Holder
-		next.LeaseUntil = now.Add(req.Lease)
-		next.Attempt = cur.Attempt + 1
-		next.IntentSeq = req.IntentSeq
-		next.CallID = req.CallID
-		next.UpdatedAt = now
-		outcome := TookOver
-		if cur.Released() || cur.Status == intent.StatusApproved {
-			// Nobody held it: a retry after a transient failure, or the
-			// firing of an approved operation (the approval stays in the
-			// record for the claimant to check).
-			outcome = Acquired
+	case err == nil:
+		res := l.held(step.outcome, s, req.Key, rev, step.next)
+		if step.outcome == TookOver {
+			res.Previous = cur
 		}
-		rev, err := l.cas(ctx, req.Key, e.rev, next)
-		switch {
-		case err == nil:
-			res := l.held(outcome, req.Key, rev, next)
-			if outcome == TookOver {
-				res.Previous = cur
-			}
-			return res, false, nil
-		case errors.Is(err, ErrRevisionMismatch):
-			return ClaimResult{}, true, nil // another taker won: re-read
-		}
-		return ClaimResult{}, false, err
-	default:
-		existing.Outcome = Busy
+		return res, false, nil
+	case errors.Is(err, errRevisionMismatch):
+		return ClaimResult{}, true, nil // another claimant won: re-read
 	}
-	return existing, false, nil
+	return ClaimResult{}, false, err
 }
 
-func (l *Ledger) held(o Outcome, key string, rev uint64, rec Record) ClaimResult {
+func (l *Ledger) held(o Outcome, s slot, key string, rev uint64, rec Record) ClaimResult {
 	return ClaimResult{
 		Outcome:  o,
 		Record:   rec,
 		Revision: rev,
-		Lease:    &Lease{ledger: l, key: key, rev: rev, rec: rec},
+		Lease:    &Lease{ledger: l, slot: s, key: key, rev: rev, rec: rec},
 	}
 }

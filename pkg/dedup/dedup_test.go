@@ -152,6 +152,9 @@ type testBundle struct {
 	at func(d time.Duration, opts ...dedup.Option) *dedup.Ledger
 	// clocked returns a ledger (on its own connection) on the clock now.
 	clocked func(now func() time.Time) *dedup.Ledger
+	// retaining returns a ledger (on its own connection) that keeps final
+	// records for ttl.
+	retaining func(ttl time.Duration) *dedup.Ledger
 	// batched reports that the ledgers group-commit their writes.
 	batched bool
 	// plain is a ledger that writes one write at a time whatever the mode,
@@ -168,15 +171,19 @@ func (e *env) setup(t *testing.T) *testBundle {
 	// asserts how long. The test's own context (the test binary's
 	// -timeout) bounds it.
 	ctx := t.Context()
-	openPlain := func(i int, opts ...dedup.Option) *dedup.Ledger {
+	openWith := func(i int, cfg dedup.BucketConfig, opts ...dedup.Option) *dedup.Ledger {
 		js, err := jetstream.New(natstest.Connect(t, e.servers[i%len(e.servers)].ClientURL()), jetstream.WithDefaultTimeout(time.Minute))
 		require.NoError(t, err)
-		l, err := dedup.Bind(ctx, js, e.mode.bucket, opts...)
+		cfg.Bucket = e.mode.bucket
+		l, err := dedup.Open(ctx, js, cfg, append(opts, dedup.Bind())...)
 		require.NoError(t, err)
 		require.Equal(t, max(1, e.mode.partitions), l.Partitions())
 		require.Equal(t, e.mode.layout, l.Layout())
 		t.Cleanup(l.Close)
 		return l
+	}
+	openPlain := func(i int, opts ...dedup.Option) *dedup.Ledger {
+		return openWith(i, dedup.BucketConfig{}, opts...)
 	}
 	open := func(i int, opts ...dedup.Option) *dedup.Ledger {
 		return openPlain(i, append(opts, e.mode.opts...)...)
@@ -205,6 +212,10 @@ func (e *env) setup(t *testing.T) *testBundle {
 	b.clocked = func(now func() time.Time) *dedup.Ledger {
 		n++
 		return open(n, dedup.WithClock(now))
+	}
+	b.retaining = func(ttl time.Duration) *dedup.Ledger {
+		n++
+		return openWith(n, dedup.BucketConfig{TTL: ttl}, e.mode.opts...)
 	}
 	b.plain = openPlain(1)
 	b.plainAt = func(d time.Duration) *dedup.Ledger {
@@ -782,7 +793,7 @@ var suite = []struct {
 		require.ErrorIs(t, err, dedup.ErrWrongState, "only uncertain records are resolved")
 	}},
 	{"OnlyFinalRecordsExpire", func(t *testing.T, b *testBundle) {
-		l := b.at(0, dedup.WithRetention(time.Second))
+		l := b.retaining(time.Second)
 		claim := func(key string) *dedup.Lease {
 			req := b.req("w1")
 			req.Key = key
@@ -843,7 +854,7 @@ func TestClaimRequestValidation(t *testing.T) {
 	defer cancel()
 	l, err := dedup.Open(ctx, js, dedup.BucketConfig{})
 	require.NoError(t, err)
-	require.Equal(t, dedup.DefaultBucket, l.Bucket())
+	require.Equal(t, []string{"IDEM_LEDGER"}, l.Buckets(), "the default bucket")
 
 	valid := dedup.ClaimRequest{Key: "k", Fingerprint: "f", Holder: "h"}
 	for name, mutate := range map[string]func(*dedup.ClaimRequest){
@@ -940,11 +951,19 @@ func TestManyWaitersAtOnce(t *testing.T) {
 	// take longer than the default request timeout.
 	js, err := jetstream.New(natstest.Connect(t, s.ClientURL()), jetstream.WithDefaultTimeout(time.Minute))
 	require.NoError(t, err)
+	// kv.Watch creates its consumer with the jetstream package's legacy
+	// context, which ignores WithDefaultTimeout: the request gets the
+	// deadline of ctx, the test's own, or else 5 s.
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	if d, ok := t.Deadline(); ok {
+		var stop context.CancelFunc
+		ctx, stop = context.WithDeadline(ctx, d)
+		defer stop()
+	}
 	kv, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: "MANY"})
 	require.NoError(t, err)
-	l, err := dedup.New(js, kv)
+	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "MANY"}, dedup.Bind())
 	require.NoError(t, err)
 	res, err := l.Claim(ctx, dedup.ClaimRequest{Key: "k", Tool: "t", Fingerprint: "f", Holder: "h", Lease: time.Minute})
 	require.NoError(t, err)

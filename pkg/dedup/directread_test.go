@@ -30,7 +30,7 @@ func TestRefusedClaimReadsNoOlderMessageThanTheRefusal(t *testing.T) {
 	direct := jetStream(t, s.ClientURL())
 	kv, err := dedup.EnsureBucket(ctx, direct, dedup.BucketConfig{Bucket: "DIRECTREAD"})
 	require.NoError(t, err)
-	plain, err := dedup.New(direct, kv)
+	plain, err := dedup.Open(ctx, direct, dedup.BucketConfig{Bucket: "DIRECTREAD"}, dedup.Bind())
 	require.NoError(t, err)
 
 	claim := func(l *dedup.Ledger, key, holder string) dedup.ClaimResult {
@@ -63,9 +63,7 @@ func TestRefusedClaimReadsNoOlderMessageThanTheRefusal(t *testing.T) {
 		_ = m.RespondMsg(&nats.Msg{Header: h, Data: pending.Value()})
 		return true
 	})
-	skv, err := js.KeyValue(ctx, "DIRECTREAD")
-	require.NoError(t, err)
-	lagging, err := dedup.New(js, skv)
+	lagging, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "DIRECTREAD"}, dedup.Bind())
 	require.NoError(t, err)
 	require.Equal(t, dedup.Done, claim(lagging, "k.1", "w3").Outcome,
 		"the older message (a live lease of w1) is not taken: the record is final")
@@ -81,9 +79,7 @@ func TestRefusedClaimReadsNoOlderMessageThanTheRefusal(t *testing.T) {
 	cfg.AllowDirect = false
 	_, err = direct.UpdateStream(ctx, cfg)
 	require.NoError(t, err)
-	nkv, err := direct.KeyValue(ctx, "NODIRECT")
-	require.NoError(t, err)
-	nodirect, err := dedup.New(direct, nkv)
+	nodirect, err := dedup.Open(ctx, direct, dedup.BucketConfig{Bucket: "NODIRECT"}, dedup.Bind())
 	require.NoError(t, err)
 	require.Equal(t, dedup.Acquired, claim(nodirect, "k.2", "w1").Outcome)
 	require.Equal(t, dedup.Busy, claim(nodirect, "k.2", "w2").Outcome)

@@ -4,8 +4,11 @@
 //
 // # Using it
 //
-// A worker claims the key of each intent it handles:
+// Open opens a ledger: it sets its buckets up, or with Bind opens an
+// existing one without changing it (clients, operators). A worker claims the
+// key of each intent it handles:
 //
+//	ledger, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "IDEM_LEDGER"}, dedup.WithBatching(dedup.BatchConfig{}))
 //	res, err := ledger.Claim(ctx, dedup.ClaimRequest{Key: id.Key, Fingerprint: id.Fingerprint, Holder: workerID})
 //	switch res.Outcome {
 //	case dedup.Acquired, dedup.TookOver: // fire the effect, then res.Lease.Complete / Fail / Release
@@ -48,8 +51,9 @@
 // new ledger gets — a derived key shortened to its tool and 22 base64url
 // characters of its digest, which shortens what the server keeps in memory
 // per key on every replica.
-// The layout is recorded on the buckets when the ledger is created
-// (LayoutMetadata) and read at open, like the partition count; every method
+// The layout is recorded on the buckets when the ledger is created (stream
+// metadata idemgate.layout) and read at open, like the partition count
+// (idemgate.partitions); every method
 // takes operation keys; a compact key is its own stored form, so List
 // reports a layout-2 record under its compact key, which every method also
 // takes.
@@ -109,5 +113,12 @@
 // (Claim reports Busy, Wait keeps watching). After Release the record stays
 // pending with no holder and its attempts count, so the next claim is Acquired
 // with attempt+1 and the count of invocations survives transient failures.
-// Reader is the read side (Get, WaitFor) for clients that must not write.
+//
+// # Where things are
+//
+// machine.go is the record's state machine: every rule above as a pure
+// function of the record, the request and the time. The Ledger's methods
+// read a record, ask those rules, and write the outcome by compare-and-set;
+// the JetStream side — conditional writes, leader reads, group commit,
+// watches, scans, bucket setup — is package internal/jsbackend.
 package dedup

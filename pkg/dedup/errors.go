@@ -18,12 +18,6 @@ var (
 	// its holder; it cannot be used again.
 	ErrLeaseDone = errors.New("dedup: lease already finished")
 
-	// ErrRevisionMismatch: a compare-and-set write found another revision
-	// than the one it was made on, and wrote nothing. The ledger's methods
-	// report it in their own terms (a Lease write as ErrLeaseLost; a claim or
-	// a decision re-reads and decides again).
-	ErrRevisionMismatch = errors.New("dedup: revision mismatch")
-
 	// ErrReleased: while waiting, the record was deleted or purged (by an
 	// operator or the bucket's TTL); claim again to retry the operation.
 	ErrReleased = errors.New("dedup: record released")
@@ -45,3 +39,9 @@ var (
 	// which and how to fix it.
 	ErrInvalid = errors.New("dedup: invalid argument")
 )
+
+// errRevisionMismatch: a compare-and-set write found another revision than
+// the one it was made on, and wrote nothing. The ledger's methods report it
+// in their own terms (a Lease write as ErrLeaseLost; a claim or a decision
+// re-reads and decides again).
+var errRevisionMismatch = errors.New("dedup: revision mismatch")

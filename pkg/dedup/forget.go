@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/idemgate/idemgate/pkg/intent"
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 )
 
 var (
@@ -55,15 +53,14 @@ func Forced() ForgetOption { return func(o *forgetOptions) { o.forced = true } }
 // partition from NATS) goes on firing when it wakes. So a forced Forget
 // watches it for one more lease first, as a takeover does, and refuses it
 // (ErrInFlight) when it changes meanwhile. It returns ErrNotFound when the
-// key has no record. The delete is a compare-and-set on the revision it
-// judged, so a record that changed meanwhile is judged again.
+// key has no record, and ErrInvalid for a key the ledger's layout cannot
+// store. The delete is a compare-and-set on the revision it judged, so a
+// record that changed meanwhile is judged again (ErrContended when it keeps
+// changing).
 //
 // Workers may still answer the key from their answer caches; a front door
 // also tells them to forget it (intent.Names.ForgetSubject).
 func (l *Ledger) Forget(ctx context.Context, key string, opts ...ForgetOption) (Record, error) {
-	if p := l.at(key); p != l {
-		return p.Forget(ctx, key, opts...)
-	}
 	var o forgetOptions
 	for _, opt := range opts {
 		opt(&o)
@@ -76,20 +73,20 @@ func (l *Ledger) Forget(ctx context.Context, key string, opts ...ForgetOption) (
 		if err := forgettable(rec, l.clock(), o.forced); err != nil {
 			return rec, fmt.Errorf("forget %s: %w", key, err)
 		}
-		if abandoning(rec, l.clock()) {
+		if rec.abandoned(l.clock()) {
 			if err := l.confirmGone(ctx, key, rec, rev); err != nil {
 				return rec, fmt.Errorf("forget %s: %w", key, err)
 			}
 		}
-		sk, err := l.stored(key)
+		s, err := l.slot(key)
 		if err != nil {
 			return Record{}, fmt.Errorf("forget %s: %w", key, err)
 		}
-		err = l.kv.Delete(ctx, sk, jetstream.LastRevision(rev))
+		err = s.bucket.Delete(ctx, s.key, rev)
 		if err == nil {
 			return rec, nil
 		}
-		if !wrongLastSequence(err) {
+		if !errors.Is(err, jsbackend.ErrRevision) {
 			return Record{}, fmt.Errorf("forget %s: %w", key, err)
 		}
 		// Changed since the read (or, on a replicated bucket, a write of
@@ -99,50 +96,6 @@ func (l *Ledger) Forget(ctx context.Context, key string, opts ...ForgetOption) (
 		}
 	}
 	return Record{}, fmt.Errorf("forget %s: %w", key, ErrContended)
-}
-
-// forgettable returns nil when rec may be deleted at now (forced or not), or
-// the error that says why not.
-func forgettable(rec Record, now time.Time, forced bool) error {
-	switch {
-	case rec.Status == intent.StatusApproved:
-		return fmt.Errorf("%w: approved: a worker fires it now; wait for its outcome", ErrInFlight)
-	case rec.Status == intent.StatusPending && !rec.Released() && !rec.LeaseExpired(now):
-		return fmt.Errorf("%w: pending: its holder %s has its lease until %s and may be firing it now; wait for its outcome",
-			ErrInFlight, rec.Holder, rec.LeaseUntil.Format(time.RFC3339Nano))
-	case rec.Status.Final() || forced:
-		return nil
-	case rec.Status == intent.StatusPending && rec.Released():
-		return fmt.Errorf("%w: pending: released after a transient failure, and the next call retries it anyway; "+
-			"forgetting it drops its count of attempts", ErrUnresolved)
-	case rec.Status == intent.StatusPending:
-		return fmt.Errorf("%w: pending: its holder %s's lease ran out at %s, but a holder that is only stalled (a pause, "+
-			"a partition) still fires it when it wakes, and forgetting the record lets the next call fire it a second time; "+
-			"forced, it is forgotten only once its record stays unchanged for one more lease (%s)",
-			ErrUnresolved, rec.Holder, rec.LeaseUntil.Format(time.RFC3339Nano), rec.leaseLength())
-	case rec.Status == intent.StatusAwaitingApproval:
-		return fmt.Errorf("%w: awaiting approval: forgetting it drops the request, and the next call asks again; deny it instead", ErrUnresolved)
-	case rec.Status == intent.StatusUncertain:
-		return fmt.Errorf("%w: uncertain: its holder may have fired it, and forgetting it lets the next call fire it again; "+
-			"resolve it instead with what happened downstream", ErrUnresolved)
-	}
-	return fmt.Errorf("%w: %s", ErrUnresolved, rec.Status)
-}
-
-// abandoning reports whether rec is pending with a holder whose lease ran
-// out at now: the holder may be gone, or only stalled.
-func abandoning(rec Record, now time.Time) bool {
-	return rec.Status == intent.StatusPending && !rec.Released() && rec.LeaseExpired(now)
-}
-
-// leaseLength is the length of the lease rec's holder took: a claim, a
-// takeover and an extension each write lease_until as updated_at plus the
-// lease, on the holder's clock. DefaultLease when the record does not say.
-func (r Record) leaseLength() time.Duration {
-	if d := r.LeaseUntil.Sub(r.UpdatedAt); d > 0 {
-		return d
-	}
-	return DefaultLease
 }
 
 // confirmGone watches key's record, at revision rev past its lease, for one

@@ -47,9 +47,7 @@ func TestRefusalWhileAWriteIsInProcessKeepsTheLease(t *testing.T) {
 		}
 		return false
 	})
-	kv, err := js.KeyValue(ctx, "INPROCESS")
-	require.NoError(t, err)
-	l, err := dedup.New(js, kv)
+	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "INPROCESS"}, dedup.Bind())
 	require.NoError(t, err)
 	t.Cleanup(l.Close)
 

@@ -33,7 +33,7 @@ func TestLayoutRecorded(t *testing.T) {
 	for _, kv := range kvs {
 		st, err := kv.Status(ctx)
 		require.NoError(t, err)
-		require.Equal(t, "2", st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Metadata[dedup.LayoutMetadata], "on every partition: %s", kv.Bucket())
+		require.Equal(t, "2", st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Metadata["idemgate.layout"], "on every partition: %s", kv.Bucket())
 	}
 	got, err := dedup.RecordedLayout(ctx, js, "NEWLY")
 	require.NoError(t, err)
@@ -52,7 +52,7 @@ func TestLayoutRecorded(t *testing.T) {
 		got, err := dedup.RecordedLayout(ctx, js, bucket)
 		require.NoError(t, err)
 		require.Equal(t, intent.LayoutFull, got, bucket)
-		l, err := dedup.Bind(ctx, js, bucket)
+		l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: bucket}, dedup.Bind())
 		require.NoError(t, err)
 		require.Equal(t, intent.LayoutFull, l.Layout(), bucket)
 		_, layout, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: bucket})
@@ -73,21 +73,20 @@ func TestLayoutRecorded(t *testing.T) {
 	s0, err := js.Stream(ctx, "KV_NEWLY")
 	require.NoError(t, err)
 	sc := s0.CachedInfo().Config
-	sc.Metadata[dedup.LayoutMetadata] = "3"
+	sc.Metadata["idemgate.layout"] = "3"
 	_, err = js.UpdateStream(ctx, sc)
 	require.NoError(t, err)
-	_, err = dedup.Bind(ctx, js, "NEWLY")
+	_, err = dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "NEWLY"}, dedup.Bind())
 	require.ErrorIs(t, err, dedup.ErrLayout)
 	require.ErrorContains(t, err, `key layout "3"`)
-	_, err = dedup.OpenReader(ctx, js, "NEWLY")
-	require.ErrorIs(t, err, dedup.ErrLayout)
 	_, _, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "NEWLY"})
 	require.ErrorIs(t, err, dedup.ErrLayout)
 
 	_, err = dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "BADLAYOUT", Layout: 5})
 	require.ErrorIs(t, err, dedup.ErrInvalid)
-	_, err = dedup.New(js, kvs[0], dedup.WithLayout(0))
-	require.ErrorIs(t, err, dedup.ErrInvalid)
+	_, err = dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "FULL", Layout: intent.LayoutCompact}, dedup.Bind())
+	require.ErrorIs(t, err, dedup.ErrLayout, "bound, too, a ledger opens only in the layout it records")
+	require.ErrorContains(t, err, "has key layout 1")
 }
 
 // A compact ledger stores every derived key under its compact KV key, in

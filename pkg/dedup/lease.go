@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -20,6 +21,7 @@ import (
 // serialised.
 type Lease struct {
 	ledger *Ledger
+	slot   slot // where the record lives
 	key    string
 
 	mu   sync.Mutex
@@ -34,16 +36,18 @@ type Lease struct {
 	unsure []Record
 }
 
+// reconcileTimeout bounds the leader read that reconciles a refused write
+// of the lease, even when the caller's ctx is done.
+const reconcileTimeout = 2 * time.Second
+
 // maxUnsure bounds Lease.unsure; the oldest is forgotten first. A holder cut
 // off from the ledger for minutes makes a few writes a second (heartbeats,
 // recording attempts).
 const maxUnsure = 512
 
-// Key returns the key the lease holds.
-func (ls *Lease) Key() string { return ls.key }
-
-// Revision returns the revision of the lease's latest write: its fencing token.
-func (ls *Lease) Revision() uint64 {
+// revision returns the revision of the lease's latest write: its fencing
+// token.
+func (ls *Lease) revision() uint64 {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	return ls.rev
@@ -64,9 +68,7 @@ func (ls *Lease) Extend(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("%w: extend %s: duration %s: use a positive duration", ErrInvalid, ls.key, d)
 	}
-	_, err := ls.write(direct(ctx), "extend", func(r *Record, now time.Time) {
-		r.LeaseUntil = now.Add(d)
-	}, false)
+	_, err := ls.write(ctx, "extend", extend(d), false, jsbackend.Alone)
 	return err
 }
 
@@ -75,14 +77,7 @@ func (ls *Lease) Extend(ctx context.Context, d time.Duration) error {
 // effect was invoked for this key, retries included. It returns the written
 // record, or an error matching ErrLeaseLost or ErrLeaseDone.
 func (ls *Lease) Complete(ctx context.Context, result json.RawMessage, attempts int) (Record, error) {
-	return ls.write(ctx, "complete", func(r *Record, now time.Time) {
-		r.Status = intent.StatusCompleted
-		r.Result = result
-		r.Error = nil
-		r.Attempts = attempts
-		r.LeaseUntil = time.Time{}
-		r.CompletedAt = now
-	}, true)
+	return ls.write(ctx, "complete", complete(result, attempts), true, jsbackend.Grouped)
 }
 
 // Fail records a permanent failure: the record becomes failed and is replayed
@@ -90,14 +85,7 @@ func (ls *Lease) Complete(ctx context.Context, result json.RawMessage, attempts 
 // failure use Release. It returns the written record, or an error matching
 // ErrLeaseLost or ErrLeaseDone.
 func (ls *Lease) Fail(ctx context.Context, e intent.Error, attempts int) (Record, error) {
-	return ls.write(ctx, "fail", func(r *Record, now time.Time) {
-		r.Status = intent.StatusFailed
-		r.Result = nil
-		r.Error = &e
-		r.Attempts = attempts
-		r.LeaseUntil = time.Time{}
-		r.CompletedAt = now
-	}, true)
+	return ls.write(ctx, "fail", fail(e, attempts), true, jsbackend.Grouped)
 }
 
 // Release gives the key up after a transient failure, so that a retry may
@@ -107,11 +95,7 @@ func (ls *Lease) Fail(ctx context.Context, e intent.Error, attempts int) (Record
 // claim the key. It returns an error matching ErrLeaseLost if the lease was
 // taken over, or ErrLeaseDone.
 func (ls *Lease) Release(ctx context.Context, attempts int) error {
-	_, err := ls.write(ctx, "release", func(r *Record, now time.Time) {
-		r.Holder = ""
-		r.LeaseUntil = now
-		r.Attempts = attempts
-	}, true)
+	_, err := ls.write(ctx, "release", release(attempts), true, jsbackend.Grouped)
 	return err
 }
 
@@ -120,12 +104,7 @@ func (ls *Lease) Release(ctx context.Context, attempts int) error {
 // and gives up the lease. Callers are answered awaiting_approval. It returns
 // the written record, or an error matching ErrLeaseLost or ErrLeaseDone.
 func (ls *Lease) AwaitApproval(ctx context.Context, envelope json.RawMessage) (Record, error) {
-	return ls.write(ctx, "await approval", func(r *Record, now time.Time) {
-		r.Status = intent.StatusAwaitingApproval
-		r.Intent = envelope
-		r.Holder = ""
-		r.LeaseUntil = time.Time{}
-	}, true)
+	return ls.write(ctx, "await approval", awaitApproval(envelope), true, jsbackend.Grouped)
 }
 
 // Hold moves an abandoned operation to uncertain instead of firing it again:
@@ -134,18 +113,13 @@ func (ls *Lease) AwaitApproval(ctx context.Context, envelope json.RawMessage) (R
 // among the record's attempts: it may have reached the effect. It returns
 // the written record, or an error matching ErrLeaseLost or ErrLeaseDone.
 func (ls *Lease) Hold(ctx context.Context, reason string) (Record, error) {
-	return ls.write(ctx, "hold", func(r *Record, now time.Time) {
-		r.Status = intent.StatusUncertain
-		r.Attempts++
-		r.Error = &intent.Error{Code: intent.CodeUncertain, Message: reason}
-		r.Holder = ""
-		r.LeaseUntil = time.Time{}
-	}, true)
+	return ls.write(ctx, "hold", hold(reason), true, jsbackend.Grouped)
 }
 
-// write applies change to a copy of the lease's record and writes it by
-// compare-and-set on the lease's revision; final marks the lease done.
-func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time.Time), final bool) (Record, error) {
+// write applies t to a copy of the lease's record and writes it by
+// compare-and-set on the lease's revision, as m says; final marks the lease
+// done.
+func (ls *Lease) write(ctx context.Context, op string, t transition, final bool, m jsbackend.Mode) (Record, error) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.done {
@@ -155,15 +129,13 @@ func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time
 		// Recovering from a write of unknown outcome (an outage, most
 		// likely): go straight to the stream, not behind a batch that the
 		// same outage may still hold.
-		ctx = direct(ctx)
+		m = jsbackend.Alone
 	}
 	now := ls.ledger.clock()
-	next := ls.rec
-	change(&next, now)
-	next.UpdatedAt = now
+	next := t.apply(ls.rec, now)
 	ls.ledger.seal(ctx, ls.key, &next)
-	rev, err := ls.ledger.cas(ctx, ls.key, ls.rev, next)
-	if errors.Is(err, ErrRevisionMismatch) {
+	rev, err := ls.ledger.cas(ctx, ls.slot, ls.rev, next, m)
+	if errors.Is(err, errRevisionMismatch) {
 		moved, adopted, rerr := ls.reconcile(ctx)
 		switch {
 		case rerr != nil:
@@ -179,14 +151,12 @@ func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time
 			return Record{}, fmt.Errorf("%s %s: revision %d is still the latest, a write of it in process: %w", op, ls.key, ls.rev, err)
 		case adopted:
 			// An earlier write of ours had landed: write again over it.
-			next = ls.rec
-			change(&next, now)
-			next.UpdatedAt = now
+			next = t.apply(ls.rec, now)
 			ls.ledger.seal(ctx, ls.key, &next)
-			rev, err = ls.ledger.cas(ctx, ls.key, ls.rev, next)
+			rev, err = ls.ledger.cas(ctx, ls.slot, ls.rev, next, m)
 		}
 	}
-	if errors.Is(err, ErrRevisionMismatch) {
+	if errors.Is(err, errRevisionMismatch) {
 		return Record{}, fmt.Errorf("%s %s: %w", op, ls.key, ErrLeaseLost)
 	}
 	if err != nil {
@@ -210,22 +180,22 @@ func (ls *Lease) write(ctx context.Context, op string, change func(*Record, time
 // while such a write is still in process would. An error means the leader
 // could not be read.
 func (ls *Lease) reconcile(ctx context.Context) (moved, adopted bool, err error) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reconcileTimeout)
 	defer cancel()
-	e, err := ls.ledger.read(rctx, ls.key)
+	e, err := ls.slot.bucket.Read(rctx, ls.slot.key)
 	if err != nil {
 		return false, false, err
 	}
-	if e.live() && e.rev <= ls.rev {
+	if e.Live() && e.Rev <= ls.rev {
 		return false, false, nil
 	}
-	if !e.live() {
+	if !e.Live() {
 		return true, false, nil // deleted
 	}
 	for i := len(ls.unsure) - 1; i >= 0; i-- {
 		want, err := ls.unsure[i].marshal()
-		if err == nil && bytes.Equal(e.data, want) {
-			ls.rev, ls.rec, ls.unsure = e.rev, ls.unsure[i], nil
+		if err == nil && bytes.Equal(e.Data, want) {
+			ls.rev, ls.rec, ls.unsure = e.Rev, ls.unsure[i], nil
 			return true, true, nil
 		}
 	}

@@ -2,15 +2,12 @@ package dedup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -27,10 +24,6 @@ var OpenStatuses = []intent.Status{
 	intent.StatusPending, intent.StatusAwaitingApproval, intent.StatusApproved, intent.StatusUncertain,
 }
 
-// maxListRetries bounds the retries of a pull that found no consumer to
-// answer it.
-const maxListRetries = 8
-
 // pause waits d, or until ctx is done.
 func pause(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
@@ -42,9 +35,6 @@ func pause(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
-
-// listFetch is how many messages one pull request of a listing asks for.
-const listFetch = 256
 
 // Query selects the records List returns. The zero value selects every live
 // record, from the start of the ledger.
@@ -167,12 +157,16 @@ type Page struct {
 	More bool `json:"more"`
 }
 
+// cursorShift places a listing cursor's partition above its stream sequence.
+const cursorShift = 56
+
 // List returns one page of the ledger's live records that q selects, in the
 // order they were last written, each under its operation's key (a record
-// whose KV key is not its key's in the ledger's layout is skipped). The bucket keeps one message per key (its
-// history is 1) and delete markers are skipped, so the scan sees exactly the
-// live records; a record written again while a listing pages through the
-// ledger moves to the end and is seen there again.
+// whose KV key is not its key's in the ledger's layout is skipped). The
+// bucket keeps one message per key (its history is 1) and delete markers
+// are skipped, so the scan sees exactly the live records; a record written
+// again while a listing pages through the ledger moves to the end and is
+// seen there again.
 //
 // It reads with an ephemeral consumer that starts after q.After and is
 // deleted when the page is done: a page costs what it reads after its cursor,
@@ -181,133 +175,74 @@ type Page struct {
 // every record after the cursor until the page fills (bound it with
 // MaxScan). It returns an error matching ErrInvalid for a bad query.
 //
-// A partitioned ledger is listed one partition after the other; its cursor
-// carries the partition in its top byte (a one-partition cursor is the
-// stream sequence).
+// A partitioned ledger is listed one partition after the other, each in
+// stream order; its cursor carries the partition in its top byte and the
+// stream sequence within it below (a one-partition cursor is the stream
+// sequence).
 func (l *Ledger) List(ctx context.Context, q Query) (Page, error) {
-	if len(l.parts) > 1 {
-		return l.listPartitions(ctx, q)
-	}
 	if err := q.check(); err != nil {
 		return Page{}, err
 	}
-	page, _, err := l.listOne(ctx, q)
-	return page, err
-}
-
-// listOne is List over one bucket, for a checked q; it also returns how many
-// messages it read.
-func (l *Ledger) listOne(ctx context.Context, q Query) (Page, int, error) {
-	js, err := l.jetStream()
-	if err != nil {
-		return Page{}, 0, fmt.Errorf("list: %w", err)
+	p, seq := int(q.After>>cursorShift), q.After&(1<<cursorShift-1)
+	if p >= len(l.parts) {
+		return Page{}, fmt.Errorf("%w: list: cursor %d names partition %d of a ledger of %d: pass a Page's Next",
+			ErrInvalid, q.After, p, len(l.parts))
 	}
-	filter := l.keyPrefix + ">"
-	if q.Tool != "" {
-		filter = l.keyPrefix + q.Tool + ".>"
-	}
-	stream := "KV_" + l.kv.Bucket()
-	cons, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Description:       "idemgate ledger listing",
-		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       q.After + 1,
-		AckPolicy:         jetstream.AckNonePolicy,
-		FilterSubject:     filter,
-		InactiveThreshold: 30 * time.Second,
-		MemoryStorage:     true,
-		Replicas:          1,
-	})
-	if err != nil {
-		return Page{}, 0, fmt.Errorf("list: consumer on %s: %w", stream, err)
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
-		defer cancel()
-		_ = js.DeleteConsumer(dctx, stream, cons.CachedInfo().Name)
-	}()
 	page := Page{Records: []Listed{}, Next: q.After}
-	pending := cons.CachedInfo().NumPending
-	now := l.clock()
 	scanned := 0
-	for pending > 0 {
-		if len(page.Records) >= q.Limit || (q.MaxScan > 0 && scanned >= q.MaxScan) {
-			page.More = true
-			break
-		}
-		n := min(listFetch, q.Limit-len(page.Records))
+	for ; p < len(l.parts); p, seq = p+1, 0 {
+		sub := q
+		sub.After = seq
+		sub.Limit = q.Limit - len(page.Records)
 		if q.MaxScan > 0 {
-			n = min(n, q.MaxScan-scanned)
+			sub.MaxScan = q.MaxScan - scanned
 		}
-		got, last, err := l.listBatch(ctx, cons, n, &q, now, &page)
-		for try := 0; got == 0 && ctx.Err() == nil && try < maxListRetries; try++ {
-			// Records are pending and none came: a consumer of a replicated
-			// stream may take a moment to be served after its creation was
-			// answered.
-			if perr := pause(ctx, time.Millisecond<<try); perr == nil {
-				got, last, err = l.listBatch(ctx, cons, n, &q, now, &page)
+		got, n, err := l.listPart(ctx, p, sub)
+		if err != nil {
+			if len(l.parts) > 1 {
+				err = fmt.Errorf("partition %d: %w", p, err)
 			}
+			return Page{}, fmt.Errorf("list: %w", err)
 		}
-		scanned += got
-		switch {
-		case err != nil && !errors.Is(err, nats.ErrNoResponders):
-			return Page{}, 0, fmt.Errorf("list: %w", err)
-		case got == 0:
-			// A pull the server drops (a user without permission to publish
-			// on $JS.API.CONSUMER.MSG.NEXT) looks like an empty ledger: say so.
-			return Page{}, 0, fmt.Errorf("list: the consumer on %s has records pending (%d) and delivered none: is $JS.API.CONSUMER.MSG.NEXT.%s.* allowed to this user?",
-				stream, pending, stream)
+		scanned += n
+		page.Records = append(page.Records, got.Records...)
+		page.Next = uint64(p)<<cursorShift | got.Next
+		if got.More {
+			page.More = true
+			return page, nil
 		}
-		pending = last
+		full := len(page.Records) >= q.Limit || (q.MaxScan > 0 && scanned >= q.MaxScan)
+		if full && p+1 < len(l.parts) {
+			page.Next, page.More = uint64(p+1)<<cursorShift, true
+			return page, nil
+		}
 	}
-	return page, scanned, nil
+	return page, nil
 }
 
-// listBatch reads up to n messages, adds the records q keeps to page and
-// advances its cursor. It returns how many messages it read and the pending
-// count after the last one.
-func (l *Ledger) listBatch(ctx context.Context, cons jetstream.Consumer, n int, q *Query, now time.Time, page *Page) (int, uint64, error) {
-	batch, err := cons.FetchNoWait(n)
-	if err != nil {
-		return 0, 0, err
-	}
-	got, pending := 0, uint64(0)
-	for {
-		var msg jetstream.Msg
-		select {
-		case <-ctx.Done():
-			return got, pending, ctx.Err()
-		case m, ok := <-batch.Messages():
-			if !ok {
-				if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-					return got, pending, err
-				}
-				return got, pending, nil
+// listPart is List over partition p, for a checked q whose cursor is a
+// stream sequence of p; it also returns how many messages it read.
+func (l *Ledger) listPart(ctx context.Context, p int, q Query) (Page, int, error) {
+	page := Page{Records: []Listed{}}
+	now := l.clock()
+	next, read, more, err := l.parts[p].Scan(ctx, jsbackend.Scan{After: q.After, Token: q.Tool, Limit: q.Limit, MaxScan: q.MaxScan},
+		func(m jsbackend.Msg) bool {
+			rec, err := decodeRecord(m.Data)
+			if err != nil {
+				return false // not a record this package wrote
 			}
-			msg = m
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return got, pending, err
-		}
-		got++
-		pending = meta.NumPending
-		page.Next = meta.Sequence.Stream
-		if isDeleteMarker(msg.Headers()) {
-			continue
-		}
-		rec, err := DecodeRecord(msg.Data())
-		if err != nil {
-			continue // not a record this package wrote
-		}
-		key, ok := l.keyOf(strings.TrimPrefix(msg.Subject(), l.keyPrefix))
-		if !ok {
-			continue // not stored under its key's KV key in this layout
-		}
-		if q.keep(key, rec, now) {
-			ttl, _ := time.ParseDuration(msg.Headers().Get(jetstream.MsgTTLHeader))
-			page.Records = append(page.Records, Listed{Key: key, Revision: meta.Sequence.Stream, Record: rec, ttl: ttl})
-		}
+			key, ok := l.keyOf(m.Key)
+			if !ok || !q.keep(key, rec, now) {
+				return false // not stored under its key's KV key in this layout, or not selected
+			}
+			page.Records = append(page.Records, Listed{Key: key, Revision: m.Rev, Record: rec, ttl: m.TTL})
+			return true
+		})
+	if err != nil {
+		return Page{}, 0, err
 	}
+	page.Next, page.More = next, more
+	return page, read, nil
 }
 
 // keyOf returns the key a listing shows for a record found under the KV key
@@ -316,10 +251,6 @@ func (l *Ledger) listBatch(ctx context.Context, cons jetstream.Consumer, n int, 
 // (a full derived key in a layout-2 ledger), so that a listing never shows
 // a key under which the record cannot be read.
 func (l *Ledger) keyOf(stored string) (key string, ok bool) {
-	sk, err := l.stored(stored)
+	sk, err := intent.LedgerKey(stored, l.layout)
 	return stored, err == nil && sk == stored
 }
-
-// jetStream returns the ledger's JetStream context (its connection, API
-// prefix or domain).
-func (l *Ledger) jetStream() (jetstream.JetStream, error) { return l.js, nil }

@@ -49,7 +49,7 @@ func newListBundle(t *testing.T, servers []*server.Server, replicas int, bucket 
 	require.NoError(t, err)
 	clock := &atomic.Int64{}
 	clock.Store(time.Date(2025, 1, 6, 10, 0, 0, 0, time.UTC).UnixNano())
-	l, err := dedup.New(js, kv, dedup.WithLayout(layout), dedup.WithClock(func() time.Time { return time.Unix(0, clock.Load()) }))
+	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: bucket}, dedup.Bind(), dedup.WithClock(func() time.Time { return time.Unix(0, clock.Load()) }))
 	require.NoError(t, err)
 	return &listBundle{ctx: ctx, ledger: l, kv: kv, layout: layout, clock: clock, names: &sync.Map{}}
 }

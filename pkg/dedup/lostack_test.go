@@ -36,18 +36,17 @@ func newProxied(t *testing.T, opts ...dedup.Option) *proxied {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*lostAckTimeout)
 	t.Cleanup(cancel)
 	direct := jetStream(t, s.ClientURL())
-	kv, err := dedup.EnsureBucket(ctx, direct, dedup.BucketConfig{Bucket: "LOSTACK", AtomicPublish: true})
+	cfg := dedup.BucketConfig{Bucket: "LOSTACK", AtomicPublish: true}
+	_, err := dedup.EnsureBucket(ctx, direct, cfg)
 	require.NoError(t, err)
-	plain, err := dedup.New(direct, kv)
+	plain, err := dedup.Open(ctx, direct, cfg, dedup.Bind())
 	require.NoError(t, err)
 
 	p := natstest.NewProxy(t, s.Addr().String())
 	nc := natstest.Connect(t, p.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(lostAckTimeout))
 	require.NoError(t, err)
-	pkv, err := js.KeyValue(ctx, "LOSTACK")
-	require.NoError(t, err)
-	l, err := dedup.New(js, pkv, opts...)
+	l, err := dedup.Open(ctx, js, cfg, append(opts, dedup.Bind())...)
 	require.NoError(t, err)
 	t.Cleanup(l.Close)
 	return &proxied{proxy: p, nc: nc, ledger: l, plain: plain, ctx: ctx}

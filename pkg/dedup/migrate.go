@@ -4,21 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// MigratingMetadata marks a ledger whose migration (Migrate) started and has
+// migratingMetadata marks a ledger whose migration (Migrate) started and has
 // not finished, with its target ("<partitions>/<layout>"), on partition 0's
-// stream. While it is there, opening the ledger (EnsurePartitions, Bind,
-// OpenReader) fails with ErrMigrating: a worker started mid-migration would
-// miss the records already moved.
-const MigratingMetadata = "idemgate.migrating"
+// stream. While it is there, opening the ledger (Open, EnsurePartitions)
+// fails with ErrMigrating: a worker started mid-migration would miss the
+// records already moved.
+const migratingMetadata = "idemgate.migrating"
 
 // ErrMigrating: the ledger is being migrated (or a migration was
 // interrupted); finish it with Migrate before opening the ledger.
@@ -64,8 +64,8 @@ type MigrateReport struct {
 // is only stalled writes it again when it wakes), so Migrate then waits
 // that long before it changes anything.
 //
-// It marks the ledger (MigratingMetadata), so that nothing opens it
-// meanwhile; creates the new partitions' buckets with partition 0's
+// It marks the ledger (stream metadata idemgate.migrating), so that nothing
+// opens it meanwhile; creates the new partitions' buckets with partition 0's
 // settings; moves every record whose partition or KV key changes — written
 // create-only to its new place with the rest of its TTL, then purged from
 // its old one — and at last records the new count and layout on every
@@ -73,8 +73,13 @@ type MigrateReport struct {
 // interruption (with the same target), it finds the records already
 // written, removes their old copies and goes on; run again after it
 // finished, it does nothing. A record is never absent from both places.
+//
+// A missing ledger gives an error matching jetstream.ErrBucketNotFound; an
+// interrupted migration to another target, ErrMigrating; a target that is
+// not a growth of the partitions or a conversion to compact keys,
+// ErrInvalid.
 func Migrate(ctx context.Context, js jetstream.JetStream, bucket string, cfg MigrateConfig) (MigrateReport, error) {
-	md, exists, err := metadataOf(ctx, js, bucket)
+	md, exists, err := jsbackend.Metadata(ctx, js, bucket)
 	if err != nil {
 		return MigrateReport{}, err
 	}
@@ -91,28 +96,29 @@ func Migrate(ctx context.Context, js jetstream.JetStream, bucket string, cfg Mig
 	}
 	rep := MigrateReport{FromPartitions: from.partitions, FromLayout: from.layout, ToPartitions: to.partitions, ToLayout: to.layout}
 	mark := strconv.Itoa(to.partitions) + "/" + strconv.Itoa(to.layout)
-	if m := md[MigratingMetadata]; m != "" && m != mark {
+	if m := md[migratingMetadata]; m != "" && m != mark {
 		return rep, fmt.Errorf("%w: ledger %s: a migration to %s partitions/layout was interrupted: run it again with that target", ErrMigrating, bucket, m)
 	}
 
-	old, err := bindShape(ctx, js, bucket, from)
+	oldKVs, err := bindShape(ctx, js, bucket, from)
 	if err != nil {
 		return rep, err
 	}
+	old := newLedger(js, oldKVs, from.layout, DefaultTTL, options{})
 	// Look before touching anything: every record, its new place, and
 	// nothing in flight.
 	now := time.Now()
 	found := 0
 	var stale []staleLease
-	for _, p := range old.partitions() {
-		err := p.each(ctx, func(r Listed) error {
+	for p := range old.parts {
+		err := old.each(ctx, p, func(r Listed) error {
 			found++
-			if r.Status == intent.StatusApproved || (r.Status == intent.StatusPending && !r.Released() && !r.LeaseExpired(now)) {
+			if r.firing(now) {
 				return fmt.Errorf("migrate ledger %s: %w: %s is %s (lease until %s): stop the workers and let it settle first",
 					bucket, ErrInFlight, r.Key, r.Status, r.LeaseUntil.Format(time.RFC3339))
 			}
-			if abandoning(r.Record, now) {
-				stale = append(stale, staleLease{p, r})
+			if r.abandoned(now) {
+				stale = append(stale, staleLease{old, r})
 			}
 			if _, err := intent.LedgerKey(r.Key, to.layout); err != nil {
 				return fmt.Errorf("migrate ledger %s to layout %d: %w", bucket, to.layout, err)
@@ -126,44 +132,33 @@ func Migrate(ctx context.Context, js jetstream.JetStream, bucket string, cfg Mig
 	if err := confirmAllGone(ctx, stale); err != nil {
 		return rep, fmt.Errorf("migrate ledger %s: %w", bucket, err)
 	}
-	if from == to && md[MigratingMetadata] == "" {
+	if from == to && md[migratingMetadata] == "" {
 		rep.Records = found
 		return rep, nil // nothing to do: a migration that finished, run again
 	}
 
-	if err := setMetadata(ctx, js, bucket, map[string]string{MigratingMetadata: mark}, nil); err != nil {
+	if err := jsbackend.SetMetadata(ctx, js, bucket, map[string]string{migratingMetadata: mark}, nil); err != nil {
 		return rep, fmt.Errorf("migrate ledger %s: mark it: %w", bucket, err)
 	}
-	base, err := js.Stream(ctx, "KV_"+bucket)
+	base, err := jsbackend.SettingsOf(ctx, js, bucket)
 	if err != nil {
 		return rep, fmt.Errorf("migrate ledger %s: %w", bucket, err)
 	}
-	bc := base.CachedInfo().Config
-	kvs := make([]jetstream.KeyValue, to.partitions)
-	for i, p := range old.partitions() {
-		kvs[i] = p.kv
-	}
+	kvs := append(make([]jetstream.KeyValue, 0, to.partitions), oldKVs...)
 	for i := from.partitions; i < to.partitions; i++ {
-		c := BucketConfig{Bucket: PartitionBucket(bucket, i), Replicas: bc.Replicas, Storage: bc.Storage,
-			AtomicPublish: bc.AllowAtomicPublish, MaxConsumers: max(bc.MaxConsumers, 0),
-			metadata: map[string]string{PartitionsMetadata: strconv.Itoa(to.partitions), PartitionMetadata: strconv.Itoa(i),
-				LayoutMetadata: strconv.Itoa(to.layout), MigratingMetadata: mark}}
-		if kvs[i], err = EnsureBucket(ctx, js, c); err != nil {
+		c := BucketConfig{Bucket: PartitionBucket(bucket, i), Replicas: base.Replicas, Storage: base.Storage,
+			AtomicPublish: base.AtomicPublish, MaxConsumers: base.MaxConsumers}
+		kv, err := ensureBucket(ctx, js, c, shapeMetadata(to, i, mark))
+		if err != nil {
 			return rep, fmt.Errorf("migrate ledger %s: new partition %d: %w", bucket, i, err)
 		}
+		kvs = append(kvs, kv)
 	}
-	nu, err := NewPartitioned(js, kvs, WithLayout(to.layout))
-	if err != nil {
-		return rep, err
-	}
+	nu := newLedger(js, kvs, to.layout, DefaultTTL, options{})
 
-	for i, p := range old.partitions() {
-		stream, err := js.Stream(ctx, "KV_"+p.kv.Bucket())
-		if err != nil {
-			return rep, fmt.Errorf("migrate ledger %s: partition %d: %w", bucket, i, err)
-		}
-		err = p.each(ctx, func(r Listed) error {
-			resumed, moved, err := nu.moveIn(ctx, p, stream, r)
+	for i := range old.parts {
+		err = old.each(ctx, i, func(r Listed) error {
+			resumed, moved, err := nu.moveIn(ctx, old, i, r)
 			if moved {
 				rep.Moved++
 			}
@@ -177,36 +172,34 @@ func Migrate(ctx context.Context, js jetstream.JetStream, bucket string, cfg Mig
 		}
 	}
 
-	for _, p := range nu.partitions() {
-		if err := p.each(ctx, func(Listed) error { rep.Records++; return nil }); err != nil {
+	for p := range nu.parts {
+		if err := nu.each(ctx, p, func(Listed) error { rep.Records++; return nil }); err != nil {
 			return rep, fmt.Errorf("migrate ledger %s: count the records: %w", bucket, err)
 		}
 	}
 	for i := to.partitions - 1; i >= 0; i-- {
-		set := map[string]string{PartitionsMetadata: strconv.Itoa(to.partitions), PartitionMetadata: strconv.Itoa(i),
-			LayoutMetadata: strconv.Itoa(to.layout)}
-		if err := setMetadata(ctx, js, PartitionBucket(bucket, i), set, []string{MigratingMetadata}); err != nil {
+		if err := jsbackend.SetMetadata(ctx, js, PartitionBucket(bucket, i), shapeMetadata(to, i, ""), []string{migratingMetadata}); err != nil {
 			return rep, fmt.Errorf("migrate ledger %s: record the new shape on partition %d: %w", bucket, i, err)
 		}
 	}
 	return rep, nil
 }
 
-// moveIn writes r, a record of the old ledger's partition from (its stream
-// given), to its place in l, the new ledger, unless it is there already, and
-// purges it from its old place. resumed reports that l had it already (an
-// interrupted run wrote it).
-func (l *Ledger) moveIn(ctx context.Context, from *Ledger, stream jetstream.Stream, r Listed) (resumed, moved bool, err error) {
-	oldKV, err := from.stored(r.Key)
+// moveIn writes r, a record of the old ledger's partition p, to its place
+// in l, the new ledger, unless it is there already, and purges it from its
+// old place. resumed reports that l had it already (an interrupted run
+// wrote it).
+func (l *Ledger) moveIn(ctx context.Context, old *Ledger, p int, r Listed) (resumed, moved bool, err error) {
+	oldKey, err := intent.LedgerKey(r.Key, old.layout)
+	if err != nil {
+		return false, false, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	from := slot{bucket: old.parts[p], key: oldKey}
+	to, err := l.slot(r.Key)
 	if err != nil {
 		return false, false, err
 	}
-	to := l.at(r.Key)
-	newKV, err := to.stored(r.Key)
-	if err != nil {
-		return false, false, err
-	}
-	if to.kv.Bucket() == from.kv.Bucket() && newKV == oldKV {
+	if to.bucket.Name() == from.bucket.Name() && to.key == from.key {
 		return false, false, nil // in its place
 	}
 	rec := r.Record
@@ -216,34 +209,21 @@ func (l *Ledger) moveIn(ctx context.Context, from *Ledger, stream jetstream.Stre
 	}
 	var ttl time.Duration
 	if r.ttl > 0 {
-		ttl = max(r.ttl-time.Since(r.UpdatedAt), time.Second).Round(time.Second)
+		ttl = r.restOf(r.ttl, time.Now())
 	}
-	_, err = to.publish(ctx, r.Key, data, 0, ttl) // create-only, with the rest of its TTL
-	switch {
-	case err != nil && wrongLastSequence(err):
-		e, rerr := to.read(ctx, r.Key)
-		if rerr != nil {
-			return false, false, fmt.Errorf("%s: read its new place: %w", r.Key, rerr)
-		}
-		if e.deleted {
-			if _, err := to.put(ctx, r.Key, data, e.rev, ttl); err != nil {
-				return false, false, fmt.Errorf("%s: write over a delete marker: %w", r.Key, err)
-			}
-		} else {
-			resumed = true
-		}
-	case err != nil:
-		return false, false, fmt.Errorf("%s: write to %s: %w", r.Key, to.kv.Bucket(), err)
+	placed, err := to.bucket.Place(ctx, to.key, data, ttl) // with the rest of its TTL
+	if err != nil {
+		return false, false, fmt.Errorf("%s: %w", r.Key, err)
 	}
-	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(from.keyPrefix+oldKV)); err != nil {
-		return resumed, true, fmt.Errorf("%s: purge its old copy: %w", r.Key, err)
+	if err := from.bucket.Purge(ctx, from.key); err != nil {
+		return !placed, true, fmt.Errorf("%s: purge its old copy: %w", r.Key, err)
 	}
-	return resumed, true, nil
+	return !placed, true, nil
 }
 
-// staleLease is a record pending past its lease, in its partition.
+// staleLease is a record pending past its lease, in its ledger.
 type staleLease struct {
-	p *Ledger
+	l *Ledger
 	r Listed
 }
 
@@ -264,11 +244,11 @@ func confirmAllGone(ctx context.Context, stale []staleLease) error {
 	}
 	probe := max(grace/8, 10*time.Millisecond)
 	changed := func(s staleLease) error {
-		e, err := s.p.read(ctx, s.r.Key)
+		e, err := s.l.read(ctx, s.r.Key)
 		if err != nil {
 			return fmt.Errorf("%s: ledger unreadable, grace not counted: %w", s.r.Key, err)
 		}
-		if e.rev != s.r.Revision {
+		if e.Rev != s.r.Revision {
 			return fmt.Errorf("%w: %s was pending past its lease (until %s) and its holder %s wrote it again within one more lease: "+
 				"it is alive; stop it and let the operation settle first", ErrInFlight, s.r.Key, s.r.LeaseUntil.Format(time.RFC3339), s.r.Holder)
 		}
@@ -290,12 +270,12 @@ func confirmAllGone(ctx context.Context, stale []staleLease) error {
 	return nil
 }
 
-// each calls f for every live record of l (one bucket), in stream order,
+// each calls f for every live record of l's partition p, in stream order,
 // until f returns an error.
-func (l *Ledger) each(ctx context.Context, f func(Listed) error) error {
+func (l *Ledger) each(ctx context.Context, p int, f func(Listed) error) error {
 	q := Query{Limit: MaxListLimit}
 	for {
-		page, _, err := l.listOne(ctx, q)
+		page, _, err := l.listPart(ctx, p, q)
 		if err != nil {
 			return err
 		}
@@ -333,36 +313,15 @@ func checkTarget(bucket string, from, to shape) error {
 	return nil
 }
 
-// bindShape is a ledger over the existing partitions of the ledger named
-// bucket, in shape s, whatever its marks.
-func bindShape(ctx context.Context, js jetstream.JetStream, bucket string, s shape) (*Ledger, error) {
+// bindShape returns the buckets of the existing partitions of the ledger
+// named bucket, in shape s, whatever its marks.
+func bindShape(ctx context.Context, js jetstream.JetStream, bucket string, s shape) ([]jetstream.KeyValue, error) {
 	kvs := make([]jetstream.KeyValue, s.partitions)
 	for i := range kvs {
 		var err error
-		if kvs[i], err = js.KeyValue(ctx, PartitionBucket(bucket, i)); err != nil {
+		if kvs[i], err = jsbackend.Open(ctx, js, PartitionBucket(bucket, i)); err != nil {
 			return nil, fmt.Errorf("ledger %s: partition %d: %w", bucket, i, err)
 		}
 	}
-	return NewPartitioned(js, kvs, WithLayout(s.layout))
-}
-
-// setMetadata sets and deletes entries of the stream metadata of bucket's
-// stream.
-func setMetadata(ctx context.Context, js jetstream.JetStream, bucket string, set map[string]string, del []string) error {
-	s, err := js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
-		return err
-	}
-	sc := s.CachedInfo().Config
-	md := maps.Clone(sc.Metadata)
-	if md == nil {
-		md = map[string]string{}
-	}
-	maps.Copy(md, set)
-	for _, k := range del {
-		delete(md, k)
-	}
-	sc.Metadata = md
-	_, err = js.UpdateStream(ctx, sc)
-	return err
+	return kvs, nil
 }

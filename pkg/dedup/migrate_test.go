@@ -78,7 +78,7 @@ func TestMigrate(t *testing.T) {
 	require.Equal(t, dedup.MigrateReport{FromPartitions: 2, FromLayout: intent.LayoutFull, ToPartitions: 8, ToLayout: intent.LayoutCompact,
 		Records: n + 1, Moved: n + 1}, rep, "every key moves: its KV key changes")
 
-	after, err := dedup.Bind(ctx, js, "MIGRATE")
+	after, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "MIGRATE"}, dedup.Bind())
 	require.NoError(t, err)
 	require.Equal(t, 8, after.Partitions())
 	require.Equal(t, intent.LayoutCompact, after.Layout())
@@ -170,7 +170,7 @@ func TestMigrateResumes(t *testing.T) {
 	st, err := js.Stream(ctx, "KV_RESUME")
 	require.NoError(t, err)
 	sc := st.CachedInfo().Config
-	sc.Metadata[dedup.MigratingMetadata] = "1/2"
+	sc.Metadata["idemgate.migrating"] = "1/2"
 	_, err = js.UpdateStream(ctx, sc)
 	require.NoError(t, err)
 	kv, err := js.KeyValue(ctx, "RESUME")
@@ -186,7 +186,7 @@ func TestMigrateResumes(t *testing.T) {
 	_, err = kv.Create(ctx, stored0, data)
 	require.NoError(t, err)
 
-	_, err = dedup.Bind(ctx, js, "RESUME")
+	_, err = dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "RESUME"}, dedup.Bind())
 	require.ErrorIs(t, err, dedup.ErrMigrating, "nothing opens a ledger mid-migration")
 	_, _, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "RESUME"})
 	require.ErrorIs(t, err, dedup.ErrMigrating, "no worker starts on it")
@@ -207,7 +207,7 @@ func TestMigrateResumes(t *testing.T) {
 		want = append(want, sk)
 	}
 	require.ElementsMatch(t, want, got, "each record once, under its compact key")
-	after, err := dedup.Bind(ctx, js, "RESUME")
+	after, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "RESUME"}, dedup.Bind())
 	require.NoError(t, err)
 	require.Equal(t, intent.LayoutCompact, after.Layout())
 	for _, k := range keys {

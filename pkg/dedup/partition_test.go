@@ -57,7 +57,7 @@ func TestPartitionsRecorded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
 
-	l, err := dedup.Bind(ctx, js, "PARTS")
+	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "PARTS"}, dedup.Bind())
 	require.NoError(t, err)
 	require.Equal(t, 4, l.Partitions())
 	require.Equal(t, []string{"PARTS", "PARTS_P1", "PARTS_P2", "PARTS_P3"}, l.Buckets())
@@ -65,13 +65,13 @@ func TestPartitionsRecorded(t *testing.T) {
 	// A bucket made before partitioning is a one-partition ledger.
 	_, err = dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: "PLAIN"})
 	require.NoError(t, err)
-	l, err = dedup.Bind(ctx, js, "PLAIN")
+	l, err = dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "PLAIN"}, dedup.Bind())
 	require.NoError(t, err)
 	require.Equal(t, 1, l.Partitions())
 	_, _, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "PLAIN", Partitions: 2})
 	require.ErrorIs(t, err, dedup.ErrPartitions)
 
-	_, err = dedup.Bind(ctx, js, "MISSING")
+	_, err = dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "MISSING"}, dedup.Bind())
 	require.ErrorIs(t, err, jetstream.ErrBucketNotFound)
 	_, _, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "BAD", Partitions: 3})
 	require.ErrorIs(t, err, dedup.ErrInvalid)

@@ -23,10 +23,10 @@ func TestReceipts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	js := jetStream(t, natstest.RunServer(t).ClientURL())
-	kv, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: "RECEIPTS"})
+	_, err := dedup.EnsureBucket(ctx, js, dedup.BucketConfig{Bucket: "RECEIPTS"})
 	require.NoError(t, err)
 	var n atomic.Int32
-	l, err := dedup.New(js, kv, dedup.WithReceipts(func(_ context.Context, key string, rec dedup.Record) json.RawMessage {
+	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "RECEIPTS"}, dedup.Bind(), dedup.WithReceipts(func(_ context.Context, key string, rec dedup.Record) json.RawMessage {
 		require.True(t, rec.Status.Final())
 		require.False(t, rec.CompletedAt.IsZero())
 		return json.RawMessage(fmt.Sprintf(`{"n":%d,"key":%q,"status":%q}`, n.Add(1), key, rec.Status))

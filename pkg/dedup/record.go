@@ -102,10 +102,10 @@ func (r Record) Released() bool {
 // Caller is whom an answer is for: the operation's key, and the calling
 // intent's fingerprint, tool and informational call id.
 type Caller struct {
-	Key         string
+	Key         string // the operation's key, as the caller named it
 	Fingerprint string // "" for an operator's decision, which names no arguments
 	Tool        string // default: the record's tool
-	CallID      string
+	CallID      string // the calling intent's call id, echoed in the answer
 }
 
 // Answer is the answer r gives c: the record's outcome or, when c's
@@ -162,9 +162,9 @@ func (r Record) receiptOf() json.RawMessage {
 	return r.Receipt
 }
 
-// DecodeRecord decodes a ledger record as stored in the bucket (a KV
+// decodeRecord decodes a ledger record as stored in the bucket (a KV
 // entry's value).
-func DecodeRecord(data []byte) (Record, error) {
+func decodeRecord(data []byte) (Record, error) {
 	var r Record
 	if err := json.Unmarshal(data, &r); err != nil {
 		return Record{}, fmt.Errorf("%w: ledger record: %w", ErrInvalid, err)

@@ -53,7 +53,7 @@ func TestRecordEncodingIsEncodingJSONs(t *testing.T) {
 	got, err := r.marshal()
 	require.NoError(t, err)
 	require.Contains(t, string(got), `"result":{ "a" : [ 1 , 2 ] }`)
-	back, err := DecodeRecord(got)
+	back, err := decodeRecord(got)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"a":[1,2]}`, string(back.Result))
 

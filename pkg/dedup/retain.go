@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 )
 
 // Untimed reports whether r is a final record (completed, failed, denied)
@@ -19,21 +18,23 @@ func (r Listed) Untimed() bool { return r.Status.Final() && r.ttl == 0 }
 // had: what is left of the ledger's retention since the record was last
 // written, at least a second. It is a compare-and-set on r's revision: a
 // record written since keeps that write, and Retain returns nil. A record
-// that is not untimed is left alone.
+// that is not untimed is left alone. It returns ErrInvalid for a key the
+// ledger's layout cannot store.
 func (l *Ledger) Retain(ctx context.Context, r Listed) error {
-	if p := l.at(r.Key); p != l {
-		return p.Retain(ctx, r)
-	}
 	if !r.Untimed() {
 		return nil
+	}
+	s, err := l.slot(r.Key)
+	if err != nil {
+		return fmt.Errorf("retain %s: %w", r.Key, err)
 	}
 	rec := r.Record
 	data, err := rec.marshal()
 	if err != nil {
 		return fmt.Errorf("retain %s: %w", r.Key, err)
 	}
-	ttl := max(l.retention-l.clock().Sub(r.UpdatedAt), time.Second).Round(time.Second)
-	if _, err := l.put(ctx, r.Key, data, r.Revision, ttl); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	ttl := r.restOf(l.policy.retention, l.clock())
+	if _, err := s.bucket.Update(ctx, s.key, data, r.Revision, ttl, jsbackend.Alone); err != nil && !errors.Is(err, jsbackend.ErrRevision) {
 		return fmt.Errorf("retain %s: %w", r.Key, err)
 	}
 	return nil

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 )
 
 // errWatchClosed reports that the watch ended without an answer (for example
@@ -32,14 +32,11 @@ var errWatchClosed = errors.New("watch closed")
 //
 // The watch is stopped on every path.
 func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
-	if p := l.at(key); p != l {
-		return p.Wait(ctx, key)
-	}
 	w, err := l.watch(ctx, key)
 	if err != nil {
 		return Record{}, 0, fmt.Errorf("wait %s: %w", key, err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer w.Stop()
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -59,25 +56,26 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 				return Record{}, 0, fmt.Errorf("wait %s: %w", key, ErrReleased)
 			case err != nil:
 				return Record{}, 0, fmt.Errorf("wait %s: %w", key, err)
-			case rev <= lastRev || cur.Status.Answered() || cur.LeaseExpired(l.clock()):
+			case rev <= lastRev || cur.settled(l.clock()):
 				return cur, rev, nil
 			}
 			lastRev = rev
 			timer.Reset(max(cur.LeaseUntil.Sub(l.clock()), 0))
-		case e, ok := <-w.Updates():
+		case u, ok := <-w.Updates():
 			if !ok {
 				if ctx.Err() != nil { // the watch ends with its context
 					return Record{}, 0, fmt.Errorf("wait %s: %w", key, ctx.Err())
 				}
 				return Record{}, 0, fmt.Errorf("wait %s: %w", key, errWatchClosed)
 			}
-			if e == nil {
+			e, ok := jsbackend.Observed(u)
+			if !ok {
 				continue // end of the initial values
 			}
-			if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
+			if e.Deleted {
 				// A watch served by a lagging replica may show a delete marker
 				// the key has moved past; only the leader can confirm it.
-				live, err := l.liveAfter(ctx, key, e.Revision())
+				live, err := l.liveAfter(ctx, key, e.Rev)
 				if err != nil {
 					return Record{}, 0, fmt.Errorf("wait %s: %w", key, err)
 				}
@@ -86,14 +84,14 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 				}
 				continue // the newer record is on its way through the watch
 			}
-			rec, err := DecodeRecord(e.Value())
+			rec, err := decodeRecord(e.Data)
 			if err != nil {
-				return Record{}, 0, fmt.Errorf("wait %s: decode record at revision %d: %w", key, e.Revision(), err)
+				return Record{}, 0, fmt.Errorf("wait %s: decode record at revision %d: %w", key, e.Rev, err)
 			}
 			if rec.Status.Answered() {
-				return rec, e.Revision(), nil
+				return rec, e.Rev, nil
 			}
-			lastRev = e.Revision()
+			lastRev = e.Rev
 			timer.Stop()
 			if !rec.LeaseUntil.IsZero() {
 				timer.Reset(max(rec.LeaseUntil.Sub(l.clock()), 0))
@@ -102,13 +100,13 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 	}
 }
 
-// watch watches key's record, under its stored key.
-func (l *Ledger) watch(ctx context.Context, key string) (jetstream.KeyWatcher, error) {
-	sk, err := l.stored(key)
+// watch watches key's record, in its slot.
+func (l *Ledger) watch(ctx context.Context, key string) (*jsbackend.Watcher, error) {
+	s, err := l.slot(key)
 	if err != nil {
 		return nil, err
 	}
-	return l.kv.Watch(ctx, sk)
+	return s.bucket.Watch(ctx, s.key)
 }
 
 // liveAfter reports whether the leader holds a live record for key newer than
@@ -118,7 +116,7 @@ func (l *Ledger) liveAfter(ctx context.Context, key string, rev uint64) (bool, e
 	if err != nil {
 		return false, err
 	}
-	return e.live() && e.rev > rev, nil
+	return e.Live() && e.Rev > rev, nil
 }
 
 // WaitChange watches key until its record moves past revision rev (any later
@@ -135,9 +133,6 @@ func (l *Ledger) liveAfter(ctx context.Context, key string, rev uint64) (bool, e
 // second); a read that fails ends the wait with an error — the grace proved
 // nothing, and the caller should try again later.
 func (l *Ledger) WaitChange(ctx context.Context, key string, rev uint64) (bool, error) {
-	if p := l.at(key); p != l {
-		return p.WaitChange(ctx, key, rev)
-	}
 	probe := time.Second
 	if d, ok := ctx.Deadline(); ok {
 		probe = max(time.Until(d)/8, 10*time.Millisecond)
@@ -150,7 +145,7 @@ func (l *Ledger) WaitChange(ctx context.Context, key string, rev uint64) (bool, 
 		if err != nil {
 			return false, fmt.Errorf("wait change %s: ledger unreadable, grace not counted: %w", key, err)
 		}
-		return e.rev != rev, nil
+		return e.Rev != rev, nil
 	}
 	if moved, err := check(); moved || err != nil {
 		return moved, err
@@ -162,7 +157,7 @@ func (l *Ledger) WaitChange(ctx context.Context, key string, rev uint64) (bool, 
 		}
 		return false, fmt.Errorf("wait change %s: %w", key, err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer w.Stop()
 	tick := time.NewTicker(probe)
 	defer tick.Stop()
 	for {
@@ -173,15 +168,54 @@ func (l *Ledger) WaitChange(ctx context.Context, key string, rev uint64) (bool, 
 			if moved, err := check(); moved || err != nil {
 				return moved, err
 			}
-		case e, ok := <-w.Updates():
+		case u, ok := <-w.Updates():
 			if !ok {
 				if ctx.Err() != nil { // the watch ends with its context
 					return check()
 				}
 				return false, fmt.Errorf("wait change %s: %w", key, errWatchClosed)
 			}
-			if e != nil && e.Revision() > rev {
+			if e, ok := jsbackend.Observed(u); ok && e.Rev > rev {
 				return true, nil
+			}
+		}
+	}
+}
+
+// WaitFor watches key until its record satisfies accept and returns that
+// record and its revision. The watch is pushed by the server (no polling),
+// starts with the key's latest record and may start before the key exists;
+// a deletion does not end it (the operation may be claimed again). It
+// returns ctx.Err() (wrapped) when ctx ends first, and stops the watch on
+// every path. Unlike Wait, it never returns a record accept refused: it is
+// for callers waiting for an answer, not for claimants.
+func (l *Ledger) WaitFor(ctx context.Context, key string, accept func(Record) bool) (Record, uint64, error) {
+	w, err := l.watch(ctx, key)
+	if err != nil {
+		return Record{}, 0, fmt.Errorf("wait for %s: %w", key, err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return Record{}, 0, fmt.Errorf("wait for %s: %w", key, ctx.Err())
+		case u, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return Record{}, 0, fmt.Errorf("wait for %s: %w", key, ctx.Err())
+				}
+				return Record{}, 0, fmt.Errorf("wait for %s: %w", key, errWatchClosed)
+			}
+			e, ok := jsbackend.Observed(u)
+			if !ok || e.Deleted {
+				continue // the end of the initial values, or a deletion
+			}
+			rec, err := decodeRecord(e.Data)
+			if err != nil {
+				return Record{}, 0, fmt.Errorf("wait for %s: record at revision %d: %w", key, e.Rev, err)
+			}
+			if accept(rec) {
+				return rec, e.Rev, nil
 			}
 		}
 	}

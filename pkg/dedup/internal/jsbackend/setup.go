@@ -1,0 +1,143 @@
+package jsbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// expiryMarkerTTL is how long the delete marker of an expired record stays.
+const expiryMarkerTTL = time.Minute
+
+// metadataPrefix starts the stream metadata entries the ledger records on
+// its buckets (its shape: partitions, layout, a migration under way).
+const metadataPrefix = "idemgate."
+
+// Settings are a bucket's settings; dedup.BucketConfig says what each means.
+type Settings struct {
+	Name          string
+	Replicas      int
+	Storage       jetstream.StorageType
+	AtomicPublish bool
+	MaxConsumers  int
+	// Metadata are stream metadata entries to record (each key starting
+	// with "idemgate."); the bucket's other idemgate.* entries are kept.
+	Metadata map[string]string
+}
+
+// Ensure creates the bucket s describes, or updates an existing one to
+// match it, and returns it. Atomic publish, once allowed, stays allowed, so
+// that a writer without group commit does not undo it for one with.
+func Ensure(ctx context.Context, js jetstream.JetStream, s Settings) (jetstream.KeyValue, error) {
+	// Updating the bucket rewrites its stream's configuration: keep atomic
+	// publish on if it was, and the ledger's metadata.
+	stream := streamName(s.Name)
+	var metadata map[string]string
+	st, err := js.Stream(ctx, stream)
+	switch {
+	case err == nil:
+		s.AtomicPublish = s.AtomicPublish || st.CachedInfo().Config.AllowAtomicPublish
+		for k, v := range st.CachedInfo().Config.Metadata {
+			if strings.HasPrefix(k, metadataPrefix) {
+				metadata = setMeta(metadata, k, v)
+			}
+		}
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("ensure bucket %s: %w", s.Name, err)
+	}
+	for k, v := range s.Metadata {
+		metadata = setMeta(metadata, k, v)
+	}
+	// No age limit on the bucket: final records expire by their own TTL
+	// (LimitMarkerTTL allows per-message TTLs; an expired record leaves a
+	// delete marker for that long, so that a watcher sees it go).
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:         s.Name,
+		Description:    "idemgate ledger: one record per operation key",
+		History:        1,
+		Storage:        s.Storage,
+		Replicas:       s.Replicas,
+		LimitMarkerTTL: expiryMarkerTTL,
+		Metadata:       metadata,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ensure bucket %s: %w", s.Name, err)
+	}
+	st, err = js.Stream(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("ensure bucket %s: %w", s.Name, err)
+	}
+	if sc := st.CachedInfo().Config; (s.AtomicPublish && !sc.AllowAtomicPublish) || sc.MaxConsumers != s.MaxConsumers {
+		sc.AllowAtomicPublish = sc.AllowAtomicPublish || s.AtomicPublish
+		sc.MaxConsumers = s.MaxConsumers
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			return nil, fmt.Errorf("ensure bucket %s: stream settings: %w", s.Name, err)
+		}
+	}
+	return kv, nil
+}
+
+// setMeta sets m[k] = v, making m when nil.
+func setMeta(m map[string]string, k, v string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	m[k] = v
+	return m
+}
+
+// Metadata returns the stream metadata of the bucket named bucket; exists is
+// false when there is no such bucket.
+func Metadata(ctx context.Context, js jetstream.JetStream, bucket string) (md map[string]string, exists bool, err error) {
+	s, err := js.Stream(ctx, streamName(bucket))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("ledger %s: stream metadata: %w", bucket, err)
+	}
+	return s.CachedInfo().Config.Metadata, true, nil
+}
+
+// SetMetadata sets and deletes entries of the stream metadata of the bucket
+// named bucket.
+func SetMetadata(ctx context.Context, js jetstream.JetStream, bucket string, set map[string]string, del []string) error {
+	s, err := js.Stream(ctx, streamName(bucket))
+	if err != nil {
+		return err
+	}
+	sc := s.CachedInfo().Config
+	md := maps.Clone(sc.Metadata)
+	if md == nil {
+		md = map[string]string{}
+	}
+	maps.Copy(md, set)
+	for _, k := range del {
+		delete(md, k)
+	}
+	sc.Metadata = md
+	_, err = js.UpdateStream(ctx, sc)
+	return err
+}
+
+// SettingsOf returns the settings of the existing bucket named bucket (its
+// metadata aside); MaxConsumers is 0 for a stream without a limit.
+func SettingsOf(ctx context.Context, js jetstream.JetStream, bucket string) (Settings, error) {
+	s, err := js.Stream(ctx, streamName(bucket))
+	if err != nil {
+		return Settings{}, err
+	}
+	sc := s.CachedInfo().Config
+	return Settings{Name: bucket, Replicas: sc.Replicas, Storage: sc.Storage, AtomicPublish: sc.AllowAtomicPublish,
+		MaxConsumers: max(sc.MaxConsumers, 0)}, nil
+}
+
+// Open returns the existing bucket named bucket, as js.KeyValue does.
+func Open(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+	return js.KeyValue(ctx, bucket)
+}

@@ -1,0 +1,42 @@
+package jsbackend
+
+import (
+	"context"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Watcher watches one key's messages, pushed by the server as they are
+// written (no polling). A watch may be served by a replica that lags behind
+// the leader: what it shows may be older than an acknowledged write.
+type Watcher struct {
+	kw jetstream.KeyWatcher
+}
+
+// Watch watches key: its latest message first (none when it has none), then
+// every later one. It may start before the key exists. The watch ends with
+// ctx or Stop; its updates channel is then closed.
+func (b *Bucket) Watch(ctx context.Context, key string) (*Watcher, error) {
+	kw, err := b.kv.Watch(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return &Watcher{kw: kw}, nil
+}
+
+// Updates delivers the watched key's messages; Observed reads each.
+func (w *Watcher) Updates() <-chan jetstream.KeyValueEntry { return w.kw.Updates() }
+
+// Stop ends the watch.
+func (w *Watcher) Stop() { _ = w.kw.Stop() }
+
+// Observed returns the message an update of Updates delivers; ok is false
+// for the update that marks the end of the initial messages (and carries
+// none).
+func Observed(u jetstream.KeyValueEntry) (e Entry, ok bool) {
+	if u == nil {
+		return Entry{}, false
+	}
+	op := u.Operation()
+	return Entry{Rev: u.Revision(), Data: u.Value(), Deleted: op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge}, true
+}
