@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -41,11 +42,14 @@ func newMemLedger() *memLedger {
 	return &memLedger{recs: map[string]memEntry{}, changed: make(chan struct{})}
 }
 
+// errStaleRevision is the fake's refusal of a compare-and-set.
+var errStaleRevision = errors.New("memledger: revision mismatch")
+
 // put writes rec under key by compare-and-set on rev (0: the key has no
 // record); l.mu is held.
 func (l *memLedger) put(key string, rev uint64, rec dedup.Record) (uint64, error) {
 	if l.recs[key].rev != rev {
-		return 0, fmt.Errorf("%s at revision %d: %w", key, rev, dedup.ErrRevisionMismatch)
+		return 0, fmt.Errorf("%s at revision %d: %w", key, rev, errStaleRevision)
 	}
 	l.rev++
 	l.recs[key] = memEntry{rec: rec, rev: l.rev}

@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 )
 
 // Change is one write to the ledger seen by WatchAll: a record written, or
@@ -37,18 +39,17 @@ const changeBuffer = 256
 // is stopped then. A reader that falls behind slows the watch, not the
 // ledger: the server keeps the writes until they are read.
 func (l *Ledger) WatchAll(ctx context.Context) (<-chan Change, error) {
-	parts := l.partitions()
-	watchers := make([]jetstream.KeyWatcher, 0, len(parts))
+	watchers := make([]*jsbackend.Watcher, 0, len(l.parts))
 	stopAll := func() {
 		for _, w := range watchers {
-			_ = w.Stop()
+			w.Stop()
 		}
 	}
-	for _, p := range parts {
-		w, err := p.kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	for _, p := range l.parts {
+		w, err := p.WatchAll(ctx)
 		if err != nil {
 			stopAll()
-			return nil, fmt.Errorf("watch ledger %s: %w", p.kv.Bucket(), err)
+			return nil, fmt.Errorf("watch ledger %s: %w", p.Name(), err)
 		}
 		watchers = append(watchers, w)
 	}
@@ -58,8 +59,8 @@ func (l *Ledger) WatchAll(ctx context.Context) (<-chan Change, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { _ = w.Stop() }()
-			parts[i].forward(ctx, i, w, out)
+			defer w.Stop()
+			l.forward(ctx, i, w, out)
 		}()
 	}
 	go func() {
@@ -70,7 +71,7 @@ func (l *Ledger) WatchAll(ctx context.Context) (<-chan Change, error) {
 }
 
 // forward sends the changes w delivers on out until ctx ends or w closes.
-func (l *Ledger) forward(ctx context.Context, partition int, w jetstream.KeyWatcher, out chan<- Change) {
+func (l *Ledger) forward(ctx context.Context, partition int, w *jsbackend.Watcher, out chan<- Change) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -91,7 +92,7 @@ func (l *Ledger) forward(ctx context.Context, partition int, w jetstream.KeyWatc
 			case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
 				c.Deleted = true
 			default:
-				rec, err := DecodeRecord(e.Value())
+				rec, err := decodeRecord(e.Value())
 				if err != nil {
 					continue // not a record this package wrote
 				}
@@ -104,9 +105,4 @@ func (l *Ledger) forward(ctx context.Context, partition int, w jetstream.KeyWatc
 			}
 		}
 	}
-}
-
-// WatchAll watches every key of the ledger (see Ledger.WatchAll).
-func (r *Reader) WatchAll(ctx context.Context) (<-chan Change, error) {
-	return r.l.WatchAll(ctx)
 }

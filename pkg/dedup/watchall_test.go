@@ -30,7 +30,7 @@ func TestWatchAll(t *testing.T) {
 	_, err = l.Claim(ctx, dedup.ClaimRequest{Key: before, Fingerprint: "fp", Holder: "w1", Session: "a"})
 	require.NoError(t, err)
 
-	r, err := dedup.OpenReader(ctx, js, "WATCHALL")
+	r, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "WATCHALL"}, dedup.Bind())
 	require.NoError(t, err)
 	wctx, stop := context.WithCancel(ctx)
 	changes, err := r.WatchAll(wctx)

@@ -24,6 +24,16 @@ func (b *Bucket) Watch(ctx context.Context, key string) (*Watcher, error) {
 	return &Watcher{kw: kw}, nil
 }
 
+// WatchAll watches every key of the bucket from now on: each message written
+// after the call, pushed by the server. The watch ends with ctx or Stop.
+func (b *Bucket) WatchAll(ctx context.Context) (*Watcher, error) {
+	kw, err := b.kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, err
+	}
+	return &Watcher{kw: kw}, nil
+}
+
 // Updates delivers the watched key's messages; Observed reads each.
 func (w *Watcher) Updates() <-chan jetstream.KeyValueEntry { return w.kw.Updates() }
 
