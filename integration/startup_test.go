@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,6 +28,13 @@ type makeRun struct {
 // tests are running. It is stopped (SIGTERM to its group) when the test ends.
 func startMakeRun(t *testing.T, bin string, vars ...string) *makeRun {
 	t.Helper()
+	// Every port make run listens on is a free one unless vars names it:
+	// tests run make run in parallel, and beside a make run on the defaults.
+	for _, port := range []string{"NATS_PORT", "SINK_PORT", "GATEWAY_PORT", "MCP_PORT", "ADMIN_PORT"} {
+		if !slices.ContainsFunc(vars, func(v string) bool { return strings.HasPrefix(v, port+"=") }) {
+			vars = append(vars, fmt.Sprintf("%s=%d", port, freePort(t)))
+		}
+	}
 	cmd := exec.Command("make", append([]string{"--no-print-directory", "run", "BIN=" + bin}, vars...)...)
 	cmd.Dir = ".."
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
