@@ -35,6 +35,9 @@ const changeBuffer = 256
 // each write made after the call on the returned channel: a record written
 // or deleted, pushed by the server (no polling). Writes of one key arrive in
 // order; writes of keys in different partitions may interleave in any order.
+// The ledger keeps one message per key, so a write superseded before the
+// watch delivered it is skipped: a reader sees every key's latest state, not
+// necessarily each state between.
 // The channel is closed when ctx ends (or the connection closes); every watch
 // is stopped then. A reader that falls behind slows the watch, not the
 // ledger: the server keeps the writes until they are read.

@@ -26,23 +26,8 @@ func (b *Bucket) Watch(ctx context.Context, key string) (*Watcher, error) {
 
 // WatchAll watches every key of the bucket from now on: each message written
 // after the call, pushed by the server. The watch ends with ctx or Stop.
-//
-// It starts at the sequence after the stream's last rather than with
-// "deliver new": an ordered consumer that resets before its first message
-// (a missed heartbeat on a loaded server) starts again from its start
-// sequence, where "deliver new" would skip what was written meanwhile.
 func (b *Bucket) WatchAll(ctx context.Context) (*Watcher, error) {
-	st, err := b.kv.Status(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var opts []jetstream.WatchOpt
-	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-		opts = append(opts, jetstream.ResumeFromRevision(bs.StreamInfo().State.LastSeq+1))
-	} else {
-		opts = append(opts, jetstream.UpdatesOnly())
-	}
-	kw, err := b.kv.WatchAll(ctx, opts...)
+	kw, err := b.kv.WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
 		return nil, err
 	}
