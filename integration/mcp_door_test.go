@@ -507,14 +507,8 @@ func TestMakeRunMCPTakesTheAgentToken(t *testing.T) {
 	mcpPort := freePort(t)
 	r := startMakeRun(t, t.TempDir(), fmt.Sprintf("NATS_PORT=%d", freePort(t)), fmt.Sprintf("SINK_PORT=%d", freePort(t)),
 		fmt.Sprintf("GATEWAY_PORT=%d", freePort(t)), fmt.Sprintf("MCP_PORT=%d", mcpPort), "DATA="+data)
-	require.Eventually(t, func() bool {
-		select {
-		case <-r.done:
-			t.Fatalf("make run ended:\n%s", r.out.String())
-		default:
-		}
-		return strings.Contains(r.out.String(), "mcp serving") && strings.Contains(r.out.String(), "worker consuming")
-	}, 2*time.Minute, 50*time.Millisecond, "make run starts the MCP server and a worker")
+	r.says(t, "mcp serving")
+	r.says(t, "worker consuming")
 
 	endpoint := fmt.Sprintf("http://127.0.0.1:%d/mcp", mcpPort)
 	code, _, _ := rawInit(t, &http.Client{}, endpoint, "")

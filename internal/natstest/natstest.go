@@ -96,6 +96,11 @@ func options(t testing.TB) *server.Options {
 // Connect connects a client to url and closes it in t.Cleanup.
 func Connect(t testing.TB, url string, opts ...nats.Option) *nats.Conn {
 	t.Helper()
+	// The client's default 2 s dial-and-handshake bound is a quiet
+	// machine's: tests connecting dozens of clients at once to an
+	// in-process cluster on a loaded machine exceed it. An opt may set
+	// its own.
+	opts = append([]nats.Option{nats.Timeout(time.Minute)}, opts...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("natstest: connect %s: %v", url, err)

@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -21,8 +20,7 @@ import (
 func TestConcurrentCopiesOnAReplicatedStream(t *testing.T) {
 	t.Parallel()
 	servers := natstest.RunCluster(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := t.Context() // bounded by the test binary's -timeout
 	js, err := jetstream.New(natstest.Connect(t, servers[0].ClientURL()))
 	require.NoError(t, err)
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "IDEM_INTENTS", Subjects: []string{"idem.intents.>"},
