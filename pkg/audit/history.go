@@ -53,14 +53,14 @@ type Checked struct {
 // one's signature and link with keys. The zero value is not usable: see
 // NewHistoryChecker.
 type HistoryChecker struct {
-	op           keyMatcher
-	keys         *KeySet
-	out          []Checked
-	started      bool   // an entry was read: last and head are its
-	broken       string // why the chain cannot be followed into the next entry
-	last         uint64
-	head         string
-	pending      []int // entries of out that wait for a seal
+	op      keyMatcher
+	keys    *KeySet
+	out     []Checked
+	started bool   // an entry was read: last and head are its
+	broken  string // why the chain cannot be followed into the next entry
+	last    uint64
+	head    string
+	pending []int // entries of out that wait for a seal
 }
 
 // NewHistoryChecker checks the history of key with keys. key is the full
