@@ -112,18 +112,49 @@ func (s *Signer) Sign(e Event) json.RawMessage {
 // alone.
 func (s *Signer) SignBatch(events []Event) []json.RawMessage {
 	leaves := make([][32]byte, len(events))
+	unsigned := make([][]byte, len(events))
+	marks := make([]sigMarks, len(events))
 	for i := range events {
 		events[i].Signer, events[i].Sig, events[i].Proof = s.id, "", nil
-		leaves[i] = leafHash(events[i].appendCanonical(make([]byte, 0, 320+len(events[i].Args)), false))
+		unsigned[i], marks[i] = events[i].appendCanonicalMarked(make([]byte, 0, events[i].sizeHint()), false)
+		leaves[i] = leafHash(unsigned[i])
 	}
 	root, proofs := merkle(leaves)
 	sig := s.sign(root[:])
 	out := make([]json.RawMessage, len(events))
 	for i := range events {
 		events[i].Sig, events[i].Proof = sig, proofs[i]
-		out[i] = events[i].appendCanonical(make([]byte, 0, 420+len(events[i].Args)+70*len(proofs[i])), true)
+		out[i] = withSignature(unsigned[i], marks[i], proofs[i], sig)
 	}
 	return out
+}
+
+// withSignature returns the canonical JSON of a signed event from its
+// canonical JSON without "sig" and "proof" (and where they go, m): the
+// same members with those two inserted in their places.
+func withSignature(unsigned []byte, m sigMarks, proof []string, sig string) []byte {
+	n := len(unsigned) + 10 + len(sig)
+	for _, step := range proof {
+		n += len(step) + 3
+	}
+	b := make([]byte, 0, n+12)
+	b = append(b, unsigned[:m.proof]...)
+	if len(proof) > 0 {
+		b = append(b, `,"proof":[`...)
+		for i, step := range proof {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, step)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, unsigned[m.proof:m.sig]...)
+	if sig != "" {
+		b = append(b, `,"sig":`...)
+		b = appendString(b, sig)
+	}
+	return append(b, unsigned[m.sig:]...)
 }
 
 // batchHot is how recently a BatchSigner must have signed for a caller to
