@@ -27,7 +27,9 @@ const (
 	KindTakeover Kind = "takeover"
 	// KindFired: the holder handed the operation to its effect (effect,
 	// destination, forwarded_key, attempt), which forwards the key
-	// downstream.
+	// downstream. A claim fired at once is recorded by its fired event
+	// alone, which then carries the claim's members too (tool, session,
+	// fingerprint, intent_seq, args_digest or args).
 	KindFired Kind = "fired"
 	// KindReleased: the effect failed transiently; the holder gave the key
 	// back for a retry (attempts, error_code, error_digest).
