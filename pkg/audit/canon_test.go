@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/klauspost/compress/s2"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -83,4 +85,21 @@ func FuzzCanonicalAlready(f *testing.F) {
 			t.Fatalf("taken as canonical: %q, but its canonical form is %q", data, canon)
 		}
 	})
+}
+
+// An append's lines: as they are without an encoding, decoded with s2;
+// an unknown encoding or undecodable data is refused.
+func TestAppendLines(t *testing.T) {
+	t.Parallel()
+	lines := []byte(`{"event":{"at":"2026-01-02T03:04:05Z","kind":"x","v":1},"partition":0,"pos":1,"prev":""}`)
+	got, err := appendLines(nil, lines)
+	require.NoError(t, err)
+	require.Equal(t, lines, got)
+	got, err = appendLines(nats.Header{HeaderEncoding: []string{EncodingS2}}, s2.Encode(nil, lines))
+	require.NoError(t, err)
+	require.Equal(t, lines, got)
+	_, err = appendLines(nats.Header{HeaderEncoding: []string{EncodingS2}}, lines)
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = appendLines(nats.Header{HeaderEncoding: []string{"gzip"}}, lines)
+	require.ErrorIs(t, err, ErrInvalid)
 }
