@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -53,13 +54,23 @@ func merkle(leaves [][32]byte) (root [32]byte, proofs [][]string) {
 		pos[i] = i
 	}
 	level := leaves
+	steps := make([]string, len(leaves)) // each node's step at the current level, made once for the leaves below its sibling
 	for len(level) > 1 {
+		clear(steps[:len(level)])
 		for i, p := range pos {
-			switch {
-			case p%2 == 1:
-				proofs[i] = append(proofs[i], "L"+hex.EncodeToString(level[p-1][:]))
-			case p+1 < len(level):
-				proofs[i] = append(proofs[i], "R"+hex.EncodeToString(level[p+1][:]))
+			sib := p ^ 1
+			if sib < len(level) {
+				if steps[sib] == "" {
+					side := "R"
+					if p%2 == 1 {
+						side = "L"
+					}
+					steps[sib] = side + hex.EncodeToString(level[sib][:])
+				}
+				if proofs[i] == nil {
+					proofs[i] = make([]string, 0, bits.Len(uint(len(leaves)-1)))
+				}
+				proofs[i] = append(proofs[i], steps[sib])
 			}
 			pos[i] = p / 2
 		}
@@ -188,6 +199,10 @@ type signing struct {
 	done chan struct{}
 }
 
+// signings are reused: a signing is done with when its caller returns (the
+// signing caller never touches another's after waking it).
+var signings = sync.Pool{New: func() any { return &signing{done: make(chan struct{}, 1)} }}
+
 // NewBatchSigner returns a batch signer with s's key.
 func NewBatchSigner(s *Signer) *BatchSigner { return &BatchSigner{s: s} }
 
@@ -197,7 +212,12 @@ func (b *BatchSigner) Signer() *Signer { return b.s }
 // Sign returns e signed, with the events of the callers signing at the
 // same time (see SignBatch).
 func (b *BatchSigner) Sign(e Event) json.RawMessage {
-	me := &signing{ev: e, done: make(chan struct{}, 1)}
+	me := signings.Get().(*signing)
+	me.ev = e
+	defer func() {
+		*me = signing{done: me.done}
+		signings.Put(me)
+	}()
 	b.mu.Lock()
 	b.queue = append(b.queue, me)
 	if b.busy {
