@@ -123,19 +123,30 @@ func (s *Signer) Sign(e Event) json.RawMessage {
 // alone.
 func (s *Signer) SignBatch(events []Event) []json.RawMessage {
 	leaves := make([][32]byte, len(events))
-	unsigned := make([][]byte, len(events))
 	marks := make([]sigMarks, len(events))
+	spans := make([][2]int, len(events))
+	// One buffer for the events' encodings without signature, each after
+	// the leaf's 0x00, hashed as it is.
+	n := 0
 	for i := range events {
 		events[i].Signer, events[i].Sig, events[i].Proof = s.id, "", nil
-		unsigned[i], marks[i] = events[i].appendCanonicalMarked(make([]byte, 0, events[i].sizeHint()), false)
-		leaves[i] = leafHash(unsigned[i])
+		n += events[i].sizeHint() + 1
+	}
+	buf := make([]byte, 0, n)
+	for i := range events {
+		buf = append(buf, 0)
+		start := len(buf)
+		var m sigMarks
+		buf, m = events[i].appendCanonicalMarked(buf, false)
+		spans[i], marks[i] = [2]int{start, len(buf)}, sigMarks{proof: m.proof - start, sig: m.sig - start}
+		leaves[i] = sha256.Sum256(buf[start-1:])
 	}
 	root, proofs := merkle(leaves)
 	sig := s.sign(root[:])
 	out := make([]json.RawMessage, len(events))
 	for i := range events {
 		events[i].Sig, events[i].Proof = sig, proofs[i]
-		out[i] = withSignature(unsigned[i], marks[i], proofs[i], sig)
+		out[i] = withSignature(buf[spans[i][0]:spans[i][1]], marks[i], proofs[i], sig)
 	}
 	return out
 }
