@@ -64,13 +64,15 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-# Fuzz the envelope decoder, the canonicalizer and key derivation, and the
-# audit trail's verifier (FUZZTIME each).
+# Fuzz the envelope decoder, the canonicalizer and key derivation, the
+# audit trail's verifier and its quick check of canonical results (FUZZTIME
+# each).
 FUZZTIME ?= 2m
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzCanonicalize$$' -fuzztime=$(FUZZTIME) ./pkg/intent/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./pkg/intent/
 	$(GO) test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
+	$(GO) test -run='^$$' -fuzz='^FuzzCanonicalAlready$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
 
 # The full chaos runs (docs/reliability.md): CHAOS_INTENTS intents on one
 # JetStream process, then on a 3-node cluster at R3, with every fault. Each

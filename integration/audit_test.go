@@ -213,19 +213,26 @@ func TestAuditTrailRecordsAndVerifies(t *testing.T) {
 			require.Equal(t, parked.res.Fingerprint, e.Event.Fingerprint, "the deleted record's")
 			require.Equal(t, "bob", e.Event.By)
 			require.Equal(t, "charge again", e.Event.Reason)
-		case audit.KindClaimed:
+		case audit.KindClaimed, audit.KindFired:
 			require.JSONEq(t, `{"order":"o-1","amount":500}`, string(e.Event.Args), "audit_args: the args themselves")
 		}
 	}
-	require.Equal(t, []audit.Kind{audit.KindClaimed, audit.KindOutcome, audit.KindDecision, audit.KindClaimed, audit.KindFired,
+	// Parked (claimed), approved, then claimed and fired at once: one fired
+	// event records that claim and its firing.
+	require.Equal(t, []audit.Kind{audit.KindClaimed, audit.KindOutcome, audit.KindDecision, audit.KindFired,
 		audit.KindOutcome, audit.KindForgotten}, kinds)
 	h = waitHistory(t, url, echo.res.Key, kind(audit.KindConflict), "the conflict")
+	claims := 0
 	for _, e := range h {
-		if e.Event.Kind == audit.KindClaimed {
+		if e.Event.Kind == audit.KindFired {
+			claims++
 			require.Empty(t, e.Event.Args, "args by digest only")
 			require.NotEmpty(t, e.Event.ArgsDigest)
+			require.NotZero(t, e.Event.IntentSeq)
+			require.NotEmpty(t, e.Event.Fingerprint)
 		}
 	}
+	require.Equal(t, 1, claims, "one claim, fired at once")
 	show := submit(t, url, "audit", "show", first.Key)
 	require.Contains(t, show.stdout, "takeover")
 	require.Contains(t, show.stdout, "previous_holder="+victim)

@@ -189,8 +189,17 @@ func (b *bench) cpuBound(name, ref string) {
 	if !ok1 || !ok2 || r.cpu <= 0 {
 		return
 	}
-	fmt.Fprintf(b.out, "  %-48s %.2f (%s %.0f µs/op, %s %.0f µs/op)\n", "  if CPU-bound:", float64(o.cpu)/float64(r.cpu),
-		ref, float64(o.cpu)/float64(time.Microsecond), name, float64(r.cpu)/float64(time.Microsecond))
+	rounds := ""
+	if len(r.cpus) == len(o.cpus) && len(r.cpus) > 1 {
+		// Each round's ratio: a change of load between rounds cancels out.
+		xs := make([]float64, len(r.cpus))
+		for i := range xs {
+			xs[i] = float64(o.cpus[i]) / float64(r.cpus[i])
+		}
+		rounds = fmt.Sprintf("; by round: median %.3f, %.3f-%.3f", median(xs), slices.Min(xs), slices.Max(xs))
+	}
+	fmt.Fprintf(b.out, "  %-48s %.2f (%s %.0f µs/op, %s %.0f µs/op%s)\n", "  if CPU-bound:", float64(o.cpu)/float64(r.cpu),
+		ref, float64(o.cpu)/float64(time.Microsecond), name, float64(r.cpu)/float64(time.Microsecond), rounds)
 }
 
 func (b *bench) atMost(what string, got, limit float64, unit string) {

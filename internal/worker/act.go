@@ -18,24 +18,33 @@ import (
 // the claim; then, by the tool's policy, an operation abandoned mid-effect
 // is held as uncertain (on_abandoned: hold), one that needs an operator's
 // approval is parked for it, and any other is fired: handed to a firing.
-// A lease lost before anything happened is claimed again.
+// A claim (not a takeover) fired at once is recorded with its firing, in
+// one event. A lease lost before anything happened is claimed again.
 func (w *Worker) act(stop, work context.Context, j *job, c claim, confirmed bool) round {
-	w.audit.claimed(j, c.ClaimResult, confirmed)
 	rec, pol := c.Lease.Record(), j.tool.Policy
 	switch {
 	case c.Outcome == dedup.TookOver && pol.OnAbandoned == intent.AbandonHold:
+		w.audit.claimed(j, c.ClaimResult, confirmed)
 		return w.holdUncertain(work, j, c)
 	case pol.Approval && !rec.Approved(time.Now()) && !(c.Outcome == dedup.TookOver && rec.Decision != nil && rec.Decision.Op == intent.ControlApprove):
 		// Needs an operator's approval first (or its approval lapsed before
 		// the firing started). A takeover of an approved firing goes on.
+		w.audit.claimed(j, c.ClaimResult, confirmed)
 		return w.parkForApproval(work, j, c.Lease)
 	}
 	if c.Outcome == dedup.TookOver {
+		w.audit.claimed(j, c.ClaimResult, confirmed)
 		w.m.takeovers.WithLabelValues(j.env.Tool).Inc()
 		w.log.Info("lease taken over", zap.String("key", j.id.Key), zap.Int("attempt", rec.Attempt),
 			zap.String("previous_holder", c.Previous.Holder))
+		return round{firing: w.firing(stop, work, j, c.Lease)}
 	}
-	return round{firing: w.firing(stop, work, j, c.Lease)}
+	f := w.firing(stop, work, j, c.Lease)
+	if w.audit != nil {
+		claimed := w.audit.claimEvent(j, c.ClaimResult, confirmed)
+		f.claimed = &claimed
+	}
+	return round{firing: f}
 }
 
 // holdUncertain holds an operation whose holder vanished mid-effect as

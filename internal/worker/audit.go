@@ -113,11 +113,18 @@ func (a *auditor) receipt(ctx context.Context, key string, rec dedup.Record) jso
 }
 
 // claimed records a claim the worker won: a takeover (confirmed: after the
-// grace) or a claim.
+// grace) or a claim. A claim that fires at once is not recorded here: its
+// fired event records both (claimEvent, fired).
 func (a *auditor) claimed(j *job, c dedup.ClaimResult, confirmed bool) {
 	if a == nil {
 		return
 	}
+	a.trail.Append(a.partition(j.id.Key), a.claimEvent(j, c, confirmed))
+}
+
+// claimEvent is the event of a claim the worker won: a takeover (confirmed:
+// after the grace) or a claim.
+func (a *auditor) claimEvent(j *job, c dedup.ClaimResult, confirmed bool) audit.Event {
 	rec := c.Record
 	ev := audit.Event{Kind: audit.KindClaimed, Key: j.id.Key, Tool: j.env.Tool, Session: j.env.Session, Fingerprint: j.id.Fingerprint,
 		Holder: a.holder, Attempt: rec.Attempt, IntentSeq: j.seq, At: time.Now()}
@@ -132,16 +139,23 @@ func (a *auditor) claimed(j *job, c dedup.ClaimResult, confirmed bool) {
 			ev.Args = j.env.Args
 		}
 	}
-	a.trail.Append(a.partition(j.id.Key), ev)
+	return ev
 }
 
-// fired records the holder handing the operation to its effect.
-func (a *auditor) fired(j *job, lease lease) {
+// fired records the holder handing the operation to its effect; claimed,
+// when the holder fires at once on its claim, is that claim's event
+// (claimEvent), which the fired event then records too: the claim's
+// members in one event of kind fired, instead of two events.
+func (a *auditor) fired(j *job, lease lease, claimed *audit.Event) {
 	if a == nil {
 		return
 	}
 	rec := lease.Record()
-	ev := audit.Event{Kind: audit.KindFired, Key: j.id.Key, Holder: a.holder, Attempt: rec.Attempt, Effect: j.tool.Kind, At: time.Now()}
+	ev := audit.Event{Key: j.id.Key, Holder: a.holder}
+	if claimed != nil {
+		ev = *claimed
+	}
+	ev.Kind, ev.Attempt, ev.Effect, ev.At = audit.KindFired, rec.Attempt, j.tool.Kind, time.Now()
 	switch e := j.tool.Effect.(type) {
 	case upstreamEffect:
 		ev.Destination = e.Upstream().String() + " " + e.UpstreamTool()

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/effects"
 )
 
@@ -27,6 +28,7 @@ type firing struct {
 	cancel     context.CancelFunc
 	halt       func() // stops the heartbeat
 	started    time.Time
+	claimed    *audit.Event // the claim's event, recorded with the firing's (nil: recorded already, or no trail)
 	out        effects.Outcome
 	err        error
 }
@@ -60,7 +62,7 @@ func (w *Worker) firing(stop, work context.Context, j *job, lease lease) *firing
 func (w *Worker) fire(f *firing) {
 	defer w.recoverFiring(f)
 	f.started = time.Now()
-	w.audit.fired(f.j, f.lease)
+	w.audit.fired(f.j, f.lease, f.claimed)
 	f.out, f.err = w.invoke(f.ctx, f.j, f.lease)
 	w.pool.runNext(func(r *poolRun) {
 		defer w.recoverFiring(f)

@@ -60,10 +60,19 @@ func TestEventCanonicalIsRFC8785(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			e.Sig, e.Signer = pick(), pick()
 		}
+		for range rng.IntN(3) {
+			e.Proof = append(e.Proof, pick())
+		}
 		got := e.Canonical()
 		want, err := intent.Canonicalize(got)
 		require.NoErrorf(t, err, "event %d: %s", i, got)
 		require.Equalf(t, string(want), string(got), "event %d", i)
+		// Signing inserts "sig" and "proof" into the encoding without
+		// them: the same bytes.
+		bare := e
+		bare.Sig, bare.Proof = "", nil
+		unsigned, m := bare.appendCanonicalMarked(nil, false)
+		require.Equalf(t, string(got), string(withSignature(unsigned, m, e.Proof, e.Sig)), "event %d", i)
 		var back Event
 		require.NoError(t, json.Unmarshal(got, &back))
 		require.Equal(t, e.Key == "", back.Key == "")

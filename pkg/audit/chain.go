@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -70,11 +71,16 @@ func (s *Signer) sealLast(b []byte, start int) []byte {
 // events appended to partition's chain after h, the last one sealed by s,
 // and the chain's new head.
 func buildBatch(s *Signer, partition int, h head, events [][]byte) ([]byte, head) {
-	n := 0
+	return appendBatch(nil, s, partition, h, events)
+}
+
+// appendBatch is buildBatch appending to b.
+func appendBatch(b []byte, s *Signer, partition int, h head, events [][]byte) ([]byte, head) {
+	n := len(b) + 140
 	for _, e := range events {
 		n += len(e) + 160
 	}
-	b := make([]byte, 0, n+140)
+	b = slices.Grow(b, n-len(b))
 	var start int
 	for i, e := range events {
 		if i > 0 {

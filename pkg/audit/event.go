@@ -27,7 +27,9 @@ const (
 	KindTakeover Kind = "takeover"
 	// KindFired: the holder handed the operation to its effect (effect,
 	// destination, forwarded_key, attempt), which forwards the key
-	// downstream.
+	// downstream. A claim fired at once is recorded by its fired event
+	// alone, which then carries the claim's members too (tool, session,
+	// fingerprint, intent_seq, args_digest or args).
 	KindFired Kind = "fired"
 	// KindReleased: the effect failed transiently; the holder gave the key
 	// back for a retry (attempts, error_code, error_digest).
@@ -136,6 +138,19 @@ type Event struct {
 // is for these ASCII names), zero values left out, "sig" and "proof" only
 // when withSig.
 func (e *Event) appendCanonical(b []byte, withSig bool) []byte {
+	b, _ = e.appendCanonicalMarked(b, withSig)
+	return b
+}
+
+// sigMarks are where, in an event's canonical JSON without "sig" and
+// "proof", those members go: the offsets at which ',"proof":[...]' and
+// ',"sig":"..."' are inserted (a member always comes before either: "at").
+type sigMarks struct{ proof, sig int }
+
+// appendCanonicalMarked is appendCanonical, and the offsets in b where
+// "proof" and "sig" are, or would be, written.
+func (e *Event) appendCanonicalMarked(b []byte, withSig bool) ([]byte, sigMarks) {
+	var m sigMarks
 	w := encoder{b: append(b, '{')}
 	if len(e.Args) > 0 {
 		if c, err := intent.Canonicalize(e.Args); err == nil {
@@ -166,6 +181,7 @@ func (e *Event) appendCanonical(b []byte, withSig bool) []byte {
 	w.str("op", e.Op)
 	w.int("previous_attempt", int64(e.PreviousAttempt))
 	w.str("previous_holder", e.PreviousHolder)
+	m.proof = len(w.b)
 	if withSig && len(e.Proof) > 0 {
 		w.name("proof")
 		w.b = append(w.b, '[')
@@ -181,6 +197,7 @@ func (e *Event) appendCanonical(b []byte, withSig bool) []byte {
 	w.str("record_fingerprint", e.RecordFingerprint)
 	w.str("result_digest", e.ResultDigest)
 	w.str("session", e.Session)
+	m.sig = len(w.b)
 	if withSig {
 		w.str("sig", e.Sig)
 	}
@@ -189,13 +206,26 @@ func (e *Event) appendCanonical(b []byte, withSig bool) []byte {
 	w.time("to", e.To)
 	w.str("tool", e.Tool)
 	w.int("v", Version)
-	return append(w.b, '}')
+	return append(w.b, '}'), m
+}
+
+// sizeHint is about the length of e's canonical JSON, with its signature:
+// its strings and args, and the names and numbers around them.
+func (e *Event) sizeHint() int {
+	n := 224 + len(e.Args) + len(e.ArgsDigest) + len(e.By) + len(e.Destination) + len(e.Effect) + len(e.ErrorCode) +
+		len(e.ErrorDigest) + len(e.Fingerprint) + len(e.ForwardedKey) + len(e.Holder) + len(e.Key) + len(e.Kind) +
+		len(e.Op) + len(e.PreviousHolder) + len(e.Reason) + len(e.RecordFingerprint) + len(e.ResultDigest) +
+		len(e.Session) + len(e.Sig) + len(e.Signer) + len(e.Status) + len(e.Tool)
+	for _, step := range e.Proof {
+		n += len(step) + 3
+	}
+	return n
 }
 
 // Canonical returns e's canonical JSON (RFC 8785) with its signature, if
 // it has one. Its "v" is always Version.
 func (e *Event) Canonical() []byte {
-	return e.appendCanonical(make([]byte, 0, 320+len(e.Args)), true)
+	return e.appendCanonical(make([]byte, 0, e.sizeHint()), true)
 }
 
 // Digest is hex(sha256(data)): the digests events carry.
@@ -208,6 +238,9 @@ func Digest(data []byte) string {
 // hex(sha256(JCS(result))); false when result has no canonical form (a
 // number beyond ±2^53, or not JSON).
 func ResultDigest(result json.RawMessage) (string, bool) {
+	if canonicalAlready(result) {
+		return Digest(result), true // no second encoding
+	}
 	c, err := intent.Canonicalize(result)
 	if err != nil {
 		return "", false

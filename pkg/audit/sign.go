@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -53,13 +54,23 @@ func merkle(leaves [][32]byte) (root [32]byte, proofs [][]string) {
 		pos[i] = i
 	}
 	level := leaves
+	steps := make([]string, len(leaves)) // each node's step at the current level, made once for the leaves below its sibling
 	for len(level) > 1 {
+		clear(steps[:len(level)])
 		for i, p := range pos {
-			switch {
-			case p%2 == 1:
-				proofs[i] = append(proofs[i], "L"+hex.EncodeToString(level[p-1][:]))
-			case p+1 < len(level):
-				proofs[i] = append(proofs[i], "R"+hex.EncodeToString(level[p+1][:]))
+			sib := p ^ 1
+			if sib < len(level) {
+				if steps[sib] == "" {
+					side := "R"
+					if p%2 == 1 {
+						side = "L"
+					}
+					steps[sib] = side + hex.EncodeToString(level[sib][:])
+				}
+				if proofs[i] == nil {
+					proofs[i] = make([]string, 0, bits.Len(uint(len(leaves)-1)))
+				}
+				proofs[i] = append(proofs[i], steps[sib])
 			}
 			pos[i] = p / 2
 		}
@@ -112,18 +123,60 @@ func (s *Signer) Sign(e Event) json.RawMessage {
 // alone.
 func (s *Signer) SignBatch(events []Event) []json.RawMessage {
 	leaves := make([][32]byte, len(events))
+	marks := make([]sigMarks, len(events))
+	spans := make([][2]int, len(events))
+	// One buffer for the events' encodings without signature, each after
+	// the leaf's 0x00, hashed as it is.
+	n := 0
 	for i := range events {
 		events[i].Signer, events[i].Sig, events[i].Proof = s.id, "", nil
-		leaves[i] = leafHash(events[i].appendCanonical(make([]byte, 0, 320+len(events[i].Args)), false))
+		n += events[i].sizeHint() + 1
+	}
+	buf := make([]byte, 0, n)
+	for i := range events {
+		buf = append(buf, 0)
+		start := len(buf)
+		var m sigMarks
+		buf, m = events[i].appendCanonicalMarked(buf, false)
+		spans[i], marks[i] = [2]int{start, len(buf)}, sigMarks{proof: m.proof - start, sig: m.sig - start}
+		leaves[i] = sha256.Sum256(buf[start-1:])
 	}
 	root, proofs := merkle(leaves)
 	sig := s.sign(root[:])
 	out := make([]json.RawMessage, len(events))
 	for i := range events {
 		events[i].Sig, events[i].Proof = sig, proofs[i]
-		out[i] = events[i].appendCanonical(make([]byte, 0, 420+len(events[i].Args)+70*len(proofs[i])), true)
+		out[i] = withSignature(buf[spans[i][0]:spans[i][1]], marks[i], proofs[i], sig)
 	}
 	return out
+}
+
+// withSignature returns the canonical JSON of a signed event from its
+// canonical JSON without "sig" and "proof" (and where they go, m): the
+// same members with those two inserted in their places.
+func withSignature(unsigned []byte, m sigMarks, proof []string, sig string) []byte {
+	n := len(unsigned) + 10 + len(sig)
+	for _, step := range proof {
+		n += len(step) + 3
+	}
+	b := make([]byte, 0, n+12)
+	b = append(b, unsigned[:m.proof]...)
+	if len(proof) > 0 {
+		b = append(b, `,"proof":[`...)
+		for i, step := range proof {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, step)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, unsigned[m.proof:m.sig]...)
+	if sig != "" {
+		b = append(b, `,"sig":`...)
+		b = appendString(b, sig)
+	}
+	return append(b, unsigned[m.sig:]...)
 }
 
 // batchHot is how recently a BatchSigner must have signed for a caller to
@@ -157,6 +210,10 @@ type signing struct {
 	done chan struct{}
 }
 
+// signings are reused: a signing is done with when its caller returns (the
+// signing caller never touches another's after waking it).
+var signings = sync.Pool{New: func() any { return &signing{done: make(chan struct{}, 1)} }}
+
 // NewBatchSigner returns a batch signer with s's key.
 func NewBatchSigner(s *Signer) *BatchSigner { return &BatchSigner{s: s} }
 
@@ -166,7 +223,12 @@ func (b *BatchSigner) Signer() *Signer { return b.s }
 // Sign returns e signed, with the events of the callers signing at the
 // same time (see SignBatch).
 func (b *BatchSigner) Sign(e Event) json.RawMessage {
-	me := &signing{ev: e, done: make(chan struct{}, 1)}
+	me := signings.Get().(*signing)
+	me.ev = e
+	defer func() {
+		*me = signing{done: me.done}
+		signings.Put(me)
+	}()
 	b.mu.Lock()
 	b.queue = append(b.queue, me)
 	if b.busy {

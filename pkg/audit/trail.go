@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -253,6 +254,10 @@ type chainWriter struct {
 	down      time.Time // since when appends fail; zero while they succeed
 }
 
+// appendBuffers are the buffers of an append's lines and their S2
+// encoding, reused: a publish is done with them when it returns.
+var appendBuffers = sync.Pool{New: func() any { return new([2][]byte) }}
+
 // drop counts n events dropped, which happened from from to to.
 func (w *chainWriter) drop(n uint64, from, to time.Time) {
 	w.t.dropped.Add(n)
@@ -414,10 +419,14 @@ func (w *chainWriter) try(events [][]byte) error {
 			return err
 		}
 	}
-	data, next := buildBatch(w.t.cfg.Signer, w.p, w.head, events)
+	bufs := appendBuffers.Get().(*[2][]byte)
+	defer appendBuffers.Put(bufs)
+	lines, next := appendBatch(bufs[0][:0], w.t.cfg.Signer, w.p, w.head, events)
+	packed := s2.Encode(bufs[1][:cap(bufs[1])], lines)
+	bufs[0], bufs[1] = lines, packed
 	w.batches++
 	id := w.t.id + "." + strconv.Itoa(w.p) + "." + strconv.FormatUint(w.batches, 10)
-	msg := &nats.Msg{Subject: w.subject, Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: w.subject, Data: packed, Header: nats.Header{HeaderEncoding: []string{EncodingS2}}}
 	ack, err := w.t.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectLastSequencePerSubject(w.seq))
 	var apiErr *jetstream.APIError
 	switch {
@@ -486,7 +495,11 @@ func (w *chainWriter) readHead(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("read the head of %s: %w", w.subject, err)
 	}
-	data := bytes.TrimSpace(m.Data)
+	data, err := appendLines(m.Header, m.Data)
+	if err != nil {
+		return fmt.Errorf("the head of %s (sequence %d): %w", w.subject, m.Sequence, err)
+	}
+	data = bytes.TrimSpace(data)
 	last := data[bytes.LastIndexByte(data, '\n')+1:]
 	pe, err := parseEntry(last)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	s2block "github.com/klauspost/compress/s2"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -116,6 +117,17 @@ func TestTrailConcurrentWriters(t *testing.T) {
 		require.Equal(t, uint64(1), p.First)
 		require.Equal(t, uint64(p.Entries), p.Last)
 	}
+
+	// Appends are stored compressed.
+	st, err := b.js.Stream(b.ctx, b.names.AuditStream)
+	require.NoError(t, err)
+	m, err := st.GetLastMsgForSubject(b.ctx, b.names.AuditSubject(0))
+	require.NoError(t, err)
+	require.Equal(t, audit.EncodingS2, m.Header.Get(audit.HeaderEncoding))
+	lines, err := s2block.Decode(nil, m.Data)
+	require.NoError(t, err)
+	require.Less(t, len(m.Data), len(lines))
+	require.Contains(t, string(lines), `"partition":0,"pos":`)
 
 	// One partition, and one key's history.
 	r1 := verify(t, b.export(t, audit.Filter{Partition: 1}), keys)
