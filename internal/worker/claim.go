@@ -34,6 +34,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 		IntentSeq:   j.seq,
 		CallID:      j.env.CallID,
 		Session:     j.env.Session,
+		Retention:   j.tool.Policy.Retention,
 		// Delivered before: the key most likely has a record already.
 		ReadFirst: j.meta.NumDelivered > 1,
 	}

@@ -85,6 +85,10 @@ type ClaimRequest struct {
 	// another revision, or one not yet confirmed, is reported Busy, with
 	// Record.LeaseExpired true). Ignored without the option.
 	Confirmed uint64
+	// Retention is how long the record is kept once final (the tool's
+	// retention), stored on the record; a claim that takes a record over
+	// stores its own. Default 0: the ledger's (BucketConfig.TTL).
+	Retention time.Duration
 	// ReadFirst makes the claim read the key's record before it writes: one
 	// round trip instead of two (a refused create, then the read) when the
 	// key most likely has a record already — an intent delivered again, a
@@ -102,6 +106,8 @@ func (r ClaimRequest) validate() error {
 		return fmt.Errorf("%w: claim %s: Holder is empty: name the worker instance", ErrInvalid, r.Key)
 	case r.Lease < 0:
 		return fmt.Errorf("%w: claim %s: Lease %s is negative: set a positive duration or 0 for %s", ErrInvalid, r.Key, r.Lease, DefaultLease)
+	case r.Retention < 0:
+		return fmt.Errorf("%w: claim %s: Retention %s is negative: set a positive duration or 0 for the ledger's", ErrInvalid, r.Key, r.Retention)
 	}
 	return nil
 }

@@ -826,6 +826,36 @@ var suite = []struct {
 			require.Equal(t, st, rec.Status)
 		}
 	}},
+	{"RecordRetentionBeatsTheLedgers", func(t *testing.T, b *testBundle) {
+		// The ledger keeps final records for a day; a tool's retention of
+		// a second, stored on its record, expires its final records, and
+		// leaves its unresolved ones alone.
+		claim := func(key string, retention time.Duration) *dedup.Lease {
+			req := b.req("w1")
+			req.Key, req.Retention = key, retention
+			res, err := b.ledger.Claim(b.ctx, req)
+			require.NoError(t, err)
+			require.Equal(t, dedup.Acquired, res.Outcome)
+			return res.Lease
+		}
+		short, long, parked := b.sub("short"), b.sub("long"), b.sub("parked")
+		rec, err := claim(short, time.Second).Complete(b.ctx, json.RawMessage(`1`), 1)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, rec.RetentionSeconds, "stored on the record")
+		_, err = claim(long, 0).Complete(b.ctx, json.RawMessage(`1`), 1)
+		require.NoError(t, err)
+		_, err = claim(parked, time.Second).AwaitApproval(b.ctx, json.RawMessage(`{}`))
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			_, _, err := b.ledger.Get(b.ctx, short)
+			return errors.Is(err, dedup.ErrNotFound)
+		}, 20*time.Second, 50*time.Millisecond, "a final record expires after its own retention")
+		for key, st := range map[string]intent.Status{long: intent.StatusCompleted, parked: intent.StatusAwaitingApproval} {
+			rec, _, err := b.ledger.Get(b.ctx, key)
+			require.NoError(t, err, "kept: %s", key)
+			require.Equal(t, st, rec.Status)
+		}
+	}},
 	{"TransitionIsCAS", func(t *testing.T, b *testBundle) {
 		ls := b.acquire(t, "w1")
 		rec := ls.Record()
@@ -858,6 +888,7 @@ func TestClaimRequestValidation(t *testing.T) {
 
 	valid := dedup.ClaimRequest{Key: "k", Fingerprint: "f", Holder: "h"}
 	for name, mutate := range map[string]func(*dedup.ClaimRequest){
+		"NegativeRetention": func(r *dedup.ClaimRequest) { r.Retention = -time.Second },
 		"NoKey":         func(r *dedup.ClaimRequest) { r.Key = "" },
 		"NoFingerprint": func(r *dedup.ClaimRequest) { r.Fingerprint = "" },
 		"NoHolder":      func(r *dedup.ClaimRequest) { r.Holder = "" },

@@ -168,7 +168,7 @@ func (l *Ledger) cas(ctx context.Context, s slot, rev uint64, rec Record, m jsba
 	if err != nil {
 		return 0, err
 	}
-	newRev, err := s.bucket.Update(ctx, s.key, data, rev, l.policy.ttl(rec.Status), m)
+	newRev, err := s.bucket.Update(ctx, s.key, data, rev, l.policy.ttl(rec), m)
 	if errors.Is(err, jsbackend.ErrRevision) {
 		return 0, errRevisionMismatch
 	}

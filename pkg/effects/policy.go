@@ -33,6 +33,11 @@ type Policy struct {
 	// over it are delivered again a little later). Default 0: no cap beyond
 	// the worker's concurrency.
 	MaxInFlight int
+	// Retention is how long the ledger keeps a final record of the tool
+	// (completed, failed, denied), and so how long a repeat is answered from
+	// it; unresolved records never expire. Default 0: the ledger's (the
+	// worker's ledger TTL).
+	Retention time.Duration
 }
 
 // SafeToRetry reports whether a caller may repeat the tool's call without a

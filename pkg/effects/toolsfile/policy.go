@@ -57,6 +57,19 @@ func parsePolicy(s *section) effects.Policy {
 			s.Invalid("max_in_flight", "must be at least 1", "remove it for no cap, or write e.g. max_in_flight: 16")
 		}
 	}
+	if s.Has("retention") {
+		mark := s.Problems()
+		p.Retention = s.Duration("retention", 0)
+		switch {
+		case s.Problems() > mark:
+		case !p.Ledger:
+			s.Invalid("retention", "a tool without the ledger keeps no record", "remove retention, or use the ledger (class idempotent or unsafe)")
+		case p.Retention < time.Second:
+			s.Invalid("retention", "must be at least 1s", "write e.g. retention: 1h, or remove it for the ledger's")
+		case p.Retention%time.Second != 0:
+			s.Invalid("retention", fmt.Sprintf("%s is not a whole number of seconds", p.Retention), "write e.g. retention: 1h")
+		}
+	}
 	if p.OnAbandoned == intent.AbandonHold && !p.Ledger {
 		s.Invalid("on_abandoned", "hold needs the ledger", "remove on_abandoned for a tool without the ledger")
 	}
