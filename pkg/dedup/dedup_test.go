@@ -888,11 +888,11 @@ func TestClaimRequestValidation(t *testing.T) {
 
 	valid := dedup.ClaimRequest{Key: "k", Fingerprint: "f", Holder: "h"}
 	for name, mutate := range map[string]func(*dedup.ClaimRequest){
-		"NegativeRetention": func(r *dedup.ClaimRequest) { r.Retention = -time.Second },
-		"NoKey":             func(r *dedup.ClaimRequest) { r.Key = "" },
-		"NoFingerprint":     func(r *dedup.ClaimRequest) { r.Fingerprint = "" },
-		"NoHolder":          func(r *dedup.ClaimRequest) { r.Holder = "" },
-		"NegativeLease":     func(r *dedup.ClaimRequest) { r.Lease = -time.Second },
+		"NoKey":         func(r *dedup.ClaimRequest) { r.Key = "" },
+		"NoFingerprint": func(r *dedup.ClaimRequest) { r.Fingerprint = "" },
+		"NoHolder":      func(r *dedup.ClaimRequest) { r.Holder = "" },
+		"NegativeLease": func(r *dedup.ClaimRequest) { r.Lease = -time.Second },
+		"NegRetention":  func(r *dedup.ClaimRequest) { r.Retention = -time.Second },
 	} {
 		r := valid
 		mutate(&r)
