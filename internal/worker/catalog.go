@@ -50,6 +50,7 @@ func (w *Worker) catalog() intent.Catalog {
 		if t.Policy.Ledger {
 			info.OnAbandoned = t.Policy.OnAbandoned
 		}
+		info.Budget = t.Policy.Budget.Info()
 		cat.Tools = append(cat.Tools, info)
 	}
 	return cat

@@ -112,6 +112,9 @@ func (l *Ledger) slot(key string) (slot, error) {
 	if err != nil {
 		return slot{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if isBudgetKey(k) {
+		return slot{}, fmt.Errorf("%w: key %q has the shape of a budget's count (%s<tool>.<scope>.<window>), which no operation may use", ErrInvalid, key, budgetPrefix)
+	}
 	return slot{bucket: l.parts[intent.Partition(key, len(l.parts))], key: k}, nil
 }
 

@@ -25,7 +25,7 @@ var kindPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
 // toolFields are the fields every tool has; no effect kind may take one of
 // these names, since a kind's settings live under a field named after it.
 var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease", "class", "ledger", "approval", "approval_ttl", "on_abandoned", "max_in_flight",
-	"description", "schema", "destructive", "approver", "retention"}
+	"description", "schema", "destructive", "approver", "retention", "budget", "over_budget"}
 
 // Option adjusts Parse and LoadFile.
 type Option func(*options)
