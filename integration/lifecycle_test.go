@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -81,4 +83,147 @@ func TestToolRetention(t *testing.T) {
 	require.False(t, after.res.Replayed, "fired again, not answered from a cache")
 	require.Equal(t, 2, sink.firings(t, brief.res.Key))
 	require.Equal(t, 0, sink.firings(t, parked.res.Key), "the parked operation never fired")
+}
+
+// weekEnd is the end of the 168h budget window holding now: windows start
+// at multiples of the window since the Unix epoch.
+func weekEnd(now time.Time) time.Time {
+	w := int64(168 * 3600)
+	return time.Unix((now.Unix()/w+1)*w, 0).UTC()
+}
+
+// An effect budget of 3 per session, kept by three workers together: 20
+// distinct calls at once fire exactly 3, the others are answered
+// budget_exceeded and never fired; replays never count; a restart of every
+// worker keeps the count; another session has its own. Over HTTP the
+// refusal is 429 with Retry-After, over MCP a tool error with the same
+// fields; over_budget: approve parks the operation instead.
+func TestEffectBudget(t *testing.T) {
+	t.Parallel()
+	url := jetStream(t)
+	sink := startRealSink(t)
+	tools := writeTools(t, fmt.Sprintf(`tools:
+  capped:
+    effect: webhook
+    key_args: [n]
+    budget: {per: session, max: 3, window: 168h}
+    webhook: {url: %[1]s/capped}
+  gated_cap:
+    effect: webhook
+    key_args: [n]
+    budget: {per: tool, max: 1, window: 168h}
+    over_budget: approve
+    webhook: {url: %[1]s/gated}
+`, sink.url))
+	var workers []*proc
+	for i := range 3 {
+		workers = append(workers, startWorker(t, fmt.Sprintf("w%d", i+1), url, tools))
+	}
+	end := weekEnd(time.Now())
+	require.Equal(t, &intent.Budget{Per: intent.BudgetPerSession, Max: 3, WindowSeconds: 168 * 3600, OverBudget: intent.OverBudgetRefuse},
+		catalogTool(t, url, "capped").Budget)
+
+	nc := connect(t, url)
+	call := func(session string, n int) func(time.Duration) intent.Result {
+		env := fmt.Sprintf(`{"tool":"capped","session":%q,"call_id":"n%d","args":{"n":%d}}`, session, n, n)
+		return publishRaw(t, nc, "idem.intents.capped", []byte(env))
+	}
+	var waits []func(time.Duration) intent.Result
+	for n := range 20 {
+		waits = append(waits, call("run-1", n))
+	}
+	var fired []intent.Result
+	refused := 0
+	for _, wait := range waits {
+		res := wait(time.Minute)
+		switch res.Status {
+		case intent.StatusCompleted:
+			fired = append(fired, res)
+		case intent.StatusRejected:
+			require.Equal(t, intent.CodeBudgetExceeded, res.Error.Code, res.Error.Message)
+			require.Equal(t, end, res.RetryAt.UTC(), "retry when the window ends")
+			refused++
+		default:
+			t.Fatalf("answer %+v", res)
+		}
+	}
+	require.Equal(t, 3, len(fired), "a budget of 3 across 3 workers")
+	require.Equal(t, 17, refused)
+	require.Equal(t, 3, sink.requests(t), "exactly 3 fired")
+
+	// A replay of a counted operation is answered from its record, and a
+	// refused one is refused again: neither counts.
+	replay := call("run-1", mustN(t, fired[0]))(time.Minute)
+	require.Equal(t, intent.StatusCompleted, replay.Status)
+	require.True(t, replay.Replayed)
+
+	// Every worker restarts: the count is in the ledger.
+	for _, w := range workers {
+		w.kill()
+	}
+	for i := range 3 {
+		startWorker(t, fmt.Sprintf("w%d", i+4), url, tools)
+	}
+	again := call("run-1", 100)(time.Minute)
+	require.Equal(t, intent.StatusRejected, again.Status, "%+v", again)
+	require.Equal(t, intent.CodeBudgetExceeded, again.Error.Code)
+	for _, res := range fired {
+		replay := call("run-1", mustN(t, res))(time.Minute)
+		require.True(t, replay.Replayed, "a counted operation replays after the restart: %+v", replay)
+	}
+	other := call("run-2", 100)(time.Minute)
+	require.Equal(t, intent.StatusCompleted, other.Status, "another session has its own count: %+v", other)
+	require.Equal(t, 4, sink.requests(t))
+
+	// MCP: the same session's next distinct call is a tool error carrying
+	// the code and retry_at.
+	cs := stdioSession(t, url, []string{"--session", "run-1"})
+	res := mcpCall(t, cs, "capped", map[string]any{"n": 200})
+	require.True(t, res.IsError, mcpText(res))
+	require.Contains(t, mcpText(res), "budget_exceeded")
+	data, err := json.Marshal(res.StructuredContent)
+	require.NoError(t, err)
+	var sc struct {
+		Error   intent.Error `json:"error"`
+		RetryAt time.Time    `json:"retry_at"`
+	}
+	require.NoError(t, json.Unmarshal(data, &sc), string(data))
+	require.Equal(t, intent.CodeBudgetExceeded, sc.Error.Code, string(data))
+	require.Equal(t, end, sc.RetryAt.UTC())
+
+	// HTTP: a namespace's session has its own count; the fourth distinct
+	// call is 429 with Retry-After until the window ends.
+	g := startGateway(t, url)
+	for n := range 3 {
+		r := g.call(t, agentA, "capped", fmt.Sprintf(`{"n":%d}`, n))
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+	}
+	r := g.call(t, agentA, "capped", `{"n":3}`)
+	requireProblem(t, r, http.StatusTooManyRequests, intent.CodeBudgetExceeded)
+	after, err := strconv.Atoi(r.header.Get("Retry-After"))
+	require.NoError(t, err, r.header)
+	require.InDelta(t, time.Until(end).Seconds(), after, 120, "Retry-After: until the window ends")
+	answer := r.answer(t)
+	require.Equal(t, end, answer.RetryAt.UTC())
+	require.Equal(t, 7, sink.requests(t))
+
+	// over_budget: approve: the operation over the budget waits for an
+	// operator, and fires once approved.
+	first := submit(t, url, "--tool", "gated_cap", "--args", `{"n":1}`, "--wait", "30s")
+	require.Equal(t, intent.StatusCompleted, first.res.Status, first.stdout+first.stderr)
+	parked := submit(t, url, "--tool", "gated_cap", "--args", `{"n":2}`, "--wait", "30s")
+	require.Equal(t, intent.StatusAwaitingApproval, parked.res.Status, parked.stdout+parked.stderr)
+	require.Equal(t, 8, sink.requests(t), "parked, not fired")
+	approved := submit(t, url, "approve", parked.res.Key, "--fingerprint", parked.res.Fingerprint, "--by", "ops")
+	require.Equal(t, intent.StatusCompleted, approved.res.Status, approved.stdout+approved.stderr)
+	require.Equal(t, 9, sink.requests(t))
+}
+
+// mustN is the n argument of a capped call, which its call id names.
+func mustN(t *testing.T, res intent.Result) int {
+	t.Helper()
+	var n int
+	_, err := fmt.Sscanf(res.CallID, "n%d", &n)
+	require.NoError(t, err, "call id %q", res.CallID)
+	return n
 }
