@@ -924,6 +924,12 @@ var suite = []struct {
 		require.True(t, parked.OverBudget, "over the budget: park it")
 		require.Equal(t, dedup.OverBudget, claim(ledgers[1], b.sub("refused"), budget).Outcome, "parking counted nothing, and the window is still full")
 
+		// An operation the budget never counted (its record was made
+		// without one) is no new operation: a full window does not refuse
+		// its replay.
+		require.Equal(t, dedup.Acquired, claim(ledgers[0], b.sub("before"), nil).Outcome)
+		require.Equal(t, dedup.Busy, claim(ledgers[1], b.sub("before"), budget).Outcome, "a replay, not a refusal")
+
 		// The next window has a count of its own.
 		later := func() time.Time { return now.Add(time.Hour) }
 		require.Equal(t, dedup.Acquired, claim(b.clocked(later), b.sub("refused"), budget).Outcome)
