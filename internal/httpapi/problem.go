@@ -133,7 +133,7 @@ func codeStatus(code string) int {
 		return http.StatusNotFound
 	case intent.CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case intent.CodeRateLimited:
+	case intent.CodeRateLimited, intent.CodeBudgetExceeded:
 		return http.StatusTooManyRequests
 	case intent.CodeWrongState:
 		return http.StatusConflict
@@ -157,7 +157,7 @@ func writeAnswer(w http.ResponseWriter, res *intent.Result, ledger bool) {
 	}
 	status, isProblem := answerStatus(res)
 	if status == http.StatusTooManyRequests {
-		retryAfter(w, time.Second)
+		retryAfter(w, max(time.Until(res.RetryAt), time.Second))
 	}
 	if !isProblem {
 		writeJSON(w, status, "application/json", res)

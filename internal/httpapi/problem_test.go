@@ -18,7 +18,7 @@ func TestAnswerStatus(t *testing.T) {
 		{"conflict", "conflict", 422}, {"failed", "effect_failed", 502}, {"denied", "denied", 403},
 		{"rejected", "invalid_intent", 400}, {"rejected", "unknown_tool", 404}, {"rejected", "too_large", 413},
 		{"rejected", "rate_limited", 429}, {"rejected", "wrong_state", 409}, {"rejected", "not_found", 404},
-		{"rejected", "tool_mismatch", 400},
+		{"rejected", "tool_mismatch", 400}, {"rejected", "budget_exceeded", 429},
 	} {
 		res := resultOf(c.status, c.code)
 		got, problem := answerStatus(&res)

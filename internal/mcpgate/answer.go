@@ -116,6 +116,9 @@ func failureText(res *intent.Result) string {
 	case intent.StatusFailed:
 		return fmt.Sprintf("Failed (%s): %s. This outcome is recorded for operation %s: calling again with the same arguments returns this failure and does not run it again. Do not retry unless the failure says the arguments were wrong.", code, msg, res.Key)
 	case intent.StatusRejected:
+		if code == intent.CodeBudgetExceeded {
+			return fmt.Sprintf("Rejected (budget_exceeded): %s. Nothing was done and nothing was recorded. Do not call again with other arguments: every distinct call counts; this one may run from %s.", msg, when(res.RetryAt))
+		}
 		if code == intent.CodeRateLimited {
 			return fmt.Sprintf("Rejected (rate_limited): %s. Nothing was done; call again later with the same arguments.", msg)
 		}
@@ -141,6 +144,9 @@ func reference(res *intent.Result) map[string]any {
 	m := map[string]any{"status": res.Status, "operation": res.Key}
 	if res.Error != nil {
 		m["error"] = res.Error
+	}
+	if !res.RetryAt.IsZero() {
+		m["retry_at"] = res.RetryAt.UTC().Format(time.RFC3339)
 	}
 	return m
 }

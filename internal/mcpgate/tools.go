@@ -142,6 +142,17 @@ func describe(info intent.ToolInfo) string {
 	if info.OnAbandoned == intent.AbandonHold {
 		b.WriteString(" If it is interrupted mid-way it is held as uncertain for an operator to settle, never run again on its own.")
 	}
+	if bu := info.Budget; bu != nil {
+		who := "per session"
+		if bu.Per == intent.BudgetPerTool {
+			who = "for all callers together"
+		}
+		fmt.Fprintf(&b, " At most %d distinct operations run %s in each %s; more are refused (budget_exceeded) until the window ends", bu.Max, who, bu.Window())
+		if bu.OverBudget == intent.OverBudgetApprove {
+			b.WriteString(" (parked for an operator's approval instead)")
+		}
+		b.WriteString(": do not vary the arguments to get around it.")
+	}
 	return b.String()
 }
 

@@ -26,6 +26,11 @@ func (w *Worker) act(stop, work context.Context, j *job, c claim, confirmed bool
 	case c.Outcome == dedup.TookOver && pol.OnAbandoned == intent.AbandonHold:
 		w.audit.claimed(j, c.ClaimResult, confirmed)
 		return w.holdUncertain(work, j, c)
+	case c.OverBudget:
+		// A new operation over its tool's budget (over_budget: approve):
+		// parked, uncounted, until an operator decides.
+		w.m.overBudget.WithLabelValues(j.env.Tool).Inc()
+		return w.parkForApproval(work, j, c.Lease)
 	case pol.Approval && !rec.Approved(time.Now()) && !(c.Outcome == dedup.TookOver && rec.Decision != nil && rec.Decision.Op == intent.ControlApprove):
 		// Needs an operator's approval first (or its approval lapsed before
 		// the firing started). A takeover of an approved firing goes on.

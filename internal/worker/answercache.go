@@ -93,7 +93,13 @@ func (c *answerCache) put(key string, rec dedup.Record) {
 		c.lru.MoveToFront(el)
 		return
 	}
-	el := c.lru.PushFront(&cachedAnswer{key: key, rec: rec, until: c.now().Add(c.ttl), size: size})
+	until := c.now().Add(c.ttl)
+	if rec.RetentionSeconds > 0 {
+		// A tool's retention may be shorter than the cache's age limit:
+		// the entry never outlives its record.
+		until = minTime(until, rec.UpdatedAt.Add(time.Duration(rec.RetentionSeconds)*time.Second))
+	}
+	el := c.lru.PushFront(&cachedAnswer{key: key, rec: rec, until: until, size: size})
 	c.byKey[key] = el
 	if stored, ok := compactStored(key); ok {
 		c.byStored[stored] = el
@@ -102,6 +108,13 @@ func (c *answerCache) put(key string, rec dedup.Record) {
 	for c.bytes > c.maxBytes {
 		c.removeLocked(c.lru.Back())
 	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // forget drops key's entry, if there is one, and the entry of the derived

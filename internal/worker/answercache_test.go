@@ -170,3 +170,19 @@ func sendRaw(t *testing.T, nc *nats.Conn, tool, args string) intent.Result {
 	require.NoError(t, json.Unmarshal(reply.Data, &res))
 	return res
 }
+
+// A record of a tool whose retention is shorter than the cache's age limit
+// leaves the cache when its record leaves the ledger.
+func TestAnswerCacheNeverOutlivesTheRecord(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	c := newAnswerCache(time.Minute, 1<<20)
+	c.now = func() time.Time { return now }
+	c.put("short", dedup.Record{Status: intent.StatusCompleted, UpdatedAt: now.Add(-time.Second), RetentionSeconds: 5})
+	c.put("default", dedup.Record{Status: intent.StatusCompleted, UpdatedAt: now.Add(-time.Second)})
+	now = now.Add(4 * time.Second)
+	_, ok := c.get("short")
+	require.False(t, ok, "its record expired at updated_at + 5s")
+	_, ok = c.get("default")
+	require.True(t, ok, "kept for the cache's age")
+}

@@ -40,6 +40,9 @@ func (w *Worker) catalog() intent.Catalog {
 		}
 		if t.Policy.Ledger {
 			info.RetentionSeconds = int64(w.cfg.LedgerTTL.Seconds())
+			if t.Policy.Retention > 0 {
+				info.RetentionSeconds = int64(t.Policy.Retention.Seconds())
+			}
 		}
 		if m, ok := t.Effect.(upstreamEffect); ok {
 			info.Upstream, info.UpstreamTool = m.Upstream().String(), m.UpstreamTool()
@@ -47,6 +50,7 @@ func (w *Worker) catalog() intent.Catalog {
 		if t.Policy.Ledger {
 			info.OnAbandoned = t.Policy.OnAbandoned
 		}
+		info.Budget = t.Policy.Budget.Info()
 		cat.Tools = append(cat.Tools, info)
 	}
 	return cat

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,6 +35,8 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 		IntentSeq:   j.seq,
 		CallID:      j.env.CallID,
 		Session:     j.env.Session,
+		Retention:   j.tool.Policy.Retention,
+		Budget:      budgetOf(j),
 		// Delivered before: the key most likely has a record already.
 		ReadFirst: j.meta.NumDelivered > 1,
 	}
@@ -58,6 +61,8 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 		case c.Outcome == dedup.Done, c.Outcome == dedup.Conflict:
 			w.answers.put(req.Key, c.Record)
 			r = ended(w.replay(j, c.Record))
+		case c.Outcome == dedup.OverBudget:
+			r = ended(w.overBudget(j, c.RetryAt))
 		case c.Outcome == dedup.Busy && abandoned(c.Record):
 			if r = w.confirm(stop, j, c.Revision, outage); r.confirmed {
 				req.Confirmed = c.Revision
@@ -231,4 +236,35 @@ func (o *ledgerOutage) end() {
 		o.halt()
 		o.halt = nil
 	}
+}
+
+// budgetOf is the effect budget a claim of j spends from: its tool's, counted
+// per session or for the whole tool; nil for a tool without one.
+func budgetOf(j *job) *dedup.Budget {
+	b := j.tool.Policy.Budget
+	if b.Max == 0 {
+		return nil
+	}
+	scope := ""
+	if b.Per == intent.BudgetPerSession {
+		scope = "session:" + j.env.Session
+	}
+	return &dedup.Budget{Scope: scope, Max: b.Max, Window: b.Window, Park: b.OverBudget == intent.OverBudgetApprove}
+}
+
+// overBudget answers j, a new operation over its tool's budget, with
+// budget_exceeded: nothing fired, nothing recorded; the same call runs once
+// the window ends, at retryAt.
+func (w *Worker) overBudget(j *job, retryAt time.Time) handled {
+	w.m.overBudget.WithLabelValues(j.env.Tool).Inc()
+	b := j.tool.Policy.Budget
+	scope := fmt.Sprintf("session %q", j.env.Session)
+	if b.Per == intent.BudgetPerTool {
+		scope = "all callers together"
+	}
+	res := intent.Rejected(intent.CodeBudgetExceeded, fmt.Sprintf(
+		"tool %s allows %d distinct operations per %s in a window of %s, and %s ran them: nothing was done; the same call may run from %s",
+		j.env.Tool, b.Max, b.Per, b.Window, scope, retryAt.Format(time.RFC3339)))
+	res.Key, res.Tool, res.Fingerprint, res.CallID, res.RetryAt = j.id.Key, j.env.Tool, j.id.Fingerprint, j.env.CallID, retryAt
+	return answered(res, ack())
 }

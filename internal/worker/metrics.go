@@ -29,6 +29,8 @@ type Metrics struct {
 	endToEnd    *prometheus.HistogramVec
 	inFlight    prometheus.Gauge
 	badReplies  prometheus.Counter
+	// overBudget counts operations over their tool's effect budget.
+	overBudget *prometheus.CounterVec
 	// The ledger scan's (janitor.go).
 	unresolved       *prometheus.GaugeVec
 	unresolvedOldest *prometheus.GaugeVec
@@ -74,11 +76,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Answers not published because the intent's Idem-Reply-To named a subject outside the reply prefixes."}),
 		unknownLabel: "_unknown",
 	}
+	m.overBudget = f("budget_exceeded_total", "New operations over their tool's effect budget: answered budget_exceeded and never fired, or parked for an approval (over_budget: approve).", "tool")
 	m.unresolved, m.unresolvedOldest, m.scans, m.retained = unresolvedMetrics()
 	if reg != nil {
 		reg.MustRegister(m.received, m.fired, m.replays, m.cacheHits, m.coalesced, m.conflicts, m.failures, m.takeovers,
 			m.badInputs, m.deadLetters, m.decisions, m.limited, m.effectTime, m.claimToDone, m.endToEnd, m.inFlight, m.badReplies,
 			m.unresolved, m.unresolvedOldest, m.scans, m.retained, batchCollector{m}, auditCollector{m})
+		reg.MustRegister(m.overBudget)
 	}
 	return m
 }

@@ -130,6 +130,14 @@ func prepare(cfg *Config, tools *effects.Registry) error {
 		if err := t.KeySpec.Validate(); err != nil {
 			return fmt.Errorf("worker: tool %s: %w", name, err)
 		}
+		if r := t.Policy.Retention; r > 0 && r < cfg.DuplicateWindow {
+			return fmt.Errorf("worker: tool %s: retention %s: must be at least the duplicate window (%s): a publish dropped as a duplicate "+
+				"is answered from the record, which must still be there", name, r, cfg.DuplicateWindow)
+		}
+		if r := t.Policy.Retention; r > cfg.AuditRetention {
+			return fmt.Errorf("worker: tool %s: retention %s: must not exceed the audit retention (%s), so that the trail keeps the history of every record still answered",
+				name, r, cfg.AuditRetention)
+		}
 	}
 	return nil
 }

@@ -40,6 +40,10 @@ const (
 	// Conflict: the key's record has another fingerprint: the same key was
 	// used for other arguments. Never fire, never replay.
 	Conflict
+	// OverBudget: the operation is new and its budget's window is full
+	// (ClaimRequest.Budget): nothing was written, the key stays unclaimed;
+	// ClaimResult.RetryAt is when the window ends. Never fire.
+	OverBudget
 )
 
 // String returns the outcome's name in lower case.
@@ -55,6 +59,8 @@ func (o Outcome) String() string {
 		return "busy"
 	case Conflict:
 		return "conflict"
+	case OverBudget:
+		return "over_budget"
 	}
 	return fmt.Sprintf("outcome(%d)", int(o))
 }
@@ -85,6 +91,14 @@ type ClaimRequest struct {
 	// another revision, or one not yet confirmed, is reported Busy, with
 	// Record.LeaseExpired true). Ignored without the option.
 	Confirmed uint64
+	// Retention is how long the record is kept once final (the tool's
+	// retention), stored on the record; a claim that takes a record over
+	// stores its own. Default 0: the ledger's (BucketConfig.TTL).
+	Retention time.Duration
+	// Budget, when set, is the effect budget a claim that creates the
+	// key's record spends from (see Budget); Tool is then required. A claim
+	// with a budget reads the key first. Default nil: no budget.
+	Budget *Budget
 	// ReadFirst makes the claim read the key's record before it writes: one
 	// round trip instead of two (a refused create, then the read) when the
 	// key most likely has a record already — an intent delivered again, a
@@ -102,6 +116,12 @@ func (r ClaimRequest) validate() error {
 		return fmt.Errorf("%w: claim %s: Holder is empty: name the worker instance", ErrInvalid, r.Key)
 	case r.Lease < 0:
 		return fmt.Errorf("%w: claim %s: Lease %s is negative: set a positive duration or 0 for %s", ErrInvalid, r.Key, r.Lease, DefaultLease)
+	case r.Budget != nil && !intent.ValidTool(r.Tool):
+		return fmt.Errorf("%w: claim %s: a Budget needs the Tool, [a-z0-9_-]{1,64}; got %q", ErrInvalid, r.Key, r.Tool)
+	case r.Budget != nil:
+		return r.Budget.validate(r.Key)
+	case r.Retention < 0:
+		return fmt.Errorf("%w: claim %s: Retention %s is negative: set a positive duration or 0 for the ledger's", ErrInvalid, r.Key, r.Retention)
 	}
 	return nil
 }
@@ -120,6 +140,12 @@ type ClaimResult struct {
 	// Previous is, for TookOver, the record taken over: its holder is the
 	// one that vanished.
 	Previous Record
+	// OverBudget reports, for Acquired with Budget.Park, that the
+	// operation is over its budget and was not counted: park it for an
+	// approval. RetryAt is then, as for the outcome OverBudget, when the
+	// budget's window ends.
+	OverBudget bool
+	RetryAt    time.Time
 }
 
 // Claim tries to take the lease of req.Key. It creates the record if the key
@@ -148,7 +174,7 @@ func (l *Ledger) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, erro
 		req.Lease = DefaultLease
 	}
 	for round := range maxClaimRounds {
-		res, again, err := l.claimRound(ctx, s, req, req.ReadFirst || round > 0)
+		res, again, err := l.claimRound(ctx, s, req, req.ReadFirst || req.Budget != nil || round > 0)
 		if err == nil && !again && res.Lease != nil {
 			res, again, err = l.keepLive(ctx, req, res)
 		}
@@ -204,6 +230,18 @@ func (l *Ledger) claimRound(ctx context.Context, s slot, req ClaimRequest, readF
 			return ClaimResult{}, false, err
 		}
 	}
+	var over bool // a new operation over its budget, parked
+	var retryAt time.Time
+	if !e.Live() && req.Budget != nil {
+		// The claim creates the key's record: a new operation spends
+		// from its budget first.
+		if over, retryAt, err = l.budgetAllows(ctx, req, now); err != nil {
+			return ClaimResult{}, false, err
+		}
+		if over && !req.Budget.Park {
+			return ClaimResult{Outcome: OverBudget, RetryAt: retryAt}, false, nil
+		}
+	}
 	if e.Rev == 0 {
 		data, err := rec.marshal()
 		if err != nil {
@@ -212,7 +250,9 @@ func (l *Ledger) claimRound(ctx context.Context, s slot, req ClaimRequest, readF
 		rev, latest, err := s.bucket.Create(ctx, s.key, data)
 		switch {
 		case err == nil:
-			return l.held(Acquired, s, req.Key, rev, rec), false, nil
+			res := l.held(Acquired, s, req.Key, rev, rec)
+			res.OverBudget, res.RetryAt = over, retryAt
+			return res, false, nil
 		case !errors.Is(err, jsbackend.ErrExists):
 			return ClaimResult{}, false, err
 		}
@@ -241,6 +281,9 @@ func (l *Ledger) claimRound(ctx context.Context, s slot, req ClaimRequest, readF
 		res := l.held(step.outcome, s, req.Key, rev, step.next)
 		if step.outcome == TookOver {
 			res.Previous = cur
+		}
+		if !e.Live() {
+			res.OverBudget, res.RetryAt = over, retryAt
 		}
 		return res, false, nil
 	case errors.Is(err, errRevisionMismatch):

@@ -826,6 +826,114 @@ var suite = []struct {
 			require.Equal(t, st, rec.Status)
 		}
 	}},
+	{"RecordRetentionBeatsTheLedgers", func(t *testing.T, b *testBundle) {
+		// The ledger keeps final records for a day; a tool's retention of
+		// a second, stored on its record, expires its final records, and
+		// leaves its unresolved ones alone.
+		claim := func(key string, retention time.Duration) *dedup.Lease {
+			req := b.req("w1")
+			req.Key, req.Retention = key, retention
+			res, err := b.ledger.Claim(b.ctx, req)
+			require.NoError(t, err)
+			require.Equal(t, dedup.Acquired, res.Outcome)
+			return res.Lease
+		}
+		short, long, parked := b.sub("short"), b.sub("long"), b.sub("parked")
+		rec, err := claim(short, time.Second).Complete(b.ctx, json.RawMessage(`1`), 1)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, rec.RetentionSeconds, "stored on the record")
+		_, err = claim(long, 0).Complete(b.ctx, json.RawMessage(`1`), 1)
+		require.NoError(t, err)
+		_, err = claim(parked, time.Second).AwaitApproval(b.ctx, json.RawMessage(`{}`))
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			_, _, err := b.ledger.Get(b.ctx, short)
+			return errors.Is(err, dedup.ErrNotFound)
+		}, 20*time.Second, 50*time.Millisecond, "a final record expires after its own retention")
+		for key, st := range map[string]intent.Status{long: intent.StatusCompleted, parked: intent.StatusAwaitingApproval} {
+			rec, _, err := b.ledger.Get(b.ctx, key)
+			require.NoError(t, err, "kept: %s", key)
+			require.Equal(t, st, rec.Status)
+		}
+	}},
+	{"BudgetCountsNewOperationsOnce", func(t *testing.T, b *testBundle) {
+		// Mid-window on every claimant's clock, so that the test never
+		// straddles two windows.
+		now := time.Now().Truncate(time.Hour).Add(30 * time.Minute)
+		clock := func() time.Time { return now }
+		ledgers := []*dedup.Ledger{b.clocked(clock), b.clocked(clock), b.clocked(clock)}
+		budget := &dedup.Budget{Scope: t.Name(), Max: 3, Window: time.Hour}
+		claim := func(l *dedup.Ledger, key string, bud *dedup.Budget) dedup.ClaimResult {
+			req := b.req("w")
+			req.Key, req.Budget = key, bud
+			res, err := l.Claim(b.ctx, req)
+			require.NoError(t, err)
+			return res
+		}
+		// Eight distinct operations at once over three claimants: exactly
+		// three are counted and acquired, the others refused with nothing
+		// written.
+		keys := make([]string, 8)
+		results := make([]dedup.ClaimResult, len(keys))
+		var wg sync.WaitGroup
+		for i := range keys {
+			keys[i] = b.sub(fmt.Sprint("op", i))
+			wg.Go(func() { results[i] = claim(ledgers[i%len(ledgers)], keys[i], budget) })
+		}
+		wg.Wait()
+		var acquired []string
+		for i, res := range results {
+			switch res.Outcome {
+			case dedup.Acquired:
+				acquired = append(acquired, keys[i])
+				require.False(t, res.OverBudget)
+			case dedup.OverBudget:
+				require.Equal(t, now.Truncate(time.Hour).Add(time.Hour), res.RetryAt.Local(), "the window's end")
+				require.Nil(t, res.Lease)
+				_, _, err := b.ledger.Get(b.ctx, keys[i])
+				require.ErrorIs(t, err, dedup.ErrNotFound, "a refused operation leaves no record")
+			default:
+				t.Fatalf("claim %d: %s", i, res.Outcome)
+			}
+		}
+		require.Len(t, acquired, 3, "a budget of 3")
+
+		// A replay of a counted operation never spends: it finds the
+		// record. Nor does its claim once its record is gone, within the
+		// window: the count has it already.
+		res := claim(ledgers[1], acquired[0], budget)
+		require.Equal(t, dedup.Busy, res.Outcome, "held: a replay, not a refusal")
+		require.NoError(t, b.kvFor(acquired[1]).Purge(b.ctx, b.stored(acquired[1])))
+		require.Equal(t, dedup.Acquired, claim(ledgers[2], acquired[1], budget).Outcome, "counted once per window")
+		// The count is not a record: no listing shows it.
+		page, err := ledgers[0].List(b.ctx, dedup.Query{Limit: 1000})
+		require.NoError(t, err)
+		for _, r := range page.Records {
+			require.NotContains(t, r.Key, "_budget.", "a count listed as a record")
+		}
+
+		// Another scope has its own count; a parking budget creates the
+		// record, uncounted, and says so.
+		other := *budget
+		other.Scope += "/other"
+		require.Equal(t, dedup.Acquired, claim(ledgers[0], b.sub("other"), &other).Outcome)
+		parking := *budget
+		parking.Park = true
+		parked := claim(ledgers[0], b.sub("parked"), &parking)
+		require.Equal(t, dedup.Acquired, parked.Outcome)
+		require.True(t, parked.OverBudget, "over the budget: park it")
+		require.Equal(t, dedup.OverBudget, claim(ledgers[1], b.sub("refused"), budget).Outcome, "parking counted nothing, and the window is still full")
+
+		// An operation the budget never counted (its record was made
+		// without one) is no new operation: a full window does not refuse
+		// its replay.
+		require.Equal(t, dedup.Acquired, claim(ledgers[0], b.sub("before"), nil).Outcome)
+		require.Equal(t, dedup.Busy, claim(ledgers[1], b.sub("before"), budget).Outcome, "a replay, not a refusal")
+
+		// The next window has a count of its own.
+		later := func() time.Time { return now.Add(time.Hour) }
+		require.Equal(t, dedup.Acquired, claim(b.clocked(later), b.sub("refused"), budget).Outcome)
+	}},
 	{"TransitionIsCAS", func(t *testing.T, b *testBundle) {
 		ls := b.acquire(t, "w1")
 		rec := ls.Record()
@@ -862,6 +970,9 @@ func TestClaimRequestValidation(t *testing.T) {
 		"NoFingerprint": func(r *dedup.ClaimRequest) { r.Fingerprint = "" },
 		"NoHolder":      func(r *dedup.ClaimRequest) { r.Holder = "" },
 		"NegativeLease": func(r *dedup.ClaimRequest) { r.Lease = -time.Second },
+		"NegRetention":  func(r *dedup.ClaimRequest) { r.Retention = -time.Second },
+		"BudgetNoTool":  func(r *dedup.ClaimRequest) { r.Budget = &dedup.Budget{Max: 1, Window: time.Hour} },
+		"BadBudget":     func(r *dedup.ClaimRequest) { r.Tool, r.Budget = "t", &dedup.Budget{Max: 0, Window: time.Hour} },
 	} {
 		r := valid
 		mutate(&r)

@@ -112,6 +112,9 @@ func (l *Ledger) slot(key string) (slot, error) {
 	if err != nil {
 		return slot{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if isBudgetKey(k) {
+		return slot{}, fmt.Errorf("%w: key %q has the shape of a budget's count (%s<tool>.<scope>.<window>), which no operation may use", ErrInvalid, key, budgetPrefix)
+	}
 	return slot{bucket: l.parts[intent.Partition(key, len(l.parts))], key: k}, nil
 }
 
@@ -168,7 +171,7 @@ func (l *Ledger) cas(ctx context.Context, s slot, rev uint64, rec Record, m jsba
 	if err != nil {
 		return 0, err
 	}
-	newRev, err := s.bucket.Update(ctx, s.key, data, rev, l.policy.ttl(rec.Status), m)
+	newRev, err := s.bucket.Update(ctx, s.key, data, rev, l.policy.ttl(rec), m)
 	if errors.Is(err, jsbackend.ErrRevision) {
 		return 0, errRevisionMismatch
 	}

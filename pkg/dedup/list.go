@@ -249,8 +249,9 @@ func (l *Ledger) listPart(ctx context.Context, p int, q Query) (Page, int, error
 // stored: stored itself (a compact key in layout 2, which every method
 // takes). ok is false when the ledger's layout would not store a key there
 // (a full derived key in a layout-2 ledger), so that a listing never shows
-// a key under which the record cannot be read.
+// a key under which the record cannot be read. A budget's count (Budget)
+// is no record.
 func (l *Ledger) keyOf(stored string) (key string, ok bool) {
 	sk, err := intent.LedgerKey(stored, l.layout)
-	return stored, err == nil && sk == stored
+	return stored, err == nil && sk == stored && !isBudgetKey(stored)
 }

@@ -24,14 +24,23 @@ type policy struct {
 	retention time.Duration
 }
 
-// ttl is the per-message TTL of a record written in status s: the
-// retention for a final record, none (it never expires) for an unresolved
-// one — expiring it would let a retry fire an operation nobody decided.
-func (p policy) ttl(s intent.Status) time.Duration {
-	if s.Final() {
-		return p.retention
+// ttl is the per-message TTL of r as written: its retention for a final
+// record, none (it never expires) for an unresolved one — expiring it would
+// let a retry fire an operation nobody decided.
+func (p policy) ttl(r Record) time.Duration {
+	if r.Status.Final() {
+		return p.retentionOf(r)
 	}
 	return 0
+}
+
+// retentionOf is how long r is kept once final: its own retention (its
+// tool's), else the ledger's.
+func (p policy) retentionOf(r Record) time.Duration {
+	if r.RetentionSeconds > 0 {
+		return time.Duration(r.RetentionSeconds) * time.Second
+	}
+	return p.retention
 }
 
 // restOf is what is left at now of a TTL of ttl counted from r's last write,
@@ -55,7 +64,14 @@ func claimed(req ClaimRequest, now time.Time) Record {
 		CallID:      req.CallID,
 		CreatedAt:   now,
 		UpdatedAt:   now,
+
+		RetentionSeconds: seconds(req.Retention),
 	}
+}
+
+// seconds is d in whole seconds, rounded up.
+func seconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
 }
 
 // claimStep is what a claim does with a key's live record: answer with it
@@ -88,6 +104,9 @@ func (p policy) claim(cur Record, rev uint64, req ClaimRequest, now time.Time) c
 		next.IntentSeq = req.IntentSeq
 		next.CallID = req.CallID
 		next.UpdatedAt = now
+		if req.Retention > 0 {
+			next.RetentionSeconds = seconds(req.Retention) // the tool's retention as its workers have it now
+		}
 		if cur.Released() || cur.Status == intent.StatusApproved {
 			// Nobody held it: a retry after a transient failure, or the
 			// firing of an approved operation (the approval stays in the

@@ -299,10 +299,12 @@ func TestRetentionRules(t *testing.T) {
 	t.Parallel()
 	p := policy{retention: time.Hour}
 	for _, s := range []intent.Status{intent.StatusCompleted, intent.StatusFailed, intent.StatusDenied} {
-		require.Equal(t, time.Hour, p.ttl(s), s)
+		require.Equal(t, time.Hour, p.ttl(Record{Status: s}), s)
+		require.Equal(t, time.Minute, p.ttl(Record{Status: s, RetentionSeconds: 60}), "%s: its own retention", s)
 	}
 	for _, s := range []intent.Status{intent.StatusPending, intent.StatusApproved, intent.StatusAwaitingApproval, intent.StatusUncertain} {
-		require.Zero(t, p.ttl(s), "%s never expires", s)
+		require.Zero(t, p.ttl(Record{Status: s}), "%s never expires", s)
+		require.Zero(t, p.ttl(Record{Status: s, RetentionSeconds: 60}), "%s never expires, whatever its retention", s)
 	}
 	r := Record{UpdatedAt: t0}
 	require.Equal(t, 40*time.Minute, r.restOf(time.Hour, t0.Add(20*time.Minute)))

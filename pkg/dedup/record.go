@@ -62,6 +62,10 @@ type Record struct {
 	// pkg/audit). Empty on other records, and when the ledger signs none.
 	// It is stored as it is: a JSON object, checked only to be one.
 	Receipt json.RawMessage `json:"receipt,omitempty"`
+	// RetentionSeconds is how long the record is kept once final, in
+	// seconds: its tool's retention (ClaimRequest.Retention); 0 for the
+	// ledger's (BucketConfig.TTL). An unresolved record never expires.
+	RetentionSeconds int64 `json:"retention_seconds,omitempty"`
 }
 
 // LeaseExpired reports whether r is unanswered and its lease deadline is not

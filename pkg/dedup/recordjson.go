@@ -93,5 +93,8 @@ func (r Record) appendJSON(b []byte) ([]byte, error) {
 			return nil, fmt.Errorf("receipt: %w", err)
 		}
 	}
+	if r.RetentionSeconds != 0 {
+		b = strconv.AppendInt(member(b, "retention_seconds"), r.RetentionSeconds, 10)
+	}
 	return append(b, '}'), nil
 }

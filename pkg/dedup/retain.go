@@ -15,7 +15,7 @@ import (
 func (r Listed) Untimed() bool { return r.Status.Final() && r.ttl == 0 }
 
 // Retain writes the untimed final record r again with the TTL it should have
-// had: what is left of the ledger's retention since the record was last
+// had: what is left of its retention (its own, else the ledger's) since the record was last
 // written, at least a second. It is a compare-and-set on r's revision: a
 // record written since keeps that write, and Retain returns nil. A record
 // that is not untimed is left alone. It returns ErrInvalid for a key the
@@ -33,7 +33,7 @@ func (l *Ledger) Retain(ctx context.Context, r Listed) error {
 	if err != nil {
 		return fmt.Errorf("retain %s: %w", r.Key, err)
 	}
-	ttl := r.restOf(l.policy.retention, l.clock())
+	ttl := r.restOf(l.policy.retentionOf(rec), l.clock())
 	if _, err := s.bucket.Update(ctx, s.key, data, r.Revision, ttl, jsbackend.Alone); err != nil && !errors.Is(err, jsbackend.ErrRevision) {
 		return fmt.Errorf("retain %s: %w", r.Key, err)
 	}

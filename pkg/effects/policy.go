@@ -33,6 +33,43 @@ type Policy struct {
 	// over it are delivered again a little later). Default 0: no cap beyond
 	// the worker's concurrency.
 	MaxInFlight int
+	// Retention is how long the ledger keeps a final record of the tool
+	// (completed, failed, denied), and so how long a repeat is answered from
+	// it; unresolved records never expire. Default 0: the ledger's (the
+	// worker's ledger TTL).
+	Retention time.Duration
+	// Budget caps the tool's distinct operations per session (or in all)
+	// per window; the zero value (Max 0) is no budget.
+	Budget Budget
+}
+
+// MaxBudget is the largest Budget.Max: each operation counted in a window
+// is kept in its count, so that a repeat never counts twice.
+const MaxBudget = 1000
+
+// Budget is a tool's effect budget: at most Max distinct operations per
+// scope in each Window. The operation over it is answered budget_exceeded
+// and never fired, or parked for approval (OverBudget).
+type Budget struct {
+	// Per is what the count is kept over. Default intent.BudgetPerSession.
+	Per intent.BudgetScope
+	// Max is how many distinct operations a window allows, 1 to MaxBudget;
+	// 0 for no budget.
+	Max int
+	// Window is the length of a window, whole seconds; windows start at
+	// its multiples since the Unix epoch.
+	Window time.Duration
+	// OverBudget is what happens to an operation over the budget. Default
+	// intent.OverBudgetRefuse.
+	OverBudget intent.OverBudget
+}
+
+// Info is the budget as the catalogue reports it; nil for no budget.
+func (b Budget) Info() *intent.Budget {
+	if b.Max == 0 {
+		return nil
+	}
+	return &intent.Budget{Per: b.Per, Max: b.Max, WindowSeconds: int64(b.Window / time.Second), OverBudget: b.OverBudget}
 }
 
 // SafeToRetry reports whether a caller may repeat the tool's call without a

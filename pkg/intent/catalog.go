@@ -47,6 +47,9 @@ type ToolInfo struct {
 	// the tool's name there.
 	Upstream     string `json:"upstream,omitempty"`
 	UpstreamTool string `json:"upstream_tool,omitempty"`
+	// Budget is the tool's effect budget, when it declares one: how many
+	// distinct operations it runs per session (or in all) per window.
+	Budget *Budget `json:"budget,omitempty"`
 }
 
 // Effect kinds built into the workers, as a tools file's effect field and

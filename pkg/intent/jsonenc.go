@@ -158,6 +158,11 @@ func (r Result) AppendJSON(dst []byte) ([]byte, error) {
 			return nil, fmt.Errorf("answer receipt: %w", err)
 		}
 	}
+	if !r.RetryAt.IsZero() {
+		if dst, err = AppendJSONTime(AppendJSONMember(dst, "retry_at"), r.RetryAt); err != nil {
+			return nil, fmt.Errorf("answer retry_at: %w", err)
+		}
+	}
 	return append(dst, '}'), nil
 }
 

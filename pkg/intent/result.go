@@ -84,6 +84,9 @@ type Result struct {
 	// answer, and on a conflict a worker answered. Anyone holding the
 	// workers' public keys verifies it offline.
 	Receipt json.RawMessage `json:"receipt,omitempty"`
+	// RetryAt is, on a budget_exceeded answer, when the budget's window
+	// ends and the same call may run.
+	RetryAt time.Time `json:"retry_at,omitzero"`
 }
 
 // Rejected is the answer to an intent refused before anything was done: bad

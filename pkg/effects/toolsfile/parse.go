@@ -25,7 +25,7 @@ var kindPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
 // toolFields are the fields every tool has; no effect kind may take one of
 // these names, since a kind's settings live under a field named after it.
 var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease", "class", "ledger", "approval", "approval_ttl", "on_abandoned", "max_in_flight",
-	"description", "schema", "destructive", "approver"}
+	"description", "schema", "destructive", "approver", "retention", "budget", "over_budget"}
 
 // Option adjusts Parse and LoadFile.
 type Option func(*options)
@@ -272,6 +272,10 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) 
 	}
 
 	t.Policy = parsePolicy(s)
+	if w := t.KeySpec.Window; w > 0 && t.Policy.Retention > 0 && t.Policy.Retention < w {
+		s.Invalid("retention", fmt.Sprintf("%s is shorter than the tool's window (%s): a repeat later in the window would find no record and fire again",
+			text.FormatDuration(t.Policy.Retention), text.FormatDuration(w)), "make retention at least the window, or remove it for the ledger's")
+	}
 	parseDescription(s, t)
 	requireIdentity(s, t, entry)
 	t.AuditArgs = s.Bool("audit_args", false)

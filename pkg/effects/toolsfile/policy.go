@@ -57,8 +57,75 @@ func parsePolicy(s *section) effects.Policy {
 			s.Invalid("max_in_flight", "must be at least 1", "remove it for no cap, or write e.g. max_in_flight: 16")
 		}
 	}
+	if s.Has("retention") {
+		mark := s.Problems()
+		p.Retention = s.Duration("retention", 0)
+		switch {
+		case s.Problems() > mark:
+		case !p.Ledger:
+			s.Invalid("retention", "a tool without the ledger keeps no record", "remove retention, or use the ledger (class idempotent or unsafe)")
+		case p.Retention < time.Second:
+			s.Invalid("retention", "must be at least 1s", "write e.g. retention: 1h, or remove it for the ledger's")
+		case p.Retention%time.Second != 0:
+			s.Invalid("retention", fmt.Sprintf("%s is not a whole number of seconds", p.Retention), "write e.g. retention: 1h")
+		}
+	}
+	parseBudget(s, &p)
 	if p.OnAbandoned == intent.AbandonHold && !p.Ledger {
 		s.Invalid("on_abandoned", "hold needs the ledger", "remove on_abandoned for a tool without the ledger")
 	}
 	return p
+}
+
+// parseBudget reads budget ({per, max, window}) and over_budget.
+func parseBudget(s *section, p *effects.Policy) {
+	if !s.Has("budget") {
+		if s.Has("over_budget") {
+			s.String("over_budget", "")
+			s.Invalid("over_budget", "is set but the tool has no budget", "add e.g. budget: {per: session, max: 5, window: 1h}, or remove over_budget")
+		}
+		return
+	}
+	b := s.Section("budget")
+	mark := s.Problems()
+	switch per := intent.BudgetScope(b.String("per", string(intent.BudgetPerSession))); per {
+	case intent.BudgetPerSession, intent.BudgetPerTool:
+		p.Budget.Per = per
+	default:
+		b.Invalid("per", fmt.Sprintf("unknown scope %q", per), "use session (a count per session) or tool (one count for every caller)")
+	}
+	switch {
+	case !b.Has("max"):
+		b.Invalid("", "has no max", "add max: the number of distinct operations a window allows, e.g. budget: {per: session, max: 5, window: 1h}")
+	default:
+		p.Budget.Max = b.Int("max", 5)
+		if p.Budget.Max < 1 || p.Budget.Max > effects.MaxBudget {
+			b.Invalid("max", fmt.Sprintf("%d is not from 1 to %d", p.Budget.Max, effects.MaxBudget), "write e.g. max: 5")
+		}
+	}
+	switch {
+	case !b.Has("window"):
+		b.Invalid("", "has no window", "add window: the period the count covers, e.g. window: 1h")
+	default:
+		w := b.Duration("window", time.Hour)
+		p.Budget.Window = w
+		switch {
+		case w < time.Second:
+			b.Invalid("window", "must be at least 1s", "write e.g. window: 1h")
+		case w%time.Second != 0:
+			b.Invalid("window", fmt.Sprintf("%s is not a whole number of seconds", w), "write e.g. window: 1h")
+		}
+	}
+	switch o := intent.OverBudget(s.String("over_budget", string(intent.OverBudgetRefuse))); o {
+	case intent.OverBudgetRefuse, intent.OverBudgetApprove:
+		p.Budget.OverBudget = o
+	default:
+		s.Invalid("over_budget", fmt.Sprintf("unknown policy %q", o), "use refuse (answered budget_exceeded) or approve (parked for an approval)")
+	}
+	if !p.Ledger {
+		s.Invalid("budget", "a budget counts operations in the ledger", "remove budget, or use the ledger (class idempotent or unsafe)")
+	}
+	if s.Problems() > mark {
+		p.Budget = effects.Budget{}
+	}
 }
