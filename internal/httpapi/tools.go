@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -182,14 +181,14 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *auth.Toke
 		fail(w, http.StatusNotFound, intent.CodeUnknownTool, "no tool %q is configured on the workers (GET /v1/tools lists them)", name)
 		return
 	}
-	if err := keyArgsPresent(env, info); err != nil {
+	if err := env.CheckKeyArgs(info.Class, info.KeySpec()); err != nil {
 		fail(w, http.StatusBadRequest, intent.CodeInvalidIntent, "%v", err)
 		return
 	}
 	// The caller's trace context (traceparent) reaches the worker, the
 	// effect and the answer.
 	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	sub, err := s.cl.Publish(ctx, env)
+	sub, err := s.cl.Publish(ctx, env.Envelope)
 	if err != nil {
 		if errors.Is(err, intent.ErrInvalid) {
 			fail(w, http.StatusBadRequest, intent.CodeInvalidIntent, "%v", err)
@@ -226,9 +225,9 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *auth.Toke
 }
 
 // envelope builds the intent of a tool call and checks it as the workers
-// will: the args must be one strict JSON object, and the envelope within the
-// size limit and the protocol's rules.
-func (s *Server) envelope(r *http.Request, tok *auth.Token, tool string, body []byte) (*intent.Envelope, *problem) {
+// will (intent.Build): the args must be one strict JSON object, and the
+// envelope within the size limit and the protocol's rules.
+func (s *Server) envelope(r *http.Request, tok *auth.Token, tool string, body []byte) (intent.Decoded, *problem) {
 	invalid := func(format string, args ...any) *problem {
 		return newProblem(http.StatusBadRequest, intent.CodeInvalidIntent, fmt.Sprintf(format, args...))
 	}
@@ -238,109 +237,52 @@ func (s *Server) envelope(r *http.Request, tok *auth.Token, tool string, body []
 	}
 	key, err := idempotencyKey(r.Header)
 	if err != nil {
-		return nil, malformed("%v", err)
+		return intent.Decoded{}, malformed("%v", err)
 	}
 	sessions := r.Header.Values(HeaderSession)
 	if len(sessions) > 1 {
-		return nil, malformed("more than one %s header", HeaderSession)
+		return intent.Decoded{}, malformed("more than one %s header", HeaderSession)
 	}
 	session := ""
 	if len(sessions) == 1 {
 		session = sessions[0]
 	}
 	if len(session) > maxSessionBytes {
-		return nil, malformed("%s is %d bytes, the limit is %d", HeaderSession, len(session), maxSessionBytes)
+		return intent.Decoded{}, malformed("%s is %d bytes, the limit is %d", HeaderSession, len(session), maxSessionBytes)
 	}
 	for _, h := range []string{HeaderSession, HeaderCallID, HeaderCreatedAt} {
 		if len(r.Header.Values(h)) > 1 {
-			return nil, malformed("more than one %s header", h)
+			return intent.Decoded{}, malformed("more than one %s header", h)
 		}
 		if v := r.Header.Get(h); !utf8.ValidString(v) {
-			return nil, malformed("%s is not valid UTF-8", h)
+			return intent.Decoded{}, malformed("%s is not valid UTF-8", h)
 		}
 	}
 	if !utf8.ValidString(key) {
-		return nil, malformed("%s is not valid UTF-8", HeaderIdempotencyKey)
+		return intent.Decoded{}, malformed("%s is not valid UTF-8", HeaderIdempotencyKey)
 	}
 	if len(key) > intent.MaxKeyBytes {
-		return nil, malformed("%s is %d bytes, the limit is %d", HeaderIdempotencyKey, len(key), intent.MaxKeyBytes)
+		return intent.Decoded{}, malformed("%s is %d bytes, the limit is %d", HeaderIdempotencyKey, len(key), intent.MaxKeyBytes)
 	}
-	if len(bytesTrim(body)) == 0 {
-		body = []byte("{}")
-	}
-	args, err := intent.Canonicalize(body)
-	if err != nil {
-		return nil, invalid("the body must be the tool's arguments, one JSON object: %v", err)
-	}
-	if args[0] != '{' {
-		return nil, invalid("the body must be the tool's arguments as a JSON object, not %s", describe(args[0]))
-	}
-	doc := map[string]any{"tool": tool, "args": json.RawMessage(args)}
-	if session = tok.Scope(session); session != "" {
-		doc["session"] = session
-	}
-	for field, header := range map[string]string{"key": "", "call_id": HeaderCallID, "created_at": HeaderCreatedAt} {
-		v := key
-		if header != "" {
-			v = r.Header.Get(header)
+	env := intent.Envelope{Tool: tool, Args: body, Session: tok.Scope(session), Key: key, CallID: r.Header.Get(HeaderCallID)}
+	if v := r.Header.Get(HeaderCreatedAt); v != "" {
+		t, err := intent.ParseCreatedAt(v)
+		if err != nil {
+			return intent.Decoded{}, invalid("%v", err)
 		}
-		if v != "" {
-			doc[field] = v
-		}
+		env.CreatedAt = t
 	}
-	data, err := json.Marshal(doc)
-	if err != nil {
-		return nil, invalid("%v", err)
+	d, err := intent.Build(env, intent.Limits{MaxBytes: s.cfg.MaxBodyBytes})
+	var syntax *intent.SyntaxError
+	switch {
+	case errors.Is(err, intent.ErrTooLarge):
+		return intent.Decoded{}, newProblem(http.StatusRequestEntityTooLarge, intent.CodeTooLarge, fmt.Sprintf("%v (with its headers)", err))
+	case errors.As(err, &syntax):
+		return intent.Decoded{}, invalid("the body must be the tool's arguments, one JSON object: %v", err)
+	case err != nil:
+		return intent.Decoded{}, invalid("%v", err)
 	}
-	env, err := intent.Decode(data, intent.Limits{MaxBytes: s.cfg.MaxBodyBytes})
-	if errors.Is(err, intent.ErrTooLarge) {
-		return nil, newProblem(http.StatusRequestEntityTooLarge, intent.CodeTooLarge, fmt.Sprintf("the intent is %d bytes with its headers, the limit is %d", len(data), s.cfg.MaxBodyBytes))
-	}
-	if err != nil {
-		return nil, invalid("%v", err)
-	}
-	return env, nil
-}
-
-// keyArgsPresent refuses a call of an unsafe tool whose key cannot name its
-// operation: a key arg is missing and no Idempotency-Key was given (the
-// workers refuse it too).
-func keyArgsPresent(env *intent.Envelope, t intent.ToolInfo) error {
-	if env.Key != "" || t.Class != "unsafe" || len(t.KeyArgs) == 0 {
-		return nil
-	}
-	var args map[string]json.RawMessage
-	if err := json.Unmarshal(env.Args, &args); err != nil {
-		return err
-	}
-	for _, k := range t.KeyArgs {
-		if _, ok := args[k]; !ok {
-			return fmt.Errorf("tool %s is unsafe and its key arg %q is missing: give it, or an Idempotency-Key naming the operation", t.Name, k)
-		}
-	}
-	return nil
-}
-
-func bytesTrim(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
-		b = b[1:]
-	}
-	return b
-}
-
-// describe names the JSON type a canonical value starts with.
-func describe(c byte) string {
-	switch c {
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
+	return d, nil
 }
 
 // unavailable answers 503: NATS, the workers or the ledger did not answer.

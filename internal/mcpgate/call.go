@@ -47,8 +47,14 @@ func (g *Gate) handler(name string) mcp.ToolHandler {
 		if problem != "" {
 			return toolError("Invalid arguments for %s: %s. Nothing was done; fix the arguments and call again.", name, problem), nil
 		}
-		env := &intent.Envelope{Tool: name, Args: args, Session: session}
-		return g.call(ctx, req, s, env)
+		env, err := intent.Build(intent.Envelope{Tool: name, Args: args, Session: session}, intent.Limits{})
+		if err == nil {
+			err = env.CheckKeyArgs(s.info.Class, s.info.KeySpec())
+		}
+		if err != nil {
+			return toolError("Invalid arguments for %s: %v. Nothing was done; fix the arguments and call again.", name, err), nil
+		}
+		return g.call(ctx, req, s, env.Envelope)
 	}
 }
 
@@ -101,7 +107,8 @@ var keyLike = map[string]bool{
 // arguments checks a call's arguments and returns them as the intent's args:
 // an object (absent means {}), within the size limit, valid against the
 // tool's schema, without undeclared key-like members. problem says what is
-// wrong.
+// wrong. The intent they make is then checked as every door checks it
+// (intent.Build, CheckKeyArgs).
 func (g *Gate) arguments(s *served, raw json.RawMessage) (json.RawMessage, string) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
