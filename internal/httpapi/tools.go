@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -18,134 +17,11 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// How long a catalogue answer is used before it is asked again, and how
-// soon an unknown tool makes it ask again.
-const (
-	catalogueFresh = 10 * time.Second
-	catalogueRetry = time.Second
-)
-
-// catalogue is the workers' tool catalogue, remembered for a while. One
-// request to the workers at a time refreshes it (single flight), and no
-// lock is held across that request: a call of a tool the catalogue knows
-// never waits for it, and calls that need the new answer wait for the one
-// request in flight.
-type catalogue struct {
-	cl interface {
-		Tools(ctx context.Context) (intent.Catalog, error)
-	}
-	mu     sync.Mutex
-	cat    intent.Catalog
-	byName map[string]intent.ToolInfo
-	at     time.Time   // when cat was fetched; zero before the first answer
-	asked  time.Time   // when the latest refresh started
-	flight *refreshing // the refresh in flight; nil when none
-}
-
-// refreshing is one request to the workers; done is closed once it ended,
-// with err its failure.
-type refreshing struct {
-	done chan struct{}
-	err  error
-}
-
-func newCatalogue(cl *client.Client) *catalogue { return &catalogue{cl: cl} }
-
-// get returns the catalogue, asking the workers when the one remembered is
-// older than maxAge (joining a request already in flight) and waiting for
-// their answer. When they do not answer, the last answer is used; with none
-// it is an error.
-func (c *catalogue) get(ctx context.Context, maxAge time.Duration) (intent.Catalog, error) {
-	c.mu.Lock()
-	if !c.at.IsZero() && time.Since(c.at) < maxAge {
-		defer c.mu.Unlock()
-		return c.cat, nil
-	}
-	f := c.refreshLocked()
-	c.mu.Unlock()
-	select {
-	case <-f.done:
-	case <-ctx.Done():
-		return intent.Catalog{}, ctx.Err()
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.at.IsZero() {
-		return intent.Catalog{}, f.err
-	}
-	return c.cat, nil
-}
-
-// refreshLocked returns the refresh in flight, starting one if there is
-// none. The request runs on its own goroutine, bounded by the client's
-// catalogue timeout, so that a caller who leaves does not end it for the
-// others. c.mu must be held.
-func (c *catalogue) refreshLocked() *refreshing {
-	if c.flight != nil {
-		return c.flight
-	}
-	f := &refreshing{done: make(chan struct{})}
-	c.flight, c.asked = f, time.Now()
-	go func() {
-		cat, err := c.cl.Tools(context.Background())
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if err == nil {
-			c.cat, c.at, c.byName = cat, time.Now(), map[string]intent.ToolInfo{}
-			for _, t := range cat.Tools {
-				c.byName[t.Name] = t
-			}
-		}
-		f.err, c.flight = err, nil
-		close(f.done)
-	}()
-	return f
-}
-
-// tool returns the catalogue's entry for name. A name it knows is answered
-// from the catalogue at once, even one older than catalogueFresh (which
-// starts a refresh, not waited for). A name it lacks makes it ask the
-// workers again, at most once per catalogueRetry, in case the tool is new,
-// and waits for that answer.
-func (c *catalogue) tool(ctx context.Context, name string) (intent.ToolInfo, bool, error) {
-	c.mu.Lock()
-	if t, ok := c.byName[name]; ok {
-		if time.Since(c.at) >= catalogueFresh {
-			c.refreshLocked()
-		}
-		c.mu.Unlock()
-		return t, true, nil
-	}
-	var f *refreshing
-	switch {
-	case c.flight != nil:
-		f = c.flight
-	case c.at.IsZero() || time.Since(c.asked) >= catalogueRetry:
-		f = c.refreshLocked()
-	}
-	c.mu.Unlock()
-	if f == nil {
-		return intent.ToolInfo{}, false, nil // asked less than catalogueRetry ago
-	}
-	select {
-	case <-f.done:
-	case <-ctx.Done():
-		return intent.ToolInfo{}, false, ctx.Err()
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.at.IsZero() {
-		return intent.ToolInfo{}, false, f.err
-	}
-	t, ok := c.byName[name]
-	return t, ok, nil
-}
-
 // listTools answers GET /v1/tools: the workers' catalogue, with the
 // token's namespace in Idem-Namespace (a client deriving keys needs it: the
 // namespace scopes every session).
 func (s *Server) listTools(w http.ResponseWriter, r *http.Request, tok *auth.Token, _ []byte) {
-	cat, err := s.tools.get(r.Context(), catalogueRetry)
+	cat, err := s.cl.Catalog(r.Context(), client.CatalogRetry)
 	if err != nil {
 		s.unavailable(w, err)
 		return
@@ -172,7 +48,7 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *auth.Toke
 		writeProblem(w, problem)
 		return
 	}
-	info, known, err := s.tools.tool(r.Context(), name)
+	info, known, err := s.cl.Tool(r.Context(), name)
 	switch {
 	case err != nil:
 		s.unavailable(w, err)

@@ -151,7 +151,7 @@ func (g *Gate) arguments(s *served, raw json.RawMessage) (json.RawMessage, strin
 
 // call submits env and answers with its outcome.
 func (g *Gate) call(ctx context.Context, req *mcp.CallToolRequest, s *served, env *intent.Envelope) (*mcp.CallToolResult, error) {
-	cl := g.client()
+	cl := g.cl
 	sub, err := cl.Publish(ctx, env)
 	switch {
 	case errors.Is(err, intent.ErrInvalid):

@@ -76,6 +76,8 @@ type Client struct {
 	forgetter *dedup.Ledger
 	// receiptKeys verify answers' receipts (WithReceiptKeys); nil: none.
 	receiptKeys *audit.KeySet
+	// cat is the workers' tool catalogue as the client remembers it.
+	cat *catalogue
 }
 
 // New returns a client on nc.
@@ -92,7 +94,9 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	return &Client{nc: nc, js: js, names: names, grace: o.replyGrace, specs: o.specs, receiptKeys: o.receiptKeys}, nil
+	c := &Client{nc: nc, js: js, names: names, grace: o.replyGrace, specs: o.specs, receiptKeys: o.receiptKeys}
+	c.cat = &catalogue{fetch: c.Tools}
+	return c, nil
 }
 
 // Names returns the names the client uses.
@@ -391,8 +395,7 @@ func recordStatus(rec dedup.Record, fp string) intent.Status {
 // no longer answer it.
 func (s *Submission) relearn(ctx context.Context) error {
 	s.relearned = true
-	s.c.forgetSpec(s.tool)
-	s.spec = s.c.spec(ctx, s.tool)
+	s.spec = s.c.relearnSpec(ctx, s.tool)
 	env, err := intent.Decode(s.msg.Data, intent.Limits{MaxBytes: len(s.msg.Data) + 1})
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
