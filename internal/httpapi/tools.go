@@ -43,33 +43,35 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *auth.Toke
 		return
 	}
 	wait := s.wait(w, r)
-	env, problem := s.envelope(r, tok, name, body)
+	env, problem := s.envelope(r, tok, name)
 	if problem != nil {
 		writeProblem(w, problem)
 		return
 	}
-	info, known, err := s.cl.Tool(r.Context(), name)
-	switch {
-	case err != nil:
-		s.unavailable(w, err)
+	env.Args = body
+	p, err := s.cl.Prepare(r.Context(), env, intent.Limits{MaxBytes: s.cfg.MaxBodyBytes})
+	if err != nil {
+		writeProblem(w, invalidIntent(err))
 		return
-	case !known:
+	}
+	switch {
+	case p.CatalogErr != nil:
+		s.unavailable(w, p.CatalogErr)
+		return
+	case !p.Known:
 		fail(w, http.StatusNotFound, intent.CodeUnknownTool, "no tool %q is configured on the workers (GET /v1/tools lists them)", name)
 		return
 	}
-	if err := env.CheckKeyArgs(info.Class, info.KeySpec()); err != nil {
+	if err := p.CheckKeyArgs(); err != nil {
 		fail(w, http.StatusBadRequest, intent.CodeInvalidIntent, "%v", err)
 		return
 	}
+	info := p.Tool
 	// The caller's trace context (traceparent) reaches the worker, the
 	// effect and the answer.
 	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	sub, err := s.cl.Publish(ctx, env.Envelope)
+	sub, err := s.cl.PublishPrepared(ctx, p)
 	if err != nil {
-		if errors.Is(err, intent.ErrInvalid) {
-			fail(w, http.StatusBadRequest, intent.CodeInvalidIntent, "%v", err)
-			return
-		}
 		s.unavailable(w, err)
 		return
 	}
@@ -100,10 +102,10 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *auth.Toke
 	writeAnswer(w, res, info.Ledger)
 }
 
-// envelope builds the intent of a tool call and checks it as the workers
-// will (intent.Build): the args must be one strict JSON object, and the
-// envelope within the size limit and the protocol's rules.
-func (s *Server) envelope(r *http.Request, tok *auth.Token, tool string, body []byte) (intent.Decoded, *problem) {
+// envelope is the intent of a tool call but its args, from the request's
+// headers, the token's namespace scoping its session. The client builds
+// and checks it with the args (client.Prepare, intent.Build).
+func (s *Server) envelope(r *http.Request, tok *auth.Token, tool string) (intent.Envelope, *problem) {
 	invalid := func(format string, args ...any) *problem {
 		return newProblem(http.StatusBadRequest, intent.CodeInvalidIntent, fmt.Sprintf(format, args...))
 	}
@@ -113,52 +115,54 @@ func (s *Server) envelope(r *http.Request, tok *auth.Token, tool string, body []
 	}
 	key, err := idempotencyKey(r.Header)
 	if err != nil {
-		return intent.Decoded{}, malformed("%v", err)
+		return intent.Envelope{}, malformed("%v", err)
 	}
 	sessions := r.Header.Values(HeaderSession)
 	if len(sessions) > 1 {
-		return intent.Decoded{}, malformed("more than one %s header", HeaderSession)
+		return intent.Envelope{}, malformed("more than one %s header", HeaderSession)
 	}
 	session := ""
 	if len(sessions) == 1 {
 		session = sessions[0]
 	}
 	if len(session) > maxSessionBytes {
-		return intent.Decoded{}, malformed("%s is %d bytes, the limit is %d", HeaderSession, len(session), maxSessionBytes)
+		return intent.Envelope{}, malformed("%s is %d bytes, the limit is %d", HeaderSession, len(session), maxSessionBytes)
 	}
 	for _, h := range []string{HeaderSession, HeaderCallID, HeaderCreatedAt} {
 		if len(r.Header.Values(h)) > 1 {
-			return intent.Decoded{}, malformed("more than one %s header", h)
+			return intent.Envelope{}, malformed("more than one %s header", h)
 		}
 		if v := r.Header.Get(h); !utf8.ValidString(v) {
-			return intent.Decoded{}, malformed("%s is not valid UTF-8", h)
+			return intent.Envelope{}, malformed("%s is not valid UTF-8", h)
 		}
 	}
 	if !utf8.ValidString(key) {
-		return intent.Decoded{}, malformed("%s is not valid UTF-8", HeaderIdempotencyKey)
+		return intent.Envelope{}, malformed("%s is not valid UTF-8", HeaderIdempotencyKey)
 	}
 	if len(key) > intent.MaxKeyBytes {
-		return intent.Decoded{}, malformed("%s is %d bytes, the limit is %d", HeaderIdempotencyKey, len(key), intent.MaxKeyBytes)
+		return intent.Envelope{}, malformed("%s is %d bytes, the limit is %d", HeaderIdempotencyKey, len(key), intent.MaxKeyBytes)
 	}
-	env := intent.Envelope{Tool: tool, Args: body, Session: tok.Scope(session), Key: key, CallID: r.Header.Get(HeaderCallID)}
+	env := intent.Envelope{Tool: tool, Session: tok.Scope(session), Key: key, CallID: r.Header.Get(HeaderCallID)}
 	if v := r.Header.Get(HeaderCreatedAt); v != "" {
 		t, err := intent.ParseCreatedAt(v)
 		if err != nil {
-			return intent.Decoded{}, invalid("%v", err)
+			return intent.Envelope{}, invalid("%v", err)
 		}
 		env.CreatedAt = t
 	}
-	d, err := intent.Build(env, intent.Limits{MaxBytes: s.cfg.MaxBodyBytes})
+	return env, nil
+}
+
+// invalidIntent is the problem of an intent that intent.Build refused.
+func invalidIntent(err error) *problem {
 	var syntax *intent.SyntaxError
 	switch {
 	case errors.Is(err, intent.ErrTooLarge):
-		return intent.Decoded{}, newProblem(http.StatusRequestEntityTooLarge, intent.CodeTooLarge, fmt.Sprintf("%v (with its headers)", err))
+		return newProblem(http.StatusRequestEntityTooLarge, intent.CodeTooLarge, fmt.Sprintf("%v (with its headers)", err))
 	case errors.As(err, &syntax):
-		return intent.Decoded{}, invalid("the body must be the tool's arguments, one JSON object: %v", err)
-	case err != nil:
-		return intent.Decoded{}, invalid("%v", err)
+		return newProblem(http.StatusBadRequest, intent.CodeInvalidIntent, fmt.Sprintf("the body must be the tool's arguments, one JSON object: %v", err))
 	}
-	return d, nil
+	return newProblem(http.StatusBadRequest, intent.CodeInvalidIntent, err.Error())
 }
 
 // unavailable answers 503: NATS, the workers or the ledger did not answer.

@@ -47,14 +47,17 @@ func (g *Gate) handler(name string) mcp.ToolHandler {
 		if problem != "" {
 			return toolError("Invalid arguments for %s: %s. Nothing was done; fix the arguments and call again.", name, problem), nil
 		}
-		env, err := intent.Build(intent.Envelope{Tool: name, Args: args, Session: session}, intent.Limits{})
+		p, err := g.cl.Prepare(ctx, intent.Envelope{Tool: name, Args: args, Session: session}, intent.Limits{})
 		if err == nil {
-			err = env.CheckKeyArgs(s.info.Class, s.info.KeySpec())
+			err = p.CheckKeyArgs()
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			return toolError("Invalid arguments for %s: %v. Nothing was done; fix the arguments and call again.", name, err), nil
 		}
-		return g.call(ctx, req, s, env.Envelope)
+		return g.call(ctx, req, s, p)
 	}
 }
 
@@ -149,13 +152,11 @@ func (g *Gate) arguments(s *served, raw json.RawMessage) (json.RawMessage, strin
 	return raw, ""
 }
 
-// call submits env and answers with its outcome.
-func (g *Gate) call(ctx context.Context, req *mcp.CallToolRequest, s *served, env *intent.Envelope) (*mcp.CallToolResult, error) {
+// call submits p and answers with its outcome.
+func (g *Gate) call(ctx context.Context, req *mcp.CallToolRequest, s *served, p *client.Prepared) (*mcp.CallToolResult, error) {
 	cl := g.cl
-	sub, err := cl.Publish(ctx, env)
+	sub, err := cl.PublishPrepared(ctx, p)
 	switch {
-	case errors.Is(err, intent.ErrInvalid):
-		return toolError("Invalid arguments for %s: %v. Nothing was done; fix the arguments and call again.", env.Tool, err), nil
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case err != nil:
@@ -166,7 +167,7 @@ func (g *Gate) call(ctx context.Context, req *mcp.CallToolRequest, s *served, en
 		return pendingOrCancelled(ctx, err, sub.Key)
 	}
 	if res.Status == intent.StatusAwaitingApproval && s.info.Approver == "user" {
-		return g.userApproval(ctx, req, s, cl, env, sub, res)
+		return g.userApproval(ctx, req, s, cl, p, sub, res)
 	}
 	return s.render(res), nil
 }

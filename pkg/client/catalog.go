@@ -180,23 +180,30 @@ func (ts toolSpec) lease() time.Duration {
 	return dedup.DefaultLease
 }
 
-// spec returns tool's key derivation: configured with WithKeySpec, else
-// learned from the catalogue (Tool), else the default derivation: for a
-// tool the catalogue does not list (the workers will say so), or when no
-// worker answers.
+// spec returns tool's key derivation (see learn).
 func (c *Client) spec(ctx context.Context, tool string) toolSpec {
+	ts, _, _, _ := c.learn(ctx, tool)
+	return ts
+}
+
+// learn returns tool's key derivation — configured with WithKeySpec (the
+// catalogue is then not asked), else learned from the catalogue (Tool),
+// else the default derivation: for a tool the catalogue does not list (the
+// workers will say so), or when no worker answered (err) — and the
+// catalogue's entry, when it lists the tool (known).
+func (c *Client) learn(ctx context.Context, tool string) (ts toolSpec, info intent.ToolInfo, known bool, err error) {
 	c.mu.Lock()
-	ts, ok := c.specs[tool]
+	set, ok := c.specs[tool]
 	c.mu.Unlock()
 	if ok {
-		return ts
+		return set, intent.ToolInfo{}, false, nil // the catalogue is not asked
 	}
-	t, known, err := c.cat.tool(ctx, tool)
+	info, known, err = c.cat.tool(ctx, tool)
 	if err != nil || !known {
-		return toolSpec{learned: true}
+		return toolSpec{learned: true}, intent.ToolInfo{}, false, err
 	}
-	return toolSpec{key: t.KeySpec(), noLedger: !t.Ledger, learned: true,
-		leaseFor: time.Duration(t.LeaseSeconds * float64(time.Second))}
+	return toolSpec{key: info.KeySpec(), noLedger: !info.Ledger, learned: true,
+		leaseFor: time.Duration(info.LeaseSeconds * float64(time.Second))}, info, known, nil
 }
 
 // relearnSpec asks the catalogue again and returns tool's key derivation
