@@ -166,7 +166,7 @@ func (g *Gate) call(ctx context.Context, req *mcp.CallToolRequest, s *served, p 
 	if res == nil {
 		return pendingOrCancelled(ctx, err, sub.Key)
 	}
-	if res.Status == intent.StatusAwaitingApproval && s.info.Approver == "user" {
+	if res.Status == intent.StatusAwaitingApproval && s.info.Approver == intent.ApproverUser {
 		return g.userApproval(ctx, req, s, cl, p, sub, res)
 	}
 	return s.render(res), nil

@@ -59,7 +59,8 @@ func Build(env Envelope, lim Limits) (Decoded, error) {
 // operations would share one key. The front doors apply this rule before
 // they publish, and the workers before they claim.
 func (d Decoded) CheckKeyArgs(class Class, spec KeySpec) error {
-	if class != ClassUnsafe || d.Key != "" || len(spec.KeyArgs) == 0 {
+	required := RequiredKeyArgs(class, spec)
+	if d.Key != "" || len(required) == 0 {
 		return nil
 	}
 	args := d.parsed()
@@ -70,12 +71,23 @@ func (d Decoded) CheckKeyArgs(class Class, spec KeySpec) error {
 		}
 		args = &v
 	}
-	for _, k := range spec.KeyArgs {
+	for _, k := range required {
 		if !args.has(k) {
 			return invalidf("tool %s is unsafe and its key arg %q is missing: give it, or a key override naming the operation (the envelope's key; over HTTP the Idempotency-Key header)", d.Tool, k)
 		}
 	}
 	return nil
+}
+
+// RequiredKeyArgs are the args an intent of a tool of class with key spec
+// must carry unless it has a key override (CheckKeyArgs): the key args of
+// an unsafe tool, none for another class. A tool's published input schema
+// names them as required.
+func RequiredKeyArgs(class Class, spec KeySpec) []string {
+	if class != ClassUnsafe {
+		return nil
+	}
+	return spec.KeyArgs
 }
 
 // has reports whether the object o has a member name.
