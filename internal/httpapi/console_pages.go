@@ -498,7 +498,7 @@ func (c *console) search(w http.ResponseWriter, r *http.Request, sess *consoleSe
 		Status: v.Get("status"), Since: strings.TrimSpace(v.Get("since")), Until: strings.TrimSpace(v.Get("until")),
 		Statuses: []intent.Status{intent.StatusPending, intent.StatusAwaitingApproval, intent.StatusApproved, intent.StatusUncertain,
 			intent.StatusCompleted, intent.StatusFailed, intent.StatusDenied}}
-	if cat, err := c.s.tools.get(r.Context(), catalogueFresh); err == nil {
+	if cat, err := c.s.cl.Catalog(r.Context(), client.CatalogFresh); err == nil {
 		for _, t := range cat.Tools {
 			d.Tools = append(d.Tools, t.Name)
 		}

@@ -183,7 +183,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, tok *auth.Token,
 		return
 	}
 	var d decisionBody
-	if len(bytesTrim(body)) > 0 {
+	if len(bytes.TrimSpace(body)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&d); err != nil {

@@ -36,7 +36,6 @@ type Server struct {
 	cl      *client.Client
 	nc      *nats.Conn
 	log     *zap.Logger
-	tools   *catalogue
 	callers sync.Map // token hash → *caller
 	handler http.Handler
 	console *console
@@ -59,7 +58,7 @@ func New(nc *nats.Conn, cl *client.Client, cfg Config) (*Server, error) {
 	if nc == nil || cl == nil {
 		return nil, errors.New("httpapi: no NATS connection or client")
 	}
-	s := &Server{cfg: cfg, cl: cl, nc: nc, log: cfg.Log, tools: newCatalogue(cl)}
+	s := &Server{cfg: cfg, cl: cl, nc: nc, log: cfg.Log}
 	var err error
 	if s.console, err = newConsole(s); err != nil {
 		return nil, fmt.Errorf("httpapi: console: %w", err)

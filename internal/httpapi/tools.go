@@ -2,11 +2,9 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -19,134 +17,11 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// How long a catalogue answer is used before it is asked again, and how
-// soon an unknown tool makes it ask again.
-const (
-	catalogueFresh = 10 * time.Second
-	catalogueRetry = time.Second
-)
-
-// catalogue is the workers' tool catalogue, remembered for a while. One
-// request to the workers at a time refreshes it (single flight), and no
-// lock is held across that request: a call of a tool the catalogue knows
-// never waits for it, and calls that need the new answer wait for the one
-// request in flight.
-type catalogue struct {
-	cl interface {
-		Tools(ctx context.Context) (intent.Catalog, error)
-	}
-	mu     sync.Mutex
-	cat    intent.Catalog
-	byName map[string]intent.ToolInfo
-	at     time.Time   // when cat was fetched; zero before the first answer
-	asked  time.Time   // when the latest refresh started
-	flight *refreshing // the refresh in flight; nil when none
-}
-
-// refreshing is one request to the workers; done is closed once it ended,
-// with err its failure.
-type refreshing struct {
-	done chan struct{}
-	err  error
-}
-
-func newCatalogue(cl *client.Client) *catalogue { return &catalogue{cl: cl} }
-
-// get returns the catalogue, asking the workers when the one remembered is
-// older than maxAge (joining a request already in flight) and waiting for
-// their answer. When they do not answer, the last answer is used; with none
-// it is an error.
-func (c *catalogue) get(ctx context.Context, maxAge time.Duration) (intent.Catalog, error) {
-	c.mu.Lock()
-	if !c.at.IsZero() && time.Since(c.at) < maxAge {
-		defer c.mu.Unlock()
-		return c.cat, nil
-	}
-	f := c.refreshLocked()
-	c.mu.Unlock()
-	select {
-	case <-f.done:
-	case <-ctx.Done():
-		return intent.Catalog{}, ctx.Err()
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.at.IsZero() {
-		return intent.Catalog{}, f.err
-	}
-	return c.cat, nil
-}
-
-// refreshLocked returns the refresh in flight, starting one if there is
-// none. The request runs on its own goroutine, bounded by the client's
-// catalogue timeout, so that a caller who leaves does not end it for the
-// others. c.mu must be held.
-func (c *catalogue) refreshLocked() *refreshing {
-	if c.flight != nil {
-		return c.flight
-	}
-	f := &refreshing{done: make(chan struct{})}
-	c.flight, c.asked = f, time.Now()
-	go func() {
-		cat, err := c.cl.Tools(context.Background())
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if err == nil {
-			c.cat, c.at, c.byName = cat, time.Now(), map[string]intent.ToolInfo{}
-			for _, t := range cat.Tools {
-				c.byName[t.Name] = t
-			}
-		}
-		f.err, c.flight = err, nil
-		close(f.done)
-	}()
-	return f
-}
-
-// tool returns the catalogue's entry for name. A name it knows is answered
-// from the catalogue at once, even one older than catalogueFresh (which
-// starts a refresh, not waited for). A name it lacks makes it ask the
-// workers again, at most once per catalogueRetry, in case the tool is new,
-// and waits for that answer.
-func (c *catalogue) tool(ctx context.Context, name string) (intent.ToolInfo, bool, error) {
-	c.mu.Lock()
-	if t, ok := c.byName[name]; ok {
-		if time.Since(c.at) >= catalogueFresh {
-			c.refreshLocked()
-		}
-		c.mu.Unlock()
-		return t, true, nil
-	}
-	var f *refreshing
-	switch {
-	case c.flight != nil:
-		f = c.flight
-	case c.at.IsZero() || time.Since(c.asked) >= catalogueRetry:
-		f = c.refreshLocked()
-	}
-	c.mu.Unlock()
-	if f == nil {
-		return intent.ToolInfo{}, false, nil // asked less than catalogueRetry ago
-	}
-	select {
-	case <-f.done:
-	case <-ctx.Done():
-		return intent.ToolInfo{}, false, ctx.Err()
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.at.IsZero() {
-		return intent.ToolInfo{}, false, f.err
-	}
-	t, ok := c.byName[name]
-	return t, ok, nil
-}
-
 // listTools answers GET /v1/tools: the workers' catalogue, with the
 // token's namespace in Idem-Namespace (a client deriving keys needs it: the
 // namespace scopes every session).
 func (s *Server) listTools(w http.ResponseWriter, r *http.Request, tok *auth.Token, _ []byte) {
-	cat, err := s.tools.get(r.Context(), catalogueRetry)
+	cat, err := s.cl.Catalog(r.Context(), client.CatalogRetry)
 	if err != nil {
 		s.unavailable(w, err)
 		return
@@ -168,33 +43,35 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *auth.Toke
 		return
 	}
 	wait := s.wait(w, r)
-	env, problem := s.envelope(r, tok, name, body)
+	env, problem := s.envelope(r, tok, name)
 	if problem != nil {
 		writeProblem(w, problem)
 		return
 	}
-	info, known, err := s.tools.tool(r.Context(), name)
-	switch {
-	case err != nil:
-		s.unavailable(w, err)
+	env.Args = body
+	p, err := s.cl.Prepare(r.Context(), env, intent.Limits{MaxBytes: s.cfg.MaxBodyBytes})
+	if err != nil {
+		writeProblem(w, invalidIntent(err))
 		return
-	case !known:
+	}
+	switch {
+	case p.CatalogErr != nil:
+		s.unavailable(w, p.CatalogErr)
+		return
+	case !p.Known:
 		fail(w, http.StatusNotFound, intent.CodeUnknownTool, "no tool %q is configured on the workers (GET /v1/tools lists them)", name)
 		return
 	}
-	if err := keyArgsPresent(env, info); err != nil {
+	if err := p.CheckKeyArgs(); err != nil {
 		fail(w, http.StatusBadRequest, intent.CodeInvalidIntent, "%v", err)
 		return
 	}
+	info := p.Tool
 	// The caller's trace context (traceparent) reaches the worker, the
 	// effect and the answer.
 	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	sub, err := s.cl.Publish(ctx, env)
+	sub, err := s.cl.PublishPrepared(ctx, p)
 	if err != nil {
-		if errors.Is(err, intent.ErrInvalid) {
-			fail(w, http.StatusBadRequest, intent.CodeInvalidIntent, "%v", err)
-			return
-		}
 		s.unavailable(w, err)
 		return
 	}
@@ -225,10 +102,10 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *auth.Toke
 	writeAnswer(w, res, info.Ledger)
 }
 
-// envelope builds the intent of a tool call and checks it as the workers
-// will: the args must be one strict JSON object, and the envelope within the
-// size limit and the protocol's rules.
-func (s *Server) envelope(r *http.Request, tok *auth.Token, tool string, body []byte) (*intent.Envelope, *problem) {
+// envelope is the intent of a tool call but its args, from the request's
+// headers, the token's namespace scoping its session. The client builds
+// and checks it with the args (client.Prepare, intent.Build).
+func (s *Server) envelope(r *http.Request, tok *auth.Token, tool string) (intent.Envelope, *problem) {
 	invalid := func(format string, args ...any) *problem {
 		return newProblem(http.StatusBadRequest, intent.CodeInvalidIntent, fmt.Sprintf(format, args...))
 	}
@@ -238,109 +115,54 @@ func (s *Server) envelope(r *http.Request, tok *auth.Token, tool string, body []
 	}
 	key, err := idempotencyKey(r.Header)
 	if err != nil {
-		return nil, malformed("%v", err)
+		return intent.Envelope{}, malformed("%v", err)
 	}
 	sessions := r.Header.Values(HeaderSession)
 	if len(sessions) > 1 {
-		return nil, malformed("more than one %s header", HeaderSession)
+		return intent.Envelope{}, malformed("more than one %s header", HeaderSession)
 	}
 	session := ""
 	if len(sessions) == 1 {
 		session = sessions[0]
 	}
 	if len(session) > maxSessionBytes {
-		return nil, malformed("%s is %d bytes, the limit is %d", HeaderSession, len(session), maxSessionBytes)
+		return intent.Envelope{}, malformed("%s is %d bytes, the limit is %d", HeaderSession, len(session), maxSessionBytes)
 	}
 	for _, h := range []string{HeaderSession, HeaderCallID, HeaderCreatedAt} {
 		if len(r.Header.Values(h)) > 1 {
-			return nil, malformed("more than one %s header", h)
+			return intent.Envelope{}, malformed("more than one %s header", h)
 		}
 		if v := r.Header.Get(h); !utf8.ValidString(v) {
-			return nil, malformed("%s is not valid UTF-8", h)
+			return intent.Envelope{}, malformed("%s is not valid UTF-8", h)
 		}
 	}
 	if !utf8.ValidString(key) {
-		return nil, malformed("%s is not valid UTF-8", HeaderIdempotencyKey)
+		return intent.Envelope{}, malformed("%s is not valid UTF-8", HeaderIdempotencyKey)
 	}
 	if len(key) > intent.MaxKeyBytes {
-		return nil, malformed("%s is %d bytes, the limit is %d", HeaderIdempotencyKey, len(key), intent.MaxKeyBytes)
+		return intent.Envelope{}, malformed("%s is %d bytes, the limit is %d", HeaderIdempotencyKey, len(key), intent.MaxKeyBytes)
 	}
-	if len(bytesTrim(body)) == 0 {
-		body = []byte("{}")
-	}
-	args, err := intent.Canonicalize(body)
-	if err != nil {
-		return nil, invalid("the body must be the tool's arguments, one JSON object: %v", err)
-	}
-	if args[0] != '{' {
-		return nil, invalid("the body must be the tool's arguments as a JSON object, not %s", describe(args[0]))
-	}
-	doc := map[string]any{"tool": tool, "args": json.RawMessage(args)}
-	if session = tok.Scope(session); session != "" {
-		doc["session"] = session
-	}
-	for field, header := range map[string]string{"key": "", "call_id": HeaderCallID, "created_at": HeaderCreatedAt} {
-		v := key
-		if header != "" {
-			v = r.Header.Get(header)
+	env := intent.Envelope{Tool: tool, Session: tok.Scope(session), Key: key, CallID: r.Header.Get(HeaderCallID)}
+	if v := r.Header.Get(HeaderCreatedAt); v != "" {
+		t, err := intent.ParseCreatedAt(v)
+		if err != nil {
+			return intent.Envelope{}, invalid("%v", err)
 		}
-		if v != "" {
-			doc[field] = v
-		}
-	}
-	data, err := json.Marshal(doc)
-	if err != nil {
-		return nil, invalid("%v", err)
-	}
-	env, err := intent.Decode(data, intent.Limits{MaxBytes: s.cfg.MaxBodyBytes})
-	if errors.Is(err, intent.ErrTooLarge) {
-		return nil, newProblem(http.StatusRequestEntityTooLarge, intent.CodeTooLarge, fmt.Sprintf("the intent is %d bytes with its headers, the limit is %d", len(data), s.cfg.MaxBodyBytes))
-	}
-	if err != nil {
-		return nil, invalid("%v", err)
+		env.CreatedAt = t
 	}
 	return env, nil
 }
 
-// keyArgsPresent refuses a call of an unsafe tool whose key cannot name its
-// operation: a key arg is missing and no Idempotency-Key was given (the
-// workers refuse it too).
-func keyArgsPresent(env *intent.Envelope, t intent.ToolInfo) error {
-	if env.Key != "" || t.Class != "unsafe" || len(t.KeyArgs) == 0 {
-		return nil
+// invalidIntent is the problem of an intent that intent.Build refused.
+func invalidIntent(err error) *problem {
+	var syntax *intent.SyntaxError
+	switch {
+	case errors.Is(err, intent.ErrTooLarge):
+		return newProblem(http.StatusRequestEntityTooLarge, intent.CodeTooLarge, fmt.Sprintf("%v (with its headers)", err))
+	case errors.As(err, &syntax):
+		return newProblem(http.StatusBadRequest, intent.CodeInvalidIntent, fmt.Sprintf("the body must be the tool's arguments, one JSON object: %v", err))
 	}
-	var args map[string]json.RawMessage
-	if err := json.Unmarshal(env.Args, &args); err != nil {
-		return err
-	}
-	for _, k := range t.KeyArgs {
-		if _, ok := args[k]; !ok {
-			return fmt.Errorf("tool %s is unsafe and its key arg %q is missing: give it, or an Idempotency-Key naming the operation", t.Name, k)
-		}
-	}
-	return nil
-}
-
-func bytesTrim(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
-		b = b[1:]
-	}
-	return b
-}
-
-// describe names the JSON type a canonical value starts with.
-func describe(c byte) string {
-	switch c {
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
+	return newProblem(http.StatusBadRequest, intent.CodeInvalidIntent, err.Error())
 }
 
 // unavailable answers 503: NATS, the workers or the ledger did not answer.

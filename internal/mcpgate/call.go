@@ -47,8 +47,17 @@ func (g *Gate) handler(name string) mcp.ToolHandler {
 		if problem != "" {
 			return toolError("Invalid arguments for %s: %s. Nothing was done; fix the arguments and call again.", name, problem), nil
 		}
-		env := &intent.Envelope{Tool: name, Args: args, Session: session}
-		return g.call(ctx, req, s, env)
+		p, err := g.cl.Prepare(ctx, intent.Envelope{Tool: name, Args: args, Session: session}, intent.Limits{})
+		if err == nil {
+			err = p.CheckKeyArgs()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return toolError("Invalid arguments for %s: %v. Nothing was done; fix the arguments and call again.", name, err), nil
+		}
+		return g.call(ctx, req, s, p)
 	}
 }
 
@@ -101,7 +110,8 @@ var keyLike = map[string]bool{
 // arguments checks a call's arguments and returns them as the intent's args:
 // an object (absent means {}), within the size limit, valid against the
 // tool's schema, without undeclared key-like members. problem says what is
-// wrong.
+// wrong. The intent they make is then checked as every door checks it
+// (intent.Build, CheckKeyArgs).
 func (g *Gate) arguments(s *served, raw json.RawMessage) (json.RawMessage, string) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -142,13 +152,11 @@ func (g *Gate) arguments(s *served, raw json.RawMessage) (json.RawMessage, strin
 	return raw, ""
 }
 
-// call submits env and answers with its outcome.
-func (g *Gate) call(ctx context.Context, req *mcp.CallToolRequest, s *served, env *intent.Envelope) (*mcp.CallToolResult, error) {
-	cl := g.client()
-	sub, err := cl.Publish(ctx, env)
+// call submits p and answers with its outcome.
+func (g *Gate) call(ctx context.Context, req *mcp.CallToolRequest, s *served, p *client.Prepared) (*mcp.CallToolResult, error) {
+	cl := g.cl
+	sub, err := cl.PublishPrepared(ctx, p)
 	switch {
-	case errors.Is(err, intent.ErrInvalid):
-		return toolError("Invalid arguments for %s: %v. Nothing was done; fix the arguments and call again.", env.Tool, err), nil
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case err != nil:
@@ -158,8 +166,8 @@ func (g *Gate) call(ctx context.Context, req *mcp.CallToolRequest, s *served, en
 	if res == nil {
 		return pendingOrCancelled(ctx, err, sub.Key)
 	}
-	if res.Status == intent.StatusAwaitingApproval && s.info.Approver == "user" {
-		return g.userApproval(ctx, req, s, cl, env, sub, res)
+	if res.Status == intent.StatusAwaitingApproval && s.info.Approver == intent.ApproverUser {
+		return g.userApproval(ctx, req, s, cl, p, sub, res)
 	}
 	return s.render(res), nil
 }

@@ -20,7 +20,7 @@ import (
 // approval fires the operation once however many calls are approved, a
 // decline denies it. A client that cannot elicit, or a person who dismisses
 // the question, leaves the operation to an operator.
-func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, s *served, cl *client.Client, env *intent.Envelope, sub *client.Submission, res *intent.Result) (*mcp.CallToolResult, error) {
+func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, s *served, cl *client.Client, p *client.Prepared, sub *client.Submission, res *intent.Result) (*mcp.CallToolResult, error) {
 	resp, answered := req.Params.InputResponses[approveInput]
 	if !answered {
 		if caps := req.ClientCapabilities(); caps == nil || caps.Elicitation == nil {
@@ -28,7 +28,7 @@ func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, s *se
 		}
 		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{approveInput: &mcp.ElicitParams{
 			Mode:            "form",
-			Message:         approvalQuestion(env, sub.Key),
+			Message:         approvalQuestion(p.Envelope, sub.Key),
 			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
 		}}}, nil
 	}
@@ -62,7 +62,7 @@ func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, s *se
 	}
 	// The decision did not apply (another call decided first): answer with
 	// the operation's final outcome.
-	again, err := cl.Publish(ctx, env)
+	again, err := cl.PublishPrepared(ctx, p)
 	if err != nil {
 		return pendingOrCancelled(ctx, err, sub.Key)
 	}

@@ -32,8 +32,9 @@ type Gate struct {
 	server *mcp.Server
 	door   *door
 
+	cl *client.Client // its catalogue is the one the gate serves
+
 	mu     sync.Mutex
-	cl     *client.Client
 	served map[string]*served
 }
 
@@ -77,13 +78,6 @@ func (g *Gate) Server() *mcp.Server { return g.server }
 // resource metadata at MetadataPath; and HealthPath.
 func (g *Gate) HTTPHandler() http.Handler { return g.door.handler() }
 
-// client is the client of the current catalogue.
-func (g *Gate) client() *client.Client {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.cl
-}
-
 // lookup returns the tool named name as currently served.
 func (g *Gate) lookup(name string) (*served, bool) {
 	g.mu.Lock()
@@ -104,7 +98,7 @@ func (g *Gate) Tools() []string {
 // and changed tools are added, tools it no longer lists are withdrawn, and
 // connected clients are sent notifications/tools/list_changed.
 func (g *Gate) Refresh(ctx context.Context) error {
-	cat, err := g.client().Tools(ctx)
+	cat, err := g.cl.Catalog(ctx, 0) // the client's catalogue, its key specs with it
 	if err != nil {
 		return fmt.Errorf("mcpgate: %w", err)
 	}
@@ -151,12 +145,6 @@ func (g *Gate) Refresh(ctx context.Context) error {
 		g.server.RemoveTools(gone...)
 	}
 	if changed || len(gone) > 0 {
-		// A new client forgets the key specs the old one learned.
-		cl, err := client.New(g.nc, client.WithPrefix(g.cfg.Prefix))
-		if err != nil {
-			return fmt.Errorf("mcpgate: %w", err)
-		}
-		g.cl = cl
 		g.cfg.Logger.Info("tools from the catalogue", zap.Int("tools", len(next)), zap.Int("withdrawn", len(gone)))
 	}
 	g.served = next

@@ -41,7 +41,7 @@ func (g *Gate) status(ctx context.Context, req *mcp.CallToolRequest, in statusAr
 	if in.WaitSeconds < 0 || in.WaitSeconds > MaxStatusWait.Seconds() {
 		return toolError("wait_seconds must be between 0 and %g.", MaxStatusWait.Seconds()), nil, nil
 	}
-	cl := g.client()
+	cl := g.cl
 	rec, err := cl.Get(ctx, in.Operation)
 	if err == nil && !g.reaches(req, rec.Session) {
 		err = client.ErrNotFound

@@ -59,7 +59,7 @@ func (s *served) same(o *served) bool { return bytes.Equal(s.raw, o.raw) }
 
 // defaultSchema is the input schema of a tool whose tools file gives none:
 // any object, naming its key args (required for an unsafe tool, which is
-// refused without them).
+// refused without them: intent.RequiredKeyArgs).
 func defaultSchema(info intent.ToolInfo) json.RawMessage {
 	sch := map[string]any{"type": "object"}
 	if len(info.KeyArgs) > 0 {
@@ -68,8 +68,8 @@ func defaultSchema(info intent.ToolInfo) json.RawMessage {
 			props[a] = map[string]any{"description": "a key argument: it tells operations apart"}
 		}
 		sch["properties"] = props
-		if info.Class == intent.ClassUnsafe {
-			sch["required"] = info.KeyArgs
+		if required := intent.RequiredKeyArgs(info.Class, info.KeySpec()); len(required) > 0 {
+			sch["required"] = required
 		}
 	}
 	return marshal(sch)
@@ -131,8 +131,8 @@ func describe(info intent.ToolInfo) string {
 			fmt.Fprintf(&b, " %s may differ between repeats.", strings.Join(info.VolatileArgs, ", "))
 		}
 	}
-	if info.Approval == "required" {
-		if info.Approver == "user" {
+	if info.Approval == intent.ApprovalRequired {
+		if info.Approver == intent.ApproverUser {
 			b.WriteString(" The user confirms each operation before it runs (asked through the client when it can ask; otherwise an operator approves).")
 		} else {
 			b.WriteString(" An operator approves each operation before it runs.")

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -36,10 +35,8 @@ func (w *Worker) admit(j *job) (h handled, ok bool) {
 	if err := w.schemas.check(tool, env.Args); err != nil {
 		return w.reject(j, env.Tool, intent.CodeInvalidIntent, err), false
 	}
-	if tool.Policy.Class == intent.ClassUnsafe {
-		if err := derivable(env, tool.KeySpec); err != nil {
-			return w.reject(j, env.Tool, intent.CodeInvalidIntent, err), false
-		}
+	if err := decoded.CheckKeyArgs(tool.Policy.Class, tool.KeySpec); err != nil {
+		return w.reject(j, env.Tool, intent.CodeInvalidIntent, err), false
 	}
 	j.id, err = decoded.Derive(tool.KeySpec, intentTime(j.msg.Headers(), j.meta.Timestamp))
 	if err != nil {
@@ -84,24 +81,6 @@ func orNone(s string) string {
 		return "(none)"
 	}
 	return s
-}
-
-// derivable refuses an unsafe intent whose key cannot name its operation: a
-// configured key arg is missing and no explicit key was given.
-func derivable(env *intent.Envelope, spec intent.KeySpec) error {
-	if env.Key != "" || len(spec.KeyArgs) == 0 {
-		return nil
-	}
-	var args map[string]json.RawMessage
-	if err := json.Unmarshal(env.Args, &args); err != nil {
-		return fmt.Errorf("args: %w", err)
-	}
-	for _, k := range spec.KeyArgs {
-		if _, ok := args[k]; !ok {
-			return fmt.Errorf("tool %s is unsafe and its key arg %q is missing: give it, or an explicit key naming the operation", env.Tool, k)
-		}
-	}
-	return nil
 }
 
 // reject is bad input, answered and terminated: never delivered again.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/idemgate/idemgate/pkg/dedup"
@@ -13,8 +14,16 @@ import (
 // catalogTimeout bounds a request to the workers' tool catalogue.
 const catalogTimeout = 2 * time.Second
 
+// How long the client uses a catalogue answer before it asks again, and how
+// soon a tool the catalogue lacks makes it ask again.
+const (
+	CatalogFresh = 10 * time.Second
+	CatalogRetry = time.Second
+)
+
 // Tools asks the workers' tool catalogue which tools exist and how each
-// derives its keys.
+// derives its keys: a request every time. Catalog and Tool answer from the
+// catalogue the client remembers.
 func (c *Client) Tools(ctx context.Context) (intent.Catalog, error) {
 	ctx, cancel := context.WithTimeout(ctx, catalogTimeout)
 	defer cancel()
@@ -27,6 +36,131 @@ func (c *Client) Tools(ctx context.Context) (intent.Catalog, error) {
 		return intent.Catalog{}, fmt.Errorf("client: tool catalogue: %w", err)
 	}
 	return cat, nil
+}
+
+// Catalog returns the workers' tool catalogue as the client remembers it,
+// asking the workers when the answer it has is older than maxAge and waiting
+// for theirs. When they do not answer, the last answer is used; with none it
+// is an error. A maxAge of 0 always asks, and their silence is an error.
+func (c *Client) Catalog(ctx context.Context, maxAge time.Duration) (intent.Catalog, error) {
+	return c.cat.get(ctx, maxAge)
+}
+
+// Tool returns the catalogue's entry for the tool name and whether the
+// catalogue lists it. A tool the remembered catalogue lists is answered at
+// once, even from an answer older than CatalogFresh (which starts a new
+// request, not waited for); one it lacks makes the client ask the workers
+// again, at most once per CatalogRetry, in case the tool is new, and wait
+// for their answer. The error is the workers' silence when the client has
+// no answer of theirs at all.
+func (c *Client) Tool(ctx context.Context, name string) (intent.ToolInfo, bool, error) {
+	return c.cat.tool(ctx, name)
+}
+
+// catalogue is the workers' tool catalogue, remembered for a while: the one
+// copy of it a client keeps, which its submissions learn key specs from and
+// the front doors look tools up in. One request to the workers at a time
+// refreshes it (single flight), and no lock is held across that request: a
+// lookup of a tool the catalogue knows never waits for it, and lookups that
+// need the new answer wait for the one request in flight.
+type catalogue struct {
+	fetch  func(ctx context.Context) (intent.Catalog, error)
+	mu     sync.Mutex
+	cat    intent.Catalog
+	byName map[string]intent.ToolInfo
+	at     time.Time   // when cat was fetched; zero before the first answer
+	asked  time.Time   // when the latest refresh started
+	flight *refreshing // the refresh in flight; nil when none
+}
+
+// refreshing is one request to the workers; done is closed once it ended,
+// with err its failure.
+type refreshing struct {
+	done chan struct{}
+	err  error
+}
+
+// get is Client.Catalog: a request already in flight is joined.
+func (c *catalogue) get(ctx context.Context, maxAge time.Duration) (intent.Catalog, error) {
+	c.mu.Lock()
+	if !c.at.IsZero() && time.Since(c.at) < maxAge {
+		defer c.mu.Unlock()
+		return c.cat, nil
+	}
+	f := c.refreshLocked()
+	c.mu.Unlock()
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return intent.Catalog{}, ctx.Err()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() || (maxAge <= 0 && f.err != nil) {
+		return intent.Catalog{}, f.err
+	}
+	return c.cat, nil
+}
+
+// refreshLocked returns the refresh in flight, starting one if there is
+// none. The request runs on its own goroutine, bounded by catalogTimeout,
+// so that a caller who leaves does not end it for the others. c.mu must be
+// held.
+func (c *catalogue) refreshLocked() *refreshing {
+	if c.flight != nil {
+		return c.flight
+	}
+	f := &refreshing{done: make(chan struct{})}
+	c.flight, c.asked = f, time.Now()
+	go func() {
+		cat, err := c.fetch(context.Background())
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if err == nil {
+			c.cat, c.at, c.byName = cat, time.Now(), map[string]intent.ToolInfo{}
+			for _, t := range cat.Tools {
+				c.byName[t.Name] = t
+			}
+		}
+		f.err, c.flight = err, nil
+		close(f.done)
+	}()
+	return f
+}
+
+// tool is Client.Tool.
+func (c *catalogue) tool(ctx context.Context, name string) (intent.ToolInfo, bool, error) {
+	c.mu.Lock()
+	if t, ok := c.byName[name]; ok {
+		if time.Since(c.at) >= CatalogFresh {
+			c.refreshLocked()
+		}
+		c.mu.Unlock()
+		return t, true, nil
+	}
+	var f *refreshing
+	switch {
+	case c.flight != nil:
+		f = c.flight
+	case c.at.IsZero() || time.Since(c.asked) >= CatalogRetry:
+		f = c.refreshLocked()
+	}
+	c.mu.Unlock()
+	if f == nil {
+		return intent.ToolInfo{}, false, nil // asked less than CatalogRetry ago
+	}
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return intent.ToolInfo{}, false, ctx.Err()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() {
+		return intent.ToolInfo{}, false, f.err
+	}
+	t, ok := c.byName[name]
+	return t, ok, nil
 }
 
 // toolSpec is what the client needs to know of a tool.
@@ -46,40 +180,35 @@ func (ts toolSpec) lease() time.Duration {
 	return dedup.DefaultLease
 }
 
-// forgetSpec drops what the catalogue said of tool, so that the next
-// submission asks it again.
-func (c *Client) forgetSpec(tool string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if ts, ok := c.specs[tool]; ok && ts.learned {
-		delete(c.specs, tool)
-	}
+// spec returns tool's key derivation (see learn).
+func (c *Client) spec(ctx context.Context, tool string) toolSpec {
+	ts, _, _, _ := c.learn(ctx, tool)
+	return ts
 }
 
-// spec returns tool's key derivation: configured with WithKeySpec, else
-// learned from the catalogue, else the default derivation. An answer from the
-// catalogue is remembered; without one the default is used for this call only.
-func (c *Client) spec(ctx context.Context, tool string) toolSpec {
+// learn returns tool's key derivation — configured with WithKeySpec (the
+// catalogue is then not asked), else learned from the catalogue (Tool),
+// else the default derivation: for a tool the catalogue does not list (the
+// workers will say so), or when no worker answered (err) — and the
+// catalogue's entry, when it lists the tool (known).
+func (c *Client) learn(ctx context.Context, tool string) (ts toolSpec, info intent.ToolInfo, known bool, err error) {
 	c.mu.Lock()
-	ts, ok := c.specs[tool]
+	set, ok := c.specs[tool]
 	c.mu.Unlock()
 	if ok {
-		return ts
+		return set, intent.ToolInfo{}, false, nil // the catalogue is not asked
 	}
-	cat, err := c.Tools(ctx)
-	if err != nil {
-		return toolSpec{learned: true} // the default, for this call only
+	info, known, err = c.cat.tool(ctx, tool)
+	if err != nil || !known {
+		return toolSpec{learned: true}, intent.ToolInfo{}, false, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, t := range cat.Tools {
-		if _, set := c.specs[t.Name]; !set {
-			c.specs[t.Name] = toolSpec{key: t.KeySpec(), noLedger: !t.Ledger, learned: true,
-				leaseFor: time.Duration(t.LeaseSeconds * float64(time.Second))}
-		}
-	}
-	if _, ok := c.specs[tool]; !ok {
-		c.specs[tool] = toolSpec{learned: true} // unknown to the workers: they will say so
-	}
-	return c.specs[tool]
+	return toolSpec{key: info.KeySpec(), noLedger: !info.Ledger, learned: true,
+		leaseFor: time.Duration(info.LeaseSeconds * float64(time.Second))}, info, known, nil
+}
+
+// relearnSpec asks the catalogue again and returns tool's key derivation
+// from its answer (see spec).
+func (c *Client) relearnSpec(ctx context.Context, tool string) toolSpec {
+	_, _ = c.cat.get(ctx, 0) // without an answer, the one remembered
+	return c.spec(ctx, tool)
 }

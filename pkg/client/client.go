@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -76,6 +77,8 @@ type Client struct {
 	forgetter *dedup.Ledger
 	// receiptKeys verify answers' receipts (WithReceiptKeys); nil: none.
 	receiptKeys *audit.KeySet
+	// cat is the workers' tool catalogue as the client remembers it.
+	cat *catalogue
 }
 
 // New returns a client on nc.
@@ -92,7 +95,9 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	return &Client{nc: nc, js: js, names: names, grace: o.replyGrace, specs: o.specs, receiptKeys: o.receiptKeys}, nil
+	c := &Client{nc: nc, js: js, names: names, grace: o.replyGrace, specs: o.specs, receiptKeys: o.receiptKeys}
+	c.cat = &catalogue{fetch: c.Tools}
+	return c, nil
 }
 
 // Names returns the names the client uses.
@@ -112,7 +117,10 @@ type Submission struct {
 	tool string
 	call string
 	spec toolSpec
-	msg  *nats.Msg // as published, for a publish again under a fresh message id
+	// decoded is the intent as built, which a relearned key spec derives
+	// from again.
+	decoded intent.Decoded
+	msg     *nats.Msg // as published, for a publish again under a fresh message id
 	// relearned: the key spec was asked again after a key_mismatch answer.
 	relearned bool
 	// retry: the publish was a duplicate, so the submission republishes
@@ -138,35 +146,98 @@ func (c *Client) Submit(ctx context.Context, env *intent.Envelope) (*intent.Resu
 	return s.Wait(ctx)
 }
 
-// Publish derives env's key, publishes it with Nats-Msg-Id set to the key and
-// a private reply subject, and returns the submission to Wait on. For a tool
-// keyed by time window, a missing created_at is set to now so that the client
-// and the workers derive the same key.
-func (c *Client) Publish(ctx context.Context, env *intent.Envelope) (*Submission, error) {
+// Prepared is an intent built, checked and keyed, ready to publish: the
+// first half of a submission (Client.Prepare), the second being
+// Client.PublishPrepared. It may be published more than once.
+type Prepared struct {
+	// Decoded is the envelope as built (intent.Build): its canonical args
+	// and its encoding, the bytes published.
+	intent.Decoded
+	// ID is the key and fingerprint, derived as the workers derive them.
+	ID intent.Identity
+	// Tool is the catalogue's entry for the tool, when Known.
+	Tool intent.ToolInfo
+	// Known reports whether the workers' catalogue lists the tool.
+	Known bool
+	// CatalogErr is why the catalogue could not be asked (Known is then
+	// false): the key was derived by the default spec.
+	CatalogErr error
+
+	spec toolSpec
+}
+
+// Prepare is the first half of a submission, which every submission goes
+// through: it learns env's tool from the catalogue (Tool; a tool keyed by
+// time window whose envelope has no created_at gets now), builds the
+// envelope under lim — checked by the protocol's rules, its args parsed and
+// canonicalized once (intent.Build) — and derives its key and fingerprint
+// from that (Decoded.Derive). Errors wrap intent.ErrInvalid or
+// intent.ErrTooLarge. A tool the catalogue does not list is no error here:
+// the workers answer unknown_tool.
+func (c *Client) Prepare(ctx context.Context, env intent.Envelope, lim intent.Limits) (*Prepared, error) {
 	if !intent.ValidTool(env.Tool) {
 		return nil, fmt.Errorf("client: %w: tool %q must match [a-z0-9_-]{1,64}", intent.ErrInvalid, env.Tool)
 	}
-	ts := c.spec(ctx, env.Tool)
-	spec := ts.key
-	if spec.Window > 0 && env.CreatedAt.IsZero() {
+	p := &Prepared{}
+	p.spec, p.Tool, p.Known, p.CatalogErr = c.learn(ctx, env.Tool)
+	if p.spec.key.Window > 0 && env.CreatedAt.IsZero() {
 		env.CreatedAt = time.Now().UTC()
 	}
-	id, err := intent.Derive(env, spec, time.Now())
-	if err != nil {
+	var err error
+	if p.Decoded, err = intent.Build(env, lim); err != nil {
+		return nil, err // the caller's input: intent's words, which a front door shows as they are
+	}
+	if p.ID, err = p.Derive(p.spec.key, time.Now()); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	data, err := json.Marshal(env)
-	if err != nil {
-		return nil, fmt.Errorf("client: encode intent: %w", err)
+	return p, nil
+}
+
+// CheckKeyArgs applies the protocol's key-args rule (intent's
+// Decoded.CheckKeyArgs) with the catalogue's class and the key spec p was
+// derived by: an error wrapping intent.ErrInvalid when the tool is unsafe
+// and a key arg is missing with no key override. The front doors refuse
+// such a call before publishing; published, the workers reject it.
+func (p *Prepared) CheckKeyArgs() error {
+	if !p.Known {
+		return nil
 	}
-	s := &Submission{Key: id.Key, Fingerprint: id.Fingerprint, c: c, tool: env.Tool, call: env.CallID, spec: ts, ch: make(chan *nats.Msg, inboxBuffer)}
+	return p.Decoded.CheckKeyArgs(p.Tool.Class, p.spec.key)
+}
+
+// publishLimits are what Publish checks an envelope against: the protocol's
+// rules, and no size or nesting limit of the client's own (the workers'
+// limits decide; a publish over the server's max_payload fails).
+var publishLimits = intent.Limits{MaxBytes: math.MaxInt, MaxDepth: intent.MaxCanonicalDepth}
+
+// Publish prepares env (Prepare, under the workers' limits) and publishes
+// it (PublishPrepared). For a tool keyed by time window, a missing
+// created_at is set to now on env too, so that the client and the workers
+// derive the same key.
+func (c *Client) Publish(ctx context.Context, env *intent.Envelope) (*Submission, error) {
+	p, err := c.Prepare(ctx, *env, publishLimits)
+	if err != nil {
+		return nil, err
+	}
+	env.CreatedAt = p.CreatedAt
+	return c.PublishPrepared(ctx, p)
+}
+
+// PublishPrepared is the second half of a submission: it publishes p's
+// envelope as built, with Nats-Msg-Id set to its key, a private reply
+// subject and its key and fingerprint in headers, and returns the
+// submission to Wait on.
+func (c *Client) PublishPrepared(ctx context.Context, p *Prepared) (*Submission, error) {
+	env, ts, id := p.Envelope, p.spec, p.ID
+	s := &Submission{Key: id.Key, Fingerprint: id.Fingerprint, c: c, tool: env.Tool, call: env.CallID, spec: ts, decoded: p.Decoded, ch: make(chan *nats.Msg, inboxBuffer)}
 	inbox := c.nc.NewRespInbox()
+	var err error
 	s.sub, err = c.nc.ChanSubscribe(inbox, s.ch)
 	if err != nil {
 		return nil, fmt.Errorf("client: subscribe %s: %w", inbox, err)
 	}
 	s.msg = nats.NewMsg(c.names.IntentSubject(env.Tool))
-	s.msg.Data = data
+	s.msg.Data = p.Data()
 	s.msg.Header.Set(intent.HeaderReplyTo, inbox)
 	s.msg.Header.Set(intent.HeaderKey, id.Key)
 	s.msg.Header.Set(intent.HeaderFingerprint, id.Fingerprint)
@@ -391,13 +462,8 @@ func recordStatus(rec dedup.Record, fp string) intent.Status {
 // no longer answer it.
 func (s *Submission) relearn(ctx context.Context) error {
 	s.relearned = true
-	s.c.forgetSpec(s.tool)
-	s.spec = s.c.spec(ctx, s.tool)
-	env, err := intent.Decode(s.msg.Data, intent.Limits{MaxBytes: len(s.msg.Data) + 1})
-	if err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	id, err := intent.Derive(env, s.spec.key, time.Now())
+	s.spec = s.c.relearnSpec(ctx, s.tool)
+	id, err := s.decoded.Derive(s.spec.key, time.Now())
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}

@@ -1,11 +1,15 @@
 // Package client publishes tool intents to idemgate and waits for their
-// answers. Go agents and cmd/submit use it; agents in other languages follow
+// answers. Go agents, cmd/submit and the front doors use it; agents in other languages follow
 // the same protocol (docs/protocol.md).
 //
-// Publish derives the intent's key (asking the workers' tool catalogue how the
-// tool derives keys, unless told with WithKeySpec), publishes the envelope on
-// idem.intents.<tool> with Nats-Msg-Id set to the key and a private reply
-// subject in the Idem-Reply-To header. Submission.Wait then returns:
+// Every submission takes one path. Prepare looks the tool up in the workers'
+// tool catalogue, which the client remembers (Catalog, Tool: the one copy
+// the HTTP and MCP front doors read too), builds the envelope by the
+// protocol's rules with its args parsed once (intent.Build) and derives its
+// key from them (unless told the tool's key spec with WithKeySpec);
+// PublishPrepared publishes the built envelope on idem.intents.<tool> with
+// Nats-Msg-Id set to the key and a private reply subject in the
+// Idem-Reply-To header (Publish is both). Submission.Wait then returns:
 //
 //   - the answer the worker pushed to the reply subject, bound to one of the
 //     submission's own stored publishes by its Idem-Intent-Seq header (any

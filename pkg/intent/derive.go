@@ -41,35 +41,51 @@ func Derive(env *Envelope, spec KeySpec, msgTime time.Time) (Identity, error) {
 	return derive(env, nil, spec, msgTime)
 }
 
-// Decoded is an envelope as Decode returned it, with what decoding it
-// established: its args are canonical. Its Derive takes them as they are
-// instead of parsing and canonicalizing them again, as Derive does for an
-// envelope that may have been built by hand.
+// Decoded is an envelope as Decode returned it, or as Build assembled it,
+// with what that established: its args are parsed, checked and canonical,
+// and its encoding is known. Its Derive and CheckKeyArgs take the args as
+// they are instead of parsing them again, as Derive does for an envelope
+// that may have been built by hand.
 type Decoded struct {
 	*Envelope
 	canonArgs []byte // Args as decoded
+	args      *value // the args as parsed
+	data      []byte // the envelope as received or built
 }
 
 // DecodeEnvelope is Decode, keeping what the decoding established (see
 // Decoded).
 func DecodeEnvelope(data []byte, lim Limits) (Decoded, error) {
-	env, err := Decode(data, lim)
+	env, args, err := decode(data, lim)
 	if err != nil {
 		return Decoded{}, err
 	}
-	return Decoded{Envelope: env, canonArgs: env.Args}, nil
+	return Decoded{Envelope: env, canonArgs: env.Args, args: args, data: data}, nil
 }
+
+// Data is the envelope's encoding: the bytes it was decoded from, or those
+// Build wrote, which a client publishes.
+func (d Decoded) Data() []byte { return d.data }
 
 // Derive is Derive(d.Envelope, spec, msgTime): the same identity. Args
 // changed since decoding are parsed and checked again.
 func (d Decoded) Derive(spec KeySpec, msgTime time.Time) (Identity, error) {
-	return derive(d.Envelope, d.canonArgs, spec, msgTime)
+	return derive(d.Envelope, d.parsed(), spec, msgTime)
 }
 
-// derive is Derive; canonArgs, when not nil, are env's args as Decode left
-// them.
-func derive(env *Envelope, canonArgs []byte, spec KeySpec, msgTime time.Time) (Identity, error) {
-	args, err := checkEnvelope(env, canonArgs, spec)
+// parsed returns the args as parsed, or nil when they changed since (or d
+// is not a decoded envelope).
+func (d Decoded) parsed() *value {
+	if d.Envelope == nil || d.args == nil || !bytes.Equal(d.canonArgs, d.Args) {
+		return nil
+	}
+	return d.args
+}
+
+// derive is Derive; parsed, when not nil, are env's args as Decode or
+// Build left them (env.Args their canonical form).
+func derive(env *Envelope, parsed *value, spec KeySpec, msgTime time.Time) (Identity, error) {
+	args, err := checkEnvelope(env, parsed, spec)
 	if err != nil {
 		return Identity{}, err
 	}
@@ -116,10 +132,11 @@ func Material(env *Envelope, spec KeySpec, msgTime time.Time) ([]byte, error) {
 }
 
 // checkEnvelope applies Decode's rules to a possibly hand-built envelope and
-// returns its parsed args — or, for args still canonArgs (as Decode left
-// them) when spec picks no members of them, the canonical bytes themselves
-// (kindRaw): decoding parsed and checked them already.
-func checkEnvelope(env *Envelope, canonArgs []byte, spec KeySpec) (value, error) {
+// returns its parsed args: parsed, when not nil (the args as Decode or Build
+// left them: parsed and checked already), else parsed now. When spec picks
+// no members of parsed args, it returns their canonical bytes themselves
+// (kindRaw), which need no encoding again.
+func checkEnvelope(env *Envelope, parsed *value, spec KeySpec) (value, error) {
 	if env == nil {
 		return value{}, invalidf("no envelope")
 	}
@@ -137,8 +154,11 @@ func checkEnvelope(env *Envelope, canonArgs []byte, spec KeySpec) (value, error)
 	if err := CheckHeaderText("call_id", env.CallID); err != nil {
 		return value{}, err
 	}
-	if len(spec.KeyArgs) == 0 && len(spec.VolatileArgs) == 0 && canonArgs != nil && bytes.Equal(canonArgs, env.Args) {
-		return value{kind: kindRaw, raw: env.Args}, nil
+	if parsed != nil {
+		if len(spec.KeyArgs) == 0 && len(spec.VolatileArgs) == 0 {
+			return value{kind: kindRaw, raw: env.Args}, nil
+		}
+		return *parsed, nil
 	}
 	raw := []byte(env.Args)
 	if len(raw) == 0 {

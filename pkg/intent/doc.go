@@ -14,7 +14,10 @@
 // most once, no others), valid UTF-8, no lone surrogate escapes, no number
 // beyond ±2^53 and nothing over Limits. A typo therefore never silently
 // changes a key: it is rejected. Errors wrap ErrInvalid, ErrTooLarge or
-// ErrToolMismatch (see Code).
+// ErrToolMismatch (see Code). Build assembles an envelope from its parts
+// (a front door's, a client's) under the same rules, parsing the args once;
+// CheckKeyArgs is the rule that an unsafe tool's intent names its key args
+// or carries a key override, which every door and the workers apply.
 //
 // # Derivation
 //

@@ -104,59 +104,66 @@ var envelopeFields = []string{"tool", "args", "session", "key", "call_id", "crea
 // control character (CheckHeaderText); created_at is an RFC 3339 time.
 // Every error but ErrTooLarge wraps ErrInvalid.
 func Decode(data []byte, lim Limits) (*Envelope, error) {
+	env, _, err := decode(data, lim)
+	return env, err
+}
+
+// decode is Decode, returning the args as parsed too.
+func decode(data []byte, lim Limits) (*Envelope, *value, error) {
 	lim = lim.withDefaults()
 	if len(data) > lim.MaxBytes {
-		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, len(data), lim.MaxBytes)
+		return nil, nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, len(data), lim.MaxBytes)
 	}
 	root, err := parseJSON(data, lim.MaxDepth)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if root.kind != kindObject {
-		return nil, invalidf("the envelope must be a JSON object, got %s", root.kind)
+		return nil, nil, invalidf("the envelope must be a JSON object, got %s", root.kind)
 	}
 	env := &Envelope{}
-	var haveTool, haveArgs bool
+	var args *value
+	var haveTool bool
 	for i := range root.members {
 		m := &root.members[i]
 		if m.name == "args" {
 			if m.val.kind != kindObject {
-				return nil, invalidf(`field "args" must be an object, got %s`, m.val.kind)
+				return nil, nil, invalidf(`field "args" must be an object, got %s`, m.val.kind)
 			}
 			env.Args = appendCanonical(nil, &m.val)
-			haveArgs = true
+			args = &m.val
 			continue
 		}
 		dst := env.stringField(m.name)
 		if dst == nil {
-			return nil, unknownField(m.name)
+			return nil, nil, unknownField(m.name)
 		}
 		if m.val.kind != kindString {
 			hint := ""
 			if m.val.kind == kindNull && m.name != "tool" {
 				hint = " (omit the field instead of sending null)"
 			}
-			return nil, invalidf("field %q must be a string, got %s%s", m.name, m.val.kind, hint)
+			return nil, nil, invalidf("field %q must be a string, got %s%s", m.name, m.val.kind, hint)
 		}
 		s := m.val.str
 		switch m.name {
 		case "tool":
 			if !ValidTool(s) {
-				return nil, invalidf("field \"tool\": %q must match [a-z0-9_-]{1,64}", clip(s))
+				return nil, nil, invalidf("field \"tool\": %q must match [a-z0-9_-]{1,64}", clip(s))
 			}
 			haveTool = true
 		case "key":
 			if err := checkKeyOverride(s); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		case "session", "call_id":
 			if err := CheckHeaderText(m.name, s); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		case "created_at":
-			t, err := parseCreatedAt(s)
+			t, err := ParseCreatedAt(s)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			env.CreatedAt = t
 			continue
@@ -165,11 +172,11 @@ func Decode(data []byte, lim Limits) (*Envelope, error) {
 	}
 	switch {
 	case !haveTool:
-		return nil, invalidf(`field "tool" is required`)
-	case !haveArgs:
-		return nil, invalidf(`field "args" is required (send {} for no arguments)`)
+		return nil, nil, invalidf(`field "tool" is required`)
+	case args == nil:
+		return nil, nil, invalidf(`field "args" is required (send {} for no arguments)`)
 	}
-	return env, nil
+	return env, args, nil
 }
 
 // stringField returns where the string member name is kept, or nil when
@@ -230,7 +237,10 @@ func CheckHeaderText(field, value string) error {
 // fraction.
 var rfc3339 = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$`)
 
-func parseCreatedAt(s string) (time.Time, error) {
+// ParseCreatedAt parses s as the envelope's created_at, by Decode's rule:
+// an RFC 3339 time such as 2025-01-02T15:04:05Z, not the zero time. Errors
+// wrap ErrInvalid.
+func ParseCreatedAt(s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339, s)
 	if err != nil || !rfc3339.MatchString(s) {
 		return time.Time{}, invalidf("field \"created_at\": %q is not an RFC 3339 time such as 2025-01-02T15:04:05Z", clip(s))

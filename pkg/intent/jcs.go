@@ -8,9 +8,12 @@ import (
 	"unicode/utf8"
 )
 
-// maxCanonicalDepth is the nesting limit of Canonicalize, far above any
-// intent's (Limits.MaxDepth) so that whatever Decode accepts canonicalizes.
-const maxCanonicalDepth = 1000
+// MaxCanonicalDepth is the nesting limit of Canonicalize and of Derive's
+// check of a hand-built envelope, far above any intent's (Limits.MaxDepth)
+// so that whatever Decode accepts canonicalizes.
+const MaxCanonicalDepth = 1000
+
+const maxCanonicalDepth = MaxCanonicalDepth
 
 // Canonicalize returns the RFC 8785 (JSON Canonicalization Scheme) form of the
 // JSON text data: object members sorted by the UTF-16 code units of their

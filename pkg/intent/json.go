@@ -79,9 +79,15 @@ type parser struct {
 // parseJSON parses data as exactly one JSON text, with containers nested at
 // most maxDepth deep (the outermost object or array is depth 1).
 func parseJSON(data []byte, maxDepth int) (value, error) {
+	return parseJSONAt(data, maxDepth, 0)
+}
+
+// parseJSONAt is parseJSON for a text nested depth deep in another (the
+// args, at depth 1 in their envelope): its outermost container is depth+1.
+func parseJSONAt(data []byte, maxDepth, depth int) (value, error) {
 	p := &parser{data: data, maxDepth: maxDepth}
 	p.skipSpace()
-	v, err := p.value(0)
+	v, err := p.value(depth)
 	if err != nil {
 		return value{}, err
 	}

@@ -1,4 +1,4 @@
-package httpapi
+package client
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/natstest"
-	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -23,7 +22,7 @@ func TestSlowCatalogueRefreshBlocksNoKnownTool(t *testing.T) {
 	t.Parallel()
 	s := natstest.RunServer(t)
 	nc := natstest.Connect(t, s.ClientURL())
-	cl, err := client.New(nc)
+	cl, err := New(nc)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -48,7 +47,7 @@ func TestSlowCatalogueRefreshBlocksNoKnownTool(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, workers.Flush())
 
-	c := newCatalogue(cl)
+	c := cl.cat
 	_, ok, err := c.tool(ctx, "known")
 	require.NoError(t, err)
 	require.True(t, ok)
