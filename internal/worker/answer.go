@@ -45,7 +45,7 @@ func (w *Worker) reply(ctx context.Context, subject, replyTo string, seq uint64,
 		w.m.badReplies.Inc()
 		return
 	}
-	data, err := res.AppendJSON(make([]byte, 0, 256+len(res.Result)+len(res.Receipt)))
+	data, err := res.AppendJSON(make([]byte, 0, 512+len(res.Result)+len(res.Receipt)))
 	if err != nil {
 		w.log.Error("encode answer", zap.Error(err))
 		return

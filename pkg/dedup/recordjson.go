@@ -11,7 +11,7 @@ import (
 // Record's json tags (what encoding/json writes), without reflection, raw
 // JSON (the result, a kept intent) copied as it is once checked.
 func (r Record) marshal() ([]byte, error) {
-	b, err := r.appendJSON(make([]byte, 0, 320+len(r.Result)+len(r.Intent)+len(r.Receipt)))
+	b, err := r.appendJSON(make([]byte, 0, 512+len(r.Result)+len(r.Intent)+len(r.Receipt)))
 	if err != nil {
 		return nil, fmt.Errorf("encode record: %w", err)
 	}
