@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -22,8 +23,19 @@ import (
 func (w *Worker) act(stop, work context.Context, j *job, c claim, confirmed bool) round {
 	w.audit.claimed(j, c.ClaimResult, confirmed)
 	rec, pol := c.Lease.Record(), j.tool.Policy
+	var verdict effects.Verdict
+	if c.Outcome == dedup.TookOver && j.tool.Prober != nil {
+		// Ask the downstream first: an operation it has done is settled
+		// with its result, one it has not is fired whatever on_abandoned
+		// says, and on_abandoned decides only when it cannot tell.
+		r, v, settled := w.probeTakeover(work, j, c)
+		if settled {
+			return r
+		}
+		verdict = v
+	}
 	switch {
-	case c.Outcome == dedup.TookOver && pol.OnAbandoned == intent.AbandonHold:
+	case c.Outcome == dedup.TookOver && pol.OnAbandoned == intent.AbandonHold && verdict != effects.VerdictNotDone:
 		return w.holdUncertain(work, j, c)
 	case pol.Approval && !rec.Approved(time.Now()) && !(c.Outcome == dedup.TookOver && rec.Decision != nil && rec.Decision.Op == intent.ControlApprove):
 		// Needs an operator's approval first (or its approval lapsed before
