@@ -17,7 +17,6 @@ import (
 	"github.com/idemgate/idemgate/pkg/effects/webhook"
 )
 
-
 // probeOf builds the probe cfg describes on a webhook with static headers
 // and a URL token, allowed to reach loopback.
 func probeOf(t *testing.T, cfg webhook.ProbeConfig) *webhook.Prober {
