@@ -147,7 +147,8 @@ func TestProbeBeforeTakeover(t *testing.T) {
 		t.Parallel()
 		args := `{"order":"o-hang","cents":500}`
 		key, _ := b.abandon(t, "refund_hang", args, false)
-		res := submit(t, b.url, "--tool", "refund_hang", "--args", args, "--wait", "60s")
+		// Were the probe not bounded, no answer would come within the wait.
+		res := submit(t, b.url, "--tool", "refund_hang", "--args", args, "--wait", "30s")
 		require.Equal(t, intent.StatusUncertain, res.res.Status, res.stdout+res.stderr)
 		require.Zero(t, b.sink.firings(t, key), "held, not fired")
 		rec := b.record(t, key)
@@ -155,4 +156,75 @@ func TestProbeBeforeTakeover(t *testing.T) {
 		require.Equal(t, "unknown", rec.Probe.Verdict)
 		require.Equal(t, "no answer within 1s", rec.Probe.Status, "the probe is bounded by its timeout")
 	})
+}
+
+// hold makes the vanished holder's operation uncertain, as a worker with
+// on_abandoned: hold and no probe would.
+func hold(t *testing.T, l *dedup.Lease) {
+	t.Helper()
+	_, err := l.Hold(t.Context(), "the holder vanished mid-effect")
+	require.NoError(t, err)
+}
+
+// An operator probes an uncertain operation on demand, with submit probe
+// and over HTTP: done completes it with the downstream's answer, not done
+// leaves it uncertain with the new evidence; only operators may.
+func TestProbeOnOperatorRequest(t *testing.T) {
+	t.Parallel()
+	b := setupProbes(t, "--ledger-scan", "0") // no periodic probes here
+	g := startGateway(t, b.url)
+
+	key, l := b.abandon(t, "refund", `{"order":"o-op-1"}`, true)
+	hold(t, l)
+	res := submit(t, b.url, "probe", key, "--by", "ops")
+	require.Equal(t, 0, res.code, res.stdout+res.stderr)
+	require.Equal(t, intent.StatusCompleted, res.res.Status)
+	var answer struct{ Key string }
+	require.NoError(t, json.Unmarshal(res.res.Result, &answer))
+	require.Equal(t, key, answer.Key, "completed with what the downstream answered")
+	require.Equal(t, 1, b.sink.firings(t, key))
+	require.Equal(t, "done", b.record(t, key).Probe.Verdict)
+	again := submit(t, b.url, "probe", key)
+	require.Equal(t, 5, again.code, "a completed operation is not probed")
+	require.Equal(t, intent.CodeWrongState, again.res.Error.Code)
+
+	key2, l2 := b.abandon(t, "refund", `{"order":"o-op-2"}`, false)
+	hold(t, l2)
+	requireProblem(t, g.do(t, http.MethodPost, "/v1/operations/"+key2+"/probe", agentA, ""), http.StatusForbidden, "forbidden")
+	r := g.do(t, http.MethodPost, "/v1/operations/"+key2+"/probe", operator, "")
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.Equal(t, string(intent.StatusUncertain), r.str("status"), "not done: still the operator's to resolve")
+	rec := g.do(t, http.MethodGet, "/v1/operations/"+key2, operator, "")
+	require.Equal(t, http.StatusOK, rec.status, rec.raw)
+	probe, _ := rec.body["probe"].(map[string]any)
+	require.Equal(t, "not_done", probe["verdict"], rec.raw)
+	require.Equal(t, "404 Not Found", probe["status"])
+	require.Zero(t, b.sink.firings(t, key2), "a probe fires nothing")
+}
+
+// The ledger scan probes uncertain records: one whose downstream has done
+// the operation meanwhile is completed, and its waiting caller answered.
+func TestProbeUncertainPeriodically(t *testing.T) {
+	t.Parallel()
+	b := setupProbes(t, "--ledger-scan", "1s")
+	args := `{"order":"o-scan"}`
+	key, l := b.abandon(t, "refund", args, false)
+	hold(t, l)
+	// An operator's probe: not done yet (the record keeps the key it asked
+	// about, which a scan of a compact ledger needs).
+	first := submit(t, b.url, "probe", key)
+	require.Equal(t, intent.StatusUncertain, first.res.Status, first.stdout+first.stderr)
+	// The downstream learns of it late (a queue, a manual entry): the next
+	// scan's probe finds it done.
+	req, err := http.NewRequest(http.MethodPost, b.sink.url+"/refunds", strings.NewReader(args))
+	require.NoError(t, err)
+	req.Header.Set(effects.HeaderIdempotencyKey, key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	w := submit(t, b.url, "watch", key, "--wait", "60s")
+	require.Equal(t, intent.StatusCompleted, w.res.Status, w.stdout+w.stderr)
+	rec := b.record(t, key)
+	require.Equal(t, "done", rec.Probe.Verdict)
+	require.Equal(t, 1, b.sink.firings(t, key))
 }

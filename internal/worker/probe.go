@@ -37,7 +37,7 @@ func (w *Worker) probeTakeover(work context.Context, j *job, c claim) (r round, 
 	})
 	halt()
 	cancel()
-	p := probeEvidence(ans)
+	p := probeEvidence(j.id.Key, ans)
 	if ans.Verdict != effects.VerdictDone {
 		// Kept before acting on it: an operator reading an uncertain record,
 		// or a record fired again, sees what the downstream said.
@@ -97,9 +97,10 @@ func (w *Worker) probe(ctx context.Context, tool *effects.Tool, call effects.Cal
 	return ans
 }
 
-// probeEvidence is ans as the record keeps it.
-func probeEvidence(ans effects.ProbeAnswer) dedup.Probe {
-	return dedup.Probe{At: time.Now().UTC(), Verdict: string(ans.Verdict), Request: ans.Evidence.Request,
+// probeEvidence is ans, the answer of a probe of key, as the record keeps
+// it.
+func probeEvidence(key string, ans effects.ProbeAnswer) dedup.Probe {
+	return dedup.Probe{At: time.Now().UTC(), Key: key, Verdict: string(ans.Verdict), Request: ans.Evidence.Request,
 		Status: ans.Evidence.Status, Body: effects.ClipEvidence(ans.Evidence.Body)}
 }
 
@@ -116,20 +117,64 @@ func (w *Worker) probeUncertain(ctx context.Context, key string, rec dedup.Recor
 	case !ok || tool.Prober == nil:
 		return rec, wrongState("uncertain, but its tool %s has no probe: resolve it by hand", rec.Tool)
 	}
-	if !intent.ValidKey(key) {
-		// A compact ledger key, which names no key the downstream knows.
-		return rec, wrongState("%s is not an operation's key (a compact ledger key?): probe it by its full key", key)
+	if intent.CompactLedgerKey(key) {
+		// Names no key the downstream knows.
+		return rec, wrongState("%s is a compact ledger key: probe the operation by its full key", key)
 	}
 	call := effects.Call{Key: key, Tool: rec.Tool, Session: rec.Session, CallID: rec.CallID, Attempt: rec.Attempt, Holder: w.cfg.Holder}
 	ans := w.probe(ctx, tool, call)
-	got, _, err := w.ledger.ProbeUncertain(ctx, key, probeEvidence(ans), ans.Result)
-	if err == nil && got.Status.Final() {
-		w.audit.recorded(key, got)
-	}
+	got, _, err := w.ledger.ProbeUncertain(ctx, key, probeEvidence(key, ans), ans.Result)
 	return got, err
 }
 
 // wrongState is a dedup.ErrWrongState error with a message.
 func wrongState(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{dedup.ErrWrongState}, args...)...)
+}
+
+// maxScanProbes bounds the uncertain records one ledger scan probes; the
+// next scan probes the rest.
+const maxScanProbes = 64
+
+// probeable reports whether rec is an uncertain record whose tool has a
+// probe, under a key the downstream knows.
+func (w *Worker) probeable(rec dedup.Record) bool {
+	if rec.Status != intent.StatusUncertain {
+		return false
+	}
+	t, ok := w.tools.Lookup(rec.Tool)
+	return ok && t.Prober != nil
+}
+
+// probeScanned probes the uncertain records a ledger scan found, one at a
+// time: one the downstream reports done is completed with its result, the
+// others keep the new evidence.
+func (w *Worker) probeScanned(ctx context.Context, recs []dedup.Listed) {
+	for _, r := range recs {
+		if ctx.Err() != nil {
+			return
+		}
+		key := r.Key
+		if intent.CompactLedgerKey(key) {
+			// A compact ledger lists the stored key: the downstream knows
+			// the full one, which an earlier probe of it recorded.
+			if r.Probe == nil {
+				continue
+			}
+			if sk, err := intent.LedgerKey(r.Probe.Key, w.store.Layout()); err != nil || sk != key {
+				continue
+			}
+			key = r.Probe.Key
+		}
+		got, err := w.probeUncertain(ctx, key, r.Record)
+		switch {
+		case errors.Is(err, dedup.ErrWrongState):
+			// Resolved meanwhile.
+		case err != nil:
+			w.log.Warn("probe an uncertain record", zap.String("key", key), zap.Error(err))
+		case got.Status == intent.StatusCompleted:
+			w.audit.recorded(key, got)
+			w.log.Info("probe found an uncertain operation done downstream; completed", zap.String("key", key))
+		}
+	}
 }

@@ -97,6 +97,9 @@ type Decision struct {
 type Probe struct {
 	// At is when the probe was answered (or gave up).
 	At time.Time `json:"at"`
+	// Key is the operation's key the probe asked about (a compact ledger
+	// lists the record under its stored key only).
+	Key string `json:"key"`
 	// Verdict is done, not_done or unknown.
 	Verdict string `json:"verdict"`
 	// Request names what was asked, its secrets redacted:

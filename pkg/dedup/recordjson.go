@@ -81,6 +81,7 @@ func (r Record) appendJSON(b []byte) ([]byte, error) {
 		if b, err = intent.AppendJSONTime(member(append(member(b, "probe"), '{'), "at"), p.At); err != nil {
 			return nil, err
 		}
+		b = intent.AppendJSONString(member(b, "key"), p.Key)
 		b = intent.AppendJSONString(member(b, "verdict"), p.Verdict)
 		b = intent.AppendJSONString(member(b, "request"), p.Request)
 		if p.Status != "" {

@@ -42,7 +42,7 @@ func TestRecordEncodingIsEncodingJSONs(t *testing.T) {
 				At: times[pick(len(times))], Until: times[pick(len(times))]}
 		}
 		if pick(2) == 0 {
-			r.Probe = &Probe{At: times[pick(len(times))], Verdict: strs[pick(len(strs))], Request: strs[pick(len(strs))],
+			r.Probe = &Probe{At: times[pick(len(times))], Key: strs[pick(len(strs))], Verdict: strs[pick(len(strs))], Request: strs[pick(len(strs))],
 				Status: strs[pick(len(strs))], Body: strs[pick(len(strs))]}
 		}
 		want, err := json.Marshal(r)

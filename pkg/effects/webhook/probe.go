@@ -109,6 +109,7 @@ func (c ProbeConfig) Validate() error {
 // whether the operation with a key happened (see Probe).
 type Prober struct {
 	url     string // the template
+	shown   string // the template for the evidence: no credentials, query values other than the key's redacted
 	method  string
 	timeout time.Duration
 	done    []int
@@ -142,6 +143,7 @@ func (w *Effect) Prober(cfg ProbeConfig) (*Prober, error) {
 	h.Del("Content-Type")
 	return &Prober{
 		url:     cfg.URL,
+		shown:   shownTemplate(cfg.URL),
 		method:  cfg.Method,
 		timeout: cfg.Timeout,
 		done:    cfg.Done,
@@ -153,6 +155,30 @@ func (w *Effect) Prober(cfg ProbeConfig) (*Prober, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}, nil
+}
+
+// shownTemplate is the probe's URL template as its evidence names it:
+// without user and password, each query value but those holding the key
+// replaced by [redacted] (a query may carry an API key), the key's
+// placeholder kept.
+func shownTemplate(template string) string {
+	u, err := url.Parse(template)
+	if err != nil {
+		return "(an invalid URL)"
+	}
+	query := u.RawQuery
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	base := strings.ReplaceAll(u.String(), "%7Bkey%7D", KeyPlaceholder) // the path's placeholder, escaped by String
+	if query == "" {
+		return base
+	}
+	parts := strings.Split(query, "&")
+	for i, part := range parts {
+		if name, value, ok := strings.Cut(part, "="); ok && !strings.Contains(value, KeyPlaceholder) {
+			parts[i] = name + "=[redacted]"
+		}
+	}
+	return base + "?" + strings.Join(parts, "&")
 }
 
 // escapeKey escapes key for a path segment or a query value.
@@ -168,14 +194,10 @@ func escapeKey(key string) string {
 // redirect is not followed. No answer within the timeout, a connection
 // error or a refused destination is an error wrapping effects.ErrProbe.
 func (p *Prober) Probe(ctx context.Context, call effects.Call) (effects.ProbeAnswer, error) {
-	target := strings.ReplaceAll(p.url, KeyPlaceholder, escapeKey(call.Key))
+	key := escapeKey(call.Key)
+	target := strings.ReplaceAll(p.url, KeyPlaceholder, key)
 	ans := effects.ProbeAnswer{Verdict: effects.VerdictUnknown}
-	shown := target
-	if u, err := url.Parse(target); err == nil {
-		u.User = nil
-		shown = u.String()
-	}
-	ans.Evidence.Request = p.method + " " + text.Redact(shown, p.secrets)
+	ans.Evidence.Request = p.method + " " + strings.ReplaceAll(p.shown, KeyPlaceholder, key)
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, p.method, target, nil)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -78,8 +79,9 @@ func TestProbeVerdicts(t *testing.T) {
 		require.Equal(t, "/refunds/"+tc.key, s.path, "the key is escaped in the path and arrives whole")
 		require.Equal(t, tc.key, s.key, "the probe forwards the key")
 		require.Equal(t, "Bearer s3cret-token", s.auth, "the probe sends the webhook's static headers")
-		require.NotContains(t, ans.Evidence.Request, "probe-secret", "query values of the template are redacted")
-		require.Contains(t, ans.Evidence.Request, "GET "+srv.URL+"/refunds/")
+		esc := strings.ReplaceAll(url.QueryEscape(tc.key), "+", "%20")
+		require.Equal(t, "GET "+srv.URL+"/refunds/"+esc+"?k="+esc+"&api_key=[redacted]", ans.Evidence.Request,
+			"the evidence names the key whole, and redacts the template's other query values")
 		require.NotContains(t, ans.Evidence.Body, "s3cret-token", "header values are redacted from the evidence")
 		require.LessOrEqual(t, len(ans.Evidence.Body), effects.MaxProbeEvidence, "the evidence is clipped")
 	}
