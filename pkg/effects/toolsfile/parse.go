@@ -302,7 +302,9 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) 
 		}
 	}
 	if t.Effect != nil {
-		t.Prober = readProbe(s, t.Kind, t.Effect)
+		if t.Prober = readProbe(s, t.Kind, t.Effect); t.Prober != nil && !t.Policy.Ledger {
+			s.Invalid("probe", "a tool without the ledger is never taken over, so never probed", "remove probe")
+		}
 	} else if s.Has("probe") {
 		s.used["probe"] = true // the tool's effect has problems, reported already
 	}

@@ -50,6 +50,7 @@ func TestParseProbeErrors(t *testing.T) {
 		{"KeyInHost", head + "    probe:\n      url: https://{key}.h/p\n", []string{`tools.yaml:7: t.probe.url: has {key} before its path`}},
 		{"Typo", head + "    probe:\n      url: https://h/p/{key}\n      timout: 2s\n", []string{`tools.yaml:8: t.probe.timout: unknown field (did you mean timeout?)`}},
 		{"ZeroTimeout", head + "    probe:\n      url: https://h/p/{key}\n      timeout: 0s\n", []string{`tools.yaml:8: t.probe.timeout: must be positive`}},
+		{"NoLedger", "tools:\n  t:\n    effect: webhook\n    class: read\n    webhook: {url: https://h/x}\n    probe: {url: https://h/p}\n", []string{`tools.yaml:6: t.probe: a tool without the ledger is never taken over`}},
 		{"NotProbeable", "tools:\n  t:\n    effect: noop\n    key_args: [a]\n    probe:\n      url: https://h/p\n", []string{`tools.yaml:5: t.probe: the noop effect cannot be probed`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
