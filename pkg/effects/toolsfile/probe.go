@@ -7,6 +7,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/natsservice"
 	"github.com/idemgate/idemgate/pkg/effects/webhook"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -46,13 +47,32 @@ func readProbe(s *section, kind string, eff effects.Effect) effects.Prober {
 			return nil
 		}
 		return pr
+	case intent.EffectNATS:
+		cfg := natsservice.ProbeConfig{
+			Subject: p.String("subject", ""),
+			Timeout: positiveDuration(p, "timeout", effects.DefaultProbeTimeout),
+		}
+		if err := cfg.Validate(); err != nil {
+			p.invalidSettings(err)
+			return nil
+		}
+		n, ok := eff.(*natsservice.Effect)
+		if !ok {
+			return nil
+		}
+		pr, err := n.Prober(cfg)
+		if err != nil {
+			p.invalidSettings(err)
+			return nil
+		}
+		return pr
 	default:
 		// The fields are not read: mark them, so that the one problem is
 		// this one.
 		for name := range p.fields {
 			p.used[name] = true
 		}
-		s.Invalid("probe", "the "+kind+" effect cannot be probed", "remove probe: only webhook tools take one")
+		s.Invalid("probe", "the "+kind+" effect cannot be probed", "remove probe: webhook and nats tools take one")
 		return nil
 	}
 }

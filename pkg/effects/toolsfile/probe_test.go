@@ -4,8 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/pkg/effects/natsservice"
 	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 	"github.com/idemgate/idemgate/pkg/effects/webhook"
 )
@@ -22,11 +24,18 @@ func TestParseProbe(t *testing.T) {
       timeout: 2s
       done: {status: [200, 201]}
       not_done: {status: 404}
+  billing:
+    effect: nats
+    key_args: [order]
+    nats: {subject: svc.billing}
+    probe: {subject: svc.billing.probe, timeout: 2s}
   plain:
     effect: webhook
     key_args: [order]
     webhook: {url: https://api.example/x}
-`)
+`, toolsfile.WithNATSConn(new(nats.Conn)))
+	billing, _ := r.Lookup("billing")
+	require.IsType(t, &natsservice.Prober{}, billing.Prober)
 	refund, ok := r.Lookup("refund")
 	require.True(t, ok)
 	require.IsType(t, &webhook.Prober{}, refund.Prober)
@@ -51,11 +60,12 @@ func TestParseProbeErrors(t *testing.T) {
 		{"Typo", head + "    probe:\n      url: https://h/p/{key}\n      timout: 2s\n", []string{`tools.yaml:8: t.probe.timout: unknown field (did you mean timeout?)`}},
 		{"ZeroTimeout", head + "    probe:\n      url: https://h/p/{key}\n      timeout: 0s\n", []string{`tools.yaml:8: t.probe.timeout: must be positive`}},
 		{"NoLedger", "tools:\n  t:\n    effect: webhook\n    class: read\n    webhook: {url: https://h/x}\n    probe: {url: https://h/p}\n", []string{`tools.yaml:6: t.probe: a tool without the ledger is never taken over`}},
+		{"NATSSubject", "tools:\n  t:\n    effect: nats\n    key_args: [a]\n    nats: {subject: svc.t}\n    probe:\n      subject: svc.>\n", []string{`tools.yaml:7: t.probe.subject: "svc.>" holds a wildcard`}},
 		{"NotProbeable", "tools:\n  t:\n    effect: noop\n    key_args: [a]\n    probe:\n      url: https://h/p\n", []string{`tools.yaml:5: t.probe: the noop effect cannot be probed`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r, err := toolsfile.Parse([]byte(tc.file))
+			r, err := toolsfile.Parse([]byte(tc.file), toolsfile.WithNATSConn(new(nats.Conn)))
 			require.Nil(t, r)
 			require.ErrorIs(t, err, toolsfile.ErrConfig)
 			lines := strings.Split(err.Error(), "\n")
