@@ -7,6 +7,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemgate/idemgate/pkg/effects"
+	"github.com/idemgate/idemgate/pkg/effects/mcp"
 	"github.com/idemgate/idemgate/pkg/effects/natsservice"
 	"github.com/idemgate/idemgate/pkg/effects/webhook"
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -66,13 +67,32 @@ func readProbe(s *section, kind string, eff effects.Effect) effects.Prober {
 			return nil
 		}
 		return pr
+	case intent.EffectMCP:
+		cfg := mcp.ProbeConfig{
+			Tool:    p.String("tool", ""),
+			Timeout: positiveDuration(p, "timeout", effects.DefaultProbeTimeout),
+		}
+		if err := cfg.Validate(); err != nil {
+			p.invalidSettings(err)
+			return nil
+		}
+		m, ok := eff.(*mcp.Effect)
+		if !ok {
+			return nil
+		}
+		pr, err := m.Prober(cfg)
+		if err != nil {
+			p.invalidSettings(err)
+			return nil
+		}
+		return pr
 	default:
 		// The fields are not read: mark them, so that the one problem is
 		// this one.
 		for name := range p.fields {
 			p.used[name] = true
 		}
-		s.Invalid("probe", "the "+kind+" effect cannot be probed", "remove probe: webhook and nats tools take one")
+		s.Invalid("probe", "the "+kind+" effect cannot be probed", "remove probe: webhook, nats and mcp tools take one")
 		return nil
 	}
 }
