@@ -42,7 +42,7 @@ func setupProbes(t *testing.T, extra ...string) *probeBundle {
     probe: {url: "%s/probe?key={key}%s", timeout: %s, done: {status: 200}, not_done: {status: 404}}
 `, name, b.sink.url, b.sink.url, query, timeout)
 	}
-	b.tools = writeTools(t, "tools:\n"+tool("refund", "", "5s")+tool("refund_unknown", "&mode=unknown", "5s")+tool("refund_hang", "&mode=hang", "1s"))
+	b.tools = writeTools(t, "tools:\n"+tool("refund", "", "30s")+tool("refund_unknown", "&mode=unknown", "30s")+tool("refund_hang", "&mode=hang", "1s"))
 	startWorker(t, "w1", b.url, b.tools, append([]string{"--ack-wait", "2s"}, extra...)...)
 	js, err := jetstream.New(connect(t, b.url))
 	require.NoError(t, err)

@@ -37,6 +37,11 @@ func TestMCPProbe(t *testing.T) {
     effect: mcp
     key_args: [order]
     mcp: {url: `+u.http.URL+`, tool: charge}
+    probe: {tool: find_charge, timeout: 1m}
+  charge_slow:
+    effect: mcp
+    key_args: [order]
+    mcp: {url: `+u.http.URL+`, tool: charge}
     probe: {tool: find_charge, timeout: 500ms}
 `), allowLoopback)
 	require.NoError(t, err)
@@ -54,7 +59,8 @@ func TestMCPProbe(t *testing.T) {
 	}
 	n, _ := u.charges()
 	require.Zero(t, n, "a probe fires nothing")
-	ans, err := tool.Prober.Probe(context.Background(), effects.Call{Key: "hang"})
+	slow, _ := reg.Lookup("charge_slow")
+	ans, err := slow.Prober.Probe(context.Background(), effects.Call{Key: "hang"})
 	require.ErrorIs(t, err, effects.ErrProbe)
 	require.Equal(t, "no answer within 500ms", ans.Evidence.Status)
 }

@@ -34,7 +34,7 @@ func TestNATSProbeVerdicts(t *testing.T) {
 		}
 	})
 	e := newNATSService(t, b.nc, natsservice.Config{Subject: "svc.refund", Headers: map[string]string{"Authorization": "Bearer s3cret"}})
-	p, err := e.Prober(natsservice.ProbeConfig{Subject: "svc.refund.probe", Timeout: 300 * time.Millisecond})
+	p, err := e.Prober(natsservice.ProbeConfig{Subject: "svc.refund.probe", Timeout: time.Minute})
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		key     string
@@ -60,7 +60,9 @@ func TestNATSProbeVerdicts(t *testing.T) {
 		require.Equal(t, tc.key, got.header.Get(effects.HeaderIdempotencyKey), "the probe forwards the key")
 		require.Equal(t, "Bearer s3cret", got.header.Get("Authorization"), "and the static headers")
 	}
-	ans, err := p.Probe(context.Background(), effects.Call{Key: "hang"})
+	short, err := e.Prober(natsservice.ProbeConfig{Subject: "svc.refund.probe", Timeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	ans, err := short.Probe(context.Background(), effects.Call{Key: "hang"})
 	require.ErrorIs(t, err, effects.ErrProbe)
 	require.Equal(t, effects.VerdictUnknown, ans.Verdict)
 	require.Equal(t, "no answer within 300ms", ans.Evidence.Status, "bounded by its timeout")
