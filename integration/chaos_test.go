@@ -124,6 +124,7 @@ func TestChaosShort(t *testing.T) {
 	require.Positive(t, v.FaultsByKind["effect_hang"])
 	require.Equal(t, 1, v.FaultsByKind["ledger_outage"])
 	require.Positive(t, v.ByTool["chaos_capped"].Operations)
+	require.Positive(t, v.ByTool["chaos_probed"].Operations, "a share goes to the tool with a probe")
 
 	// Nothing lost: every copy answered (at worst from the ledger), every
 	// operation fired and recorded final.

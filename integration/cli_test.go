@@ -24,12 +24,12 @@ func TestSubmitHelp(t *testing.T) {
 		s := runClient(t, exec.Command(bin("submit"), args...))
 		require.Equal(t, 0, s.code, "%v: %s", args, s.stderr)
 		require.Empty(t, s.stderr, "%v", args)
-		for _, want := range []string{"key --tool", "watch KEY", "get KEY", "tools ", "approve KEY", "deny KEY", "resolve KEY", "dlq list", "help ",
+		for _, want := range []string{"key --tool", "watch KEY", "get KEY", "tools ", "approve KEY", "deny KEY", "resolve KEY", "probe KEY", "dlq list", "help ",
 			"Exit status:", "  3  replayed", "  2  no answer in time", "Examples:", "--jsonl FILE"} {
 			require.Contains(t, s.stdout, want, "%v", args)
 		}
 	}
-	for _, sub := range []string{"key", "watch", "get", "tools", "approve", "deny", "resolve"} {
+	for _, sub := range []string{"key", "watch", "get", "tools", "approve", "deny", "resolve", "probe"} {
 		s := runClient(t, exec.Command(bin("submit"), sub, "--help"))
 		require.Equal(t, 0, s.code, "%s --help: %s", sub, s.stderr)
 		require.Contains(t, s.stdout, "usage: submit "+sub, sub)

@@ -174,8 +174,9 @@ func (r *chaosRun) startSink(ctx context.Context) error {
 	return nil
 }
 
-// toolsFile is the workers' tools file: chaos_op, and the capped tool when
-// a share of the operations goes to it. Both are webhooks to the sink.
+// toolsFile is the workers' tools file: chaos_op, and the capped and the
+// probed tool when a share of the operations goes to each. All are webhooks
+// to the sink; the probed tool's probe asks the sink by key.
 func (r *chaosRun) toolsFile() string {
 	var b strings.Builder
 	b.WriteString("tools:\n")
@@ -196,6 +197,9 @@ func (r *chaosRun) toolsFile() string {
 	tool(toolName, "ops", "")
 	if r.cfg.cappedShare > 0 {
 		tool(cappedTool, "capped", "    max_in_flight: 1\n")
+	}
+	if r.cfg.probedShare > 0 {
+		tool(probedTool, "probed", fmt.Sprintf("    probe: {url: \"http://%s/probe?key={key}\", timeout: 5s}\n", r.sinkAddr))
 	}
 	return b.String()
 }
@@ -278,7 +282,7 @@ func (r *chaosRun) connect(context.Context) error {
 		return fmt.Errorf("connect %s: %w", r.natsURL, err)
 	}
 	r.nc = nc
-	cl, err := client.New(nc, client.WithKeySpec(toolName, intent.KeySpec{}), client.WithKeySpec(cappedTool, intent.KeySpec{}))
+	cl, err := client.New(nc, client.WithKeySpec(toolName, intent.KeySpec{}), client.WithKeySpec(cappedTool, intent.KeySpec{}), client.WithKeySpec(probedTool, intent.KeySpec{}))
 	if err != nil {
 		return err
 	}

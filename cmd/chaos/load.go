@@ -18,10 +18,11 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// The tools of a chaos run, both webhooks to the sink.
+// The tools of a chaos run, all webhooks to the sink.
 const (
 	toolName   = "chaos_op"     // most operations
 	cappedTool = "chaos_capped" // --capped-share of them: max_in_flight 1, so it is under back-pressure
+	probedTool = "chaos_probed" // --probed-share of them: a takeover probes the sink before it fires again
 )
 
 // Duplicate kinds: how the copies of one operation are sent.
@@ -74,7 +75,7 @@ type op struct {
 	id     string
 	n      int
 	kind   string
-	tool   string // toolName or cappedTool
+	tool   string // toolName, cappedTool or probedTool
 	key    string
 	fp     string
 	args   json.RawMessage
@@ -103,6 +104,8 @@ func plan(cfg config, session string, rng *rand.Rand) ([]*op, error) {
 		}
 		if cfg.cappedShare > 0 && rng.Float64() < cfg.cappedShare {
 			o.tool = cappedTool
+		} else if cfg.probedShare > 0 && rng.Float64() < cfg.probedShare/(1-cfg.cappedShare) {
+			o.tool = probedTool
 		}
 		copies := 1
 		switch o.kind {

@@ -61,6 +61,7 @@ type config struct {
 	outageAt      float64
 	outageFor     time.Duration
 	cappedShare   float64
+	probedShare   float64
 	failRate      float64
 	hangRate      float64
 	hang          time.Duration
@@ -149,6 +150,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.outageAt, "outage-at", 0.25, "take the ledger down for --outage-for when this share of the intents is published: the JetStream process, or with --cluster two of the three nodes (no quorum): holders cut off by it must keep their outcomes through it (negative: never)")
 	fs.DurationVar(&c.outageFor, "outage-for", 75*time.Second, "how long the ledger outage lasts: many leases, and over a minute")
 	fs.Float64Var(&c.cappedShare, "capped-share", 0.1, "share of the operations sent to a second tool, "+cappedTool+", with max_in_flight: 1 (0: none)")
+	fs.Float64Var(&c.probedShare, "probed-share", 0.1, "share of the operations sent to a third tool, "+probedTool+", whose probe asks the sink before a takeover fires again (0: none)")
 	fs.Float64Var(&c.failRate, "fail-rate", 0.05, "share of sink requests answered 503")
 	fs.Float64Var(&c.hangRate, "hang-rate", 0.003, "share of sink requests that hang for --hang")
 	fs.DurationVar(&c.hang, "hang", 5*time.Second, "how long a hanging request hangs (more than --lease)")
@@ -189,6 +191,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	check(c.outageAt < 1, "--outage-at %v: use a share below 1, or negative for never", c.outageAt)
 	check(c.outageAt < 0 || c.outageFor >= time.Second, "--outage-for %s: use at least 1s", c.outageFor)
 	check(c.cappedShare >= 0 && c.cappedShare <= 0.5, "--capped-share %v: use [0, 0.5]", c.cappedShare)
+	check(c.probedShare >= 0 && c.probedShare <= 0.5, "--probed-share %v: use [0, 0.5]", c.probedShare)
 	check(c.answerWait > 0 && c.settle > 0 && c.timeout > 0, "--answer-wait, --settle and --timeout must be positive")
 	if err := errors.Join(errs...); err != nil {
 		return c, err

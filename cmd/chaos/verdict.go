@@ -137,6 +137,9 @@ type ToolCounts struct {
 	Lost       int `json:"lost"`
 	Unanswered int `json:"unanswered_copies"`
 	Repeats    int `json:"fired_more_than_once"`
+	// CrashRepeats are the operations fired more than once in the crash
+	// window of a killed holder.
+	CrashRepeats int `json:"repeats_in_crash_window"`
 }
 
 // Verdict is what a run showed. Every count is over the whole run.
@@ -331,6 +334,7 @@ func judge(v *Verdict, f runFacts) {
 				v.RepeatsSameAtt++
 			case r.Cause == causeCrash:
 				v.RepeatsCrash++
+				tc.CrashRepeats++
 			case r.Cause == causeCutOff:
 				v.RepeatsOutage++
 			default:
@@ -614,7 +618,7 @@ func (v *Verdict) print(w io.Writer) {
 	if len(v.ByTool) > 1 {
 		for _, tool := range slices.Sorted(maps.Keys(v.ByTool)) {
 			t := v.ByTool[tool]
-			p("  tool %-23s %d operations, %d fired, %d lost, %d unanswered copies, %d fired more than once", tool, t.Operations, t.Fired, t.Lost, t.Unanswered, t.Repeats)
+			p("  tool %-23s %d operations, %d fired, %d lost, %d unanswered copies, %d fired more than once (crash window %d)", tool, t.Operations, t.Fired, t.Lost, t.Unanswered, t.Repeats, t.CrashRepeats)
 		}
 	}
 	p("  fired more than once         %d (extra firings %d: crash window %d, ledger outage %d, phantom lease loss %d, same attempt %d, other key %d, unexplained %d)",

@@ -43,3 +43,28 @@ func TestSinkLogsTheFiring(t *testing.T) {
 	require.Zero(t, got[1].Attempt, "an attempt that is not a number is logged as none")
 	require.True(t, got[1].Repeat)
 }
+
+func TestSinkAnswersProbes(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	s := &sink{log: json.NewEncoder(&buf), seen: map[string]int{}, answers: map[string][]byte{}}
+	probe := func(target string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		s.probe(rec, httptest.NewRequest(http.MethodGet, target, nil))
+		return rec
+	}
+	require.Equal(t, http.StatusNotFound, probe("/probe?key=k1").Code, "nothing performed yet")
+	req := httptest.NewRequest(http.MethodPost, "/refunds", strings.NewReader(`{}`))
+	req.Header.Set("Idempotency-Key", "k1")
+	first := httptest.NewRecorder()
+	s.receive(first, req)
+	require.Equal(t, http.StatusOK, first.Code)
+
+	got := probe("/probe?key=k1")
+	require.Equal(t, http.StatusOK, got.Code)
+	require.JSONEq(t, first.Body.String(), got.Body.String(), "the probe answers what the request was answered")
+	require.Equal(t, http.StatusNotFound, probe("/probe?key=k2").Code)
+	require.Equal(t, http.StatusServiceUnavailable, probe("/probe?key=k1&mode=unknown").Code)
+	require.Equal(t, 1, s.requests, "a probe is not a request")
+	require.Equal(t, 1, strings.Count(buf.String(), "\n"), "nor logged")
+}

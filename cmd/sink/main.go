@@ -3,6 +3,12 @@
 // firing's Idem-Holder and Idem-Attempt, and can fail or stall on purpose.
 // GET /stats reports what it saw.
 //
+// GET /probe?key=KEY answers whether it performed the request with that
+// Idempotency-Key: 200 with the body it answered then, or 404 — a
+// reconciliation probe's downstream (docs/tools.md, probe). A probe is not a
+// request: it is neither logged nor counted in requests. For tests, mode=unknown
+// answers 503 and mode=hang stalls until the caller goes away.
+//
 // Faults: --fail-rate answers a fraction of requests 503; --hold stalls every
 // request; --hang-rate stalls a fraction of requests for --hang (long enough
 // to outlive a worker's lease) before answering them normally. A request whose
@@ -56,8 +62,10 @@ type sink struct {
 	hang     time.Duration
 	mu       sync.Mutex
 	log      *json.Encoder
-	seen     map[string]int // key → successful requests
+	seen     map[string]int    // key → successful requests
+	answers  map[string][]byte // key → the body of its first successful answer
 	requests int
+	probes   int
 }
 
 func run() error {
@@ -87,9 +95,10 @@ func run() error {
 		defer f.Close()
 		out = f
 	}
-	s := &sink{failRate: *failRate, hold: *hold, hangRate: *hangRate, hang: *hang, log: json.NewEncoder(out), seen: map[string]int{}}
+	s := &sink{failRate: *failRate, hold: *hold, hangRate: *hangRate, hang: *hang, log: json.NewEncoder(out), seen: map[string]int{}, answers: map[string][]byte{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", s.stats)
+	mux.HandleFunc("GET /probe", s.probe)
 	mux.HandleFunc("/", s.receive)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	// Bind first: "listening" is printed only once it is true, and a taken
@@ -174,12 +183,47 @@ func (s *sink) receive(w http.ResponseWriter, r *http.Request) {
 		e.Payload = body
 	}
 	_ = s.log.Encode(e)
+	var answer []byte
+	if status == http.StatusOK {
+		answer, _ = json.Marshal(map[string]any{"accepted": true, "path": r.URL.Path, "key": key, "deliveries": n})
+		if _, ok := s.answers[key]; !ok && s.answers != nil {
+			s.answers[key] = answer
+		}
+	}
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	if status == http.StatusOK {
-		_ = json.NewEncoder(w).Encode(map[string]any{"accepted": true, "path": r.URL.Path, "key": key, "deliveries": n})
+	_, _ = w.Write(answer)
+}
+
+// probe answers whether the request with the key (the query's key, else
+// the Idempotency-Key header) was performed: 200 with its first answer, or
+// 404. mode=unknown answers 503, mode=hang never answers.
+func (s *sink) probe(w http.ResponseWriter, r *http.Request) {
+	key := r.URL.Query().Get("key")
+	if key == "" {
+		key = r.Header.Get("Idempotency-Key")
 	}
+	s.mu.Lock()
+	s.probes++
+	answer, done := s.answers[key]
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	switch r.URL.Query().Get("mode") {
+	case "hang":
+		<-r.Context().Done()
+		return
+	case "unknown":
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":"cannot tell now"}`))
+		return
+	}
+	if !done {
+		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(map[string]any{"found": false, "key": key})
+		return
+	}
+	_, _ = w.Write(answer)
 }
 
 // requestEntry is the log entry of r, without its outcome.
@@ -213,5 +257,5 @@ func (s *sink) stats(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]int{"requests": s.requests, "keys": len(s.seen), "repeated_keys": repeated})
+	_ = json.NewEncoder(w).Encode(map[string]int{"requests": s.requests, "keys": len(s.seen), "repeated_keys": repeated, "probes": s.probes})
 }

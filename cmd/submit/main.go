@@ -119,6 +119,7 @@ Subcommands:
   deny KEY [--reason R]            refuse an operation awaiting approval
   resolve KEY --outcome succeeded|failed [--result JSON]
                                    settle an uncertain operation
+  probe KEY                        ask an uncertain operation's downstream with its tool's probe: done completes it
   dlq list | dlq replay SEQ        the dead-letter stream: list, or publish one again
   list [--status open] [--tool T] [--session S] [--older-than D] [--past-lease] [--limit N] [--after SEQ] [--all]
                                    ledger records, one JSON object per line (--status open: every unresolved one)
@@ -154,7 +155,7 @@ environment; NATS_URL and NATS_CREDS work as for the nats CLI.
 `
 
 // subcommands are the words submit takes before its flags.
-var subcommands = []string{"key", "watch", "get", "tools", intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, "dlq", "list", "forget", "migrate", "audit", "help"}
+var subcommands = []string{"key", "watch", "get", "tools", intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, intent.ControlProbe, "dlq", "list", "forget", "migrate", "audit", "help"}
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var err error
@@ -172,7 +173,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			code, err = cmdKey(ctx, args[1:], stdout, stderr)
 		case "tools":
 			code, err = cmdTools(ctx, args[1:], stdout, stderr)
-		case intent.ControlApprove, intent.ControlDeny, intent.ControlResolve:
+		case intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, intent.ControlProbe:
 			code, err = cmdDecide(ctx, args[0], args[1:], stdin, stdout, stderr)
 		case "dlq":
 			code, err = cmdDLQ(ctx, args[1:], stdout, stderr)

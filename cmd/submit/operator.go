@@ -17,7 +17,8 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// cmdDecide publishes an operator decision: approve KEY, deny KEY, resolve KEY.
+// cmdDecide publishes an operator decision: approve KEY, deny KEY, resolve
+// KEY, probe KEY.
 //
 // An approval without --fingerprint first reads the record and shows the
 // arguments it would let fire; it then asks for confirmation when stdin is a
@@ -26,7 +27,8 @@ import (
 // approved.
 //
 // It exits 0 when the decision took effect (an approval whose operation then
-// completed, a denial, a resolution), 5 when it was rejected (no such key,
+// completed, a denial, a resolution, a probe that found the operation
+// done), 5 when it was rejected (no such key,
 // wrong state, other arguments) or the approved operation failed, 2 when no
 // answer came in time.
 func cmdDecide(ctx context.Context, op string, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
@@ -34,6 +36,7 @@ func cmdDecide(ctx context.Context, op string, args []string, stdin io.Reader, s
 		intent.ControlApprove: "submit approve KEY [--fingerprint FP | --yes] [--by NAME] [--reason R]",
 		intent.ControlDeny:    "submit deny KEY [--by NAME] [--reason R]",
 		intent.ControlResolve: "submit resolve KEY --outcome succeeded|failed [--result JSON] [--by NAME] [--reason R]",
+		intent.ControlProbe:   "submit probe KEY [--by NAME] [--reason R]",
 	}[op]
 	fs := newFlagSet("submit "+op, synopsis, args, stdout, stderr)
 	var c common
@@ -96,6 +99,7 @@ func decisionCode(op string, res *intent.Result) int {
 		return exitFailed
 	case op == intent.ControlDeny && res.Status == intent.StatusDenied,
 		op == intent.ControlResolve && (res.Status == intent.StatusCompleted || res.Status == intent.StatusFailed),
+		op == intent.ControlProbe && res.Status == intent.StatusCompleted,
 		op == intent.ControlApprove && res.Status == intent.StatusCompleted:
 		return exitFired // the decision took effect
 	}

@@ -113,7 +113,7 @@ func run(args []string) error {
 	fs.IntVar(&cfg.SessionBurst, "session-burst", 0, "intents a session may send at once above --session-rate (default: the rate, at least 1)")
 	fs.DurationVar(&cfg.AuditRetention, "audit-retention", audit.DefaultRetention, "how long the audit stream keeps the trail (at least --ledger-ttl; docs/audit.md)")
 	fs.IntVar(&cfg.AuditQueue, "audit-queue", audit.DefaultQueue, "audit events held in memory while the trail is written or unreachable; beyond it they are dropped and the trail shows a gap")
-	fs.DurationVar(&cfg.LedgerScan, "ledger-scan", worker.DefaultLedgerScan, "how often one worker reads the whole ledger to count its unresolved records (idemgate_ledger_unresolved_*) and give records written without a TTL theirs (0: off)")
+	fs.DurationVar(&cfg.LedgerScan, "ledger-scan", worker.DefaultLedgerScan, "how often one worker reads the whole ledger to count its unresolved records (idemgate_ledger_unresolved_*) and give records written without a TTL theirs, and to probe uncertain records whose tool has a probe (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@
 //	GET    /v1/tools                        the tool catalogue
 //	GET    /v1/operations/{key}             an operation's record (?wait= for its final one)
 //	GET    /v1/operations                   list records (operator)
-//	POST   /v1/operations/{key}/approve     operator decisions: approve, deny, resolve
+//	POST   /v1/operations/{key}/approve     operator decisions: approve, deny, resolve, probe
 //	DELETE /v1/operations/{key}             forget an operation so that it may run again (operator)
 //	GET    /v1/dead-letters                 list dead letters (operator)
 //	POST   /v1/dead-letters/{seq}/replay    replay one (operator)

@@ -173,13 +173,13 @@ type decisionBody struct {
 	Result      json.RawMessage `json:"result,omitempty"`
 }
 
-// decide answers POST /v1/operations/{key}/{approve|deny|resolve}. The
+// decide answers POST /v1/operations/{key}/{approve|deny|resolve|probe}. The
 // decision is recorded as the token's name. The answer is the operation's
 // new state (for an approval, the result of the firing it let happen).
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, tok *auth.Token, body []byte) {
 	key, op := r.PathValue("key"), r.PathValue("decision")
-	if op != intent.ControlApprove && op != intent.ControlDeny && op != intent.ControlResolve {
-		fail(w, http.StatusNotFound, codeNotFoundRoute, "no decision %q: use approve, deny or resolve", clip(op))
+	if op != intent.ControlApprove && op != intent.ControlDeny && op != intent.ControlResolve && op != intent.ControlProbe {
+		fail(w, http.StatusNotFound, codeNotFoundRoute, "no decision %q: use approve, deny, resolve or probe", clip(op))
 		return
 	}
 	var d decisionBody

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -22,23 +23,40 @@ import (
 // one event. A lease lost before anything happened is claimed again.
 func (w *Worker) act(stop, work context.Context, j *job, c claim, confirmed bool) round {
 	rec, pol := c.Lease.Record(), j.tool.Policy
-	switch {
-	case c.Outcome == dedup.TookOver && pol.OnAbandoned == intent.AbandonHold:
+	if c.Outcome == dedup.TookOver {
+		// A takeover is recorded before anything else happens, its probe
+		// included.
 		w.audit.claimed(j, c.ClaimResult, confirmed)
+	}
+	var verdict effects.Verdict
+	if c.Outcome == dedup.TookOver && j.tool.Prober != nil {
+		// Ask the downstream first: an operation it has done is settled
+		// with its result, one it has not is fired whatever on_abandoned
+		// says, and on_abandoned decides only when it cannot tell.
+		r, v, settled := w.probeTakeover(work, j, c)
+		if settled {
+			return r
+		}
+		verdict = v
+	}
+	switch {
+	case c.Outcome == dedup.TookOver && pol.OnAbandoned == intent.AbandonHold && verdict != effects.VerdictNotDone:
 		return w.holdUncertain(work, j, c)
 	case c.OverBudget:
 		// A new operation over its tool's budget (over_budget: approve):
 		// parked, uncounted, until an operator decides.
+		w.audit.claimed(j, c.ClaimResult, confirmed)
 		w.m.overBudget.WithLabelValues(j.env.Tool).Inc()
 		return w.parkForApproval(work, j, c.Lease)
 	case pol.Approval && !rec.Approved(time.Now()) && !(c.Outcome == dedup.TookOver && rec.Decision != nil && rec.Decision.Op == intent.ControlApprove):
 		// Needs an operator's approval first (or its approval lapsed before
 		// the firing started). A takeover of an approved firing goes on.
-		w.audit.claimed(j, c.ClaimResult, confirmed)
+		if c.Outcome != dedup.TookOver {
+			w.audit.claimed(j, c.ClaimResult, confirmed)
+		}
 		return w.parkForApproval(work, j, c.Lease)
 	}
 	if c.Outcome == dedup.TookOver {
-		w.audit.claimed(j, c.ClaimResult, confirmed)
 		w.m.takeovers.WithLabelValues(j.env.Tool).Inc()
 		w.log.Info("lease taken over", zap.String("key", j.id.Key), zap.Int("attempt", rec.Attempt),
 			zap.String("previous_holder", c.Previous.Holder))

@@ -14,7 +14,8 @@ import (
 
 // control applies an operator decision published on the control subjects:
 // approve (then fire the approved operation, exactly once however many
-// approvals and workers see it), deny, or resolve an uncertain outcome. The
+// approvals and workers see it), deny, resolve an uncertain outcome, or
+// probe one (ask its downstream through the tool's probe). The
 // decision's caller is answered with the operation's resulting record;
 // callers waiting on the key see it on the ledger.
 func (w *Worker) control(stop, work context.Context, j *job, op string) (handled, *firing) {
@@ -69,6 +70,16 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) (handled
 		}
 	case intent.ControlResolve:
 		if rec, _, err = w.ledger.Resolve(dctx, c.Key, c.Outcome == intent.OutcomeSucceeded, c.Result, c.By, c.Reason); err != nil {
+			return w.undecided(j, err), nil
+		}
+	case intent.ControlProbe:
+		// Ask the downstream now: done completes the operation, anything
+		// else leaves it uncertain with the new evidence.
+		cur, _, err := w.ledger.Get(stop, c.Key)
+		if err != nil {
+			return w.undecided(j, err), nil
+		}
+		if rec, err = w.probeUncertain(dctx, c.Key, cur); err != nil {
 			return w.undecided(j, err), nil
 		}
 	}

@@ -33,7 +33,8 @@ var (
 // whole ledger: it counts the unresolved records (nothing expires them, so
 // none may sit unseen) by state and age, and gives final records written
 // without a per-message TTL (by an earlier version, whose bucket expired
-// records by age) their TTL. The other workers clear their counts, so that
+// records by age) their TTL, and probes the uncertain records whose tool
+// has a probe (probe.go). The other workers clear their counts, so that
 // summing the gauge over workers gives the ledger's.
 func (w *Worker) scanLedger(ctx context.Context) {
 	for {
@@ -70,6 +71,7 @@ func (w *Worker) scanRound(ctx context.Context) error {
 	oldest := map[string]time.Duration{}
 	now := time.Now()
 	retained := 0
+	var uncertain []dedup.Listed // to probe after the scan
 	q := dedup.Query{Limit: dedup.MaxListLimit}
 	for {
 		page, err := w.store.List(ctx, q)
@@ -88,6 +90,9 @@ func (w *Worker) scanRound(ctx context.Context) error {
 			if state == "" {
 				continue
 			}
+			if w.probeable(r.Record) && len(uncertain) < maxScanProbes {
+				uncertain = append(uncertain, r)
+			}
 			age := now.Sub(r.UpdatedAt)
 			counts[[2]string{state, ageLabel(age)}]++
 			oldest[state] = max(oldest[state], age)
@@ -105,6 +110,7 @@ func (w *Worker) scanRound(ctx context.Context) error {
 	}
 	w.m.retained.Add(float64(retained))
 	w.m.scans.Inc()
+	w.probeScanned(ctx, uncertain)
 	if retained > 0 {
 		w.log.Info("final records written without a TTL were given theirs", zap.Int("records", retained))
 	}

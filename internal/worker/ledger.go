@@ -34,6 +34,8 @@ type ledger interface {
 	Approve(ctx context.Context, key, fingerprint, by, reason string, ttl time.Duration) (dedup.Record, uint64, error)
 	Deny(ctx context.Context, key, by, reason string) (dedup.Record, uint64, error)
 	Resolve(ctx context.Context, key string, succeeded bool, result json.RawMessage, by, reason string) (dedup.Record, uint64, error)
+	// ProbeUncertain records a probe of an uncertain operation (probe.go).
+	ProbeUncertain(ctx context.Context, key string, p dedup.Probe, result json.RawMessage) (dedup.Record, uint64, error)
 }
 
 // lease is a claimant's hold on one key (a *dedup.Lease): every write is a
@@ -47,6 +49,8 @@ type lease interface {
 	Release(ctx context.Context, attempts int) error
 	AwaitApproval(ctx context.Context, envelope json.RawMessage) (dedup.Record, error)
 	Hold(ctx context.Context, reason string) (dedup.Record, error)
+	NoteProbe(ctx context.Context, p dedup.Probe) error
+	SettleProbed(ctx context.Context, p dedup.Probe, result json.RawMessage) (dedup.Record, error)
 }
 
 // claim is what a claim found and did; its Lease (for dedup.Acquired and

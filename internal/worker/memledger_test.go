@@ -337,3 +337,29 @@ func (ls *memLease) Hold(_ context.Context, reason string) (dedup.Record, error)
 		r.Error = &intent.Error{Code: intent.CodeUncertain, Message: reason}
 	})
 }
+
+func (ls *memLease) NoteProbe(_ context.Context, p dedup.Probe) error {
+	_, err := ls.write("note probe", false, func(r *dedup.Record, _ time.Time) { r.Probe = &p })
+	return err
+}
+
+func (ls *memLease) SettleProbed(_ context.Context, p dedup.Probe, result json.RawMessage) (dedup.Record, error) {
+	return ls.write("settle probed", true, func(r *dedup.Record, now time.Time) {
+		r.Status, r.Result, r.Error, r.LeaseUntil, r.CompletedAt = intent.StatusCompleted, result, nil, time.Time{}, now
+		r.Attempts++
+		r.Probe = &p
+	})
+}
+
+func (l *memLedger) ProbeUncertain(_ context.Context, key string, p dedup.Probe, result json.RawMessage) (dedup.Record, uint64, error) {
+	return l.decide(key, func(rec *dedup.Record, now time.Time) (bool, error) {
+		if rec.Status != intent.StatusUncertain {
+			return false, dedup.ErrWrongState
+		}
+		rec.Probe = &p
+		if p.Verdict == dedup.ProbeDone {
+			rec.Status, rec.Result, rec.Error, rec.CompletedAt = intent.StatusCompleted, result, nil, now
+		}
+		return true, nil
+	})
+}

@@ -20,6 +20,7 @@ type Metrics struct {
 	conflicts   *prometheus.CounterVec
 	failures    *prometheus.CounterVec
 	takeovers   *prometheus.CounterVec
+	probes      *prometheus.CounterVec
 	badInputs   *prometheus.CounterVec
 	deadLetters *prometheus.CounterVec
 	decisions   *prometheus.CounterVec
@@ -63,6 +64,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		conflicts:   f("conflicts_total", "Intents refused because their key was used with other arguments.", "tool"),
 		failures:    f("effect_failures_total", "Effect failures, by kind: transient (retried later) or permanent (recorded).", "tool", "kind"),
 		takeovers:   f("lease_takeovers_total", "Keys taken over from a holder whose lease expired.", "tool"),
+		probes:      f("probes_total", "Reconciliation probes of the downstream, by verdict: done (settled without firing), not_done, unknown.", "tool", "verdict"),
 		badInputs:   f("bad_intents_total", "Intents rejected as bad input, by error code.", "tool", "code"),
 		deadLetters: f("dead_letters_total", "Messages copied to the dead-letter stream.", "tool"),
 		decisions:   f("operator_decisions_total", "Operator decisions applied, by operation.", "op"),
@@ -79,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.overBudget = f("budget_exceeded_total", "New operations over their tool's effect budget: answered budget_exceeded and never fired, or parked for an approval (over_budget: approve).", "tool")
 	m.unresolved, m.unresolvedOldest, m.scans, m.retained = unresolvedMetrics()
 	if reg != nil {
-		reg.MustRegister(m.received, m.fired, m.replays, m.cacheHits, m.coalesced, m.conflicts, m.failures, m.takeovers,
+		reg.MustRegister(m.received, m.fired, m.replays, m.cacheHits, m.coalesced, m.conflicts, m.failures, m.takeovers, m.probes,
 			m.badInputs, m.deadLetters, m.decisions, m.limited, m.effectTime, m.claimToDone, m.endToEnd, m.inFlight, m.badReplies,
 			m.unresolved, m.unresolvedOldest, m.scans, m.retained, batchCollector{m}, auditCollector{m})
 		reg.MustRegister(m.overBudget)

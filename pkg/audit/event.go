@@ -49,6 +49,10 @@ const (
 	// KindForgotten: an operator deleted the operation's record so that it
 	// may run again (by, reason).
 	KindForgotten Kind = "forgotten"
+	// KindProbed: a worker asked the operation's downstream, with the
+	// tool's probe, whether the operation had happened (reason: the probe
+	// answer, done, not_done or unknown; destination: what was asked).
+	KindProbed Kind = "probed"
 	// KindGap: a worker could not write events to the trail (the trail was
 	// unreachable, or its queue full) and dropped them: dropped counts them,
 	// from and to bound when they happened.

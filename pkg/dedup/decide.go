@@ -50,6 +50,19 @@ func (l *Ledger) Resolve(ctx context.Context, key string, succeeded bool, result
 	return l.decide(ctx, "resolve", key, resolution(succeeded, result, by, reason))
 }
 
+// ProbeUncertain records a probe of the uncertain operation under key: a
+// probe that found it done (p.Verdict ProbeDone) completes it with result,
+// what the downstream reported; any other verdict leaves it uncertain, for
+// an operator, with p as its evidence. It returns ErrNotFound,
+// ErrWrongState (not uncertain), ErrInvalid (result not JSON) or
+// ErrContended.
+func (l *Ledger) ProbeUncertain(ctx context.Context, key string, p Probe, result json.RawMessage) (Record, uint64, error) {
+	if p.Verdict == ProbeDone && !json.Valid(result) {
+		return Record{}, 0, fmt.Errorf("%w: probe %s: result is not valid JSON", ErrInvalid, key)
+	}
+	return l.decide(ctx, "probe", key, probedUncertain(p, result))
+}
+
 // decide applies d to key's record by compare-and-set, re-reading (from the
 // leader) when the record moved underneath; a decision that changes nothing
 // returns the record as read.

@@ -116,6 +116,24 @@ func (ls *Lease) Hold(ctx context.Context, reason string) (Record, error) {
 	return ls.write(ctx, "hold", hold(reason), true, jsbackend.Grouped)
 }
 
+// NoteProbe keeps a reconciliation probe's evidence on the record, before
+// the holder acts on its verdict (fires, or holds the operation as
+// uncertain). It returns an error matching ErrLeaseLost or ErrLeaseDone.
+func (ls *Lease) NoteProbe(ctx context.Context, p Probe) error {
+	_, err := ls.write(ctx, "note probe", noteProbe(p), false, jsbackend.Alone)
+	return err
+}
+
+// SettleProbed completes an operation taken over from a vanished holder
+// that the probe p found done downstream: the record becomes completed with
+// result (what the downstream reported), keeps p as its evidence, and the
+// previous holder's attempt counts among its attempts. Nothing fires. It
+// returns the written record, or an error matching ErrLeaseLost or
+// ErrLeaseDone.
+func (ls *Lease) SettleProbed(ctx context.Context, p Probe, result json.RawMessage) (Record, error) {
+	return ls.write(ctx, "settle probed", settleProbed(p, result), true, jsbackend.Grouped)
+}
+
 // write applies t to a copy of the lease's record and writes it by
 // compare-and-set on the lease's revision, as m says; final marks the lease
 // done.

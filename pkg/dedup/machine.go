@@ -205,6 +205,30 @@ func hold(reason string) transition {
 	}
 }
 
+// noteProbe keeps a reconciliation probe's evidence on the record.
+func noteProbe(p Probe) transition {
+	return func(r Record, _ time.Time) Record {
+		r.Probe = &p
+		return r
+	}
+}
+
+// settleProbed completes an abandoned operation that the probe found done
+// downstream, with the result the downstream reported: the previous
+// holder's attempt is the one that fired.
+func settleProbed(p Probe, result json.RawMessage) transition {
+	return func(r Record, now time.Time) Record {
+		r.Status = intent.StatusCompleted
+		r.Result = result
+		r.Error = nil
+		r.Attempts++
+		r.Probe = &p
+		r.LeaseUntil = time.Time{}
+		r.CompletedAt = now
+		return r
+	}
+}
+
 // A decision is an operator's change of a record (Approve, Deny, Resolve):
 // it returns rec as changed at now, or changed false when it leaves rec as
 // it is (the same decision again: the same answer), or an error when it
@@ -280,6 +304,23 @@ func resolution(succeeded bool, result json.RawMessage, by, reason string) decis
 		}
 		rec.Status, rec.Result = intent.StatusFailed, nil
 		rec.Error = &intent.Error{Code: intent.CodeEffectFailed, Message: msg}
+		return rec, true, nil
+	}
+}
+
+// probedUncertain applies a probe of an uncertain operation (see
+// Ledger.ProbeUncertain): done completes it with result; any other verdict
+// only keeps the evidence.
+func probedUncertain(p Probe, result json.RawMessage) decision {
+	return func(rec Record, now time.Time) (Record, bool, error) {
+		if rec.Status != intent.StatusUncertain {
+			return rec, false, fmt.Errorf("%w: %s", ErrWrongState, rec.Status)
+		}
+		rec.Probe = &p
+		if p.Verdict == ProbeDone {
+			rec.Status, rec.Result, rec.Error = intent.StatusCompleted, result, nil
+			rec.CompletedAt = now
+		}
 		return rec, true, nil
 	}
 }

@@ -50,6 +50,10 @@ type Record struct {
 	// Decision is the latest operator decision on the key: an approval, a
 	// denial, or the resolution of an uncertain outcome.
 	Decision *Decision `json:"decision,omitempty"`
+	// Probe is the latest reconciliation probe's evidence: what the tool's
+	// probe asked the downstream about the key and what came back, kept for
+	// an operator. Nil when the key was never probed.
+	Probe *Probe `json:"probe,omitempty"`
 	// CreatedAt is when the key was first claimed.
 	CreatedAt time.Time `json:"created_at"`
 	// UpdatedAt is when the record was last written.
@@ -91,6 +95,30 @@ type Decision struct {
 	// Until is when an approval lapses if the firing has not started.
 	Until time.Time `json:"until,omitzero"`
 }
+
+// Probe is the evidence of a reconciliation probe, as recorded: whether
+// the downstream had done the operation, by what it answered.
+type Probe struct {
+	// At is when the probe was answered (or gave up).
+	At time.Time `json:"at"`
+	// Key is the operation's key the probe asked about (a compact ledger
+	// lists the record under its stored key only).
+	Key string `json:"key"`
+	// Verdict is done, not_done or unknown.
+	Verdict string `json:"verdict"`
+	// Request names what was asked, its secrets redacted:
+	// "GET https://api.example/refunds?idempotency_key=…".
+	Request string `json:"request"`
+	// Status is the answer's status ("404 Not Found"), or why there was
+	// none ("no answer within 5s").
+	Status string `json:"status,omitempty"`
+	// Body is the start of the answer, clipped.
+	Body string `json:"body,omitempty"`
+}
+
+// ProbeDone is the verdict of a probe that found the operation done
+// downstream (the others are "not_done" and "unknown").
+const ProbeDone = "done"
 
 // Approved reports whether r carries an approval still valid at now.
 func (r Record) Approved(now time.Time) bool {

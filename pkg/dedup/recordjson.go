@@ -77,6 +77,21 @@ func (r Record) appendJSON(b []byte) ([]byte, error) {
 		}
 		b = append(b, '}')
 	}
+	if p := r.Probe; p != nil {
+		if b, err = intent.AppendJSONTime(member(append(member(b, "probe"), '{'), "at"), p.At); err != nil {
+			return nil, err
+		}
+		b = intent.AppendJSONString(member(b, "key"), p.Key)
+		b = intent.AppendJSONString(member(b, "verdict"), p.Verdict)
+		b = intent.AppendJSONString(member(b, "request"), p.Request)
+		if p.Status != "" {
+			b = intent.AppendJSONString(member(b, "status"), p.Status)
+		}
+		if p.Body != "" {
+			b = intent.AppendJSONString(member(b, "body"), p.Body)
+		}
+		b = append(b, '}')
+	}
 	if b, err = intent.AppendJSONTime(member(b, "created_at"), r.CreatedAt); err != nil {
 		return nil, err
 	}

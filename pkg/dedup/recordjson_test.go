@@ -41,6 +41,10 @@ func TestRecordEncodingIsEncodingJSONs(t *testing.T) {
 			r.Decision = &Decision{Op: strs[pick(len(strs))], By: strs[pick(len(strs))], Reason: strs[pick(len(strs))],
 				At: times[pick(len(times))], Until: times[pick(len(times))]}
 		}
+		if pick(2) == 0 {
+			r.Probe = &Probe{At: times[pick(len(times))], Key: strs[pick(len(strs))], Verdict: strs[pick(len(strs))], Request: strs[pick(len(strs))],
+				Status: strs[pick(len(strs))], Body: strs[pick(len(strs))]}
+		}
 		want, err := json.Marshal(r)
 		require.NoError(t, err)
 		got, err := r.marshal()

@@ -58,6 +58,10 @@ type Tool struct {
 	// claimed events (tools file: audit_args: true), not only their digest.
 	// Default false: args may hold secrets.
 	AuditArgs bool
+	// Prober asks the downstream whether an operation whose holder vanished
+	// mid-effect already happened, before it is fired again or held (tools
+	// file: probe). Default nil: no probe, on_abandoned decides alone.
+	Prober Prober
 }
 
 // Bounded is implemented by effects that know how long one Fire may take at
@@ -192,6 +196,9 @@ func (r *Registry) Close() error {
 			if err := c.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("close %s: %w", name, err))
 			}
+		}
+		if c, ok := r.tools[name].Prober.(io.Closer); ok {
+			_ = c.Close() // idle connections only
 		}
 	}
 	if r.release != nil {

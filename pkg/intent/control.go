@@ -11,6 +11,7 @@ const (
 	ControlApprove = "approve" // let an operation awaiting approval fire
 	ControlDeny    = "deny"    // refuse an operation awaiting approval
 	ControlResolve = "resolve" // settle an uncertain operation
+	ControlProbe   = "probe"   // ask the downstream about an uncertain operation (its tool's probe)
 )
 
 // Outcomes an operator may settle an uncertain operation with.
@@ -45,8 +46,8 @@ func DecodeControl(op string, data []byte) (Control, error) {
 		return c, fmt.Errorf("%w: %s decision: %v", ErrInvalid, op, err)
 	}
 	switch {
-	case op != ControlApprove && op != ControlDeny && op != ControlResolve:
-		return c, fmt.Errorf("%w: unknown decision %q: use approve, deny or resolve", ErrInvalid, op)
+	case op != ControlApprove && op != ControlDeny && op != ControlResolve && op != ControlProbe:
+		return c, fmt.Errorf("%w: unknown decision %q: use approve, deny, resolve or probe", ErrInvalid, op)
 	case c.Key == "":
 		return c, fmt.Errorf("%w: %s decision: no key", ErrInvalid, op)
 	case op == ControlResolve && c.Outcome != OutcomeSucceeded && c.Outcome != OutcomeFailed:

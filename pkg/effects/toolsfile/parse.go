@@ -25,7 +25,7 @@ var kindPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
 // toolFields are the fields every tool has; no effect kind may take one of
 // these names, since a kind's settings live under a field named after it.
 var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease", "class", "ledger", "approval", "approval_ttl", "on_abandoned", "max_in_flight",
-	"description", "schema", "destructive", "approver", "retention", "budget", "over_budget"}
+	"description", "schema", "destructive", "approver", "retention", "budget", "over_budget", "probe"}
 
 // Option adjusts Parse and LoadFile.
 type Option func(*options)
@@ -305,6 +305,13 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) 
 			t.Effect = eff
 		}
 	}
+	if t.Effect != nil {
+		if t.Prober = readProbe(s, t.Kind, t.Effect); t.Prober != nil && !t.Policy.Ledger {
+			s.Invalid("probe", "a tool without the ledger is never taken over, so never probed", "remove probe")
+		}
+	} else if s.Has("probe") {
+		s.used["probe"] = true // the tool's effect has problems, reported already
+	}
 
 	s.unknown(func(s *section, field string) (string, string, bool) {
 		if _, isKind := o.kinds[field]; !isKind {
@@ -318,6 +325,7 @@ func parseTool(c *collector, o *options, keyNode, val *yaml.Node, entry string) 
 	})
 	if len(c.errs) > before {
 		closeEffect(t.Effect)
+		closeProber(t.Prober)
 		return nil
 	}
 	if b, ok := t.Effect.(effects.Bounded); ok {
@@ -383,5 +391,12 @@ func closeEffect(e effects.Effect) {
 func closeAll(tools []*effects.Tool) {
 	for _, t := range tools {
 		closeEffect(t.Effect)
+		closeProber(t.Prober)
+	}
+}
+
+func closeProber(p effects.Prober) {
+	if c, ok := p.(io.Closer); ok {
+		_ = c.Close()
 	}
 }

@@ -113,6 +113,7 @@ type Effect struct {
 	timeout time.Duration
 	retry   effects.RetryPolicy
 	client  *http.Client
+	allow   []netip.Prefix // Config.AllowPrivate, for the probe
 }
 
 // New returns a webhook effect for cfg, or an error joining a
@@ -137,6 +138,7 @@ func New(cfg Config) (*Effect, error) {
 		headers: h,
 		timeout: cfg.Timeout,
 		retry:   cfg.Retry,
+		allow:   cfg.AllowPrivate,
 		client: &http.Client{
 			Transport: transport,
 			// A redirect would resend the effect somewhere else (and a 303
