@@ -46,6 +46,7 @@ func (w *Worker) catalog() intent.Catalog {
 		}
 		if t.Policy.Ledger {
 			info.OnAbandoned = t.Policy.OnAbandoned
+			info.OnFailure, info.OnComplete = t.Policy.OnFailure, t.Policy.OnComplete
 		}
 		cat.Tools = append(cat.Tools, info)
 	}

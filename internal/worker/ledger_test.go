@@ -113,6 +113,28 @@ var ledgerContract = []struct {
 		_, err = c.Lease.Complete(t.Context(), json.RawMessage(`1`), 1)
 		require.ErrorIs(t, err, dedup.ErrLeaseLost, "the old holder's write is a CAS on its revision")
 	}},
+	{"retry-failed", func(t *testing.T, l ledger, key string) {
+		c := claimAs(t, l, key, "h1", "fp", time.Minute, 0)
+		_, err := c.Lease.Fail(t.Context(), intent.Error{Code: intent.CodeEffectFailed, Message: "no"}, 1)
+		require.NoError(t, err)
+		require.Equal(t, dedup.Done, claimAs(t, l, key, "h2", "fp", time.Minute, 0).Outcome, "a failure answers a claim that does not retry")
+		conflict, err := l.Claim(t.Context(), dedup.ClaimRequest{Key: key, Tool: "send", Fingerprint: "other", Holder: "h2", RetryFailed: true})
+		require.NoError(t, err)
+		require.Equal(t, dedup.Conflict, conflict.Outcome, "other arguments never retry")
+		retry, err := l.Claim(t.Context(), dedup.ClaimRequest{Key: key, Tool: "send", Fingerprint: "fp", Holder: "h2", Lease: time.Minute, RetryFailed: true})
+		require.NoError(t, err)
+		require.Equal(t, dedup.Acquired, retry.Outcome, "a failure is taken over by a claim that retries failures")
+		require.Equal(t, intent.StatusPending, retry.Record.Status)
+		require.Nil(t, retry.Record.Error)
+		require.Equal(t, 2, retry.Record.Attempt)
+		require.Equal(t, 1, retry.Record.Attempts)
+		again, err := l.Claim(t.Context(), dedup.ClaimRequest{Key: key, Tool: "send", Fingerprint: "fp", Holder: "h3", Lease: time.Minute, RetryFailed: true})
+		require.NoError(t, err)
+		require.Equal(t, dedup.Busy, again.Outcome, "one retry at a time: the retry holds the key")
+		rec, err := retry.Lease.Complete(t.Context(), json.RawMessage(`"ok"`), 2)
+		require.NoError(t, err)
+		require.Equal(t, intent.StatusCompleted, rec.Status)
+	}},
 	{"wait-change", func(t *testing.T, l ledger, key string) {
 		c := claimAs(t, l, key, "h1", "fp", time.Minute, 0)
 		grace, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)

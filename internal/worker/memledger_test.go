@@ -121,6 +121,13 @@ func (l *memLedger) Claim(_ context.Context, req dedup.ClaimRequest) (claim, err
 	switch {
 	case cur.Fingerprint != req.Fingerprint:
 		found.Outcome = dedup.Conflict
+	case cur.Status == intent.StatusFailed && req.RetryFailed:
+		next := cur
+		next.Status, next.Holder, next.LeaseUntil, next.Attempt = intent.StatusPending, req.Holder, now.Add(req.Lease), cur.Attempt+1
+		next.IntentSeq, next.CallID, next.UpdatedAt = req.IntentSeq, req.CallID, now
+		next.Result, next.Error, next.Receipt, next.Decision, next.CompletedAt = nil, nil, nil, nil, time.Time{}
+		rev, err := l.put(req.Key, e.rev, next)
+		return l.held(dedup.Acquired, req.Key, rev, next), err
 	case cur.Status.Answered():
 		found.Outcome = dedup.Done
 	case cur.Status == intent.StatusPending && cur.LeaseExpired(now) && !cur.Released() && req.Confirmed != e.rev:

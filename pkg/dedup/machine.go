@@ -75,6 +75,8 @@ func (p policy) claim(cur Record, rev uint64, req ClaimRequest, now time.Time) c
 	switch {
 	case cur.Fingerprint != req.Fingerprint:
 		return claimStep{outcome: Conflict}
+	case cur.Status == intent.StatusFailed && req.RetryFailed:
+		return claimStep{outcome: Acquired, next: retried(cur, req, now)}
 	case cur.Status.Answered():
 		return claimStep{outcome: Done}
 	case cur.abandoned(now) && p.confirmTakeover && req.Confirmed != rev:
@@ -97,6 +99,25 @@ func (p policy) claim(cur Record, rev uint64, req ClaimRequest, now time.Time) c
 		return claimStep{outcome: TookOver, next: next}
 	}
 	return claimStep{outcome: Busy}
+}
+
+// retried is the record a claim that retries failures writes over cur, a
+// failed record: pending for req's holder, the next attempt, the failure
+// and its receipt gone, and the effect's invocations so far kept. An
+// approval is dropped with the failure: it approved the firing that failed,
+// and a tool behind the gate asks again before it fires again.
+func retried(cur Record, req ClaimRequest, now time.Time) Record {
+	next := cur
+	next.Status = intent.StatusPending
+	next.Holder = req.Holder
+	next.LeaseUntil = now.Add(req.Lease)
+	next.Attempt = cur.Attempt + 1
+	next.IntentSeq = req.IntentSeq
+	next.CallID = req.CallID
+	next.Result, next.Error, next.Receipt, next.Decision = nil, nil, nil, nil
+	next.CompletedAt = time.Time{}
+	next.UpdatedAt = now
+	return next
 }
 
 // fresh reports whether a lease of length lease, whose record is r, still

@@ -33,6 +33,13 @@ type Policy struct {
 	// over it are delivered again a little later). Default 0: no cap beyond
 	// the worker's concurrency.
 	MaxInFlight int
+	// OnFailure is what a later call of a failed operation does: replay the
+	// failure, or retry (run it again). Default intent.OnFailureReplay.
+	OnFailure intent.OnFailure
+	// OnComplete is what a later call of a completed operation does: replay
+	// the result, or reject it (answered already_done). Default
+	// intent.OnCompleteReplay.
+	OnComplete intent.OnComplete
 }
 
 // SafeToRetry reports whether a caller may repeat the tool's call without a
@@ -43,5 +50,6 @@ func (p Policy) SafeToRetry() bool {
 
 // DefaultPolicy is the policy of a tool that declares none.
 func DefaultPolicy() Policy {
-	return Policy{Class: intent.ClassUnsafe, Ledger: true, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry}
+	return Policy{Class: intent.ClassUnsafe, Ledger: true, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry,
+		OnFailure: intent.OnFailureReplay, OnComplete: intent.OnCompleteReplay}
 }

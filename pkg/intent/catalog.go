@@ -47,6 +47,11 @@ type ToolInfo struct {
 	// the tool's name there.
 	Upstream     string `json:"upstream,omitempty"`
 	UpstreamTool string `json:"upstream_tool,omitempty"`
+	// OnFailure is replay or retry: what a later call of a failed operation
+	// does; OnComplete is replay or reject: what a later call of a completed
+	// one does (both absent for a tool without the ledger).
+	OnFailure  OnFailure  `json:"on_failure,omitempty"`
+	OnComplete OnComplete `json:"on_complete,omitempty"`
 }
 
 // Effect kinds built into the workers, as a tools file's effect field and
