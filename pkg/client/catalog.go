@@ -35,6 +35,13 @@ type toolSpec struct {
 	noLedger bool          // reads and ledger-less idempotent tools: no Nats-Msg-Id, no ledger watch
 	leaseFor time.Duration // the tool's lease, from the catalogue; 0: unknown
 	learned  bool          // not set WithKeySpec: learned from the catalogue, or the default for want of it
+	// retryFailed: a failure is no answer for a later call, which runs the
+	// operation again (intent.OnFailureRetry), so its intents must reach a
+	// worker: no Nats-Msg-Id.
+	retryFailed bool
+	// rejectRepeat: a completion another call caused is answered
+	// already_done (intent.OnCompleteReject).
+	rejectRepeat bool
 }
 
 // lease is the tool's lease, or the default one when the catalogue did not
@@ -75,7 +82,8 @@ func (c *Client) spec(ctx context.Context, tool string) toolSpec {
 	for _, t := range cat.Tools {
 		if _, set := c.specs[t.Name]; !set {
 			c.specs[t.Name] = toolSpec{key: t.KeySpec(), noLedger: !t.Ledger, learned: true,
-				leaseFor: time.Duration(t.LeaseSeconds * float64(time.Second))}
+				leaseFor:    time.Duration(t.LeaseSeconds * float64(time.Second)),
+				retryFailed: t.OnFailure == intent.OnFailureRetry, rejectRepeat: t.OnComplete == intent.OnCompleteReject}
 		}
 	}
 	if _, ok := c.specs[tool]; !ok {

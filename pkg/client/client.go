@@ -26,7 +26,41 @@ var (
 	ErrNoAnswer = errors.New("client: no answer")
 	// ErrNotFound: the ledger has no record of the key.
 	ErrNotFound = errors.New("client: no such key")
+	// ErrAlreadyDone matches (errors.Is) AnswerErr's error for an
+	// already_done answer: the operation ran before and its tool refuses a
+	// repeat (intent.OnCompleteReject); nothing fired, and the answer
+	// carries the recorded result.
+	ErrAlreadyDone = errors.New("client: operation already done")
 )
+
+// AnswerError is an answer that reports an error (a failure, a conflict, a
+// denial, a rejection, already_done), as a Go error. An answer is a result:
+// Submit returns it with a nil error; AnswerErr turns it into this for
+// callers that handle such answers as errors.
+type AnswerError struct {
+	// Result is the answer.
+	Result *intent.Result
+}
+
+// Error says the answer's key, status, code and message.
+func (e *AnswerError) Error() string {
+	return fmt.Sprintf("client: %s %s: %s: %s", e.Result.Key, e.Result.Status, e.Result.Error.Code, e.Result.Error.Message)
+}
+
+// Is matches ErrAlreadyDone for an already_done answer.
+func (e *AnswerError) Is(target error) bool {
+	return target == ErrAlreadyDone && e.Result.Error.Code == intent.CodeAlreadyDone
+}
+
+// AnswerErr returns res as an *AnswerError when it carries an error, nil
+// otherwise (completed, awaiting approval, uncertain, or res nil). Match an
+// already_done answer with errors.Is(err, ErrAlreadyDone).
+func AnswerErr(res *intent.Result) error {
+	if res == nil || res.Error == nil || res.Status == intent.StatusUncertain {
+		return nil
+	}
+	return &AnswerError{Result: res}
+}
 
 // DefaultReplyGrace is how long a submission waits for the pushed reply before
 // it also watches the ledger key.
@@ -172,9 +206,10 @@ func (c *Client) Publish(ctx context.Context, env *intent.Envelope) (*Submission
 	s.msg.Header.Set(intent.HeaderFingerprint, id.Fingerprint)
 	injectTrace(ctx, s.msg.Header)
 	msgID := ""
-	if !ts.noLedger {
+	if !ts.noLedger && !ts.retryFailed {
 		// Publish dedup answers a repeat from the ledger; a tool without the
-		// ledger fires every intent, so its repeats must reach a worker.
+		// ledger fires every intent, and one that retries failures runs a
+		// failed operation again, so their repeats must reach a worker.
 		msgID = id.Key
 	}
 	ack, err := s.publish(ctx, msgID)
@@ -288,8 +323,14 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 		ch := make(chan ledgerAnswer, 1)
 		fromLedger, stopWatch = ch, stop
 		key, fp := s.Key, s.Fingerprint // the watch must not read what relearn changes
+		own, retryFailed := slices.Clone(s.own), s.spec.retryFailed
 		go func() {
-			rec, err := s.c.waitLedger(wctx, key, func(rec dedup.Record) bool { return enough(recordStatus(rec, fp)) })
+			rec, err := s.c.waitLedger(wctx, key, func(rec dedup.Record) bool {
+				if retryFailed && rec.Status == intent.StatusFailed && !slices.Contains(own, rec.IntentSeq) {
+					return false // an earlier call's failure: this call runs it again
+				}
+				return enough(recordStatus(rec, fp))
+			})
 			ch <- ledgerAnswer{rec, err}
 		}()
 	}
@@ -405,7 +446,7 @@ func (s *Submission) relearn(ctx context.Context) error {
 	s.msg.Header.Set(intent.HeaderKey, id.Key)
 	s.msg.Header.Set(intent.HeaderFingerprint, id.Fingerprint)
 	msgID := ""
-	if !s.spec.noLedger {
+	if !s.spec.noLedger && !s.spec.retryFailed {
 		msgID = id.Key
 	}
 	s.own = nil
@@ -448,7 +489,8 @@ type ledgerAnswer struct {
 // hides a conflict from the workers), a replay unless one of the
 // submission's own publishes claimed it (7.4).
 func (s *Submission) fromRecord(rec dedup.Record) *intent.Result {
-	res := rec.Answer(dedup.Caller{Key: s.Key, Fingerprint: s.Fingerprint, Tool: s.tool, CallID: s.call}, !s.owns(rec.IntentSeq))
+	res := rec.Answer(dedup.Caller{Key: s.Key, Fingerprint: s.Fingerprint, Tool: s.tool, CallID: s.call, RejectRepeat: s.spec.rejectRepeat},
+		!s.owns(rec.IntentSeq))
 	return &res
 }
 
