@@ -135,6 +135,20 @@ var ledgerContract = []struct {
 		require.NoError(t, err)
 		require.Equal(t, intent.StatusCompleted, rec.Status)
 	}},
+	{"forgotten", func(t *testing.T, l ledger, key string) {
+		c := claimAs(t, l, key, "h1", "fp", time.Minute, 0)
+		_, err := c.Lease.Complete(t.Context(), json.RawMessage(`"ok"`), 1)
+		require.NoError(t, err)
+		forget(t, l, key)
+		rec, _, err := l.Wait(t.Context(), key)
+		require.ErrorIs(t, err, dedup.ErrForgotten, "a waiter is told the operation was forgotten")
+		require.ErrorIs(t, err, dedup.ErrReleased, "and claims again")
+		require.Equal(t, intent.StatusForgotten, rec.Status)
+		again := claimAs(t, l, key, "h2", "other", time.Minute, 0)
+		require.Equal(t, dedup.Acquired, again.Outcome, "a forgotten key is claimed anew, whatever the arguments")
+		require.Equal(t, 1, again.Record.Attempt)
+		require.Equal(t, "other", again.Record.Fingerprint)
+	}},
 	{"wait-change", func(t *testing.T, l ledger, key string) {
 		c := claimAs(t, l, key, "h1", "fp", time.Minute, 0)
 		grace, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
@@ -201,6 +215,26 @@ var ledgerContract = []struct {
 		_, _, err = l.Resolve(t.Context(), key, true, nil, "ops", "again")
 		require.ErrorIs(t, err, dedup.ErrWrongState)
 	}},
+}
+
+// forget forgets key's final record as an operator does: the JetStream
+// ledger's Forget; the memory ledger writes the same forgotten record.
+func forget(t *testing.T, l ledger, key string) {
+	t.Helper()
+	switch l := l.(type) {
+	case dedupLedger:
+		_, err := l.Forget(t.Context(), key, dedup.ForgetBy("ops", "test"))
+		require.NoError(t, err)
+	case *memLedger:
+		rec, _, err := l.Get(t.Context(), key)
+		require.NoError(t, err)
+		now := time.Now().UTC()
+		l.set(key, dedup.Record{Status: intent.StatusForgotten, Tool: rec.Tool, Fingerprint: rec.Fingerprint, Attempt: rec.Attempt,
+			Attempts: rec.Attempts, Decision: &dedup.Decision{Op: intent.ControlForget, By: "ops", Reason: "test", At: now},
+			CreatedAt: rec.CreatedAt, UpdatedAt: now})
+	default:
+		t.Fatalf("no forget for %T", l)
+	}
 }
 
 // claimAs claims key for holder with fingerprint fp and lease, confirming

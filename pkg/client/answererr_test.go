@@ -1,12 +1,15 @@
 package client_test
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/pkg/client"
+	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -31,4 +34,41 @@ func TestAnswerErr(t *testing.T) {
 		{Status: intent.StatusUncertain, Error: &intent.Error{Code: intent.CodeUncertain}}} {
 		require.NoError(t, client.AnswerErr(ok))
 	}
+}
+
+// A watch of an operation that an operator forgets meanwhile ends, told so,
+// with the forgotten record: who forgot it and why.
+func TestWatchFinalToldOfAForget(t *testing.T) {
+	t.Parallel()
+	b := setupAnswers(t)
+	const key = "send.parked"
+	c, err := b.ledger.Claim(b.ctx, dedup.ClaimRequest{Key: key, Tool: "send", Fingerprint: "fp", Holder: "w1"})
+	require.NoError(t, err)
+	_, err = c.Lease.AwaitApproval(b.ctx, json.RawMessage(`{"tool":"send","args":{}}`))
+	require.NoError(t, err)
+
+	type watched struct {
+		rec dedup.Record
+		err error
+	}
+	done := make(chan watched, 1)
+	go func() {
+		rec, err := b.cl.WatchFinal(b.ctx, key)
+		done <- watched{rec, err}
+	}()
+	// The watch goes on past awaiting_approval; forget it, forced.
+	_, err = b.cl.Forget(b.ctx, key, client.Forced(), client.ForgetBy("ops", "asked twice"))
+	require.NoError(t, err)
+	select {
+	case w := <-done:
+		require.ErrorIs(t, w.err, client.ErrForgotten)
+		require.ErrorContains(t, w.err, "forgotten by ops at")
+		require.Equal(t, intent.StatusForgotten, w.rec.Status)
+		require.Equal(t, "asked twice", w.rec.Decision.Reason)
+	case <-b.ctx.Done():
+		t.Fatal("the watch hangs past the forget")
+	}
+	rec, err := b.cl.Get(b.ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, "forgotten by ops at "+rec.UpdatedAt.Format(time.RFC3339)+": asked twice", rec.ForgottenText())
 }

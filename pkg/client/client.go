@@ -31,6 +31,10 @@ var (
 	// repeat (intent.OnCompleteReject); nothing fired, and the answer
 	// carries the recorded result.
 	ErrAlreadyDone = errors.New("client: operation already done")
+	// ErrForgotten: while Watch or WatchFinal watched the key, an operator
+	// forgot the operation; the returned record is the forgotten one (who,
+	// when, why: dedup.Record.ForgottenText). Its next call runs it again.
+	ErrForgotten = errors.New("client: operation forgotten")
 )
 
 // AnswerError is an answer that reports an error (a failure, a conflict, a
@@ -418,9 +422,10 @@ func (s *Submission) pushed(m *nats.Msg) (*intent.Result, bool) {
 }
 
 // recordStatus is the status of the answer a record gives a caller whose
-// intent has fingerprint fp: conflict when the record's is another.
+// intent has fingerprint fp: conflict when the record's is another (a
+// forgotten record answers nobody: the key is free).
 func recordStatus(rec dedup.Record, fp string) intent.Status {
-	if rec.Fingerprint != fp {
+	if rec.Status != intent.StatusForgotten && rec.Fingerprint != fp {
 		return intent.StatusConflict
 	}
 	return rec.Status
@@ -460,7 +465,8 @@ func (s *Submission) relearn(ctx context.Context) error {
 }
 
 // republishIfUnrecorded publishes the intent again under a fresh message id
-// when the ledger shows nothing that will answer it: no record, or a pending
+// when the ledger shows nothing that will answer it: no record, a forgotten
+// one, or a pending
 // one whose holder's lease ran out a lease ago (its intent is gone; the
 // workers confirm the holder gone before they take it over). Publish dedup
 // must never make an operation un-retryable: the ledger is the guarantee.
@@ -471,6 +477,7 @@ func (s *Submission) republishIfUnrecorded(ctx context.Context) error {
 	case err != nil:
 		return nil // unreachable now (the ledger watch reports a lasting error): try again at the next grace
 	case rec.Status == intent.StatusPending && rec.LeaseExpired(time.Now().Add(-s.spec.lease())):
+	case rec.Status == intent.StatusForgotten: // forgotten: the next intent runs it again
 	default:
 		return nil
 	}
@@ -528,15 +535,26 @@ func (c *Client) get(ctx context.Context, key string) (dedup.Record, error) {
 }
 
 // Watch waits until key's record has an answered status and returns it.
+// When an operator forgets the operation meanwhile (or had forgotten it), it
+// returns the forgotten record with an error matching ErrForgotten.
 func (c *Client) Watch(ctx context.Context, key string) (dedup.Record, error) {
-	rec, err := c.waitLedger(ctx, key, func(rec dedup.Record) bool { return rec.Status.Answered() })
+	rec, err := c.waitLedger(ctx, key, func(rec dedup.Record) bool { return rec.Status.Answered() || rec.Status == intent.StatusForgotten })
 	if err != nil {
 		if ctx.Err() != nil {
 			return dedup.Record{}, fmt.Errorf("%w for %s: %w", ErrNoAnswer, key, ctx.Err())
 		}
 		return dedup.Record{}, fmt.Errorf("client: %w", err)
 	}
-	return rec, nil
+	return rec, forgottenErr(key, rec)
+}
+
+// forgottenErr is the error of a watch that ended at rec, key's record: one
+// matching ErrForgotten when rec is forgotten, nil otherwise.
+func forgottenErr(key string, rec dedup.Record) error {
+	if rec.Status != intent.StatusForgotten {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: %s", ErrForgotten, key, rec.ForgottenText())
 }
 
 // waitLedger waits for key's record to satisfy accept, watching the

@@ -65,6 +65,9 @@ func TestClaimDecision(t *testing.T) {
 		{name: "DeniedNotRetried", cur: with(intent.StatusDenied), req: retryFailed, now: t0, want: Done},
 		{name: "UncertainNotRetried", cur: with(intent.StatusUncertain), req: retryFailed, now: t0, want: Done},
 		{name: "LiveLeaseNotRetried", cur: heldAt(t0), req: retryFailed, now: t0, want: Busy},
+		{name: "Forgotten", cur: tombstone(with(intent.StatusCompleted), "ops", "", t0), now: t0, want: Acquired, attempt: 1},
+		{name: "ForgottenOtherArguments", cur: tombstone(with(intent.StatusCompleted), "ops", "", t0), now: t0,
+			req: func(r ClaimRequest) ClaimRequest { r.Fingerprint = "other"; return r }, want: Acquired, attempt: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -88,6 +91,10 @@ func TestClaimDecision(t *testing.T) {
 			require.Equal(t, tc.now, next.UpdatedAt)
 			require.Equal(t, tc.cur.CreatedAt, next.CreatedAt, "the operation's creation stays")
 			require.Equal(t, tc.cur.Attempts, next.Attempts, "the effect's invocations so far stay")
+			if tc.cur.Status == intent.StatusForgotten {
+				require.Equal(t, claimed(r, tc.now), next, "a forgotten record is claimed anew")
+				return
+			}
 			require.Equal(t, tc.cur.Decision, next.Decision, "an approval stays for the claimant to check")
 		})
 	}

@@ -76,7 +76,8 @@ func (r Record) LeaseExpired(now time.Time) bool {
 
 // Decision is an operator's decision on a key, as recorded.
 type Decision struct {
-	// Op is approve, deny or resolve (intent.ControlApprove, ...).
+	// Op is approve, deny, resolve or, in a forgotten record, forget
+	// (intent.ControlApprove, ...).
 	Op string `json:"op"`
 	// By names the operator, as given.
 	By string `json:"by,omitempty"`

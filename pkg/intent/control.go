@@ -11,6 +11,10 @@ const (
 	ControlApprove = "approve" // let an operation awaiting approval fire
 	ControlDeny    = "deny"    // refuse an operation awaiting approval
 	ControlResolve = "resolve" // settle an uncertain operation
+	// ControlForget names an operator's forget in a forgotten record's
+	// decision; it is not a control request (a forget goes through the
+	// ledger and intent.Names.ForgetSubject).
+	ControlForget = "forget"
 )
 
 // Outcomes an operator may settle an uncertain operation with.
