@@ -167,7 +167,8 @@ func TestConsoleApprovalFiresOnce(t *testing.T) {
 	live.do(chromedp.Click(chromedp.CSS(`#forget button`)), chromedp.WaitVisible(chromedp.CSS(`#flashes .flash`)))
 	require.Contains(t, live.text(`#flashes .flash`), "Forgotten")
 	gone := e.gw.do(t, http.MethodGet, "/v1/operations/"+key, operator, "")
-	require.Equal(t, http.StatusNotFound, gone.status, gone.raw)
+	require.Equal(t, http.StatusOK, gone.status, gone.raw)
+	require.Equal(t, string(intent.StatusForgotten), gone.str("status"), "the forgotten record: %s", gone.raw)
 
 	// Traffic for the overview: emails sent, repeated (replays), one
 	// reusing a key with other arguments (a conflict); a refund left
@@ -217,7 +218,8 @@ func TestConsoleApprovalFiresOnce(t *testing.T) {
 	live.do(chromedp.Click(chromedp.CSS(`#forget input[name="force"]`)),
 		chromedp.Click(chromedp.CSS(`#forget button`)), chromedp.WaitVisible(chromedp.CSS(`#flashes .flash`)))
 	require.Contains(t, live.text(`#flashes .flash`), "Forgotten")
-	require.Equal(t, http.StatusNotFound, e.gw.do(t, http.MethodGet, "/v1/operations/"+wkey, operator, "").status)
+	forgotten := e.gw.do(t, http.MethodGet, "/v1/operations/"+wkey, operator, "")
+	require.Equal(t, string(intent.StatusForgotten), forgotten.str("status"), forgotten.raw)
 }
 
 // A page that shows old arguments cannot approve new ones: the key is

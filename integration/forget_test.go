@@ -251,12 +251,14 @@ func TestForgetOfAStalledHolderFiresOnce(t *testing.T) {
 	require.Equal(t, 1, sink.firings(t, key), "the sink saw the operation once")
 }
 
-// A forget by the key a compact ledger stores (what listings show) reaches
-// every worker's answer cache: with three workers whose caches answer the
-// operation, the next calls after the forget fire it again, exactly once.
-func TestForgetByStoredKeyClearsEveryAnswerCache(t *testing.T) {
+// A forget by the operation's key or by the key a compact ledger stores
+// (what listings show) reaches every worker's answer cache: with three
+// workers whose caches answer the operation, the next calls after the
+// forget fire it again, exactly once. Meanwhile the forgotten record says
+// who forgot it, when and why (submit get).
+func TestForgetClearsEveryAnswerCache(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	url := jetStream(t)
 	sink := startRealSink(t)
@@ -272,44 +274,63 @@ func TestForgetByStoredKeyClearsEveryAnswerCache(t *testing.T) {
 		admins = append(admins, admin)
 		startWorker(t, fmt.Sprintf("w%d", i+1), url, tools, "--answer-cache", "10m", "--admin-addr", admin)
 	}
-	const envelope = `{"tool":"ticket","args":{"title":"Disk full"},"session":"ops"}`
-	first := submit(t, url, "--tool", "ticket", "--args", `{"title":"Disk full"}`, "--session", "ops")
-	require.Equal(t, 0, first.code, first.stdout+first.stderr)
-	key := first.res.Key
-	ledgerKey := submit(t, url, "key", "-l", "--tool", "ticket", "--args", `{"title":"Disk full"}`, "--session", "ops")
-	require.Equal(t, 0, ledgerKey.code, ledgerKey.stderr)
-	stored := strings.TrimSpace(ledgerKey.stdout)
-	require.NotEqual(t, key, stored, "a new ledger stores compact keys")
-
-	// Warm every worker's cache: repeats (no Nats-Msg-Id, so publish dedup
-	// does not hide them) until each worker answered one from its cache.
 	nc := connect(t, url)
 	hits := func(admin string) float64 { return scrape(t, admin)[`idemgate_answer_cache_hits_total{tool="ticket"}`] }
-	for warm := false; !warm; {
-		require.NoError(t, ctx.Err(), "every worker answers from its cache")
-		res := publishRaw(t, nc, "idem.intents.ticket", []byte(envelope))(30 * time.Second)
-		require.True(t, res.Replayed, "a repeat is replayed")
-		warm = true
+	for _, c := range []struct {
+		title  string
+		stored bool // forget by the stored key, else by the operation's
+	}{{"Disk full", true}, {"Printer jam", false}} {
+		args := fmt.Sprintf(`{"title":%q}`, c.title)
+		envelope := fmt.Sprintf(`{"tool":"ticket","args":%s,"session":"ops"}`, args)
+		first := submit(t, url, "--tool", "ticket", "--args", args, "--session", "ops")
+		require.Equal(t, 0, first.code, first.stdout+first.stderr)
+		key := first.res.Key
+		ledgerKey := submit(t, url, "key", "-l", "--tool", "ticket", "--args", args, "--session", "ops")
+		require.Equal(t, 0, ledgerKey.code, ledgerKey.stderr)
+		stored := strings.TrimSpace(ledgerKey.stdout)
+		require.NotEqual(t, key, stored, "a new ledger stores compact keys")
+
+		// Warm every worker's cache: repeats (no Nats-Msg-Id, so publish
+		// dedup does not hide them) until each worker answered one from its
+		// cache.
+		before := map[string]float64{}
 		for _, a := range admins {
-			warm = warm && hits(a) > 0
+			before[a] = hits(a)
 		}
-	}
-
-	forgot := submit(t, url, "forget", stored)
-	require.Equal(t, 0, forgot.code, forgot.stdout+forgot.stderr)
-
-	// Repeats spread over the workers: one fires, the others are replays of
-	// its new record.
-	fired := 0
-	for i := range 9 {
-		res := publishRaw(t, nc, "idem.intents.ticket", []byte(envelope))(30 * time.Second)
-		require.Equal(t, intent.StatusCompleted, res.Status, "repeat %d", i)
-		if !res.Replayed {
-			fired++
+		for warm := false; !warm; {
+			require.NoError(t, ctx.Err(), "every worker answers from its cache")
+			res := publishRaw(t, nc, "idem.intents.ticket", []byte(envelope))(30 * time.Second)
+			require.True(t, res.Replayed, "a repeat is replayed")
+			warm = true
+			for _, a := range admins {
+				warm = warm && hits(a) > before[a]
+			}
 		}
+
+		named := key
+		if c.stored {
+			named = stored
+		}
+		forgot := submit(t, url, "forget", named, "--by", "bob", "--reason", "ticket closed by mistake")
+		require.Equal(t, 0, forgot.code, forgot.stdout+forgot.stderr)
+		shown := submit(t, url, "get", named)
+		require.Equal(t, 0, shown.code, shown.stderr)
+		require.Equal(t, intent.StatusForgotten, shown.res.Status, shown.stdout)
+		require.Regexp(t, `forgotten by bob at \S+: ticket closed by mistake`, shown.stderr)
+
+		// Repeats spread over the workers: one fires, the others are
+		// replays of its new record.
+		fired := 0
+		for i := range 9 {
+			res := publishRaw(t, nc, "idem.intents.ticket", []byte(envelope))(30 * time.Second)
+			require.Equal(t, intent.StatusCompleted, res.Status, "repeat %d", i)
+			if !res.Replayed {
+				fired++
+			}
+		}
+		require.Equal(t, 1, fired, "fired again once after the forget (by %s)", named)
+		require.Equal(t, 2, sink.firings(t, key), "the sink saw the first firing and the one after the forget")
 	}
-	require.Equal(t, 1, fired, "fired again once after the forget")
-	require.Equal(t, 2, sink.firings(t, key), "the sink saw the first firing and the one after the forget")
 }
 
 // submit forget refuses an unresolved operation, saying what forcing risks

@@ -471,7 +471,10 @@ func TestHTTPOperatorAPI(t *testing.T) {
 	forgot := g.do(t, http.MethodDelete, "/v1/operations/"+echoKey, operator, "")
 	require.Equal(t, http.StatusOK, forgot.status, forgot.raw)
 	require.Equal(t, echoKey, forgot.str("forgotten"))
-	requireProblem(t, g.do(t, http.MethodGet, "/v1/operations/"+echoKey, agentA, ""), http.StatusNotFound, intent.CodeNotFound)
+	tomb := g.do(t, http.MethodGet, "/v1/operations/"+echoKey, agentA, "")
+	require.Equal(t, http.StatusOK, tomb.status, tomb.raw)
+	require.Equal(t, string(intent.StatusForgotten), tomb.str("status"), "the forgotten record says who forgot it: %s", tomb.raw)
+	require.Equal(t, intent.ControlForget, tomb.body["decision"].(map[string]any)["op"], tomb.raw)
 	requireProblem(t, g.do(t, http.MethodDelete, "/v1/operations/"+echoKey, operator, ""), http.StatusNotFound, intent.CodeNotFound)
 	// Publish dedup would hide a repeat inside the stream's duplicate
 	// window (1s here); after it the same call fires again.

@@ -13,7 +13,8 @@
 // request; --hang-rate stalls a fraction of requests for --hang (long enough
 // to outlive a worker's lease) before answering them normally. A request whose
 // caller went away while it was stalled is logged with status 499 and counts
-// as not performed.
+// as not performed. --fail-first answers the first request of each key with
+// the status it names (422: a permanent failure) and later ones normally.
 package main
 
 import (
@@ -60,12 +61,15 @@ type sink struct {
 	hold     time.Duration
 	hangRate float64
 	hang     time.Duration
-	mu       sync.Mutex
-	log      *json.Encoder
-	seen     map[string]int    // key → successful requests
-	answers  map[string][]byte // key → the body of its first successful answer
-	requests int
-	probes   int
+	// failFirst is the status of each key's first request; 0: none.
+	failFirst int
+	tried     map[string]bool // keys whose first request failFirst answered
+	mu        sync.Mutex
+	log       *json.Encoder
+	seen      map[string]int    // key → successful requests
+	answers   map[string][]byte // key → the body of its first successful answer
+	requests  int
+	probes    int
 }
 
 func run() error {
@@ -76,7 +80,11 @@ func run() error {
 	hangRate := flag.Float64("hang-rate", 0, "fraction of requests stalled for --hang before answering (0-1)")
 	hang := flag.Duration("hang", 5*time.Second, "how long a request picked by --hang-rate stalls")
 	readyFile := flag.String("ready-file", "", "once listening, write the address to this file (for scripts that wait for the sink)")
+	failFirst := flag.Int("fail-first", 0, "answer the first request of each key with this status (e.g. 422, a permanent failure), later ones normally")
 	flag.Parse()
+	if *failFirst != 0 && (*failFirst < 400 || *failFirst > 599) {
+		return errors.New("--fail-first must be an error status, 400-599 (e.g. 422)")
+	}
 	if *failRate < 0 || *failRate > 1 {
 		return errors.New("--fail-rate must be between 0 and 1")
 	}
@@ -95,7 +103,8 @@ func run() error {
 		defer f.Close()
 		out = f
 	}
-	s := &sink{failRate: *failRate, hold: *hold, hangRate: *hangRate, hang: *hang, log: json.NewEncoder(out), seen: map[string]int{}, answers: map[string][]byte{}}
+	s := &sink{failRate: *failRate, hold: *hold, hangRate: *hangRate, hang: *hang, log: json.NewEncoder(out), seen: map[string]int{}, answers: map[string][]byte{},
+		failFirst: *failFirst, tried: map[string]bool{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", s.stats)
 	mux.HandleFunc("GET /probe", s.probe)
@@ -171,6 +180,10 @@ func (s *sink) receive(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusServiceUnavailable
 	}
 	s.mu.Lock()
+	if s.failFirst != 0 && !s.tried[key] {
+		s.tried[key] = true
+		status = s.failFirst
+	}
 	s.requests++
 	repeat := s.seen[key] > 0
 	if status == http.StatusOK {

@@ -352,6 +352,9 @@ func cmdGet(ctx context.Context, args []string, stdout, stderr io.Writer) (int, 
 	if err != nil {
 		return exitError, err
 	}
+	if t := rec.ForgottenText(); t != "" {
+		fmt.Fprintf(stderr, "%s: %s; its next call runs it again\n", fs.Arg(0), t)
+	}
 	return exitFired, printJSON(stdout, rec)
 }
 

@@ -53,6 +53,10 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) (int
 	if errors.Is(err, client.ErrNoAnswer) {
 		return exitTimeout, err
 	}
+	if errors.Is(err, client.ErrForgotten) {
+		fmt.Fprintf(stderr, "%s was %s; its next call runs it again\n", key, rec.ForgottenText())
+		return exitFailed, printJSON(stdout, rec)
+	}
 	if err != nil {
 		return exitError, err
 	}

@@ -52,6 +52,9 @@ func (s *Server) getOperation(w http.ResponseWriter, r *http.Request, tok *auth.
 		ctx, cancel := context.WithDeadline(r.Context(), deadline)
 		rec, err = s.cl.WatchFinal(ctx, key)
 		cancel()
+		if errors.Is(err, client.ErrForgotten) {
+			err = nil // the forgotten record says who forgot it, when and why
+		}
 		if errors.Is(err, client.ErrNoAnswer) && r.Context().Err() == nil {
 			err = nil // the wait ran out: the record as it is
 			if rec.Status == "" {

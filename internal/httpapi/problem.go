@@ -52,6 +52,7 @@ var titles = map[string]string{
 	intent.CodeConflict:      "The key was used with other arguments",
 	intent.CodeEffectFailed:  "The operation failed",
 	intent.CodeDenied:        "An operator denied the operation",
+	intent.CodeAlreadyDone:   "The operation already ran",
 	intent.CodeWrongState:    "The decision does not apply to the operation's state",
 	intent.CodeNotFound:      "No such operation",
 	intent.CodeRateLimited:   "Rate limited",
@@ -119,6 +120,8 @@ func answerStatus(res *intent.Result) (int, bool) {
 		return http.StatusBadGateway, true
 	case intent.StatusDenied:
 		return http.StatusForbidden, true
+	case intent.StatusAlreadyDone:
+		return http.StatusConflict, true
 	}
 	if res.Error != nil {
 		return codeStatus(res.Error.Code), true

@@ -47,6 +47,11 @@ func render(res *intent.Result) *mcp.CallToolResult {
 		return answer(op, false, reference(res), fmt.Sprintf("Running: operation %s has not finished yet. Do not call the tool again; check later with %s.", res.Key, check))
 	case intent.StatusUncertain:
 		return answer(op, false, reference(res), fmt.Sprintf("Uncertain: operation %s was interrupted while it ran and may or may not have happened. An operator will settle it; do not call the tool again. Check later with %s.", res.Key, check))
+	case intent.StatusAlreadyDone:
+		ran := reference(res)
+		ran["result"], ran["completed_at"], ran["attempts"] = resultJSON(res.Result), op.CompletedAt, res.Attempts
+		return answer(op, true, ran, fmt.Sprintf("Already done: operation %s ran and completed at %s; this tool does not run an operation twice, so this call did nothing. "+
+			"The recorded result is above. Do not call again with these arguments; if you meant a new operation, its key arguments must differ.", res.Key, when(res.CompletedAt)))
 	}
 	return answer(op, true, reference(res), failureText(res))
 }
@@ -84,6 +89,10 @@ func replayNote(res *intent.Result) string {
 // own content and structured content, with the replay note after it.
 func (s *served) render(res *intent.Result) *mcp.CallToolResult {
 	out := render(res)
+	if res.Status == intent.StatusFailed && res.Error != nil && s.info.OnFailure == intent.OnFailureRetry && len(out.Content) > 1 {
+		out.Content[len(out.Content)-1] = &mcp.TextContent{Text: fmt.Sprintf("Failed (%s): %s. This tool runs a failed operation again: "+
+			"calling again with the same arguments runs it again, so retry only once the cause is fixed.", res.Error.Code, res.Error.Message)}
+	}
 	if s.info.Effect != intent.EffectMCP || res.Status != intent.StatusCompleted {
 		return out
 	}

@@ -139,6 +139,12 @@ func describe(info intent.ToolInfo) string {
 		}
 		b.WriteString(" Until then the call returns awaiting_approval with an operation reference: check it with " + StatusTool + ", do not call again to hurry it.")
 	}
+	if info.OnComplete == intent.OnCompleteReject {
+		b.WriteString(" Once an operation has completed, calling it again is refused as already_done (with the recorded result), not answered as a success: call it once.")
+	}
+	if info.OnFailure == intent.OnFailureRetry {
+		b.WriteString(" A failed operation runs again when called again with the same arguments.")
+	}
 	if info.OnAbandoned == intent.AbandonHold {
 		b.WriteString(" If it is interrupted mid-way it is held as uncertain for an operator to settle, never run again on its own.")
 	}

@@ -78,11 +78,15 @@ func (w *Worker) replyAllowed(subject string) bool {
 }
 
 // fromRecord is the answer a ledger record gives this job's caller (a
-// conflict when the job's arguments are not the record's).
+// conflict when the job's arguments are not the record's; already_done
+// for a replayed completion of a tool that rejects repeats).
 func (w *Worker) fromRecord(j *job, rec dedup.Record, replayed bool) intent.Result {
 	c := dedup.Caller{Key: j.id.Key, Fingerprint: j.id.Fingerprint}
 	if j.env != nil {
 		c.Tool, c.CallID = j.env.Tool, j.env.CallID
+	}
+	if j.tool != nil {
+		c.RejectRepeat = j.tool.Policy.OnComplete == intent.OnCompleteReject
 	}
 	return rec.Answer(c, replayed)
 }

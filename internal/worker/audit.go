@@ -235,8 +235,9 @@ func (a *auditor) decided(op string, c intent.Control, rec dedup.Record, wrote *
 
 // serveForgotten subscribes to Names.ForgetSubject in a queue group, so
 // that one worker records each forget an operator announces there (the
-// deleted record's fingerprint, by and reason in the message's headers):
-// once the key's record is gone from the ledger, as the announcement says.
+// forgotten record's fingerprint, by and reason in the message's headers):
+// once the key's record is forgotten in the ledger (a forgotten record of
+// that fingerprint, whose by and reason are recorded), or gone.
 func (w *Worker) serveForgotten() (*nats.Subscription, error) {
 	subject := w.res.names.ForgetSubject()
 	sub, err := w.nc.QueueSubscribe(subject, w.res.names.Consumer+"_AUDIT", func(m *nats.Msg) {
@@ -246,14 +247,19 @@ func (w *Worker) serveForgotten() (*nats.Subscription, error) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, _, err := w.ledger.Get(ctx, key)
-		if !errors.Is(err, dedup.ErrNotFound) {
+		by, reason := m.Header.Get(audit.HeaderBy), m.Header.Get(audit.HeaderReason)
+		rec, _, err := w.ledger.Get(ctx, key)
+		switch {
+		case errors.Is(err, dedup.ErrNotFound): // gone: deleted, or its forgotten record expired
+		case err == nil && rec.Status == intent.StatusForgotten && rec.Fingerprint == fp && rec.Decision != nil:
+			by, reason = rec.Decision.By, rec.Decision.Reason // the ledger's word, not the announcement's
+		default:
 			// The record is there (or cannot be read): no forget to record.
 			w.log.Debug("forget announced, but the record is there; not recorded", zap.String("key", key), zap.Error(err))
 			return
 		}
 		w.audit.trail.Append(w.audit.partition(key), audit.Event{Kind: audit.KindForgotten, Key: key, Fingerprint: fp, Holder: w.audit.holder,
-			By: m.Header.Get(audit.HeaderBy), Reason: m.Header.Get(audit.HeaderReason), At: time.Now()})
+			By: by, Reason: reason, At: time.Now()})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %s: %w", subject, err)

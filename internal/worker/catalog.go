@@ -49,6 +49,7 @@ func (w *Worker) catalog() intent.Catalog {
 		}
 		if t.Policy.Ledger {
 			info.OnAbandoned = t.Policy.OnAbandoned
+			info.OnFailure, info.OnComplete = t.Policy.OnFailure, t.Policy.OnComplete
 		}
 		info.Budget = t.Policy.Budget.Info()
 		cat.Tools = append(cat.Tools, info)

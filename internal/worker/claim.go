@@ -19,7 +19,7 @@ import (
 // ledger cannot be reached it holds the intent (no delivery is spent) and
 // tries again: an outage delays an operation, it never ends one.
 func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
-	if rec, ok := w.answers.get(j.id.Key); ok {
+	if rec, ok := w.answers.get(j.id.Key); ok && !retries(j, rec) {
 		// A final record this worker wrote or read a moment ago: no need
 		// to ask the ledger again.
 		w.mark(&j.stages.Claimed)
@@ -38,7 +38,8 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 		Retention:   j.tool.Policy.Retention,
 		Budget:      budgetOf(j),
 		// Delivered before: the key most likely has a record already.
-		ReadFirst: j.meta.NumDelivered > 1,
+		ReadFirst:   j.meta.NumDelivered > 1,
+		RetryFailed: j.tool.Policy.OnFailure == intent.OnFailureRetry,
 	}
 	outage := w.outage(stop, j)
 	defer outage.end()
@@ -59,7 +60,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 		case c.Outcome == dedup.Acquired, c.Outcome == dedup.TookOver:
 			r = w.act(stop, work, j, c, req.Confirmed != 0)
 		case c.Outcome == dedup.Done, c.Outcome == dedup.Conflict:
-			w.answers.put(req.Key, c.Record)
+			w.remember(j, c.Record)
 			r = ended(w.replay(j, c.Record))
 		case c.Outcome == dedup.OverBudget:
 			r = ended(w.overBudget(j, c.RetryAt))
@@ -108,6 +109,21 @@ func (w *Worker) replay(j *job, rec dedup.Record) handled {
 	return answered(res, ack())
 }
 
+// remember keeps rec, a record of j's key, in the answer cache — unless it
+// is a failure j's tool retries: the next call runs again, so the failure
+// must never answer it.
+func (w *Worker) remember(j *job, rec dedup.Record) {
+	if !retries(j, rec) {
+		w.answers.put(j.id.Key, rec)
+	}
+}
+
+// retries reports whether rec is a failure that j's tool runs again on the
+// next call (intent.OnFailureRetry).
+func retries(j *job, rec dedup.Record) bool {
+	return rec.Status == intent.StatusFailed && j.tool != nil && j.tool.Policy.OnFailure == intent.OnFailureRetry
+}
+
 // abandoned reports whether rec's holder may have vanished: pending, not
 // released, its lease expired.
 func abandoned(rec dedup.Record) bool {
@@ -140,7 +156,7 @@ func (w *Worker) waitHolder(stop context.Context, j *job, holder string, until t
 	rec, err := w.await(stop, j, until)
 	switch {
 	case err == nil && rec.Status.Answered():
-		w.answers.put(j.id.Key, rec)
+		w.remember(j, rec)
 		if rec.Fingerprint == j.id.Fingerprint {
 			w.m.coalesced.WithLabelValues(j.env.Tool).Inc()
 		}

@@ -41,7 +41,7 @@ func (w *Worker) conclude(f *firing) handled {
 	switch {
 	case err == nil:
 		w.m.claimToDone.WithLabelValues(j.env.Tool).Observe(time.Since(f.started).Seconds())
-		w.answers.put(j.id.Key, rec)
+		w.remember(j, rec)
 		return answered(w.fromRecord(j, rec, false), ack())
 	case errors.Is(err, dedup.ErrLeaseLost):
 		// Another worker took the key over: never overwrite its record, answer

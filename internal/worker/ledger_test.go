@@ -113,6 +113,42 @@ var ledgerContract = []struct {
 		_, err = c.Lease.Complete(t.Context(), json.RawMessage(`1`), 1)
 		require.ErrorIs(t, err, dedup.ErrLeaseLost, "the old holder's write is a CAS on its revision")
 	}},
+	{"retry-failed", func(t *testing.T, l ledger, key string) {
+		c := claimAs(t, l, key, "h1", "fp", time.Minute, 0)
+		_, err := c.Lease.Fail(t.Context(), intent.Error{Code: intent.CodeEffectFailed, Message: "no"}, 1)
+		require.NoError(t, err)
+		require.Equal(t, dedup.Done, claimAs(t, l, key, "h2", "fp", time.Minute, 0).Outcome, "a failure answers a claim that does not retry")
+		conflict, err := l.Claim(t.Context(), dedup.ClaimRequest{Key: key, Tool: "send", Fingerprint: "other", Holder: "h2", RetryFailed: true})
+		require.NoError(t, err)
+		require.Equal(t, dedup.Conflict, conflict.Outcome, "other arguments never retry")
+		retry, err := l.Claim(t.Context(), dedup.ClaimRequest{Key: key, Tool: "send", Fingerprint: "fp", Holder: "h2", Lease: time.Minute, RetryFailed: true})
+		require.NoError(t, err)
+		require.Equal(t, dedup.Acquired, retry.Outcome, "a failure is taken over by a claim that retries failures")
+		require.Equal(t, intent.StatusPending, retry.Record.Status)
+		require.Nil(t, retry.Record.Error)
+		require.Equal(t, 2, retry.Record.Attempt)
+		require.Equal(t, 1, retry.Record.Attempts)
+		again, err := l.Claim(t.Context(), dedup.ClaimRequest{Key: key, Tool: "send", Fingerprint: "fp", Holder: "h3", Lease: time.Minute, RetryFailed: true})
+		require.NoError(t, err)
+		require.Equal(t, dedup.Busy, again.Outcome, "one retry at a time: the retry holds the key")
+		rec, err := retry.Lease.Complete(t.Context(), json.RawMessage(`"ok"`), 2)
+		require.NoError(t, err)
+		require.Equal(t, intent.StatusCompleted, rec.Status)
+	}},
+	{"forgotten", func(t *testing.T, l ledger, key string) {
+		c := claimAs(t, l, key, "h1", "fp", time.Minute, 0)
+		_, err := c.Lease.Complete(t.Context(), json.RawMessage(`"ok"`), 1)
+		require.NoError(t, err)
+		forget(t, l, key)
+		rec, _, err := l.Wait(t.Context(), key)
+		require.ErrorIs(t, err, dedup.ErrForgotten, "a waiter is told the operation was forgotten")
+		require.ErrorIs(t, err, dedup.ErrReleased, "and claims again")
+		require.Equal(t, intent.StatusForgotten, rec.Status)
+		again := claimAs(t, l, key, "h2", "other", time.Minute, 0)
+		require.Equal(t, dedup.Acquired, again.Outcome, "a forgotten key is claimed anew, whatever the arguments")
+		require.Equal(t, 1, again.Record.Attempt)
+		require.Equal(t, "other", again.Record.Fingerprint)
+	}},
 	{"wait-change", func(t *testing.T, l ledger, key string) {
 		c := claimAs(t, l, key, "h1", "fp", time.Minute, 0)
 		grace, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
@@ -179,6 +215,26 @@ var ledgerContract = []struct {
 		_, _, err = l.Resolve(t.Context(), key, true, nil, "ops", "again")
 		require.ErrorIs(t, err, dedup.ErrWrongState)
 	}},
+}
+
+// forget forgets key's final record as an operator does: the JetStream
+// ledger's Forget; the memory ledger writes the same forgotten record.
+func forget(t *testing.T, l ledger, key string) {
+	t.Helper()
+	switch l := l.(type) {
+	case dedupLedger:
+		_, err := l.Forget(t.Context(), key, dedup.ForgetBy("ops", "test"))
+		require.NoError(t, err)
+	case *memLedger:
+		rec, _, err := l.Get(t.Context(), key)
+		require.NoError(t, err)
+		now := time.Now().UTC()
+		l.set(key, dedup.Record{Status: intent.StatusForgotten, Tool: rec.Tool, Fingerprint: rec.Fingerprint, Attempt: rec.Attempt,
+			Attempts: rec.Attempts, Decision: &dedup.Decision{Op: intent.ControlForget, By: "ops", Reason: "test", At: now},
+			CreatedAt: rec.CreatedAt, UpdatedAt: now})
+	default:
+		t.Fatalf("no forget for %T", l)
+	}
 }
 
 // claimAs claims key for holder with fingerprint fp and lease, confirming

@@ -109,11 +109,11 @@ func (l *memLedger) Claim(_ context.Context, req dedup.ClaimRequest) (claim, err
 	defer l.mu.Unlock()
 	now := time.Now().UTC()
 	e, ok := l.recs[req.Key]
-	if !ok {
+	if !ok || e.rec.Status == intent.StatusForgotten { // a forgotten record is claimed anew, by CAS on its revision
 		rec := dedup.Record{Status: intent.StatusPending, Tool: req.Tool, Session: req.Session, Fingerprint: req.Fingerprint,
 			Holder: req.Holder, LeaseUntil: now.Add(req.Lease), Attempt: 1, IntentSeq: req.IntentSeq, CallID: req.CallID,
 			CreatedAt: now, UpdatedAt: now}
-		rev, err := l.put(req.Key, 0, rec)
+		rev, err := l.put(req.Key, e.rev, rec)
 		return l.held(dedup.Acquired, req.Key, rev, rec), err
 	}
 	cur := e.rec
@@ -121,6 +121,13 @@ func (l *memLedger) Claim(_ context.Context, req dedup.ClaimRequest) (claim, err
 	switch {
 	case cur.Fingerprint != req.Fingerprint:
 		found.Outcome = dedup.Conflict
+	case cur.Status == intent.StatusFailed && req.RetryFailed:
+		next := cur
+		next.Status, next.Holder, next.LeaseUntil, next.Attempt = intent.StatusPending, req.Holder, now.Add(req.Lease), cur.Attempt+1
+		next.IntentSeq, next.CallID, next.UpdatedAt = req.IntentSeq, req.CallID, now
+		next.Result, next.Error, next.Receipt, next.Decision, next.CompletedAt = nil, nil, nil, nil, time.Time{}
+		rev, err := l.put(req.Key, e.rev, next)
+		return l.held(dedup.Acquired, req.Key, rev, next), err
 	case cur.Status.Answered():
 		found.Outcome = dedup.Done
 	case cur.Status == intent.StatusPending && cur.LeaseExpired(now) && !cur.Released() && req.Confirmed != e.rev:
@@ -161,6 +168,9 @@ func (l *memLedger) Wait(ctx context.Context, key string) (dedup.Record, uint64,
 	for {
 		e, changed := l.read(key)
 		leased := e.rev != 0 && !e.rec.LeaseUntil.IsZero()
+		if e.rev != 0 && e.rec.Status == intent.StatusForgotten {
+			return e.rec, e.rev, fmt.Errorf("wait %s: %w: %w", key, dedup.ErrForgotten, dedup.ErrReleased)
+		}
 		if e.rev != 0 && (e.rec.Status.Answered() || leased && e.rec.LeaseExpired(time.Now())) {
 			return e.rec, e.rev, nil
 		}

@@ -181,7 +181,7 @@ func TestCatalogue(t *testing.T) {
 	defer cancel()
 	cat, err := b.client.Tools(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []intent.ToolInfo{{Name: "digest", Effect: "noop", Class: "unsafe", Ledger: true, OnAbandoned: "retry",
+	require.Equal(t, []intent.ToolInfo{{Name: "digest", Effect: "noop", Class: "unsafe", Ledger: true, OnAbandoned: "retry", OnFailure: "replay", OnComplete: "replay",
 		KeyArgs: []string{"user"}, WindowSeconds: 604800, LeaseSeconds: 5, Destructive: true, RetentionSeconds: 86400}}, cat.Tools)
 }
 

@@ -169,6 +169,13 @@ type toolSpec struct {
 	noLedger bool          // reads and ledger-less idempotent tools: no Nats-Msg-Id, no ledger watch
 	leaseFor time.Duration // the tool's lease, from the catalogue; 0: unknown
 	learned  bool          // not set WithKeySpec: learned from the catalogue, or the default for want of it
+	// retryFailed: a failure is no answer for a later call, which runs the
+	// operation again (intent.OnFailureRetry), so its intents must reach a
+	// worker: no Nats-Msg-Id.
+	retryFailed bool
+	// rejectRepeat: a completion another call caused is answered
+	// already_done (intent.OnCompleteReject).
+	rejectRepeat bool
 }
 
 // lease is the tool's lease, or the default one when the catalogue did not
@@ -203,7 +210,8 @@ func (c *Client) learn(ctx context.Context, tool string) (ts toolSpec, info inte
 		return toolSpec{learned: true}, intent.ToolInfo{}, false, err
 	}
 	return toolSpec{key: info.KeySpec(), noLedger: !info.Ledger, learned: true,
-		leaseFor: time.Duration(info.LeaseSeconds * float64(time.Second))}, info, known, nil
+		leaseFor:    time.Duration(info.LeaseSeconds * float64(time.Second)),
+		retryFailed: info.OnFailure == intent.OnFailureRetry, rejectRepeat: info.OnComplete == intent.OnCompleteReject}, info, known, nil
 }
 
 // relearnSpec asks the catalogue again and returns tool's key derivation

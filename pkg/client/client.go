@@ -27,7 +27,45 @@ var (
 	ErrNoAnswer = errors.New("client: no answer")
 	// ErrNotFound: the ledger has no record of the key.
 	ErrNotFound = errors.New("client: no such key")
+	// ErrAlreadyDone matches (errors.Is) AnswerErr's error for an
+	// already_done answer: the operation ran before and its tool refuses a
+	// repeat (intent.OnCompleteReject); nothing fired, and the answer
+	// carries the recorded result.
+	ErrAlreadyDone = errors.New("client: operation already done")
+	// ErrForgotten: while Watch or WatchFinal watched the key, an operator
+	// forgot the operation; the returned record is the forgotten one (who,
+	// when, why: dedup.Record.ForgottenText). Its next call runs it again.
+	ErrForgotten = errors.New("client: operation forgotten")
 )
+
+// AnswerError is an answer that reports an error (a failure, a conflict, a
+// denial, a rejection, already_done), as a Go error. An answer is a result:
+// Submit returns it with a nil error; AnswerErr turns it into this for
+// callers that handle such answers as errors.
+type AnswerError struct {
+	// Result is the answer.
+	Result *intent.Result
+}
+
+// Error says the answer's key, status, code and message.
+func (e *AnswerError) Error() string {
+	return fmt.Sprintf("client: %s %s: %s: %s", e.Result.Key, e.Result.Status, e.Result.Error.Code, e.Result.Error.Message)
+}
+
+// Is matches ErrAlreadyDone for an already_done answer.
+func (e *AnswerError) Is(target error) bool {
+	return target == ErrAlreadyDone && e.Result.Error.Code == intent.CodeAlreadyDone
+}
+
+// AnswerErr returns res as an *AnswerError when it carries an error, nil
+// otherwise (completed, awaiting approval, uncertain, or res nil). Match an
+// already_done answer with errors.Is(err, ErrAlreadyDone).
+func AnswerErr(res *intent.Result) error {
+	if res == nil || res.Error == nil || res.Status == intent.StatusUncertain {
+		return nil
+	}
+	return &AnswerError{Result: res}
+}
 
 // DefaultReplyGrace is how long a submission waits for the pushed reply before
 // it also watches the ledger key.
@@ -243,9 +281,10 @@ func (c *Client) PublishPrepared(ctx context.Context, p *Prepared) (*Submission,
 	s.msg.Header.Set(intent.HeaderFingerprint, id.Fingerprint)
 	injectTrace(ctx, s.msg.Header)
 	msgID := ""
-	if !ts.noLedger {
+	if !ts.noLedger && !ts.retryFailed {
 		// Publish dedup answers a repeat from the ledger; a tool without the
-		// ledger fires every intent, so its repeats must reach a worker.
+		// ledger fires every intent, and one that retries failures runs a
+		// failed operation again, so their repeats must reach a worker.
 		msgID = id.Key
 	}
 	ack, err := s.publish(ctx, msgID)
@@ -359,8 +398,14 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 		ch := make(chan ledgerAnswer, 1)
 		fromLedger, stopWatch = ch, stop
 		key, fp := s.Key, s.Fingerprint // the watch must not read what relearn changes
+		own, retryFailed := slices.Clone(s.own), s.spec.retryFailed
 		go func() {
-			rec, err := s.c.waitLedger(wctx, key, func(rec dedup.Record) bool { return enough(recordStatus(rec, fp)) })
+			rec, err := s.c.waitLedger(wctx, key, func(rec dedup.Record) bool {
+				if retryFailed && rec.Status == intent.StatusFailed && !slices.Contains(own, rec.IntentSeq) {
+					return false // an earlier call's failure: this call runs it again
+				}
+				return enough(recordStatus(rec, fp))
+			})
 			ch <- ledgerAnswer{rec, err}
 		}()
 	}
@@ -448,9 +493,10 @@ func (s *Submission) pushed(m *nats.Msg) (*intent.Result, bool) {
 }
 
 // recordStatus is the status of the answer a record gives a caller whose
-// intent has fingerprint fp: conflict when the record's is another.
+// intent has fingerprint fp: conflict when the record's is another (a
+// forgotten record answers nobody: the key is free).
 func recordStatus(rec dedup.Record, fp string) intent.Status {
-	if rec.Fingerprint != fp {
+	if rec.Status != intent.StatusForgotten && rec.Fingerprint != fp {
 		return intent.StatusConflict
 	}
 	return rec.Status
@@ -471,7 +517,7 @@ func (s *Submission) relearn(ctx context.Context) error {
 	s.msg.Header.Set(intent.HeaderKey, id.Key)
 	s.msg.Header.Set(intent.HeaderFingerprint, id.Fingerprint)
 	msgID := ""
-	if !s.spec.noLedger {
+	if !s.spec.noLedger && !s.spec.retryFailed {
 		msgID = id.Key
 	}
 	s.own = nil
@@ -485,7 +531,8 @@ func (s *Submission) relearn(ctx context.Context) error {
 }
 
 // republishIfUnrecorded publishes the intent again under a fresh message id
-// when the ledger shows nothing that will answer it: no record, or a pending
+// when the ledger shows nothing that will answer it: no record, a forgotten
+// one, or a pending
 // one whose holder's lease ran out a lease ago (its intent is gone; the
 // workers confirm the holder gone before they take it over). Publish dedup
 // must never make an operation un-retryable: the ledger is the guarantee.
@@ -496,6 +543,7 @@ func (s *Submission) republishIfUnrecorded(ctx context.Context) error {
 	case err != nil:
 		return nil // unreachable now (the ledger watch reports a lasting error): try again at the next grace
 	case rec.Status == intent.StatusPending && rec.LeaseExpired(time.Now().Add(-s.spec.lease())):
+	case rec.Status == intent.StatusForgotten: // forgotten: the next intent runs it again
 	default:
 		return nil
 	}
@@ -514,7 +562,8 @@ type ledgerAnswer struct {
 // hides a conflict from the workers), a replay unless one of the
 // submission's own publishes claimed it (7.4).
 func (s *Submission) fromRecord(rec dedup.Record) *intent.Result {
-	res := rec.Answer(dedup.Caller{Key: s.Key, Fingerprint: s.Fingerprint, Tool: s.tool, CallID: s.call}, !s.owns(rec.IntentSeq))
+	res := rec.Answer(dedup.Caller{Key: s.Key, Fingerprint: s.Fingerprint, Tool: s.tool, CallID: s.call, RejectRepeat: s.spec.rejectRepeat},
+		!s.owns(rec.IntentSeq))
 	return &res
 }
 
@@ -552,15 +601,26 @@ func (c *Client) get(ctx context.Context, key string) (dedup.Record, error) {
 }
 
 // Watch waits until key's record has an answered status and returns it.
+// When an operator forgets the operation meanwhile (or had forgotten it), it
+// returns the forgotten record with an error matching ErrForgotten.
 func (c *Client) Watch(ctx context.Context, key string) (dedup.Record, error) {
-	rec, err := c.waitLedger(ctx, key, func(rec dedup.Record) bool { return rec.Status.Answered() })
+	rec, err := c.waitLedger(ctx, key, func(rec dedup.Record) bool { return rec.Status.Answered() || rec.Status == intent.StatusForgotten })
 	if err != nil {
 		if ctx.Err() != nil {
 			return dedup.Record{}, fmt.Errorf("%w for %s: %w", ErrNoAnswer, key, ctx.Err())
 		}
 		return dedup.Record{}, fmt.Errorf("client: %w", err)
 	}
-	return rec, nil
+	return rec, forgottenErr(key, rec)
+}
+
+// forgottenErr is the error of a watch that ended at rec, key's record: one
+// matching ErrForgotten when rec is forgotten, nil otherwise.
+func forgottenErr(key string, rec dedup.Record) error {
+	if rec.Status != intent.StatusForgotten {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: %s", ErrForgotten, key, rec.ForgottenText())
 }
 
 // waitLedger waits for key's record to satisfy accept, watching the

@@ -39,11 +39,12 @@ func (c *Client) Records(ctx context.Context, q dedup.Query) (dedup.Page, error)
 	return page, nil
 }
 
-// Forget deletes key's ledger record, so that the operation may run again,
-// and tells every worker to drop the key from its answer cache (a plain NATS
+// Forget replaces key's ledger record with a forgotten one (who, why, the
+// old fingerprint; see dedup.Ledger.Forget), so that the operation may run
+// again, and tells every worker to drop the key from its answer cache (a plain NATS
 // message on Names.ForgetSubject: a worker that misses it answers from its
 // cache for at most its answer-cache age). key is the operation's key or,
-// in a compact ledger, its stored key. It returns the record removed.
+// in a compact ledger, its stored key. It returns the record replaced.
 //
 // A final record is forgotten. An unresolved one is refused with
 // ErrUnresolved unless opts has Forced(), and one that may be firing
@@ -65,7 +66,7 @@ func (c *Client) Forget(ctx context.Context, key string, opts ...ForgetOption) (
 	if err != nil {
 		return dedup.Record{}, err
 	}
-	var lopts []dedup.ForgetOption
+	lopts := []dedup.ForgetOption{dedup.ForgetBy(fo.by, fo.reason)}
 	if fo.force {
 		lopts = append(lopts, dedup.Forced())
 	}
@@ -104,8 +105,8 @@ type forgetOptions struct {
 // out (dedup.Forced); one that may be firing now is still refused.
 func Forced() ForgetOption { return func(o *forgetOptions) { o.force = true } }
 
-// ForgetBy names who forgets the operation and why, for the audit trail's
-// forgotten event.
+// ForgetBy names who forgets the operation and why, for the forgotten
+// record and the audit trail's forgotten event.
 func ForgetBy(by, reason string) ForgetOption {
 	return func(o *forgetOptions) { o.by, o.reason = by, reason }
 }
@@ -137,14 +138,16 @@ func (c *Client) broadcastForget(ctx context.Context, key string, fo forgetOptio
 
 // WatchFinal waits until key's record has a final status (completed, failed,
 // denied) and returns it; unlike Watch it goes on past awaiting_approval and
-// uncertain. A key with no record yet is waited for. When ctx ends first it
+// uncertain. A key with no record yet is waited for. When an operator
+// forgets the operation meanwhile (or had forgotten it), it returns the
+// forgotten record with an error matching ErrForgotten. When ctx ends first it
 // returns the latest record seen (or the zero record when none was) with an
 // error matching ErrNoAnswer.
 func (c *Client) WatchFinal(ctx context.Context, key string) (dedup.Record, error) {
 	var last dedup.Record
 	rec, err := c.waitLedger(ctx, key, func(rec dedup.Record) bool {
 		last = rec
-		return rec.Status.Final()
+		return rec.Status.Final() || rec.Status == intent.StatusForgotten
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -152,7 +155,7 @@ func (c *Client) WatchFinal(ctx context.Context, key string) (dedup.Record, erro
 		}
 		return last, fmt.Errorf("client: %w", err)
 	}
-	return rec, nil
+	return rec, forgottenErr(key, rec)
 }
 
 // writer returns a ledger the client may write with (Forget only), opening

@@ -24,7 +24,8 @@ type Outcome int
 // Claim outcomes.
 const (
 	// Acquired: nobody held the key — it had no record, its holder released
-	// it after a transient failure, or an operator approved it — and the
+	// it after a transient failure, an operator approved it, or it failed
+	// and the claim retries failures (ClaimRequest.RetryFailed) — and the
 	// caller now holds the lease.
 	Acquired Outcome = iota + 1
 	// TookOver: the key's pending record had an expired lease; the caller
@@ -32,7 +33,8 @@ const (
 	// holder may have fired the effect (see the package documentation).
 	TookOver
 	// Done: the record is answered (completed, failed, awaiting approval,
-	// uncertain, ...) with the same fingerprint: replay it, do not fire.
+	// uncertain, ...) with the same fingerprint: replay it, do not fire
+	// (failed is not Done for a claim that retries failures).
 	Done
 	// Busy: another holder's lease is live (or the record is in a state the
 	// worker drives, such as approved): wait for the answer with Ledger.Wait.
@@ -104,6 +106,11 @@ type ClaimRequest struct {
 	// key most likely has a record already — an intent delivered again, a
 	// duplicate — and one more when it has none. The outcome is the same.
 	ReadFirst bool
+	// RetryFailed makes a failed record of the same fingerprint no answer:
+	// the claim takes it over by compare-and-set (Acquired) and the caller
+	// fires again — the tool's intent.OnFailureRetry. Default false: the
+	// failure is the answer (Done).
+	RetryFailed bool
 }
 
 func (r ClaimRequest) validate() error {

@@ -22,6 +22,11 @@ var (
 	// operator or the bucket's TTL); claim again to retry the operation.
 	ErrReleased = errors.New("dedup: record released")
 
+	// ErrForgotten: while waiting, an operator forgot the operation (its
+	// record became a forgotten tombstone, see Ledger.Forget); Wait's error
+	// matches ErrReleased too: claim again to run it again.
+	ErrForgotten = errors.New("dedup: operation forgotten")
+
 	// ErrContended: the record kept changing underneath a claim for
 	// maxClaimRounds rounds; the claim may be retried later.
 	ErrContended = errors.New("dedup: record changed too often during claim")

@@ -27,7 +27,14 @@ var (
 type ForgetOption func(*forgetOptions)
 
 type forgetOptions struct {
-	forced bool
+	forced     bool
+	by, reason string
+}
+
+// ForgetBy names who forgets the operation and why, for the forgotten
+// record (see Forget). Default: no name, no reason.
+func ForgetBy(by, reason string) ForgetOption {
+	return func(o *forgetOptions) { o.by, o.reason = by, reason }
 }
 
 // Forced makes Forget delete an unresolved record too (pending, awaiting
@@ -41,9 +48,14 @@ type forgetOptions struct {
 // with a live lease, is refused (ErrInFlight) even so.
 func Forced() ForgetOption { return func(o *forgetOptions) { o.forced = true } }
 
-// Forget deletes key's record so that the operation may run again: the next
-// intent of the key claims it as if it were new. It returns the record it
-// removed.
+// Forget replaces key's record with a forgotten one, so that the operation
+// may run again: the next intent of the key claims it as if it were new,
+// writing over the forgotten record by compare-and-set exactly as over a
+// delete marker. The forgotten record (a tombstone) keeps the old record's
+// tool, session and fingerprint and says who forgot it, when and why
+// (ForgetBy; Record.ForgottenText); it expires after the ledger's forget
+// retention (WithForgetRetention), and a Wait on the key ends with
+// ErrForgotten. It returns the record it replaced.
 //
 // A final record (completed, failed, denied) is deleted. An unresolved one is
 // refused with ErrUnresolved unless Forced; a record whose holder may be
@@ -54,9 +66,9 @@ func Forced() ForgetOption { return func(o *forgetOptions) { o.forced = true } }
 // watches it for one more lease first, as a takeover does, and refuses it
 // (ErrInFlight) when it changes meanwhile. It returns ErrNotFound when the
 // key has no record, and ErrInvalid for a key the ledger's layout cannot
-// store. The delete is a compare-and-set on the revision it judged, so a
-// record that changed meanwhile is judged again (ErrContended when it keeps
-// changing).
+// store; a key already forgotten is ErrNotFound too. The write is a
+// compare-and-set on the revision it judged, so a record that changed
+// meanwhile is judged again (ErrContended when it keeps changing).
 //
 // Workers may still answer the key from their answer caches; a front door
 // also tells them to forget it (intent.Names.ForgetSubject).
@@ -82,11 +94,11 @@ func (l *Ledger) Forget(ctx context.Context, key string, opts ...ForgetOption) (
 		if err != nil {
 			return Record{}, fmt.Errorf("forget %s: %w", key, err)
 		}
-		err = s.bucket.Delete(ctx, s.key, rev)
+		_, err = l.cas(ctx, s, rev, tombstone(rec, o.by, o.reason, l.clock()), jsbackend.Grouped)
 		if err == nil {
 			return rec, nil
 		}
-		if !errors.Is(err, jsbackend.ErrRevision) {
+		if !errors.Is(err, errRevisionMismatch) {
 			return Record{}, fmt.Errorf("forget %s: %w", key, err)
 		}
 		// Changed since the read (or, on a replicated bucket, a write of

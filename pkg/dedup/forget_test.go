@@ -14,7 +14,8 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// Forget deletes a final record so that the key is claimed afresh. It
+// Forget replaces a final record with a forgotten one (who, why, the old
+// fingerprint) so that the key is claimed afresh over it. It
 // refuses an unresolved one unless forced, saying what forcing risks, and
 // refuses one that may be firing now (a live lease, an approval) even
 // forced; an unknown key is not found.
@@ -30,12 +31,26 @@ func TestForget(t *testing.T) {
 	_, err = lease.Complete(b.ctx, json.RawMessage(`{"id":1}`), 1)
 	require.NoError(t, err)
 
-	rec, err := b.ledger.Forget(b.ctx, "send_email.f1")
+	completed, _, err := b.ledger.Get(b.ctx, "send_email.f1")
 	require.NoError(t, err)
-	require.Equal(t, intent.StatusCompleted, rec.Status, "it returns what it removed")
-	_, _, err = b.ledger.Get(b.ctx, "send_email.f1")
-	require.ErrorIs(t, err, dedup.ErrNotFound)
-	b.claim(t, "send_email.f1", "send_email", "s") // Acquired again: it may run again
+	rec, err := b.ledger.Forget(b.ctx, "send_email.f1", dedup.ForgetBy("ops", "refunded by hand"))
+	require.NoError(t, err)
+	require.Equal(t, intent.StatusCompleted, rec.Status, "it returns what it replaced")
+	tomb, _, err := b.ledger.Get(b.ctx, "send_email.f1")
+	require.NoError(t, err, "the forgotten record shows who forgot it")
+	require.Equal(t, intent.StatusForgotten, tomb.Status)
+	require.Equal(t, completed.Fingerprint, tomb.Fingerprint, "the old fingerprint")
+	require.Equal(t, "s", tomb.Session)
+	require.Equal(t, &dedup.Decision{Op: intent.ControlForget, By: "ops", Reason: "refunded by hand", At: tomb.UpdatedAt}, tomb.Decision)
+	require.Empty(t, tomb.Result)
+	require.Regexp(t, `^forgotten by ops at \S+: refunded by hand$`, tomb.ForgottenText())
+	_, err = b.ledger.Forget(b.ctx, "send_email.f1")
+	require.ErrorIs(t, err, dedup.ErrNotFound, "forgotten already")
+	again := b.claim(t, "send_email.f1", "send_email", "s") // Acquired again: it may run again
+	require.Equal(t, 1, again.Record().Attempt, "claimed anew")
+	require.Nil(t, again.Record().Decision)
+	_, err = b.ledger.Forget(b.ctx, "send_email.f1", dedup.Forced())
+	require.ErrorIs(t, err, dedup.ErrInFlight, "the new claim is live")
 
 	_, err = b.ledger.Forget(b.ctx, "send_email.none")
 	require.ErrorIs(t, err, dedup.ErrNotFound)
@@ -62,8 +77,9 @@ func TestForget(t *testing.T) {
 		require.ErrorContains(t, err, c.risk)
 		_, err = b.ledger.Forget(b.ctx, c.key, dedup.Forced())
 		require.NoError(t, err, c.key)
-		_, _, err = b.ledger.Get(b.ctx, c.key)
-		require.ErrorIs(t, err, dedup.ErrNotFound, c.key)
+		tomb, _, err := b.ledger.Get(b.ctx, c.key)
+		require.NoError(t, err, c.key)
+		require.Equal(t, intent.StatusForgotten, tomb.Status, c.key)
 	}
 
 	// Approved: a worker fires it now.
@@ -144,8 +160,9 @@ func TestForcedForgetConfirmsTheHolderGone(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, intent.StatusPending, rec.Status)
 	require.GreaterOrEqual(t, time.Since(start), lease, "after one more lease")
-	_, _, err = l.Get(ctx, "send_email.gone")
-	require.ErrorIs(t, err, dedup.ErrNotFound)
+	tomb, _, err := l.Get(ctx, "send_email.gone")
+	require.NoError(t, err)
+	require.Equal(t, intent.StatusForgotten, tomb.Status)
 }
 
 // Migrate gives a record pending past its lease the same bar: a holder that

@@ -179,11 +179,12 @@ func TestCompactKeysStored(t *testing.T) {
 	_, err = kvs[intent.Partition("ops.note-1", 2)].Get(ctx, "ops.note-1")
 	require.NoError(t, err)
 
-	// Forget deletes the compact KV key.
+	// Forget writes its forgotten record under the compact KV key.
 	_, err = l.Forget(ctx, keys[2])
 	require.NoError(t, err)
 	stored2, err := intent.LedgerKey(keys[2], intent.LayoutCompact)
 	require.NoError(t, err)
-	_, err = kvs[intent.Partition(keys[2], 2)].Get(ctx, stored2)
-	require.ErrorIs(t, err, jetstream.ErrKeyNotFound)
+	e, err := kvs[intent.Partition(keys[2], 2)].Get(ctx, stored2)
+	require.NoError(t, err)
+	require.Contains(t, string(e.Value()), `"status":"forgotten"`)
 }

@@ -103,7 +103,7 @@ func ParseStatuses(s string) ([]intent.Status, error) {
 		case knownStatus(intent.Status(name)):
 			out = append(out, intent.Status(name))
 		default:
-			return nil, fmt.Errorf("%w: status %q: use open, pending, awaiting_approval, approved, uncertain, completed, failed or denied", ErrInvalid, name)
+			return nil, fmt.Errorf("%w: status %q: use open, pending, awaiting_approval, approved, uncertain, completed, failed, denied or forgotten", ErrInvalid, name)
 		}
 	}
 	return out, nil
@@ -112,7 +112,7 @@ func ParseStatuses(s string) ([]intent.Status, error) {
 func knownStatus(s intent.Status) bool {
 	switch s {
 	case intent.StatusPending, intent.StatusCompleted, intent.StatusFailed, intent.StatusAwaitingApproval,
-		intent.StatusApproved, intent.StatusDenied, intent.StatusUncertain:
+		intent.StatusApproved, intent.StatusDenied, intent.StatusUncertain, intent.StatusForgotten:
 		return true
 	}
 	return false
@@ -122,6 +122,8 @@ func (q *Query) keep(key string, rec Record, now time.Time) bool {
 	switch {
 	case len(q.Statuses) > 0 && !slices.Contains(q.Statuses, rec.Status):
 		return false
+	case rec.Status == intent.StatusForgotten && !slices.Contains(q.Statuses, rec.Status):
+		return false // a forget's tombstone, listed only when asked for
 	case q.Session != "" && rec.Session != q.Session:
 		return false
 	case !q.CreatedBefore.IsZero() && !rec.CreatedAt.Before(q.CreatedBefore):

@@ -22,14 +22,21 @@ type policy struct {
 	confirmTakeover bool
 	// retention is how long a final record is kept after its last write.
 	retention time.Duration
+	// forgotten is how long a forgotten record (a Forget's tombstone) is
+	// kept.
+	forgotten time.Duration
 }
 
 // ttl is the per-message TTL of r as written: its retention for a final
-// record, none (it never expires) for an unresolved one — expiring it would
-// let a retry fire an operation nobody decided.
+// record, the forget retention for a forgotten one, none (it never
+// expires) for an unresolved one — expiring it would let a retry fire an
+// operation nobody decided.
 func (p policy) ttl(r Record) time.Duration {
-	if r.Status.Final() {
+	switch {
+	case r.Status.Final():
 		return p.retentionOf(r)
+	case r.Status == intent.StatusForgotten:
+		return p.forgotten
 	}
 	return 0
 }
@@ -89,8 +96,14 @@ func (s claimStep) writes() bool { return s.outcome == Acquired || s.outcome == 
 // rev, at now.
 func (p policy) claim(cur Record, rev uint64, req ClaimRequest, now time.Time) claimStep {
 	switch {
+	case cur.Status == intent.StatusForgotten:
+		// An operator forgot the operation so that it may run again: the key
+		// is claimed anew, whatever the arguments, as over a delete marker.
+		return claimStep{outcome: Acquired, next: claimed(req, now)}
 	case cur.Fingerprint != req.Fingerprint:
 		return claimStep{outcome: Conflict}
+	case cur.Status == intent.StatusFailed && req.RetryFailed:
+		return claimStep{outcome: Acquired, next: retried(cur, req, now)}
 	case cur.Status.Answered():
 		return claimStep{outcome: Done}
 	case cur.abandoned(now) && p.confirmTakeover && req.Confirmed != rev:
@@ -116,6 +129,25 @@ func (p policy) claim(cur Record, rev uint64, req ClaimRequest, now time.Time) c
 		return claimStep{outcome: TookOver, next: next}
 	}
 	return claimStep{outcome: Busy}
+}
+
+// retried is the record a claim that retries failures writes over cur, a
+// failed record: pending for req's holder, the next attempt, the failure
+// and its receipt gone, and the effect's invocations so far kept. An
+// approval is dropped with the failure: it approved the firing that failed,
+// and a tool behind the gate asks again before it fires again.
+func retried(cur Record, req ClaimRequest, now time.Time) Record {
+	next := cur
+	next.Status = intent.StatusPending
+	next.Holder = req.Holder
+	next.LeaseUntil = now.Add(req.Lease)
+	next.Attempt = cur.Attempt + 1
+	next.IntentSeq = req.IntentSeq
+	next.CallID = req.CallID
+	next.Result, next.Error, next.Receipt, next.Decision = nil, nil, nil, nil
+	next.CompletedAt = time.Time{}
+	next.UpdatedAt = now
+	return next
 }
 
 // fresh reports whether a lease of length lease, whose record is r, still
@@ -355,10 +387,51 @@ func (r Record) leaseLength() time.Duration {
 	return DefaultLease
 }
 
+// tombstone is the record a Forget writes in place of rec at now: forgotten,
+// by whom and why (its decision), with rec's identity (tool, session,
+// fingerprint) and counts, so that a reader of the key learns what happened
+// to it until the next claim writes over it or it expires.
+func tombstone(rec Record, by, reason string, now time.Time) Record {
+	return Record{
+		Status:      intent.StatusForgotten,
+		Tool:        rec.Tool,
+		Session:     rec.Session,
+		Fingerprint: rec.Fingerprint,
+		Attempt:     rec.Attempt,
+		Attempts:    rec.Attempts,
+		Decision:    &Decision{Op: intent.ControlForget, By: by, Reason: reason, At: now},
+		CreatedAt:   rec.CreatedAt,
+		UpdatedAt:   now,
+	}
+}
+
+// ForgottenText says who forgot r's operation, when and why ("forgotten by
+// ops at 2026-05-01T12:00:00Z: refunded by hand"); "" when r is not a
+// forgotten record.
+func (r Record) ForgottenText() string {
+	if r.Status != intent.StatusForgotten {
+		return ""
+	}
+	by, at, reason := "an operator", r.UpdatedAt, ""
+	if d := r.Decision; d != nil {
+		if d.By != "" {
+			by = d.By
+		}
+		at, reason = d.At, d.Reason
+	}
+	s := "forgotten by " + by + " at " + at.UTC().Format(time.RFC3339)
+	if reason != "" {
+		s += ": " + reason
+	}
+	return s
+}
+
 // forgettable returns nil when rec may be deleted at now (forced or not), or
 // the error that says why not.
 func forgettable(rec Record, now time.Time, forced bool) error {
 	switch {
+	case rec.Status == intent.StatusForgotten:
+		return fmt.Errorf("%w: %s already", ErrNotFound, rec.ForgottenText())
 	case rec.firing(now) && rec.Status == intent.StatusApproved:
 		return fmt.Errorf("%w: approved: a worker fires it now; wait for its outcome", ErrInFlight)
 	case rec.firing(now):

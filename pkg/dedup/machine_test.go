@@ -56,6 +56,18 @@ func TestClaimDecision(t *testing.T) {
 		{name: "Released", cur: released, now: t0, want: Acquired, attempt: 2},
 		{name: "ReleasedNeedsNoConfirmation", cur: released, pol: policy{confirmTakeover: true}, now: t0, want: Acquired, attempt: 2},
 		{name: "Approved", cur: approved, now: t0, want: Acquired, attempt: 2},
+		{name: "FailedRetried", cur: with(intent.StatusFailed), req: retryFailed, now: t0, want: Acquired, attempt: 2},
+		{name: "FailedRetriedNeedsNoConfirmation", cur: with(intent.StatusFailed), rev: 5, pol: policy{confirmTakeover: true}, req: retryFailed,
+			now: t0, want: Acquired, attempt: 2},
+		{name: "FailedRetriedOtherArguments", cur: with(intent.StatusFailed),
+			req: func(r ClaimRequest) ClaimRequest { r.RetryFailed, r.Fingerprint = true, "other"; return r }, now: t0, want: Conflict},
+		{name: "CompletedNotRetried", cur: with(intent.StatusCompleted), req: retryFailed, now: t0, want: Done},
+		{name: "DeniedNotRetried", cur: with(intent.StatusDenied), req: retryFailed, now: t0, want: Done},
+		{name: "UncertainNotRetried", cur: with(intent.StatusUncertain), req: retryFailed, now: t0, want: Done},
+		{name: "LiveLeaseNotRetried", cur: heldAt(t0), req: retryFailed, now: t0, want: Busy},
+		{name: "Forgotten", cur: tombstone(with(intent.StatusCompleted), "ops", "", t0), now: t0, want: Acquired, attempt: 1},
+		{name: "ForgottenOtherArguments", cur: tombstone(with(intent.StatusCompleted), "ops", "", t0), now: t0,
+			req: func(r ClaimRequest) ClaimRequest { r.Fingerprint = "other"; return r }, want: Acquired, attempt: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -79,9 +91,39 @@ func TestClaimDecision(t *testing.T) {
 			require.Equal(t, tc.now, next.UpdatedAt)
 			require.Equal(t, tc.cur.CreatedAt, next.CreatedAt, "the operation's creation stays")
 			require.Equal(t, tc.cur.Attempts, next.Attempts, "the effect's invocations so far stay")
+			if tc.cur.Status == intent.StatusForgotten {
+				require.Equal(t, claimed(r, tc.now), next, "a forgotten record is claimed anew")
+				return
+			}
 			require.Equal(t, tc.cur.Decision, next.Decision, "an approval stays for the claimant to check")
 		})
 	}
+}
+
+// retryFailed is a claim of a tool whose failures a later call retries.
+func retryFailed(r ClaimRequest) ClaimRequest { r.RetryFailed = true; return r }
+
+// A failure taken over for a retry leaves nothing of the failure in the
+// record: the next answer is the retry's own outcome.
+func TestRetriedFailure(t *testing.T) {
+	t.Parallel()
+	failed := fail(intent.Error{Code: intent.CodeEffectFailed, Message: "no"}, 2).apply(heldAt(t0), t0)
+	failed.Receipt = json.RawMessage(`{"sig":"x"}`)
+	failed.Decision = &Decision{Op: intent.ControlApprove, At: t0, Until: t0.Add(time.Hour)}
+	req := ClaimRequest{Key: "refund.1", Tool: "refund", Fingerprint: "fp", Holder: "w2", Lease: time.Minute, IntentSeq: 9, RetryFailed: true}
+	step := policy{}.claim(failed, 4, req, t0.Add(time.Second))
+	require.Equal(t, Acquired, step.outcome)
+	next := step.next
+	require.Equal(t, intent.StatusPending, next.Status)
+	require.Nil(t, next.Error)
+	require.Nil(t, next.Result)
+	require.Nil(t, next.Receipt)
+	require.Nil(t, next.Decision, "the approval of the firing that failed does not approve the retry")
+	require.True(t, next.CompletedAt.IsZero())
+	require.Equal(t, 2, next.Attempts, "the effect's invocations so far stay")
+	require.Equal(t, 2, next.Attempt)
+	require.False(t, next.LeaseExpired(t0.Add(time.Second)))
+	require.Equal(t, Done, policy{}.claim(failed, 4, ClaimRequest{Fingerprint: "fp", Holder: "w2"}, t0).outcome, "without RetryFailed the failure answers")
 }
 
 func TestClaimedRecord(t *testing.T) {

@@ -74,7 +74,11 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg BucketConfig, opts ..
 // partitions in partition order (a power of two of them), in key layout
 // layout, writing final records with the given retention.
 func newLedger(js jetstream.JetStream, kvs []jetstream.KeyValue, layout int, retention time.Duration, o options) *Ledger {
-	l := &Ledger{js: js, layout: layout, policy: policy{confirmTakeover: o.confirmTakeover, retention: retention},
+	forgotten := DefaultForgetRetention
+	if o.forgetRetention > 0 {
+		forgotten = o.forgetRetention
+	}
+	l := &Ledger{js: js, layout: layout, policy: policy{confirmTakeover: o.confirmTakeover, retention: retention, forgotten: forgotten},
 		now: time.Now, receipts: o.receipts}
 	if o.now != nil {
 		l.now = o.now
@@ -102,6 +106,7 @@ type options struct {
 	confirmTakeover bool
 	receipts        ReceiptFunc
 	now             func() time.Time
+	forgetRetention time.Duration
 }
 
 // Bind makes Open create and change nothing: it opens the existing ledger
@@ -165,6 +170,26 @@ func WithReceipts(receipt ReceiptFunc) Option {
 			return fmt.Errorf("%w: receipts: the function is nil: pass one, or leave the option out", ErrInvalid)
 		}
 		o.receipts = receipt
+		return nil
+	}
+}
+
+// DefaultForgetRetention is how long a forgotten record (the tombstone a
+// Forget leaves) is kept when WithForgetRetention does not say.
+const DefaultForgetRetention = 10 * time.Minute
+
+// WithForgetRetention sets how long the tombstone a Forget writes in place
+// of the record is kept: it shows who forgot the operation, when and why
+// (Get, and a waiter watching the key), until the next claim of the key
+// writes over it or it expires. It must be at least a second; a bad value
+// gives an error matching ErrInvalid. Default: DefaultForgetRetention
+// (10 minutes).
+func WithForgetRetention(d time.Duration) Option {
+	return func(o *options) error {
+		if d < time.Second {
+			return fmt.Errorf("%w: forget retention %s: use at least 1s, e.g. 10m", ErrInvalid, d)
+		}
+		o.forgetRetention = d
 		return nil
 	}
 }

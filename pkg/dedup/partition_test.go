@@ -167,8 +167,9 @@ func TestPartitionedRoutingAndList(t *testing.T) {
 	// Forget reaches the key's partition.
 	_, err = l.Forget(ctx, keys[3])
 	require.NoError(t, err)
-	_, _, err = l.Get(ctx, keys[3])
-	require.ErrorIs(t, err, dedup.ErrNotFound)
+	tomb, _, err := l.Get(ctx, keys[3])
+	require.NoError(t, err)
+	require.Equal(t, intent.StatusForgotten, tomb.Status)
 }
 
 // On a 3-node cluster, SpreadLeaders moves the leaders of 8 partitions,

@@ -84,7 +84,8 @@ func (r Record) LeaseExpired(now time.Time) bool {
 
 // Decision is an operator's decision on a key, as recorded.
 type Decision struct {
-	// Op is approve, deny or resolve (intent.ControlApprove, ...).
+	// Op is approve, deny, resolve or, in a forgotten record, forget
+	// (intent.ControlApprove, ...).
 	Op string `json:"op"`
 	// By names the operator, as given.
 	By string `json:"by,omitempty"`
@@ -138,13 +139,20 @@ type Caller struct {
 	Fingerprint string // "" for an operator's decision, which names no arguments
 	Tool        string // default: the record's tool
 	CallID      string // the calling intent's call id, echoed in the answer
+	// RejectRepeat answers a completed record that another call caused
+	// already_done rather than with its result as a replay: the tool's
+	// intent.OnCompleteReject.
+	RejectRepeat bool
 }
 
 // Answer is the answer r gives c: the record's outcome or, when c's
 // fingerprint is not the record's (the key was first used with other
 // arguments), a conflict — never fired, and an answer about c's own call,
 // so not a replay. replayed reports that the record's outcome was caused by
-// another call than c's.
+// another call than c's. A replayed completion, for a caller whose tool
+// rejects repeats (Caller.RejectRepeat), is answered already_done: error
+// code already_done, with the recorded result, completion time and attempts
+// of what ran.
 func (r Record) Answer(c Caller, replayed bool) intent.Result {
 	tool := c.Tool
 	if tool == "" {
@@ -171,7 +179,7 @@ func (r Record) Answer(c Caller, replayed bool) intent.Result {
 			at = r.UpdatedAt
 		}
 	}
-	return intent.Result{
+	res := intent.Result{
 		Key:         c.Key,
 		Tool:        tool,
 		Status:      r.Status,
@@ -184,6 +192,14 @@ func (r Record) Answer(c Caller, replayed bool) intent.Result {
 		CompletedAt: at,
 		Receipt:     r.receiptOf(),
 	}
+	if replayed && c.RejectRepeat && r.Status == intent.StatusCompleted {
+		res.Status = intent.StatusAlreadyDone
+		res.Error = &intent.Error{Code: intent.CodeAlreadyDone, Message: fmt.Sprintf(
+			"the operation already ran: completed at %s after %d attempt(s); this tool refuses to run it again, "+
+				"and the answer carries the recorded result — a new operation needs other arguments or a new key",
+			at.UTC().Format(time.RFC3339), r.Attempts)}
+	}
+	return res
 }
 
 // receiptOf is the receipt an answer from r carries: r's, when r is final.

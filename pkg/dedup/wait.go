@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // errWatchClosed reports that the watch ended without an answer (for example
@@ -28,6 +29,9 @@ var errWatchClosed = errors.New("watch closed")
 //     an operator, or by the bucket's TTL), including when the latest entry
 //     is already a delete marker; the leader confirms the deletion, so a
 //     lagging replica's stale marker does not end the wait;
+//   - the forgotten record with an error matching ErrForgotten and
+//     ErrReleased when an operator forgot the operation (Forget): claim
+//     again to run it again;
 //   - ctx.Err() (wrapped) when ctx is done.
 //
 // The watch is stopped on every path.
@@ -56,6 +60,8 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 				return Record{}, 0, fmt.Errorf("wait %s: %w", key, ErrReleased)
 			case err != nil:
 				return Record{}, 0, fmt.Errorf("wait %s: %w", key, err)
+			case cur.Status == intent.StatusForgotten:
+				return cur, rev, forgottenErr(key, cur)
 			case rev <= lastRev || cur.settled(l.clock()):
 				return cur, rev, nil
 			}
@@ -91,6 +97,9 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 			if rec.Status.Answered() {
 				return rec, e.Rev, nil
 			}
+			if rec.Status == intent.StatusForgotten {
+				return rec, e.Rev, forgottenErr(key, rec)
+			}
 			lastRev = e.Rev
 			timer.Stop()
 			if !rec.LeaseUntil.IsZero() {
@@ -98,6 +107,11 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 			}
 		}
 	}
+}
+
+// forgottenErr is Wait's error for key's forgotten record rec.
+func forgottenErr(key string, rec Record) error {
+	return fmt.Errorf("wait %s: %w (%s): %w", key, ErrForgotten, rec.ForgottenText(), ErrReleased)
 }
 
 // watch watches key's record, in its slot.

@@ -41,6 +41,13 @@ type Policy struct {
 	// Budget caps the tool's distinct operations per session (or in all)
 	// per window; the zero value (Max 0) is no budget.
 	Budget Budget
+	// OnFailure is what a later call of a failed operation does: replay the
+	// failure, or retry (run it again). Default intent.OnFailureReplay.
+	OnFailure intent.OnFailure
+	// OnComplete is what a later call of a completed operation does: replay
+	// the result, or reject it (answered already_done). Default
+	// intent.OnCompleteReplay.
+	OnComplete intent.OnComplete
 }
 
 // MaxBudget is the largest Budget.Max: each operation counted in a window
@@ -80,5 +87,6 @@ func (p Policy) SafeToRetry() bool {
 
 // DefaultPolicy is the policy of a tool that declares none.
 func DefaultPolicy() Policy {
-	return Policy{Class: intent.ClassUnsafe, Ledger: true, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry}
+	return Policy{Class: intent.ClassUnsafe, Ledger: true, ApprovalTTL: DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry,
+		OnFailure: intent.OnFailureReplay, OnComplete: intent.OnCompleteReplay}
 }

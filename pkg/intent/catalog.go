@@ -50,6 +50,11 @@ type ToolInfo struct {
 	// Budget is the tool's effect budget, when it declares one: how many
 	// distinct operations it runs per session (or in all) per window.
 	Budget *Budget `json:"budget,omitempty"`
+	// OnFailure is replay or retry: what a later call of a failed operation
+	// does; OnComplete is replay or reject: what a later call of a completed
+	// one does (both absent for a tool without the ledger).
+	OnFailure  OnFailure  `json:"on_failure,omitempty"`
+	OnComplete OnComplete `json:"on_complete,omitempty"`
 }
 
 // Effect kinds built into the workers, as a tools file's effect field and

@@ -12,6 +12,10 @@ const (
 	ControlDeny    = "deny"    // refuse an operation awaiting approval
 	ControlResolve = "resolve" // settle an uncertain operation
 	ControlProbe   = "probe"   // ask the downstream about an uncertain operation (its tool's probe)
+	// ControlForget names an operator's forget in a forgotten record's
+	// decision; it is not a control request (a forget goes through the
+	// ledger and intent.Names.ForgetSubject).
+	ControlForget = "forget"
 )
 
 // Outcomes an operator may settle an uncertain operation with.

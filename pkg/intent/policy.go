@@ -63,3 +63,30 @@ const (
 	// through the same path as an operator's.
 	ApproverUser Approver = "user"
 )
+
+// OnFailure is what a later call of an operation that failed (permanently)
+// does.
+type OnFailure string
+
+// Re-run policies for a failed operation.
+const (
+	// OnFailureReplay: the failure is the answer; a later call is answered
+	// with it and fires nothing. The default.
+	OnFailureReplay OnFailure = "replay"
+	// OnFailureRetry: a later call with the same key (and arguments) runs
+	// the operation again; the failure is never replayed.
+	OnFailureRetry OnFailure = "retry"
+)
+
+// OnComplete is what a later call of an operation that completed does.
+type OnComplete string
+
+// Re-run policies for a completed operation.
+const (
+	// OnCompleteReplay: a later call is answered with the recorded result,
+	// marked replayed. The default.
+	OnCompleteReplay OnComplete = "replay"
+	// OnCompleteReject: a later call is answered already_done, carrying
+	// what ran, for tools where a repeat means the agent is confused.
+	OnCompleteReject OnComplete = "reject"
+)

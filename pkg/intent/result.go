@@ -21,12 +21,20 @@ const (
 	StatusApproved         Status = "approved"
 	StatusDenied           Status = "denied"
 	StatusUncertain        Status = "uncertain"
+	// StatusAlreadyDone answers a repeat of a completed operation of a tool
+	// whose policy rejects repeats (OnCompleteReject): nothing fired, and
+	// the answer carries what ran (its result, time and attempts).
+	StatusAlreadyDone Status = "already_done"
+	// StatusForgotten exists only in the ledger: an operator forgot the
+	// operation (a tombstone, kept a short while); the next call runs it
+	// again.
+	StatusForgotten Status = "forgotten"
 )
 
 // Final reports whether a caller stops waiting at s.
 func (s Status) Final() bool {
 	switch s {
-	case StatusCompleted, StatusFailed, StatusDenied, StatusConflict, StatusRejected:
+	case StatusCompleted, StatusFailed, StatusDenied, StatusConflict, StatusRejected, StatusAlreadyDone:
 		return true
 	}
 	return false
@@ -53,6 +61,7 @@ const (
 	CodeRateLimited   = "rate_limited"   // the session sent more intents than its rate allows; nothing was done
 	CodeDeadLettered  = "dead_lettered"  // the intent could not be handled in its deliveries and was dead-lettered; retry it with the same key
 	CodeKeyMismatch   = "key_mismatch"   // the client derived another key or fingerprint than the workers: its key spec is out of date
+	CodeAlreadyDone   = "already_done"   // the operation ran already and its tool rejects repeats; nothing fired
 )
 
 // Error is the error half of an answer.

@@ -7,13 +7,14 @@ Python standard library, and the protocol's key derivation
 
 from .audit import KeySet, ReceiptError, verify_event, verify_receipt
 from .canonical import InvalidJSON, canonicalize, loads
-from .client import (Answer, AwaitingApproval, BadReceipt, BadRequest, Client, Completed, Conflict, Denied, Failed,
+from .client import (AlreadyDone, Answer, AwaitingApproval, BadReceipt, BadRequest, Client, Completed, Conflict, Denied, Failed,
                      Forbidden, IdemgateError, InFlight, NotFound, Page, RateLimited, Redirected, Rejected, Unauthorized,
                      Unavailable, Uncertain)
 from .derive import Identity, KeySpec, derive, derive_envelope, parse_envelope
 
 __all__ = [
     "Client", "Answer", "Completed", "Failed", "Conflict", "Rejected", "Denied", "AwaitingApproval", "Uncertain",
+    "AlreadyDone",
     "InFlight", "Page", "IdemgateError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "RateLimited",
     "Redirected", "Unavailable", "InvalidJSON", "canonicalize", "loads", "Identity", "KeySpec", "derive", "derive_envelope",
     "parse_envelope", "BadReceipt", "KeySet", "ReceiptError", "verify_event", "verify_receipt",

@@ -99,9 +99,16 @@ class Uncertain(Answer):
     """A worker vanished mid-effect and the tool asks a human to settle the outcome."""
 
 
+class AlreadyDone(Answer):
+    """The operation ran before and its tool refuses a repeat (on_complete: reject):
+    nothing ran now. result, completed_at and attempts are what ran (HTTP 409,
+    code already_done)."""
+
+
 _ANSWERS = {
     "completed": Completed, "failed": Failed, "conflict": Conflict, "rejected": Rejected,
     "denied": Denied, "awaiting_approval": AwaitingApproval, "uncertain": Uncertain,
+    "already_done": AlreadyDone,
 }
 
 

@@ -91,8 +91,9 @@ class EndToEnd(unittest.TestCase):
         self.assertIsInstance(done, Completed)
         out = self.operator.forget(done.key)
         self.assertEqual(out["forgotten"], done.key)
-        with self.assertRaises(NotFound):
-            self.agent.operation(done.key)
+        tomb = self.agent.operation(done.key)  # the forgotten record says who forgot it
+        self.assertEqual(tomb["status"], "forgotten")
+        self.assertEqual(tomb["decision"]["op"], "forget")
 
         # An unresolved operation is refused unless forced.
         parked = self.agent.call("refund", {"order_id": "o-forget", "amount": 1})

@@ -6,7 +6,11 @@
 
 import type { JsonObject, JsonValue } from "./json.js";
 
-/** The state of an answer or a ledger record. `pending` and `approved` appear only in the ledger. */
+/**
+ * The state of an answer or a ledger record. `pending`, `approved` and
+ * `forgotten` (an operator forgot the operation; the next call runs it
+ * again) appear only in the ledger.
+ */
 export type Status =
   | "pending"
   | "completed"
@@ -16,10 +20,29 @@ export type Status =
   | "awaiting_approval"
   | "approved"
   | "denied"
-  | "uncertain";
+  | "uncertain"
+  | "already_done"
+  | "forgotten";
 
 /** The statuses at which a caller stops waiting. */
-export const FINAL_STATUSES: readonly Status[] = ["completed", "failed", "denied", "conflict", "rejected"];
+export const FINAL_STATUSES: readonly Status[] = ["completed", "failed", "denied", "conflict", "rejected", "already_done"];
+
+/**
+ * The status and error code of a repeat of a completed operation whose tool
+ * refuses repeats (`on_complete: reject`): nothing ran, and the answer
+ * carries the recorded `result`, `completed_at` and `attempts` of what ran.
+ */
+export const ALREADY_DONE = "already_done";
+
+/**
+ * Reports whether `res` is an `already_done` answer (see {@link ALREADY_DONE}).
+ *
+ * @param res - an answer
+ * @returns true when the operation ran before and its tool refused the repeat
+ */
+export function isAlreadyDone(res: Pick<Result, "status" | "error">): boolean {
+  return res.status === ALREADY_DONE || res.error?.code === ALREADY_DONE;
+}
 
 /** Every status a caller is answered with: the final ones, plus `awaiting_approval` and `uncertain`. */
 export const ANSWERED_STATUSES: readonly Status[] = [...FINAL_STATUSES, "awaiting_approval", "uncertain"];
@@ -28,7 +51,7 @@ export const ANSWERED_STATUSES: readonly Status[] = [...FINAL_STATUSES, "awaitin
  * Reports whether a caller stops waiting at `status`.
  *
  * @param status - a status
- * @returns true for completed, failed, denied, conflict and rejected
+ * @returns true for completed, failed, denied, conflict, rejected and already_done
  */
 export function isFinal(status: string): boolean {
   return (FINAL_STATUSES as readonly string[]).includes(status);
@@ -48,7 +71,7 @@ export function isAnswered(status: string): boolean {
 
 /** The error half of an answer. */
 export interface ErrorInfo {
-  /** One of the protocol's error codes (docs/protocol.md section 5): invalid_intent, unknown_tool, tool_mismatch, too_large, conflict, key_mismatch, effect_failed, denied, uncertain, wrong_state, not_found, rate_limited. */
+  /** One of the protocol's error codes (docs/protocol.md section 5): invalid_intent, unknown_tool, tool_mismatch, too_large, conflict, key_mismatch, effect_failed, denied, uncertain, wrong_state, not_found, rate_limited, already_done. */
   code: string;
   /** A human-readable explanation. */
   message: string;

@@ -101,6 +101,10 @@ export interface ToolInfo {
   approval?: string;
   /** retry or hold. */
   on_abandoned?: string;
+  /** replay or retry: what a later call of a failed operation does (retry: it runs again). */
+  on_failure?: string;
+  /** replay or reject: what a later call of a completed operation does (reject: answered `already_done`). */
+  on_complete?: string;
 }
 
 /** The tool catalogue's answer (a request to `idem.tools`). */
@@ -207,6 +211,10 @@ export class IdemClient {
   #catalog: Promise<void> | undefined;
   /** Tools the catalogue reports without a ledger. */
   readonly #noLedger = new Set<string>();
+  /** Tools whose failures a later call runs again (`on_failure: retry`). */
+  readonly #retryFailed = new Set<string>();
+  /** Tools that answer a repeat of a completion `already_done` (`on_complete: reject`). */
+  readonly #rejectRepeat = new Set<string>();
   /** Each tool's lease from the catalogue, in ms. */
   readonly #leases = new Map<string, number>();
   /** The ledger, opened on first use and again after a migration changed its shape. */
@@ -303,6 +311,12 @@ export class IdemClient {
           if (t.ledger === false) {
             this.#noLedger.add(t.name);
           }
+          if (t.on_failure === "retry") {
+            this.#retryFailed.add(t.name);
+          }
+          if (t.on_complete === "reject") {
+            this.#rejectRepeat.add(t.name);
+          }
           if (t.lease_seconds > 0) {
             this.#leases.set(t.name, t.lease_seconds * 1000);
           }
@@ -342,8 +356,11 @@ export class IdemClient {
     }
     const id = deriveKey(env, spec);
     // Publish dedup answers a repeat from the ledger; a tool without the
-    // ledger fires every intent, so its repeats must reach a worker.
+    // ledger fires every intent, and one that retries failures runs a failed
+    // operation again, so their repeats must reach a worker.
     const noLedger = this.#noLedger.has(env.tool);
+    const retryFailed = this.#retryFailed.has(env.tool);
+    const rejectRepeat = this.#rejectRepeat.has(env.tool);
     const inbox = createInbox();
     // Not max: 1 — an answer for another operation is dropped, not taken.
     const sub = this.nc.subscribe(inbox);
@@ -359,10 +376,10 @@ export class IdemClient {
       );
     };
     try {
-      const ack = await send(noLedger ? undefined : id.key);
+      const ack = await send(noLedger || retryFailed ? undefined : id.key);
       const republish = async (): Promise<PubAck> => send(`${id.key}:${randomBytes(8).toString("hex")}`);
       const leaseMs = this.#leases.get(env.tool) ?? DEFAULT_LEASE_MS;
-      return new Submission(this, sub, env, id, ack, { grace: this.#grace, noLedger, leaseMs, republish });
+      return new Submission(this, sub, env, id, ack, { grace: this.#grace, noLedger, leaseMs, republish, retryFailed, rejectRepeat });
     } catch (err) {
       sub.unsubscribe();
       throw new IdemError("publish_failed", `publish ${subject}: ${String(err)}`, { cause: err });
@@ -901,6 +918,10 @@ interface SubmissionOptions {
   leaseMs: number;
   /** Publishes the intent again with a fresh `Nats-Msg-Id` (`<key>:<random>`). */
   republish: () => Promise<PubAck>;
+  /** The tool runs a failed operation again: another call's failure answers nothing. */
+  retryFailed?: boolean;
+  /** The tool answers another call's completion `already_done`. */
+  rejectRepeat?: boolean;
 }
 
 /**
@@ -1038,6 +1059,7 @@ export class Submission {
       let acking: Promise<unknown> | undefined;
       const unrecorded = (): boolean =>
         latest === undefined ||
+        latest.status === "forgotten" ||
         (latest.status === "pending" && Date.parse(latest.lease_until ?? "") + this.#opts.leaseMs < Date.now());
       /** A reply of this submission arrived. */
       let replied = false;
@@ -1071,6 +1093,14 @@ export class Submission {
           // A record of another fingerprint is a conflict: final.
           if (rec === undefined || !isAnswered(rec.status) || (!enough(rec.status) && rec.fingerprint === this.fingerprint)) {
             return false;
+          }
+          if (
+            this.#opts.retryFailed &&
+            rec.status === "failed" &&
+            rec.fingerprint === this.fingerprint &&
+            (rec.intent_seq === undefined || !this.#own.has(rec.intent_seq))
+          ) {
+            return false; // another call's failure: this call runs it again
           }
           if (acking !== undefined) {
             await acking;
@@ -1217,6 +1247,25 @@ export class Submission {
     }
     const final = isFinal(rec.status);
     const at = rec.completed_at ?? rec.updated_at;
+    const replayed = rec.intent_seq === undefined || !this.#own.has(rec.intent_seq);
+    if (this.#opts.rejectRepeat && replayed && rec.status === "completed") {
+      return {
+        key: this.key,
+        tool: this.#tool,
+        status: "already_done",
+        replayed: true,
+        fingerprint: rec.fingerprint,
+        attempts: rec.attempts ?? 0,
+        ...(rec.result !== undefined ? { result: rec.result } : {}),
+        error: {
+          code: "already_done",
+          message: `the operation already ran: completed at ${at ?? "an earlier time"}; this tool refuses to run it again`,
+        },
+        ...callID,
+        ...(at !== undefined ? { completed_at: at } : {}),
+        ...(rec.receipt !== undefined ? { receipt: rec.receipt } : {}),
+      };
+    }
     return {
       key: this.key,
       tool: this.#tool,

@@ -6,7 +6,7 @@
  * @packageDocumentation
  */
 
-export { ANSWERED_STATUSES, FINAL_STATUSES, isAnswered, isFinal } from "./answer.js";
+export { ALREADY_DONE, ANSWERED_STATUSES, FINAL_STATUSES, isAlreadyDone, isAnswered, isFinal } from "./answer.js";
 export { BadReceiptError, errorDigest, KeySet, ReceiptError, receipted, resultDigest, verifyEvent, verifyReceipt } from "./audit.js";
 export type { PublicKeyInfo, ReceiptErrorKind } from "./audit.js";
 export type { ErrorInfo, LedgerRecord, Result, Status } from "./answer.js";

@@ -25,6 +25,7 @@ var kindPattern = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
 // toolFields are the fields every tool has; no effect kind may take one of
 // these names, since a kind's settings live under a field named after it.
 var toolFields = []string{"effect", "key_args", "window", "volatile_args", "lease", "class", "ledger", "approval", "approval_ttl", "on_abandoned", "max_in_flight",
+	"on_failure", "on_complete",
 	"description", "schema", "destructive", "approver", "retention", "budget", "over_budget", "probe"}
 
 // Option adjusts Parse and LoadFile.

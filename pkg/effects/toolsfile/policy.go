@@ -74,6 +74,23 @@ func parsePolicy(s *section) effects.Policy {
 	if p.OnAbandoned == intent.AbandonHold && !p.Ledger {
 		s.Invalid("on_abandoned", "hold needs the ledger", "remove on_abandoned for a tool without the ledger")
 	}
+	switch f := intent.OnFailure(s.String("on_failure", string(intent.OnFailureReplay))); f {
+	case intent.OnFailureReplay, intent.OnFailureRetry:
+		p.OnFailure = f
+	default:
+		s.Invalid("on_failure", fmt.Sprintf("unknown policy %q", f), "use replay or retry")
+	}
+	switch c := intent.OnComplete(s.String("on_complete", string(intent.OnCompleteReplay))); c {
+	case intent.OnCompleteReplay, intent.OnCompleteReject:
+		p.OnComplete = c
+	default:
+		s.Invalid("on_complete", fmt.Sprintf("unknown policy %q", c), "use replay or reject")
+	}
+	for _, f := range []string{"on_failure", "on_complete"} {
+		if !p.Ledger && s.Has(f) {
+			s.Invalid(f, "a re-run policy needs the ledger: without it every call runs", "remove "+f+" for a tool without the ledger")
+		}
+	}
 	return p
 }
 

@@ -20,14 +20,21 @@ func TestPolicyParse(t *testing.T) {
   set_flag: {effect: noop, class: idempotent, ledger: false}
   plain: {effect: noop, key_args: [id]}
   charge: {effect: noop, class: unsafe, key_args: [order], approval: required, approval_ttl: 15m, on_abandoned: hold, max_in_flight: 4}
+  rerun: {effect: noop, key_args: [id], on_failure: retry, on_complete: reject}
 `))
 	require.NoError(t, err)
 	want := map[string]effects.Policy{
-		"lookup":     {Class: intent.ClassRead, Ledger: false, ApprovalTTL: effects.DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry},
-		"set_status": {Class: intent.ClassIdempotent, Ledger: true, ApprovalTTL: effects.DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry},
-		"set_flag":   {Class: intent.ClassIdempotent, Ledger: false, ApprovalTTL: effects.DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry},
-		"plain":      effects.DefaultPolicy(),
-		"charge":     {Class: intent.ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: 15 * time.Minute, OnAbandoned: intent.AbandonHold, MaxInFlight: 4},
+		"lookup": {Class: intent.ClassRead, Ledger: false, ApprovalTTL: effects.DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry,
+			OnFailure: intent.OnFailureReplay, OnComplete: intent.OnCompleteReplay},
+		"set_status": {Class: intent.ClassIdempotent, Ledger: true, ApprovalTTL: effects.DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry,
+			OnFailure: intent.OnFailureReplay, OnComplete: intent.OnCompleteReplay},
+		"set_flag": {Class: intent.ClassIdempotent, Ledger: false, ApprovalTTL: effects.DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry,
+			OnFailure: intent.OnFailureReplay, OnComplete: intent.OnCompleteReplay},
+		"plain": effects.DefaultPolicy(),
+		"charge": {Class: intent.ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: 15 * time.Minute, OnAbandoned: intent.AbandonHold, MaxInFlight: 4,
+			OnFailure: intent.OnFailureReplay, OnComplete: intent.OnCompleteReplay},
+		"rerun": {Class: intent.ClassUnsafe, Ledger: true, ApprovalTTL: effects.DefaultApprovalTTL, OnAbandoned: intent.AbandonRetry,
+			OnFailure: intent.OnFailureRetry, OnComplete: intent.OnCompleteReject},
 	}
 	for name, p := range want {
 		tool, ok := reg.Lookup(name)
@@ -52,6 +59,9 @@ func TestPolicyErrors(t *testing.T) {
 		{"on_abandoned", `{effect: noop, on_abandoned: ask}`, `tools.yaml:2: t.on_abandoned: unknown policy "ask" (use retry or hold)`},
 		{"hold without ledger", `{effect: noop, class: read, on_abandoned: hold}`, `tools.yaml:2: t.on_abandoned: hold needs the ledger`},
 		{"max_in_flight", `{effect: noop, max_in_flight: 0}`, `tools.yaml:2: t.max_in_flight: must be at least 1`},
+		{"on_failure", `{effect: noop, on_failure: again}`, `tools.yaml:2: t.on_failure: unknown policy "again" (use replay or retry)`},
+		{"on_complete", `{effect: noop, on_complete: refuse}`, `tools.yaml:2: t.on_complete: unknown policy "refuse" (use replay or reject)`},
+		{"on_complete without ledger", `{effect: noop, class: read, on_complete: reject}`, `tools.yaml:2: t.on_complete: a re-run policy needs the ledger`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
