@@ -65,21 +65,46 @@ func (c *Client) ReadAudit(ctx context.Context, f audit.Filter, line func([]byte
 // before the key's record was created, or — when it has none (forgotten,
 // or expired) — the whole trail of its partition.
 func (c *Client) History(ctx context.Context, key string, since time.Time) ([][]byte, error) {
-	if key == "" {
-		return nil, fmt.Errorf("client: %w: history: no key", intent.ErrInvalid)
-	}
-	parts, err := dedup.RecordedPartitions(ctx, c.js, c.names.Bucket)
+	parts, since, err := c.historyRange(ctx, key, since)
 	if err != nil {
-		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
-	}
-	if since.IsZero() {
-		if rec, err := c.Get(ctx, key); err == nil {
-			since = rec.CreatedAt.Add(-time.Hour)
-		}
+		return nil, err
 	}
 	lines, err := audit.History(ctx, c.js, c.names, parts, key, since)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	return lines, nil
+}
+
+// CheckedHistory reads the history of key as History does, and checks
+// each entry's signature and link in its partition's chain with keys
+// (audit.CheckedHistory); the gaps of the partition read come with it.
+func (c *Client) CheckedHistory(ctx context.Context, key string, since time.Time, keys *audit.KeySet) ([]audit.Checked, error) {
+	parts, since, err := c.historyRange(ctx, key, since)
+	if err != nil {
+		return nil, err
+	}
+	out, err := audit.CheckedHistory(ctx, c.js, c.names, parts, key, since, keys)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return out, nil
+}
+
+// historyRange is the ledger's partitions and where the history of key
+// starts: since, or an hour before its record's creation.
+func (c *Client) historyRange(ctx context.Context, key string, since time.Time) (int, time.Time, error) {
+	if key == "" {
+		return 0, since, fmt.Errorf("client: %w: history: no key", intent.ErrInvalid)
+	}
+	parts, err := dedup.RecordedPartitions(ctx, c.js, c.names.Bucket)
+	if err != nil {
+		return 0, since, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
+	}
+	if since.IsZero() {
+		if rec, err := c.Get(ctx, key); err == nil {
+			since = rec.CreatedAt.Add(-time.Hour)
+		}
+	}
+	return parts, since, nil
 }
