@@ -511,6 +511,8 @@ var consoleFuncs = template.FuncMap{
 	"ago":         ago,
 	"rfc3339":     func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"unixMilli":   func(t time.Time) int64 { return t.UnixMilli() },
+	"rfc3339nano": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+	"stamp":       func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
 	"statusLabel": statusLabel,
 	"short": func(s string, n int) string {
 		if len(s) <= n {

@@ -198,6 +198,7 @@ type recordData struct {
 	Result     string
 	Raw        string
 	Commands   []command
+	History    historyData
 }
 
 // command is a shell command that does what the page does.
@@ -216,6 +217,12 @@ func (c *console) record(w http.ResponseWriter, r *http.Request, sess *consoleSe
 	switch {
 	case errors.Is(err, client.ErrNotFound), err == nil && !sess.tok.Reaches(rec.Session):
 		status, d.Error = http.StatusNotFound, fmt.Sprintf("No operation %s in the ledger (or not in namespace %s).", key, sess.tok.Namespace)
+		// A forgotten or expired operation still has its history.
+		if d.History = c.history(r.Context(), sess, key, false); len(d.History.Rows) > 0 {
+			status, d.Commands = http.StatusOK, c.commands(r, key, nil)
+		} else {
+			d.History = historyData{}
+		}
 	case errors.Is(err, intent.ErrInvalid), errors.Is(err, dedup.ErrInvalid):
 		status, d.Error, p.Live = http.StatusBadRequest, err.Error(), ""
 	case err != nil:
@@ -226,26 +233,34 @@ func (c *console) record(w http.ResponseWriter, r *http.Request, sess *consoleSe
 		d.Result = indentJSON(rec.Result)
 		raw, _ := json.MarshalIndent(operation{Key: key, Record: rec}, "", "  ")
 		d.Raw = string(raw)
-		d.Commands = c.commands(r, key, rec)
+		d.Commands = c.commands(r, key, &rec)
 		d.Forgettable = forgettable(rec)
 		d.Unresolved = !rec.Status.Final()
+		d.History = c.history(r.Context(), sess, key, true)
 	}
 	p.Data = d
 	c.renderPage(w, r, sess, status, p)
 }
 
 // commands are the submit and curl command lines that do what the record
-// page's actions do.
-func (c *console) commands(r *http.Request, key string, rec dedup.Record) []command {
+// page shows and its actions do; rec is nil when the key has no record.
+func (c *console) commands(r *http.Request, key string, rec *dedup.Record) []command {
 	base := c.baseURL(r)
 	auth := `-H "Authorization: Bearer $(cat data/operator.token)"`
 	post := func(op, body string) string {
 		return fmt.Sprintf("curl -sS -X POST %s -H 'Content-Type: application/json' \\\n  -d '%s' \\\n  %s/v1/operations/%s/%s", auth, body, base, key, op)
 	}
-	cmds := []command{
+	history := []command{
+		{"Read its history", "bin/submit audit show " + key},
+		{"Read its history over HTTP", fmt.Sprintf("curl -sS %s %s/v1/operations/%s/history", auth, base, key)},
+	}
+	if rec == nil {
+		return history
+	}
+	cmds := append([]command{
 		{"Read the record", "bin/submit get " + key},
 		{"Read the record over HTTP", fmt.Sprintf("curl -sS %s %s/v1/operations/%s", auth, base, key)},
-	}
+	}, history...)
 	switch rec.Status {
 	case intent.StatusAwaitingApproval:
 		cmds = append(cmds,
@@ -263,7 +278,7 @@ func (c *console) commands(r *http.Request, key string, rec dedup.Record) []comm
 			command{"Resolve as failed", fmt.Sprintf("bin/submit resolve %s --outcome failed --reason 'REASON'", key)},
 			command{"Resolve over HTTP", post("resolve", `{"outcome":"succeeded","result":{},"reason":"REASON"}`)})
 	}
-	if forgettable(rec) {
+	if forgettable(*rec) {
 		cmds = append(cmds,
 			command{"Forget, so that it may run again", "bin/submit forget " + key},
 			command{"Forget over HTTP", fmt.Sprintf("curl -sS -X DELETE %s %s/v1/operations/%s", auth, base, key)})
