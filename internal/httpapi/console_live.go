@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -44,6 +45,13 @@ const (
 // recordWatcher is what the hub needs of the client.
 type recordWatcher interface {
 	WatchRecords(ctx context.Context) (<-chan dedup.Change, error)
+}
+
+// auditWatcher is what the hub needs of the client to tell a record page
+// that its history grew; without it, a page's history is redrawn with its
+// record only.
+type auditWatcher interface {
+	WatchAudit(ctx context.Context) (<-chan audit.Event, error)
 }
 
 // hub follows the ledger for the live pages: one watch of every key,
@@ -76,6 +84,7 @@ type hubEvent struct {
 	rev     uint64
 	session string
 	known   bool // session is the record's (a deletion of a record the hub did not see open has none)
+	history bool // an audit event of key (its compact form), not a ledger change
 	data    []byte
 }
 
@@ -99,6 +108,7 @@ type liveChange struct {
 type subscriber struct {
 	tok  *auth.Token
 	key  string      // only this key's changes, when set
+	opID string      // key's compact form, as the history events name it
 	mine bool        // key's record was in tok's namespace when the page subscribed
 	ch   chan []byte // event-stream messages
 	lost atomic.Bool // ch overflowed: the page must read everything again
@@ -128,10 +138,16 @@ func (h *hub) ensure(ctx context.Context) string {
 			h.log.Warn("console: the ledger watch did not start; pages are not live", zap.Error(err))
 			return ""
 		}
+		var trail <-chan audit.Event
+		if aw, ok := h.cl.(auditWatcher); ok {
+			if trail, err = aw.WatchAudit(wctx); err != nil {
+				h.log.Warn("console: the audit trail watch did not start; record pages redraw their history with their record only", zap.Error(err))
+			}
+		}
 		h.epoch, h.cancel, h.seq = randomID()[:12], cancel, 0
 		h.ring = make([]hubEvent, ringSize)
 		h.view, h.complete, h.dirty = map[string]openRecord{}, false, false
-		go h.run(h.epoch, ch)
+		go h.run(h.epoch, ch, trail)
 	}
 	return h.positionLocked()
 }
@@ -173,9 +189,10 @@ func (h *hub) close() {
 	}
 }
 
-// run applies the watch's changes until it ends, and sends the counts of
-// open records when they changed, at most once per countsEvery.
-func (h *hub) run(epoch string, ch <-chan dedup.Change) {
+// run applies the watch's changes and the audit events of trail (nil: no
+// audit watch) until either ends, and sends the counts of open records when
+// they changed, at most once per countsEvery.
+func (h *hub) run(epoch string, ch <-chan dedup.Change, trail <-chan audit.Event) {
 	tick := time.NewTicker(countsEvery)
 	defer tick.Stop()
 	for {
@@ -186,6 +203,12 @@ func (h *hub) run(epoch string, ch <-chan dedup.Change) {
 				return
 			}
 			h.apply(epoch, c)
+		case ev, ok := <-trail:
+			if !ok {
+				h.ended(epoch)
+				return
+			}
+			h.applyHistory(epoch, ev)
 		case <-tick.C:
 			h.sendCounts(epoch)
 		}
@@ -247,12 +270,50 @@ func (h *hub) apply(epoch string, c dedup.Change) {
 	}
 }
 
+// applyHistory tells the pages that follow an operation that its history
+// grew by ev.
+func (h *hub) applyHistory(epoch string, ev audit.Event) {
+	if ev.Key == "" {
+		return // a gap: of no one operation
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.epoch != epoch {
+		return
+	}
+	id := opID(ev.Key)
+	h.seq++
+	hev := hubEvent{seq: h.seq, key: id, session: ev.Session, known: ev.Session != "", history: true,
+		data: sseMessage("history", map[string]string{"kind": string(ev.Kind)})}
+	h.ring[hev.seq%ringSize] = hev
+	for sub := range h.subs {
+		if sub.wants(hev) {
+			sub.send(hev.data)
+		}
+	}
+}
+
+// opID is the form of key that names its operation in both ledger
+// layouts: the compact one.
+func opID(key string) string {
+	id, err := intent.LedgerKey(key, intent.LayoutCompact)
+	if err != nil {
+		return key
+	}
+	return id
+}
+
 // wants reports whether the page may see ev: a record of its namespace
 // (and its key, when it follows one); a deletion whose session the hub does
 // not know goes only to operators of every namespace, and to a page that
-// follows that key and was shown its record.
+// follows that key and was shown its record. A history event goes only to
+// the pages that follow its operation, by the same rules; one that names
+// no session (a firing) as a deletion does.
 func (sub *subscriber) wants(ev hubEvent) bool {
-	if sub.key != "" && ev.key != sub.key {
+	switch {
+	case ev.history && ev.key != sub.opID:
+		return false
+	case !ev.history && sub.key != "" && ev.key != sub.key:
 		return false
 	}
 	if ev.known {
@@ -289,8 +350,9 @@ func (h *hub) seed(since string, recs []dedup.Listed, complete bool) {
 	}
 	touched := map[string]uint64{}
 	for s := seq + 1; s <= h.seq; s++ {
-		ev := h.ring[s%ringSize]
-		touched[ev.key] = max(touched[ev.key], ev.rev)
+		if ev := h.ring[s%ringSize]; !ev.history {
+			touched[ev.key] = max(touched[ev.key], ev.rev)
+		}
 	}
 	for _, r := range recs {
 		if !isOpen(r.Status) || touched[r.Key] >= r.Revision {
@@ -314,6 +376,9 @@ func (h *hub) seed(since string, recs []dedup.Listed, complete bool) {
 // mine says its record is in tok's namespace.
 func (h *hub) subscribe(tok *auth.Token, key string, mine bool, since string) *subscriber {
 	sub := &subscriber{tok: tok, key: key, mine: key != "" && mine, ch: make(chan []byte, subBuffer), done: make(chan struct{})}
+	if key != "" {
+		sub.opID = opID(key)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.epoch == "" {

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/internal/natstest"
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -251,6 +252,57 @@ func TestHubNamespaces(t *testing.T) {
 	c := strings.TrimPrefix(strings.TrimSpace(string(sseMessage("counts", ca))), "event: counts\ndata: ")
 	require.NoError(t, json.Unmarshal([]byte(c), &counts))
 	require.Equal(t, 1, counts["uncertain"])
+}
+
+// fakeTrail is a ledger watch and an audit watch the test feeds.
+type fakeTrail struct {
+	fakeWatch
+	trail chan audit.Event
+}
+
+func (f *fakeTrail) WatchAudit(ctx context.Context) (<-chan audit.Event, error) { return f.trail, nil }
+
+// A record page hears that its operation's history grew — by the full key
+// or the compact one the ledger lists — and no other page does: not the
+// queue, not a page of another operation, not another namespace's.
+func TestHubHistory(t *testing.T) {
+	t.Parallel()
+	w := &fakeTrail{fakeWatch: fakeWatch{ch: make(chan dedup.Change)}, trail: make(chan audit.Event)}
+	h := newHub(w, zap.NewNop())
+	t.Cleanup(h.close)
+	since := h.ensure(context.Background())
+	teamA := &auth.Token{Name: "ops-a", Role: auth.RoleOperator, Namespace: "team-a"}
+	teamB := &auth.Token{Name: "ops-b", Role: auth.RoleOperator, Namespace: "team-b"}
+	full := "refund." + strings.Repeat("ab", 32)
+	compact, err := intent.LedgerKey(full, intent.LayoutCompact)
+	require.NoError(t, err)
+	require.NotEqual(t, full, compact)
+	byFull, byCompact := h.subscribe(teamA, full, true, since), h.subscribe(teamA, compact, true, since)
+	queue, other := h.subscribe(teamA, "", false, since), h.subscribe(teamA, "refund.other", true, since)
+	stranger := h.subscribe(teamB, compact, false, since)
+	for _, sub := range []*subscriber{byFull, byCompact, queue, other, stranger} {
+		events(sub)
+	}
+
+	w.trail <- audit.Event{Kind: audit.KindClaimed, Key: full, Session: "team-a/run-1"}
+	w.trail <- audit.Event{Kind: audit.KindFired, Key: full} // names no session
+	w.trail <- audit.Event{Kind: audit.KindDecision, Key: compact, By: "ops-a"}
+	w.trail <- audit.Event{Kind: audit.KindGap, Dropped: 2}
+	// The hub applies in order: once it took this one, the others are applied.
+	w.ch <- dedup.Change{Key: "refund.barrier", Revision: 1, Record: dedup.Record{Status: intent.StatusCompleted, Session: "team-c"}}
+
+	for _, sub := range []*subscriber{byFull, byCompact} {
+		got := strings.Join(events(sub), "")
+		require.Equal(t, 3, strings.Count(got, "event: history\n"), got)
+		require.Contains(t, got, `"kind":"decision"`)
+	}
+	for name, sub := range map[string]*subscriber{"the queue": queue, "another operation's page": other, "another namespace's operator": stranger} {
+		require.NotContains(t, strings.Join(events(sub), ""), "event: history", name)
+	}
+
+	// A page drawn before the events subscribes after them: it hears of them.
+	late := strings.Join(events(h.subscribe(teamA, full, true, since)), "")
+	require.Equal(t, 3, strings.Count(late, "event: history\n"), late)
 }
 
 func TestSafeNext(t *testing.T) {

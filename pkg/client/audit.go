@@ -108,3 +108,15 @@ func (c *Client) historyRange(ctx context.Context, key string, since time.Time) 
 	}
 	return parts, since, nil
 }
+
+// WatchAudit sends the events of every append written to the audit trail
+// after the call, pushed by the server (see audit.Watch): that an
+// operation's history grew, unchecked. The channel is closed when ctx ends
+// or the watch fails.
+func (c *Client) WatchAudit(ctx context.Context) (<-chan audit.Event, error) {
+	ch, err := audit.Watch(ctx, c.js, c.names)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return ch, nil
+}

@@ -151,19 +151,28 @@
   }
 
   // ---- a record ----
+  // The page is redrawn when its record changes and when its history grows
+  // (an audit event written after the record), one redraw at a time.
   var shownRev = +body.dataset.rev || 0;
+  var drawing = false, redraw = false;
   function recordChange(c) {
     if (c.rev <= shownRev) return;
     shownRev = c.rev;
     refreshRecord();
   }
   function refreshRecord() {
+    if (drawing) { redraw = true; return; }
     var main = document.getElementById('main');
     var note = document.getElementById('record-changed');
     if (dirty(main) || (document.activeElement && main.contains(document.activeElement) && document.activeElement.matches('input, textarea'))) {
       if (note) note.hidden = false;
       return;
     }
+    drawing = true;
+    var done = function () {
+      drawing = false;
+      if (redraw) { redraw = false; refreshRecord(); }
+    };
     // The header keeps the session's messages for the page shown next.
     fetch(location.href, { credentials: 'same-origin', headers: { 'Idem-Console-Live': '1' } }).then(function (r) { return r.text(); }).then(function (html) {
       var doc = new DOMParser().parseFromString(html, 'text/html');
@@ -175,7 +184,7 @@
       if (flashes && f && !f.children.length) f.replaceWith(flashes);
       shownRev = Math.max(shownRev, +doc.body.dataset.rev || 0);
       tickAges();
-    }).catch(function () { if (note) note.hidden = false; });
+    }).catch(function () { if (note) note.hidden = false; }).then(done);
   }
 
   function connect() {
@@ -193,6 +202,7 @@
       if (live === 'record') { if (c.key === body.dataset.key) recordChange(c); return; }
       if (busy) pending.push(c); else queueChange(c);
     });
+    es.addEventListener('history', function () { if (live === 'record') refreshRecord(); });
     es.addEventListener('counts', function (e) { if (live === 'queue') counts(JSON.parse(e.data)); });
     es.addEventListener('expired', function () {
       es.close();
