@@ -3,7 +3,10 @@ package audit
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,28 +53,67 @@ type Checked struct {
 // one's signature and link with keys. The zero value is not usable: see
 // NewHistoryChecker.
 type HistoryChecker struct {
-	key, compact string
-	needles      [][]byte
-	keys         *KeySet
-	out          []Checked
-	started      bool   // an entry was read: last and head are its
-	broken       string // why the chain cannot be followed into the next entry
-	last         uint64
-	head         string
-	pending      []int // entries of out that wait for a seal
+	op      keyMatcher
+	keys    *KeySet
+	out     []Checked
+	started bool   // an entry was read: last and head are its
+	broken  string // why the chain cannot be followed into the next entry
+	last    uint64
+	head    string
+	pending []int // entries of out that wait for a seal
 }
 
-// NewHistoryChecker checks the history of key (its full key; its entries
-// may name its compact ledger key) with keys.
+// NewHistoryChecker checks the history of key with keys. key is the full
+// key or the compact one a ledger lists (docs/protocol.md 6.2): the events
+// naming either are its.
 func NewHistoryChecker(key string, keys *KeySet) *HistoryChecker {
+	return &HistoryChecker{op: newKeyMatcher(key), keys: keys}
+}
+
+// keyMatcher tells the events of one operation, named by its full key or
+// its compact ledger key, given either.
+type keyMatcher struct {
+	compact string
+	needles [][]byte // a line that names the operation contains one
+}
+
+func newKeyMatcher(key string) keyMatcher {
 	compact, _ := intent.LedgerKey(key, intent.LayoutCompact)
-	return &HistoryChecker{key: key, compact: compact, keys: keys,
-		needles: [][]byte{appendString([]byte(`"key":`), key), appendString([]byte(`"key":`), compact)}}
+	m := keyMatcher{compact: compact, needles: [][]byte{appendString([]byte(`"key":`), compact)}}
+	switch {
+	case compact != key:
+		m.needles = append(m.needles, appendString([]byte(`"key":`), key))
+	case intent.CompactLedgerKey(key):
+		// The full key begins with the 16 digest bytes the compact one
+		// holds, in hex.
+		i := strings.LastIndexByte(key, '.')
+		if b, err := base64.RawURLEncoding.DecodeString(key[i+1:]); err == nil {
+			full := appendString([]byte(`"key":`), key[:i+1]+hex.EncodeToString(b))
+			m.needles = append(m.needles, full[:len(full)-1]) // without the closing quote: a prefix
+		}
+	}
+	return m
+}
+
+// named reports whether line may hold an event of the operation.
+func (m keyMatcher) named(line []byte) bool {
+	for _, n := range m.needles {
+		if bytes.Contains(line, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// is reports whether an event's key names the operation.
+func (m keyMatcher) is(key string) bool {
+	c, err := intent.LedgerKey(key, intent.LayoutCompact)
+	return err == nil && c == m.compact
 }
 
 // Add reads the next line of the partition's chain.
 func (h *HistoryChecker) Add(line []byte) {
-	named := bytes.Contains(line, h.needles[0]) || bytes.Contains(line, h.needles[1])
+	named := h.op.named(line)
 	pe, err := parseEntry(line)
 	if err != nil {
 		if named {
@@ -82,7 +124,7 @@ func (h *HistoryChecker) Add(line []byte) {
 		return
 	}
 	ev, evErr := decodeEvent(pe.Event)
-	mine := ev.Kind == KindGap || (named && (ev.Key == h.key || ev.Key == h.compact || evErr != nil))
+	mine := ev.Kind == KindGap || (named && (h.op.is(ev.Key) || evErr != nil))
 	signed := mine && evErr == nil && hasMember(pe.Event, "sig")
 	if signed {
 		ev, evErr = VerifyEvent(pe.Event, h.keys)

@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,19 +12,25 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// historyTrail is one partition's chain: an operation "op" claimed,
+// opKey is the operation of historyTrail: its full key, and its compact
+// one (which its firing names).
+var opKey = "refund." + strings.Repeat("0f", 32)
+
+// historyTrail is one partition's chain: the operation opKey claimed,
 // fired and completed among another's events, with a gap, in three
 // appends.
 func historyTrail(t *testing.T, s *Signer) [][]byte {
 	t.Helper()
+	compact, err := intent.LedgerKey(opKey, intent.LayoutCompact)
+	require.NoError(t, err)
 	other := func(i int) []byte {
 		return (&Event{Kind: KindClaimed, Key: "other", Holder: "w", Attempt: i, At: at0}).Canonical()
 	}
 	appends := [][][]byte{
-		{other(1), (&Event{Kind: KindClaimed, Key: "op", Holder: "w1", Attempt: 1, At: at0}).Canonical(), other(2)},
-		{(&Event{Kind: KindFired, Key: "op", Holder: "w1", Attempt: 1, Effect: "webhook", At: at0.Add(time.Second)}).Canonical(),
+		{other(1), (&Event{Kind: KindClaimed, Key: opKey, Holder: "w1", Attempt: 1, At: at0}).Canonical(), other(2)},
+		{(&Event{Kind: KindFired, Key: compact, Holder: "w1", Attempt: 1, Effect: "webhook", At: at0.Add(time.Second)}).Canonical(),
 			(&Event{Kind: KindGap, Holder: "w2", Dropped: 3, From: at0, To: at0.Add(time.Second), At: at0.Add(2 * time.Second)}).Canonical()},
-		{s.Sign(Outcome("op", "t", "", "fp", intent.StatusCompleted, json.RawMessage(`1`), nil, 1, 1, at0.Add(3*time.Second))), other(3)},
+		{s.Sign(Outcome(opKey, "t", "", "fp", intent.StatusCompleted, json.RawMessage(`1`), nil, 1, 1, at0.Add(3*time.Second))), other(3)},
 	}
 	var lines [][]byte
 	var h head
@@ -43,7 +50,11 @@ type verdict struct {
 }
 
 func checkHistory(keys *KeySet, lines [][]byte) ([]verdict, []Checked) {
-	h := NewHistoryChecker("op", keys)
+	return checkHistoryOf(opKey, keys, lines)
+}
+
+func checkHistoryOf(key string, keys *KeySet, lines [][]byte) ([]verdict, []Checked) {
+	h := NewHistoryChecker(key, keys)
 	for _, l := range lines {
 		h.Add(l)
 	}
@@ -66,6 +77,14 @@ func TestHistoryChecker(t *testing.T) {
 	require.Equal(t, []verdict{{KindClaimed, 2, V, V}, {KindFired, 4, V, V}, {KindGap, 5, V, V}, {KindOutcome, 6, V, V}}, got)
 	require.Equal(t, s.ID(), out[0].Signer)
 	require.Equal(t, "w1", out[1].Event.Holder)
+
+	// By its compact key, the same history; another operation's, none.
+	compact, err := intent.LedgerKey(opKey, intent.LayoutCompact)
+	require.NoError(t, err)
+	byCompact, _ := checkHistoryOf(compact, keys, lines)
+	require.Equal(t, got, byCompact)
+	none, _ := checkHistoryOf("refund."+strings.Repeat("aa", 32), keys, lines)
+	require.Equal(t, []verdict{{KindGap, 5, V, V}}, none, "a gap is every operation's")
 
 	// Read from a later append: the first entry read has nothing to link to.
 	got, out = checkHistory(keys, lines[3:])
@@ -120,7 +139,7 @@ func TestHistoryChecker(t *testing.T) {
 
 	// A line of the operation that is not an entry.
 	junk := clone()
-	junk[3] = []byte(`{"event":{"key":"op",`)
+	junk[3] = []byte(`{"event":{"key":"` + opKey + `",`)
 	got, _ = checkHistory(keys, junk)
 	require.Equal(t, []verdict{{KindClaimed, 2, V, V}, {"", 0, F, F}, {KindGap, 5, V, F}, {KindOutcome, 6, V, V}}, got)
 }

@@ -129,17 +129,16 @@ func readBatch(batch jetstream.MessageBatch, last uint64, until time.Time, line 
 	return n, nil
 }
 
-// History returns the trail's entries about key (by its full key, or its
-// compact ledger key) from its partition of a ledger of partitions
+// History returns the trail's entries about key (its full key, or its
+// compact ledger key: the events naming either) from its partition of a ledger of partitions
 // partitions, appended since since (zero: all the trail keeps), oldest
 // first, as JSON lines. It reads the whole partition from since: bound it
 // with the operation's creation time where known.
 func History(ctx context.Context, js jetstream.JetStream, names intent.Names, partitions int, key string, since time.Time) ([][]byte, error) {
-	compact, _ := intent.LedgerKey(key, intent.LayoutCompact)
-	needles := [][]byte{appendString([]byte(`"key":`), key), appendString([]byte(`"key":`), compact)}
+	op := newKeyMatcher(key)
 	var out [][]byte
 	err := Read(ctx, js, names, Filter{Partition: intent.Partition(key, partitions), Since: since}, func(line []byte) error {
-		if !bytes.Contains(line, needles[0]) && !bytes.Contains(line, needles[1]) {
+		if !op.named(line) {
 			return nil
 		}
 		pe, err := parseEntry(line)
@@ -147,7 +146,7 @@ func History(ctx context.Context, js jetstream.JetStream, names intent.Names, pa
 			return nil // verify reports it
 		}
 		ev, err := decodeEvent(pe.Event)
-		if err != nil || (ev.Key != key && ev.Key != compact) {
+		if err != nil || !op.is(ev.Key) {
 			return nil
 		}
 		out = append(out, bytes.Clone(line))
