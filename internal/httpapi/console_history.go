@@ -152,14 +152,17 @@ func describeEvent(ev audit.Event) (label, text string) {
 		if ev.Holder != "" {
 			say(" by %s", ev.Holder)
 		}
-		if ev.Attempts > 0 {
+		switch {
+		case ev.Attempts == 1:
+			say(" after 1 effect invocation")
+		case ev.Attempts > 1:
 			say(" after %d effect invocations", ev.Attempts)
 		}
 		if ev.ErrorCode != "" {
 			say(", error %s", ev.ErrorCode)
 		}
 		if ev.By != "" {
-			say("; %s by operator %s", orElse(ev.Op, "decided"), ev.By)
+			say("; %s by operator %s", pastTense(orElse(ev.Op, "decided")), ev.By)
 			why()
 		}
 	case audit.KindConflict:
@@ -167,7 +170,7 @@ func describeEvent(ev audit.Event) (label, text string) {
 		say("Refused a call with other arguments (fingerprint %s, the operation's %s): nothing fired", shortDigest(ev.Fingerprint), shortDigest(ev.RecordFingerprint))
 	case audit.KindDecision:
 		label = "operator decision"
-		say("%s by operator %s", capitalized(orElse(ev.Op, "decision")), orElse(ev.By, "(unnamed)"))
+		say("%s by operator %s", capitalized(pastTense(orElse(ev.Op, "decided"))), orElse(ev.By, "(unnamed)"))
 		why()
 		if ev.Status != "" {
 			say("; the operation is %s", ev.Status)

@@ -448,8 +448,10 @@ func pastTense(action string) string {
 		return "approved"
 	case intent.ControlDeny:
 		return "denied"
+	case intent.ControlResolve:
+		return "resolved"
 	}
-	return "resolved"
+	return action
 }
 
 // forget deletes an operation's record so that it may run again, as

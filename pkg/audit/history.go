@@ -135,8 +135,12 @@ func (h *HistoryChecker) Add(line []byte) {
 	switch {
 	case !h.started && h.broken != "":
 		c.Link, c.LinkDetail = CheckFailed, h.broken
+	case !h.started && pe.Pos == 1 && pe.Prev == "":
+		c.Link = CheckVerified // the chain's first entry
+	case !h.started && pe.Pos == 1:
+		c.Link, c.LinkDetail = CheckFailed, "the chain's first entry names a predecessor"
 	case !h.started:
-		c.Link, c.LinkDetail = CheckUnknown, "the first entry read: the trail read starts here"
+		c.Link, c.LinkDetail = CheckUnknown, "the first entry read (the trail read starts here)"
 	case pe.Pos == h.last+1 && pe.Prev == h.head:
 		c.Link = CheckVerified
 	case pe.Pos == h.last+1:
