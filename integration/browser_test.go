@@ -185,21 +185,27 @@ func (b *tab) login(token string) {
 		chromedp.WaitVisible(chromedp.CSS(`nav[aria-label="Console"]`)))
 }
 
-// text is the text of the element sel selects, once it is there.
+// text is the text of the element sel selects, once it is visible. It is
+// read by one evaluation in the page, so that a live page redrawing itself
+// between finding the element and reading it (which replaces the nodes
+// found) does not fail the read.
 func (b *tab) text(sel string) string {
 	b.t.Helper()
-	s, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
+	b.do(chromedp.WaitVisible(chromedp.CSS(sel)))
+	s, err := chromedp.Run(b.ctx, chromedp.Evaluate[*string](fmt.Sprintf(`(e => e && e.innerText)(document.querySelector(%q))`, sel)))
 	require.NoError(b.t, err, "text of %s", sel)
-	return s
+	require.NotNil(b.t, s, "no %s", sel)
+	return *s
 }
 
-// attr is an attribute of the element sel selects.
+// attr is an attribute of the element sel selects, read as text reads.
 func (b *tab) attr(sel, name string) string {
 	b.t.Helper()
-	a, err := chromedp.Run(b.ctx, chromedp.AttributeValue(chromedp.CSS(sel), name))
+	b.do(chromedp.WaitReady(chromedp.CSS(sel)))
+	a, err := chromedp.Run(b.ctx, chromedp.Evaluate[*string](fmt.Sprintf(`(e => e && e.getAttribute(%q))(document.querySelector(%q))`, name, sel)))
 	require.NoError(b.t, err, "attribute %s of %s", name, sel)
-	require.True(b.t, a.Exists, "%s has no attribute %s", sel, name)
-	return a.Value
+	require.NotNil(b.t, a, "%s has no attribute %s", sel, name)
+	return *a
 }
 
 // count is how many elements sel selects now.
