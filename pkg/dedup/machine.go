@@ -109,14 +109,7 @@ func (p policy) claim(cur Record, rev uint64, req ClaimRequest, now time.Time) c
 	case cur.abandoned(now) && p.confirmTakeover && req.Confirmed != rev:
 		return claimStep{outcome: Busy} // expired, not yet confirmed abandoned
 	case cur.Status == intent.StatusApproved, cur.Status == intent.StatusPending && cur.LeaseExpired(now):
-		next := cur
-		next.Status = intent.StatusPending
-		next.Holder = req.Holder
-		next.LeaseUntil = now.Add(req.Lease)
-		next.Attempt = cur.Attempt + 1
-		next.IntentSeq = req.IntentSeq
-		next.CallID = req.CallID
-		next.UpdatedAt = now
+		next := nextAttempt(cur, req, now)
 		if req.Retention > 0 {
 			next.RetentionSeconds = seconds(req.Retention) // the tool's retention as its workers have it now
 		}
@@ -137,6 +130,15 @@ func (p policy) claim(cur Record, rev uint64, req ClaimRequest, now time.Time) c
 // approval is dropped with the failure: it approved the firing that failed,
 // and a tool behind the gate asks again before it fires again.
 func retried(cur Record, req ClaimRequest, now time.Time) Record {
+	next := nextAttempt(cur, req, now)
+	next.Result, next.Error, next.Receipt, next.Decision = nil, nil, nil, nil
+	next.CompletedAt = time.Time{}
+	return next
+}
+
+// nextAttempt is cur taken by req's claim at now: pending for its holder
+// and lease, the next attempt, answering req's intent and call.
+func nextAttempt(cur Record, req ClaimRequest, now time.Time) Record {
 	next := cur
 	next.Status = intent.StatusPending
 	next.Holder = req.Holder
@@ -144,8 +146,6 @@ func retried(cur Record, req ClaimRequest, now time.Time) Record {
 	next.Attempt = cur.Attempt + 1
 	next.IntentSeq = req.IntentSeq
 	next.CallID = req.CallID
-	next.Result, next.Error, next.Receipt, next.Decision = nil, nil, nil, nil
-	next.CompletedAt = time.Time{}
 	next.UpdatedAt = now
 	return next
 }
