@@ -179,7 +179,7 @@ func describeEvent(ev audit.Event) (label, text string) {
 		label = "forgotten"
 		say("Forgotten by operator %s", orElse(ev.By, "(unnamed)"))
 		why()
-		say(": its record was deleted, so that it may run again")
+		say(": its record was replaced by a forgotten one, so that it may run again")
 	case audit.KindGap:
 		label = "gap"
 		say("%s dropped %d events of this partition between %s and %s: events of this operation among them are missing from its history",

@@ -235,7 +235,7 @@ func (c *console) record(w http.ResponseWriter, r *http.Request, sess *consoleSe
 		d.Raw = string(raw)
 		d.Commands = c.commands(r, key, &rec)
 		d.Forgettable = forgettable(rec)
-		d.Unresolved = !rec.Status.Final()
+		d.Unresolved = !rec.Status.Final() && rec.Status != intent.StatusForgotten
 		d.History = c.history(r.Context(), sess, key, true)
 	}
 	p.Data = d
@@ -298,7 +298,7 @@ func (c *console) baseURL(r *http.Request) string {
 // flight.
 func forgettable(rec dedup.Record) bool {
 	switch rec.Status {
-	case intent.StatusApproved:
+	case intent.StatusApproved, intent.StatusForgotten:
 		return false
 	case intent.StatusPending:
 		return rec.LeaseExpired(time.Now())
