@@ -81,9 +81,10 @@ type item struct {
 	Changed  bool // the arguments are not the ones the page showed before
 	Expired  bool // a pending record's lease has run out
 	Takeover int  // claims after the first
-	// Probe: the operation is uncertain and its tool has a probe, so the
-	// page offers "Probe now".
-	Probe bool
+	// ProbeKey is the full key to probe the operation by when it is
+	// uncertain and its tool has a probe, so the page offers "Probe now";
+	// "" otherwise.
+	ProbeKey string
 }
 
 func newItem(key string, rev uint64, rec dedup.Record, csrf, back string) item {
@@ -154,7 +155,7 @@ func (c *console) queueData(ctx context.Context, sess *consoleSession) (queueDat
 	}
 	for _, r := range queue {
 		it := newItem(r.Key, r.Revision, r.Record, sess.csrf, "queue")
-		it.Probe = c.probeable(ctx, r.Key, r.Record)
+		it.ProbeKey = c.probeable(ctx, r.Key, r.Record)
 		d.Items = append(d.Items, it)
 	}
 	return d, since
@@ -190,7 +191,7 @@ func (c *console) queueItem(w http.ResponseWriter, r *http.Request, sess *consol
 		return
 	}
 	it := newItem(key, rev, rec, sess.csrf, "queue")
-	it.Probe = c.probeable(r.Context(), key, rec)
+	it.ProbeKey = c.probeable(r.Context(), key, rec)
 	c.fragment(w, "queue-item", it)
 }
 
@@ -226,7 +227,7 @@ func (c *console) record(w http.ResponseWriter, r *http.Request, sess *consoleSe
 		status, d.Error = http.StatusNotFound, fmt.Sprintf("No operation %s in the ledger (or not in namespace %s).", key, sess.tok.Namespace)
 		// A forgotten or expired operation still has its history.
 		if d.History = c.history(r.Context(), sess, key, false); len(d.History.Rows) > 0 {
-			status, d.Commands = http.StatusOK, c.commands(r, key, nil, false)
+			status, d.Commands = http.StatusOK, c.commands(r, key, nil, "")
 		} else {
 			d.History = historyData{}
 		}
@@ -237,11 +238,11 @@ func (c *console) record(w http.ResponseWriter, r *http.Request, sess *consoleSe
 	default:
 		d.Found, p.Rev = true, rev
 		d.item = newItem(key, rev, rec, sess.csrf, "record")
-		d.Probe = c.probeable(r.Context(), key, rec)
+		d.ProbeKey = c.probeable(r.Context(), key, rec)
 		d.Result = indentJSON(rec.Result)
 		raw, _ := json.MarshalIndent(operation{Key: key, Record: rec}, "", "  ")
 		d.Raw = string(raw)
-		d.Commands = c.commands(r, key, &rec, d.Probe)
+		d.Commands = c.commands(r, key, &rec, d.ProbeKey)
 		d.Forgettable = forgettable(rec)
 		d.Unresolved = !rec.Status.Final()
 		d.History = c.history(r.Context(), sess, key, true)
@@ -250,21 +251,35 @@ func (c *console) record(w http.ResponseWriter, r *http.Request, sess *consoleSe
 	c.renderPage(w, r, sess, status, p)
 }
 
-// probeable reports whether the operation under key may be probed now: it
-// is uncertain, its tool has a probe (the catalogue says), and key is a
-// full one, which the downstream knows.
-func (c *console) probeable(ctx context.Context, key string, rec dedup.Record) bool {
-	if rec.Status != intent.StatusUncertain || intent.CompactLedgerKey(key) {
-		return false
+// probeable returns the key to probe the operation under key by, or "" when
+// it may not be probed now: it must be uncertain, its tool must have a
+// probe (the catalogue says), and the key the downstream knows must be
+// known: key itself when full, or, for a compact ledger key, the one its
+// last probe asked about.
+func (c *console) probeable(ctx context.Context, key string, rec dedup.Record) string {
+	if rec.Status != intent.StatusUncertain {
+		return ""
 	}
-	t, ok, err := c.s.cl.Tool(ctx, rec.Tool)
-	return err == nil && ok && t.Probe
+	full := key
+	if intent.CompactLedgerKey(key) {
+		if rec.Probe == nil {
+			return ""
+		}
+		if sk, err := intent.LedgerKey(rec.Probe.Key, intent.LayoutCompact); err != nil || sk != key {
+			return ""
+		}
+		full = rec.Probe.Key
+	}
+	if t, ok, err := c.s.cl.Tool(ctx, rec.Tool); err != nil || !ok || !t.Probe {
+		return ""
+	}
+	return full
 }
 
 // commands are the submit and curl command lines that do what the record
 // page shows and its actions do; rec is nil when the key has no record;
-// probe says whether it may be probed (probeable).
-func (c *console) commands(r *http.Request, key string, rec *dedup.Record, probe bool) []command {
+// probe is the key to probe it by, "" when it may not be (probeable).
+func (c *console) commands(r *http.Request, key string, rec *dedup.Record, probe string) []command {
 	base := c.baseURL(r)
 	auth := `-H "Authorization: Bearer $(cat data/operator.token)"`
 	post := func(op, body string) string {
@@ -293,10 +308,10 @@ func (c *console) commands(r *http.Request, key string, rec *dedup.Record, probe
 			command{"Deny before it fires", fmt.Sprintf("bin/submit deny %s --reason 'REASON'", key)},
 			command{"Deny over HTTP", post("deny", `{"reason":"REASON"}`)})
 	case intent.StatusUncertain:
-		if probe {
+		if probe != "" {
 			cmds = append(cmds,
-				command{"Ask the downstream whether it happened (its tool's probe)", "bin/submit probe " + key},
-				command{"Probe over HTTP", post("probe", `{"reason":"REASON"}`)})
+				command{"Ask the downstream whether it happened (its tool's probe)", "bin/submit probe " + probe},
+				command{"Probe over HTTP", fmt.Sprintf("curl -sS -X POST %s %s/v1/operations/%s/probe", auth, base, probe)})
 		}
 		cmds = append(cmds,
 			command{"Resolve as succeeded", fmt.Sprintf("bin/submit resolve %s --outcome succeeded --result '{\"...\":\"...\"}' --reason 'REASON'", key)},
