@@ -30,7 +30,8 @@ func TestConsoleProbe(t *testing.T) {
 	tb.do(chromedp.WaitVisible(chromedp.CSS(item(ledgerKey(t, key)) + `[data-status="uncertain"]`)))
 
 	tb.open("/console/op/" + key)
-	tb.do(chromedp.WaitVisible(chromedp.CSS(`#decide form.probe button.probe`)))
+	tb.do(chromedp.WaitVisible(chromedp.CSS(`#decide form.resolve`)))
+	require.Equal(t, 1, tb.count(`#decide form.probe button.probe`), "its tool has a probe: Probe now is offered")
 	require.Zero(t, tb.count(`#probe`), "never probed yet: no evidence")
 	cmds := tb.text(`#commands`)
 	require.Contains(t, cmds, "bin/submit probe "+key)
