@@ -520,11 +520,25 @@ var consoleFuncs = template.FuncMap{
 		}
 		return s[:n] + "…"
 	},
-	"path":     url.PathEscape,
-	"num":      func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
-	"fixed":    func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
-	"duration": func(d time.Duration) string { return strings.TrimSuffix(strings.TrimSuffix(d.String(), "0s"), "0m") },
-	"future":   func(t time.Time) bool { return t.After(time.Now()) },
+	"path":        url.PathEscape,
+	"num":         func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
+	"fixed":       func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
+	"duration":    func(d time.Duration) string { return strings.TrimSuffix(strings.TrimSuffix(d.String(), "0s"), "0m") },
+	"future":      func(t time.Time) bool { return t.After(time.Now()) },
+	"verdictText": verdictText,
+}
+
+// verdictText is a probe's verdict for a person.
+func verdictText(v string) string {
+	switch v {
+	case "done":
+		return "done downstream"
+	case "not_done":
+		return "not done downstream"
+	case "unknown":
+		return "unknown"
+	}
+	return v
 }
 
 // ago is how long before now t was, coarsely: 45s, 12m, 3h 5m, 2d 4h.

@@ -81,6 +81,10 @@ type item struct {
 	Changed  bool // the arguments are not the ones the page showed before
 	Expired  bool // a pending record's lease has run out
 	Takeover int  // claims after the first
+	// ProbeKey is the full key to probe the operation by when it is
+	// uncertain and its tool has a probe, so the page offers "Probe now";
+	// "" otherwise.
+	ProbeKey string
 }
 
 func newItem(key string, rev uint64, rec dedup.Record, csrf, back string) item {
@@ -150,7 +154,9 @@ func (c *console) queueData(ctx context.Context, sess *consoleSession) (queueDat
 		queue = queue[:queueShown]
 	}
 	for _, r := range queue {
-		d.Items = append(d.Items, newItem(r.Key, r.Revision, r.Record, sess.csrf, "queue"))
+		it := newItem(r.Key, r.Revision, r.Record, sess.csrf, "queue")
+		it.ProbeKey = c.probeable(ctx, r.Key, r.Record)
+		d.Items = append(d.Items, it)
 	}
 	return d, since
 }
@@ -184,7 +190,9 @@ func (c *console) queueItem(w http.ResponseWriter, r *http.Request, sess *consol
 		http.Error(w, "the ledger cannot be read: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	c.fragment(w, "queue-item", newItem(key, rev, rec, sess.csrf, "queue"))
+	it := newItem(key, rev, rec, sess.csrf, "queue")
+	it.ProbeKey = c.probeable(r.Context(), key, rec)
+	c.fragment(w, "queue-item", it)
 }
 
 // recordData is the record page's.
@@ -219,7 +227,7 @@ func (c *console) record(w http.ResponseWriter, r *http.Request, sess *consoleSe
 		status, d.Error = http.StatusNotFound, fmt.Sprintf("No operation %s in the ledger (or not in namespace %s).", key, sess.tok.Namespace)
 		// A forgotten or expired operation still has its history.
 		if d.History = c.history(r.Context(), sess, key, false); len(d.History.Rows) > 0 {
-			status, d.Commands = http.StatusOK, c.commands(r, key, nil)
+			status, d.Commands = http.StatusOK, c.commands(r, key, nil, "")
 		} else {
 			d.History = historyData{}
 		}
@@ -230,10 +238,11 @@ func (c *console) record(w http.ResponseWriter, r *http.Request, sess *consoleSe
 	default:
 		d.Found, p.Rev = true, rev
 		d.item = newItem(key, rev, rec, sess.csrf, "record")
+		d.ProbeKey = c.probeable(r.Context(), key, rec)
 		d.Result = indentJSON(rec.Result)
 		raw, _ := json.MarshalIndent(operation{Key: key, Record: rec}, "", "  ")
 		d.Raw = string(raw)
-		d.Commands = c.commands(r, key, &rec)
+		d.Commands = c.commands(r, key, &rec, d.ProbeKey)
 		d.Forgettable = forgettable(rec)
 		d.Unresolved = !rec.Status.Final() && rec.Status != intent.StatusForgotten
 		d.History = c.history(r.Context(), sess, key, true)
@@ -242,9 +251,35 @@ func (c *console) record(w http.ResponseWriter, r *http.Request, sess *consoleSe
 	c.renderPage(w, r, sess, status, p)
 }
 
+// probeable returns the key to probe the operation under key by, or "" when
+// it may not be probed now: it must be uncertain, its tool must have a
+// probe (the catalogue says), and the key the downstream knows must be
+// known: key itself when full, or, for a compact ledger key, the one its
+// last probe asked about.
+func (c *console) probeable(ctx context.Context, key string, rec dedup.Record) string {
+	if rec.Status != intent.StatusUncertain {
+		return ""
+	}
+	full := key
+	if intent.CompactLedgerKey(key) {
+		if rec.Probe == nil {
+			return ""
+		}
+		if sk, err := intent.LedgerKey(rec.Probe.Key, intent.LayoutCompact); err != nil || sk != key {
+			return ""
+		}
+		full = rec.Probe.Key
+	}
+	if t, ok, err := c.s.cl.Tool(ctx, rec.Tool); err != nil || !ok || !t.Probe {
+		return ""
+	}
+	return full
+}
+
 // commands are the submit and curl command lines that do what the record
-// page shows and its actions do; rec is nil when the key has no record.
-func (c *console) commands(r *http.Request, key string, rec *dedup.Record) []command {
+// page shows and its actions do; rec is nil when the key has no record;
+// probe is the key to probe it by, "" when it may not be (probeable).
+func (c *console) commands(r *http.Request, key string, rec *dedup.Record, probe string) []command {
 	base := c.baseURL(r)
 	auth := `-H "Authorization: Bearer $(cat data/operator.token)"`
 	post := func(op, body string) string {
@@ -273,6 +308,11 @@ func (c *console) commands(r *http.Request, key string, rec *dedup.Record) []com
 			command{"Deny before it fires", fmt.Sprintf("bin/submit deny %s --reason 'REASON'", key)},
 			command{"Deny over HTTP", post("deny", `{"reason":"REASON"}`)})
 	case intent.StatusUncertain:
+		if probe != "" {
+			cmds = append(cmds,
+				command{"Ask the downstream whether it happened (its tool's probe)", "bin/submit probe " + probe},
+				command{"Probe over HTTP", fmt.Sprintf("curl -sS -X POST %s %s/v1/operations/%s/probe", auth, base, probe)})
+		}
 		cmds = append(cmds,
 			command{"Resolve as succeeded", fmt.Sprintf("bin/submit resolve %s --outcome succeeded --result '{\"...\":\"...\"}' --reason 'REASON'", key)},
 			command{"Resolve as failed", fmt.Sprintf("bin/submit resolve %s --outcome failed --reason 'REASON'", key)},
@@ -306,8 +346,8 @@ func forgettable(rec dedup.Record) bool {
 	return true
 }
 
-// act applies an operator action to an operation: approve, deny, resolve
-// or forget, through the same client calls as the API and submit, as the
+// act applies an operator action to an operation: approve, deny, resolve,
+// probe or forget, through the same client calls as the API and submit, as the
 // session's token; the outcome is shown on the page it came from.
 func (c *console) act(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
 	key, action := r.PathValue("key"), r.PathValue("action")
@@ -327,9 +367,9 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, sess *consoleSessi
 		http.Redirect(w, r, back, http.StatusSeeOther)
 	}
 	switch action {
-	case intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, "forget":
+	case intent.ControlApprove, intent.ControlDeny, intent.ControlResolve, intent.ControlProbe, "forget":
 	default:
-		c.errorPage(w, r, sess, http.StatusNotFound, "No such action", fmt.Sprintf("%q is not an action: use approve, deny, resolve or forget.", clip(action)))
+		c.errorPage(w, r, sess, http.StatusNotFound, "No such action", fmt.Sprintf("%q is not an action: use approve, deny, resolve, probe or forget.", clip(action)))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), consoleWait)
@@ -390,6 +430,9 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, sess *consoleSessi
 	detail, _ := json.MarshalIndent(res, "", "  ")
 	f := flash{Detail: string(detail)}
 	f.Kind, f.Text = c.decided(action, key, rec, res)
+	if action == intent.ControlProbe && res.Status != intent.StatusRejected {
+		f.Kind, f.Text = c.probed(ctx, key, res)
+	}
 	done(f)
 }
 
@@ -430,6 +473,19 @@ func (c *console) decided(action, key string, before dedup.Record, res *intent.R
 		return "ok", "Denied: it never fires; its callers get error denied with your reason."
 	}
 	return "ok", fmt.Sprintf("Resolved: the operation is %s; its callers get this outcome.", res.Status)
+}
+
+// probed says what a probe's answer means for the operator, with the
+// verdict the record now carries.
+func (c *console) probed(ctx context.Context, key string, res *intent.Result) (kind, text string) {
+	verdict := "not recorded"
+	if rec, err := c.s.cl.Get(ctx, key); err == nil && rec.Probe != nil {
+		verdict = rec.Probe.Verdict
+	}
+	if res.Status == intent.StatusCompleted {
+		return "ok", fmt.Sprintf("Probed: verdict %s. The downstream had done it: the operation is completed with its answer, nothing fired again, and its callers get this result.", verdict)
+	}
+	return "info", fmt.Sprintf("Probed: verdict %s. The operation is still %s: the page shows the evidence; resolve it once you know what happened.", verdict, res.Status)
 }
 
 func noun(action string) string {

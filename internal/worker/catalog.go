@@ -52,6 +52,7 @@ func (w *Worker) catalog() intent.Catalog {
 			info.OnFailure, info.OnComplete = t.Policy.OnFailure, t.Policy.OnComplete
 		}
 		info.Budget = t.Policy.Budget.Info()
+		info.Probe = t.Prober != nil
 		cat.Tools = append(cat.Tools, info)
 	}
 	return cat

@@ -55,6 +55,10 @@ type ToolInfo struct {
 	// one does (both absent for a tool without the ledger).
 	OnFailure  OnFailure  `json:"on_failure,omitempty"`
 	OnComplete OnComplete `json:"on_complete,omitempty"`
+	// Probe reports whether the tool has a reconciliation probe: a way to
+	// ask its downstream whether an operation happened (POST
+	// /v1/operations/{key}/probe).
+	Probe bool `json:"probe,omitempty"`
 }
 
 // Effect kinds built into the workers, as a tools file's effect field and
