@@ -623,8 +623,11 @@ func forgottenErr(key string, rec dedup.Record) error {
 	return fmt.Errorf("%w: %s: %s", ErrForgotten, key, rec.ForgottenText())
 }
 
-// waitLedger waits for key's record to satisfy accept, watching the
-// ledger; a ledger that cannot be reached is watched again, backing off,
+// waitLedger waits for key's record to satisfy accept: it reads the key
+// first (a direct get, Ledger.Peek) and watches the ledger only when that
+// read shows no record accept takes — a watch is a consumer the server
+// creates and deletes, far dearer than the read. A ledger that cannot be
+// reached is watched again, backing off,
 // until ctx ends: a caller outlives an outage of the ledger. A migration of
 // the ledger (its shape changed, or marked as under way) moves the watch to
 // the key's new place once it is done. A ledger whose key layout this client
@@ -637,6 +640,9 @@ func (c *Client) waitLedger(ctx context.Context, key string, accept func(dedup.R
 			return dedup.Record{}, err
 		}
 		if err == nil {
+			if rec, _, ok := r.Peek(ctx, key); ok && accept(rec) {
+				return rec, nil
+			}
 			var rec dedup.Record
 			rec, err = c.waitOn(ctx, r, key, accept)
 			switch {

@@ -59,6 +59,14 @@ func (b *Bucket) readSince(ctx context.Context, key string, seq uint64) (Entry, 
 	return b.Read(ctx, key)
 }
 
+// Peek returns key's latest message as a direct get finds it: any server
+// holding the stream may answer, so it may be older than an acknowledged
+// write. ok is false when the answer is not a message (no message, a stream
+// without direct gets, an error).
+func (b *Bucket) Peek(ctx context.Context, key string) (Entry, bool) {
+	return b.directRead(ctx, key)
+}
+
 // directRead asks for key's latest message by a direct get; ok is false
 // when the answer is not a message.
 func (b *Bucket) directRead(ctx context.Context, key string) (Entry, bool) {
