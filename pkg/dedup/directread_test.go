@@ -85,3 +85,66 @@ func TestRefusedClaimReadsNoOlderMessageThanTheRefusal(t *testing.T) {
 	require.Equal(t, dedup.Busy, claim(nodirect, "k.2", "w2").Outcome)
 	require.Zero(t, dedup.DirectReads(nodirect))
 }
+
+// Peek reads a record by a direct get, never by the leader's message get,
+// and finds nothing in a key without a live record or on a stream that
+// serves no direct gets.
+func TestPeekReadsByADirectGet(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	direct := jetStream(t, s.ClientURL())
+	kv, err := dedup.EnsureBucket(ctx, direct, dedup.BucketConfig{Bucket: "PEEK"})
+	require.NoError(t, err)
+	var directGets, leaderGets atomic.Int32
+	js := relayed(t, s, "PEEKING", func(subject string, _ *nats.Msg) bool {
+		switch {
+		case strings.HasPrefix(subject, "DIRECT.GET."):
+			directGets.Add(1)
+		case strings.HasPrefix(subject, "STREAM.MSG.GET."):
+			leaderGets.Add(1)
+		}
+		return false
+	})
+	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "PEEK"}, dedup.Bind())
+	require.NoError(t, err)
+
+	_, _, ok := l.Peek(ctx, "k.1")
+	require.False(t, ok, "no record")
+	res, err := l.Claim(ctx, dedup.ClaimRequest{Key: "k.1", Tool: "t", Fingerprint: "f", Holder: "w1", Lease: time.Minute})
+	require.NoError(t, err)
+	_, err = res.Lease.Complete(ctx, json.RawMessage(`"done"`), 1)
+	require.NoError(t, err)
+	directGets.Store(0)
+	leaderGets.Store(0)
+	rec, rev, ok := l.Peek(ctx, "k.1")
+	require.True(t, ok)
+	require.Equal(t, json.RawMessage(`"done"`), rec.Result)
+	latest, err := kv.Get(ctx, "k.1")
+	require.NoError(t, err)
+	require.Equal(t, latest.Revision(), rev)
+	require.Equal(t, int32(1), directGets.Load(), "one direct get")
+	require.Zero(t, leaderGets.Load(), "no leader read")
+
+	require.NoError(t, kv.Delete(ctx, "k.1"))
+	_, _, ok = l.Peek(ctx, "k.1")
+	require.False(t, ok, "a delete marker is no record")
+
+	// A stream without direct gets: nothing found, the caller watches.
+	_, err = direct.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "PEEKNODIRECT"})
+	require.NoError(t, err)
+	st, err := direct.Stream(ctx, "KV_PEEKNODIRECT")
+	require.NoError(t, err)
+	cfg := st.CachedInfo().Config
+	cfg.AllowDirect = false
+	_, err = direct.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	nodirect, err := dedup.Open(ctx, direct, dedup.BucketConfig{Bucket: "PEEKNODIRECT"}, dedup.Bind())
+	require.NoError(t, err)
+	res, err = nodirect.Claim(ctx, dedup.ClaimRequest{Key: "k.2", Tool: "t", Fingerprint: "f", Holder: "w1", Lease: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, dedup.Acquired, res.Outcome)
+	_, _, ok = nodirect.Peek(ctx, "k.2")
+	require.False(t, ok, "no direct get is served")
+}
