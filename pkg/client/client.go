@@ -350,8 +350,9 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, opts ...jetstream.P
 
 // Wait returns the submission's answer: the pushed reply, or — when the
 // publish was a duplicate or no reply came within the grace period — the
-// record watched on the ledger key. A pushed reply counts only when it is
-// bound to one of the submission's own stored publishes (its
+// record read from the ledger key (watched only while no record answers
+// yet: a watch is a consumer on the server). A pushed reply counts only
+// when it is bound to one of the submission's own stored publishes (its
 // Idem-Intent-Seq header, docs/protocol.md 7.1); every other message on the
 // inbox is dropped. A ledger record with another fingerprint is answered as
 // a conflict (publish dedup hides a conflict from the workers). A duplicate

@@ -16,12 +16,13 @@
 //     other message on the inbox is dropped: anyone who learns the inbox can
 //     name it as the reply subject of an intent of their own); or
 //   - when the publish was a JetStream duplicate (the stream's duplicate window
-//     dropped it), the record read by watching the ledger key — compared by
+//     dropped it), the record read from the ledger key (a direct get, and a
+//     watch only while no record answers yet) — compared by
 //     fingerprint, so the same key with other arguments is answered as a
 //     conflict even though no worker saw the copy; or
 //   - when no reply arrived within the grace period (replies are plain NATS
 //     messages and at most once: a server restart can drop one), the record
-//     watched on the ledger key.
+//     read, or watched, likewise.
 //
 // A duplicate whose key shows no record that will answer after the grace
 // period is published again under a fresh message id, then after twice the
