@@ -38,7 +38,7 @@ func TestBenchShort(t *testing.T) {
 	}
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	cfg := config{
-		N: 300, DupLargeN: 600, DurableWarmup: 100, DurableFor: time.Second, Inflight: 128, Concurrency: 64, Workers: 1, Payload: 256,
+		N: 300, DupLargeN: []int{600}, DurableWarmup: 100, DurableFor: time.Second, Inflight: 128, Concurrency: 64, Workers: 1, Payload: 256,
 		Sync: "lazy", Scenarios: allScenarios, LatencyFor: time.Second,
 		MemInflight: 500, MemDelay: time.Minute, StoreDir: t.TempDir(),
 		Timeout: 5 * time.Minute, Short: true, Rounds: 1, LedgerBatch: -1, AnswerCache: 10 * time.Second,

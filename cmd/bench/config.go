@@ -16,7 +16,7 @@ var allScenarios = []string{"baseline", "unique", "dup", "audit", "dup-large", "
 // config is one bench invocation.
 type config struct {
 	N               int           // intents per throughput run
-	DupLargeN       int           // intents of the dup-large scenario
+	DupLargeN       []int         // intents of each unique@N row of the dup-large scenario (dup@N: the first only)
 	DurableInflight []int         // intents in flight of the durable rows
 	DurableFor      time.Duration // how long each durable row's measured run lasts, at least
 	DurableWarmup   int           // intents of each durable row's unmeasured first run, which sizes the measured one
@@ -46,8 +46,11 @@ type config struct {
 
 func (c *config) validate() error {
 	var errs []error
-	if c.N < 1 || c.DupLargeN < 1 || c.DurableWarmup < 1 {
-		errs = append(errs, fmt.Errorf("-n %d, -dup-large-n %d, -durable-warmup %d: must be at least 1", c.N, c.DupLargeN, c.DurableWarmup))
+	if c.N < 1 || c.DurableWarmup < 1 {
+		errs = append(errs, fmt.Errorf("-n %d, -durable-warmup %d: must be at least 1", c.N, c.DurableWarmup))
+	}
+	if len(c.DupLargeN) == 0 || slices.Min(c.DupLargeN) < 1 {
+		errs = append(errs, fmt.Errorf("-dup-large-n %v: give positive whole numbers, e.g. 100000,1000000", c.DupLargeN))
 	}
 	if c.Inflight < 1 || c.Concurrency < 1 || c.Workers < 1 || c.MemInflight < 1 || c.Rounds < 1 {
 		errs = append(errs, errors.New("-inflight, -concurrency, -workers, -mem-inflight and -rounds must be at least 1"))
@@ -72,7 +75,7 @@ func (c *config) wants(s string) bool { return slices.Contains(c.Scenarios, s) }
 // works, in seconds.
 func (c *config) shorten() {
 	c.N = min(c.N, 300)
-	c.DupLargeN = min(c.DupLargeN, 600)
+	c.DupLargeN = []int{600}
 	c.DurableWarmup = min(c.DurableWarmup, 100)
 	c.DurableFor = min(c.DurableFor, 200*time.Millisecond)
 	c.DurableInflight = []int{64}

@@ -47,7 +47,7 @@ func mainErr(args []string) error {
 	var cfg config
 	scenarios := fs.String("scenarios", "all", "comma-separated subset of "+strings.Join(allScenarios, ",")+" (dup runs unique first; latency needs unique or -rate)")
 	fs.IntVar(&cfg.N, "n", 20000, "intents per throughput run")
-	fs.IntVar(&cfg.DupLargeN, "dup-large-n", 100000, "dup-large: intents of its unique and dup rows")
+	dupLargeN := fs.String("dup-large-n", "100000,1000000", "dup-large: comma-separated intents of each unique@N row, each on a fresh server (dup@N: the first only)")
 	durableInflight := fs.String("durable-inflight", "64,256", "durable: comma-separated intents in flight of each round of rows")
 	fs.DurationVar(&cfg.DurableFor, "durable-duration", 10*time.Second, "durable: how long each row's measured run lasts, at least (sized by a first run)")
 	fs.IntVar(&cfg.DurableWarmup, "durable-warmup", 2000, "durable: intents of each row's unmeasured first run")
@@ -80,18 +80,31 @@ func mainErr(args []string) error {
 	} else {
 		cfg.Scenarios = strings.Split(*scenarios, ",")
 	}
-	for _, f := range strings.Split(*durableInflight, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return fmt.Errorf("-durable-inflight %q: give positive whole numbers, e.g. 64,256", *durableInflight)
-		}
-		cfg.DurableInflight = append(cfg.DurableInflight, n)
+	var err error
+	if cfg.DurableInflight, err = positiveInts("-durable-inflight", *durableInflight, "64,256"); err != nil {
+		return err
+	}
+	if cfg.DupLargeN, err = positiveInts("-dup-large-n", *dupLargeN, "100000,1000000"); err != nil {
+		return err
 	}
 	if cfg.Short {
 		cfg.shorten()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	_, err := run(ctx, cfg, os.Stdout)
+	_, err = run(ctx, cfg, os.Stdout)
 	return err
+}
+
+// positiveInts parses flag's comma-separated positive whole numbers.
+func positiveInts(flag, list, example string) ([]int, error) {
+	var ns []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s %q: give positive whole numbers, e.g. %s", flag, list, example)
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
 }

@@ -132,6 +132,17 @@ func (b *bench) print() {
 		b.atLeast("dup-ledger >= 1.5 x unique", x, 1.5)
 		b.cpuBound("dup-ledger", "unique")
 	}
+	for _, n := range b.cfg.DupLargeN {
+		name := fmt.Sprintf("unique@%d", n)
+		if x, ok := b.ratio(name, "unique"); ok {
+			b.atLeast(name+" >= 0.9 x unique", x, 0.9)
+			b.cpuBound(name, "unique")
+		}
+	}
+	if x, ok := b.ratio("dup-client", "unique-client"); ok {
+		b.atLeast("dup-client >= 1 x unique-client", x, 1)
+		b.cpuBound("dup-client", "unique-client")
+	}
 	if res.haveLatency {
 		b.atMost("p99 <= 5 ms at half the unique rate", res.p99.Seconds()*1000, 5, "ms")
 	}

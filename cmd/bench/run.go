@@ -84,7 +84,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (*bench, error) {
 	for _, s := range plan {
 		var sctx context.Context
 		var cancel context.CancelFunc
-		if s.name == "durable" {
+		if s.name == "durable" || s.name == "dup-large" {
 			sctx, cancel = context.WithCancel(ctx) // its rows are bounded one by one
 		} else {
 			sctx, cancel = context.WithTimeout(ctx, cfg.Timeout)

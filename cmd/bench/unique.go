@@ -27,16 +27,33 @@ func (b *bench) uniqueAndDup(ctx context.Context) error {
 	return b.runUnique(ctx, e, b.cfg.N, names)
 }
 
-// dupLarge is uniqueAndDup's unique and dup rows at DupLargeN intents: more
-// records than the answer cache keeps for its age limit.
+// dupLarge is uniqueAndDup's unique row at each of DupLargeN intents, each
+// on a fresh server, and the dup row at the first: more records than the
+// answer cache keeps for its age limit, and a ledger that holds a long day's
+// operations. Each size is bounded by the scenario timeout scaled to its
+// share of N.
 func (b *bench) dupLarge(ctx context.Context) error {
+	for i, n := range b.cfg.DupLargeN {
+		names := dupNames{unique: fmt.Sprintf("unique@%d", n)}
+		if i == 0 {
+			names.dup = fmt.Sprintf("dup@%d", n)
+		}
+		if err := b.dupLargeAt(ctx, n, names); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *bench) dupLargeAt(ctx context.Context, n int, names dupNames) error {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout*time.Duration(max(1, n/max(1, b.cfg.N))))
+	defer cancel()
 	e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, b.cfg.Sync)
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	n := b.cfg.DupLargeN
-	return b.runUnique(ctx, e, n, dupNames{unique: fmt.Sprintf("unique@%d", n), dup: fmt.Sprintf("dup@%d", n)})
+	return b.runUniqueWith(ctx, e, n, names, b.defaultOpts(e), "unique")
 }
 
 // dupNames name the rows of runUnique; an empty name skips its row.
