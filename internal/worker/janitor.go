@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -72,35 +73,29 @@ func (w *Worker) scanRound(ctx context.Context) error {
 	now := time.Now()
 	retained := 0
 	var uncertain []dedup.Listed // to probe after the scan
-	q := dedup.Query{Limit: dedup.MaxListLimit}
-	for {
-		page, err := w.store.List(ctx, q)
-		if err != nil {
-			return err
-		}
-		for _, r := range page.Records {
-			if r.Untimed() {
-				if err := w.store.Retain(ctx, r); err != nil {
-					return err
-				}
-				retained++
-				continue
+	var retainErr error
+	err = w.store.Walk(ctx, dedup.Query{}, func(r dedup.Listed) bool {
+		if r.Untimed() {
+			if retainErr = w.store.Retain(ctx, r); retainErr != nil {
+				return false
 			}
-			state := unresolvedState(r.Record, now)
-			if state == "" {
-				continue
-			}
-			if w.probeable(r.Record) && len(uncertain) < maxScanProbes {
-				uncertain = append(uncertain, r)
-			}
-			age := now.Sub(r.UpdatedAt)
-			counts[[2]string{state, ageLabel(age)}]++
-			oldest[state] = max(oldest[state], age)
+			retained++
+			return true
 		}
-		if !page.More {
-			break
+		state := unresolvedState(r.Record, now)
+		if state == "" {
+			return true
 		}
-		q.After = page.Next
+		if w.probeable(r.Record) && len(uncertain) < maxScanProbes {
+			uncertain = append(uncertain, r)
+		}
+		age := now.Sub(r.UpdatedAt)
+		counts[[2]string{state, ageLabel(age)}]++
+		oldest[state] = max(oldest[state], age)
+		return true
+	})
+	if err = cmp.Or(retainErr, err); err != nil {
+		return err
 	}
 	for _, st := range unresolvedStates {
 		for _, a := range unresolvedAges {

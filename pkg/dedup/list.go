@@ -3,6 +3,7 @@ package dedup
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -171,8 +172,9 @@ const cursorShift = 56
 // seen there again.
 //
 // It reads with an ephemeral consumer that starts after q.After and is
-// deleted when the page is done: a page costs what it reads after its cursor,
-// so paging through the whole ledger costs one read per record. Filters
+// deleted when the page is done: a page costs what it reads after its cursor
+// and the server's count of the messages after it (see Walk, which reads
+// the whole ledger with one consumer per partition). Filters
 // other than Tool are applied as records arrive, so a selective filter reads
 // every record after the cursor until the page fills (bound it with
 // MaxScan). It returns an error matching ErrInvalid for a bad query.
@@ -220,6 +222,54 @@ func (l *Ledger) List(ctx context.Context, q Query) (Page, error) {
 		}
 	}
 	return page, nil
+}
+
+// Walk calls fn with every live record q selects, as List would list them
+// page after page (q's After, Limit and MaxScan are not used), until fn
+// returns false. Each partition is read with one consumer for the whole
+// walk: creating a consumer makes the server count the messages after its
+// start, which in a bucket of one message per key visits every key, so
+// paging through a large ledger with List costs that count once per page,
+// and a walk once per partition. It returns an error matching ErrInvalid
+// for a bad query.
+func (l *Ledger) Walk(ctx context.Context, q Query, fn func(Listed) bool) error {
+	q.After, q.Limit, q.MaxScan = 0, 0, 0
+	if err := q.check(); err != nil {
+		return err
+	}
+	now := l.clock()
+	wctx, stop := context.WithCancel(ctx) // fn said stop: the scan ends
+	defer stop()
+	stopped := false
+	for p := range l.parts {
+		_, _, _, err := l.parts[p].Scan(wctx, jsbackend.Scan{Token: q.Tool, Limit: math.MaxInt}, func(m jsbackend.Msg) bool {
+			if stopped {
+				return false
+			}
+			rec, err := decodeRecord(m.Data)
+			if err != nil {
+				return false
+			}
+			key, ok := l.keyOf(m.Key)
+			if !ok || !q.keep(key, rec, now) {
+				return false
+			}
+			if stopped = !fn(Listed{Key: key, Revision: m.Rev, Record: rec, ttl: m.TTL}); stopped {
+				stop()
+			}
+			return true
+		})
+		if stopped {
+			return nil
+		}
+		if err != nil {
+			if len(l.parts) > 1 {
+				err = fmt.Errorf("partition %d: %w", p, err)
+			}
+			return fmt.Errorf("walk: %w", err)
+		}
+	}
+	return nil
 }
 
 // listPart is List over partition p, for a checked q whose cursor is a

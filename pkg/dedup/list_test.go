@@ -2,6 +2,7 @@ package dedup_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -10,10 +11,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/natstest"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -275,4 +278,65 @@ func TestList(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Walk visits every record a listing selects, reading each partition with
+// one consumer however many records it holds (a listing makes one per
+// page, and each makes the server count every key of its partition), and
+// stops when told.
+func TestWalkReadsEachPartitionWithOneConsumer(t *testing.T) {
+	t.Parallel()
+	s := natstest.RunServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	js := jetStream(t, s.ClientURL())
+	_, layout, err := dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "WALK", Partitions: 2})
+	require.NoError(t, err)
+	// The consumers' create requests, which a subscriber in the account
+	// sees beside the JetStream API.
+	var creates atomic.Int32
+	watcher := natstest.Connect(t, s.ClientURL())
+	_, err = watcher.Subscribe("$JS.API.CONSUMER.CREATE.>", func(*nats.Msg) { creates.Add(1) })
+	require.NoError(t, err)
+	require.NoError(t, watcher.Flush())
+	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "WALK"}, dedup.Bind())
+	require.NoError(t, err)
+	const n = 2*dedup.MaxListLimit + 500 // several pages' worth in each partition
+	want := make([]string, 0, n)
+	for i := range n {
+		key := fmt.Sprintf("t.%x", sha256.Sum256(fmt.Appendf(nil, "%d", i)))
+		res, err := l.Claim(ctx, dedup.ClaimRequest{Key: key, Tool: "t", Fingerprint: "f", Holder: "w1", Lease: time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, dedup.Acquired, res.Outcome)
+		stored, err := intent.LedgerKey(key, layout) // what a listing shows
+		require.NoError(t, err)
+		want = append(want, stored)
+	}
+
+	var got []string
+	creates.Store(0)
+	require.NoError(t, l.Walk(ctx, dedup.Query{}, func(r dedup.Listed) bool {
+		got = append(got, r.Key)
+		return true
+	}))
+	require.ElementsMatch(t, want, got)
+	require.NoError(t, watcher.Flush())
+	require.Equal(t, int32(2), creates.Load(), "one consumer per partition")
+
+	got = got[:0]
+	require.NoError(t, l.Walk(ctx, dedup.Query{Statuses: []intent.Status{intent.StatusCompleted}}, func(r dedup.Listed) bool {
+		got = append(got, r.Key)
+		return true
+	}))
+	require.Empty(t, got, "the query selects")
+
+	got = got[:0]
+	require.NoError(t, l.Walk(ctx, dedup.Query{}, func(r dedup.Listed) bool {
+		got = append(got, r.Key)
+		return len(got) < 10
+	}))
+	require.Len(t, got, 10, "false stops the walk")
+
+	err = l.Walk(ctx, dedup.Query{Tool: "Not A Tool"}, func(dedup.Listed) bool { return true })
+	require.ErrorIs(t, err, dedup.ErrInvalid)
 }
