@@ -1,0 +1,66 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/idemgate/idemgate/internal/natstest"
+	"github.com/idemgate/idemgate/pkg/effects"
+)
+
+// Workers started together on a fresh cluster race to create every stream,
+// consumer and bucket, and each becomes ready without any JetStream request
+// of its setup going unanswered: the test makes an unanswered request cost
+// an hour (and a retry an hour's pause), so a worker that needed one would
+// not be ready by the test's deadline. Each worker's time to ready is
+// logged (run with -v to read it).
+func TestWorkersStartTogetherOnAFreshCluster(t *testing.T) {
+	t.Parallel()
+	const workers = 3
+	servers := natstest.RunCluster(t, workers)
+	reg, err := effects.NewRegistry(&effects.Tool{Name: "refund", Effect: noopEffect})
+	require.NoError(t, err)
+	// The test's deadline, less time to report, bounds the wait.
+	ctx := t.Context()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-30*time.Second))
+		defer cancel()
+	}
+	conns := make([]*nats.Conn, workers)
+	for i := range conns {
+		conns[i] = natstest.Connect(t, servers[i].ClientURL())
+	}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range workers {
+		wg.Go(func() {
+			w, err := New(ctx, conns[i], reg, zaptest.NewLogger(t), Config{Holder: fmt.Sprintf("w%d", i+1), Replicas: 3,
+				LedgerScan: NoLedgerScan, setupRequest: time.Hour, setupPause: time.Hour})
+			if err != nil {
+				t.Errorf("worker %d: %v", i+1, err)
+				return
+			}
+			runCtx, stop := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- w.Run(runCtx, 5*time.Second) }()
+			t.Cleanup(func() { stop(); require.NoError(t, <-done) })
+			select {
+			case <-w.Ready():
+				t.Logf("worker %d ready after %s", i+1, time.Since(start).Round(time.Millisecond))
+			case err := <-done:
+				t.Errorf("worker %d stopped before it was ready: %v", i+1, err)
+			case <-ctx.Done():
+				t.Errorf("worker %d not ready by the test's deadline", i+1)
+			}
+		})
+	}
+	wg.Wait()
+}
