@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/idemgate/idemgate/internal/natstest"
+	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/effects"
 )
 
@@ -63,4 +64,34 @@ func TestWorkersStartTogetherOnAFreshCluster(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// Two first starts with different ledger partition counts race on a fresh
+// cluster: the one whose ledger is created first starts, the other refuses,
+// naming both counts.
+func TestRacingStartsWithOtherPartitionCountsOneRefuses(t *testing.T) {
+	t.Parallel()
+	servers := natstest.RunCluster(t, 3)
+	reg, err := effects.NewRegistry(&effects.Tool{Name: "refund", Effect: noopEffect})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	counts := []int{2, 4}
+	errs := make([]error, len(counts))
+	var wg sync.WaitGroup
+	for i, n := range counts {
+		nc := natstest.Connect(t, servers[i].ClientURL())
+		wg.Go(func() {
+			_, errs[i] = New(ctx, nc, reg, zaptest.NewLogger(t).Named(fmt.Sprintf("w%d", i+1)), Config{Holder: fmt.Sprintf("w%d", i+1), Replicas: 3,
+				LedgerPartitions: n, LedgerScan: NoLedgerScan})
+		})
+	}
+	wg.Wait()
+	require.True(t, (errs[0] == nil) != (errs[1] == nil), "exactly one starts: %v", errs)
+	refused := errs[0]
+	if refused == nil {
+		refused = errs[1]
+	}
+	require.ErrorIs(t, refused, dedup.ErrPartitions)
+	require.ErrorContains(t, refused, "started with")
 }

@@ -52,13 +52,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Settings) (jetstream.
 			}
 		}
 	case !errors.Is(err, jetstream.ErrStreamNotFound):
-		return nil, fmt.Errorf("ensure bucket %s: %w", s.Name, err)
+		return nil, fmt.Errorf("ensure bucket %s: stream info: %w", s.Name, err)
 	}
 	for k, v := range s.Metadata {
 		metadata = setMeta(metadata, k, v)
 	}
 	if kv, err = js.CreateOrUpdateKeyValue(ctx, kvConfig(s, metadata)); err != nil {
-		return nil, fmt.Errorf("ensure bucket %s: %w", s.Name, err)
+		return nil, fmt.Errorf("ensure bucket %s: update: %w", s.Name, err)
 	}
 	if err := streamSettings(ctx, js, s); err != nil {
 		return nil, err
@@ -81,7 +81,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Settings) (jetstream.
 func Create(ctx context.Context, js jetstream.JetStream, s Settings) (jetstream.KeyValue, error) {
 	info, err := js.AccountInfo(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("ensure bucket %s: %w", s.Name, err)
+		return nil, fmt.Errorf("ensure bucket %s: account info: %w", s.Name, err)
 	}
 	if info.API.Level < 1 {
 		return nil, fmt.Errorf("ensure bucket %s: %w", s.Name, jetstream.ErrLimitMarkerTTLNotSupported)
@@ -92,7 +92,7 @@ func Create(ctx context.Context, js jetstream.JetStream, s Settings) (jetstream.
 			return nil, fmt.Errorf("ensure bucket %s: %w: %w", s.Name, jetstream.ErrBucketExists, err)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("ensure bucket %s: %w", s.Name, err)
+			return nil, fmt.Errorf("ensure bucket %s: create: %w", s.Name, err)
 		}
 		if c := st.CachedInfo().Cluster; c == nil || c.Leader != "" {
 			break
@@ -105,7 +105,7 @@ func Create(ctx context.Context, js jetstream.JetStream, s Settings) (jetstream.
 	}
 	kv, err := js.KeyValue(ctx, s.Name)
 	if err != nil {
-		return nil, fmt.Errorf("ensure bucket %s: %w", s.Name, err)
+		return nil, fmt.Errorf("ensure bucket %s: bind: %w", s.Name, err)
 	}
 	return kv, nil
 }
@@ -166,7 +166,7 @@ func kvConfig(s Settings, metadata map[string]string) jetstream.KeyValueConfig {
 func streamSettings(ctx context.Context, js jetstream.JetStream, s Settings) error {
 	st, err := js.Stream(ctx, streamName(s.Name))
 	if err != nil {
-		return fmt.Errorf("ensure bucket %s: %w", s.Name, err)
+		return fmt.Errorf("ensure bucket %s: stream info: %w", s.Name, err)
 	}
 	if sc := st.CachedInfo().Config; (s.AtomicPublish && !sc.AllowAtomicPublish) || sc.MaxConsumers != s.MaxConsumers {
 		sc.AllowAtomicPublish = sc.AllowAtomicPublish || s.AtomicPublish
