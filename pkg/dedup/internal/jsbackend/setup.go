@@ -79,6 +79,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, s Settings) (jetstream.
 // update) unanswered. So Create asks nothing else until the create's answer
 // names a leader, repeating the create (answered every time) until it does.
 func Create(ctx context.Context, js jetstream.JetStream, s Settings) (jetstream.KeyValue, error) {
+	// Waiting for the leader is several requests: without a deadline it
+	// is bounded as one request is (the client's default timeout).
+	if _, ok := ctx.Deadline(); !ok && js.Options().DefaultTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, js.Options().DefaultTimeout)
+		defer cancel()
+	}
 	info, err := js.AccountInfo(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: account info: %w", s.Name, err)
