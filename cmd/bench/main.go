@@ -43,6 +43,9 @@ func mainErr(args []string) error {
 	if len(args) > 0 && args[0] == "ledger-expiry" {
 		return ledgerExpiryCmd(args[1:])
 	}
+	if len(args) > 0 && args[0] == "cluster-ready" {
+		return clusterReadyCmd(args[1:])
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var cfg config
 	scenarios := fs.String("scenarios", "all", "comma-separated subset of "+strings.Join(allScenarios, ",")+" (dup runs unique first; latency needs unique or -rate)")

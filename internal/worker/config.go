@@ -221,6 +221,11 @@ type Config struct {
 	// without a TTL (by an earlier version) theirs. A round reads every
 	// record. Negative (NoLedgerScan): off. Default: 1m (DefaultLedgerScan).
 	LedgerScan time.Duration
+
+	// setupRequest bounds each JetStream request of the setup at start, and
+	// setupPause is the first pause before it runs again; 0:
+	// defaultSetupRequest, firstSetupPause. Tests set them.
+	setupRequest, setupPause time.Duration
 }
 
 func (c *Config) setDefaults() {

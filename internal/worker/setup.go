@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,27 +17,111 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
+// defaultSetupRequest bounds each JetStream request of setup, and
+// setupAttempt times it a whole attempt (what waits for a new stream's
+// leader is not one request); firstSetupPause is the pause before its first
+// retry (doubling up to maxSetupPause). A request left unanswered —
+// JetStream electing a leader, or a server that is not there yet — costs
+// one bound, then the whole setup runs again (every step of it is
+// idempotent).
+const (
+	defaultSetupRequest = 2 * time.Second
+	setupAttempt        = 5
+	firstSetupPause     = 100 * time.Millisecond
+	maxSetupPause       = 5 * time.Second
+)
+
 // setupRetrying runs setup until it succeeds, retrying while JetStream is
 // unreachable or electing leaders (a worker started before its server, or
 // during a restart), until ctx ends. Other errors — a bad configuration —
 // return at once.
 func setupRetrying(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (*resources, error) {
-	pause := 100 * time.Millisecond
+	request, pause := cfg.setupRequest, cfg.setupPause
+	if request == 0 {
+		request = defaultSetupRequest
+	}
+	if pause == 0 {
+		pause = firstSetupPause
+	}
 	for {
-		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		res, err := setup(actx, js, cfg)
+		actx, cancel := context.WithTimeout(ctx, setupAttempt*request)
+		res, err := setup(actx, js, request, cfg)
 		cancel()
 		if err == nil || !unavailable(err) || ctx.Err() != nil {
 			return res, err
 		}
-		log.Warn("JetStream not available yet; retrying", zap.Duration("in", pause), zap.Error(err))
+		// Jittered, so that workers that failed together retry apart.
+		wait := pause/2 + rand.N(pause)
+		log.Warn("JetStream not available yet; retrying", zap.Duration("in", wait), zap.Error(err))
 		select {
-		case <-time.After(pause):
-			pause = min(2*pause, 5*time.Second)
+		case <-time.After(wait):
+			pause = min(2*pause, max(maxSetupPause, pause))
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w (last: %w)", ctx.Err(), err)
 		}
 	}
+}
+
+// boundedJS bounds each JetStream API request setup makes (directly or
+// through the ledger's and the audit trail's setup) to bound; what it
+// returns (streams, buckets) is the wrapped JetStream's, unbounded.
+type boundedJS struct {
+	jetstream.JetStream
+	bound time.Duration
+}
+
+func (b boundedJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.bound)
+	defer cancel()
+	return b.JetStream.Stream(ctx, name)
+}
+
+func (b boundedJS) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.bound)
+	defer cancel()
+	return b.JetStream.CreateStream(ctx, cfg)
+}
+
+func (b boundedJS) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.bound)
+	defer cancel()
+	return b.JetStream.UpdateStream(ctx, cfg)
+}
+
+// CreateOrUpdateStream is two requests (an update, then a create if there
+// is nothing to update), each bounded.
+func (b boundedJS) CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := b.UpdateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return b.CreateStream(ctx, cfg)
+	}
+	return s, err
+}
+
+func (b boundedJS) AccountInfo(ctx context.Context) (*jetstream.AccountInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.bound)
+	defer cancel()
+	return b.JetStream.AccountInfo(ctx)
+}
+
+func (b boundedJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.bound)
+	defer cancel()
+	return b.JetStream.KeyValue(ctx, bucket)
+}
+
+// CreateKeyValue and CreateOrUpdateKeyValue are up to three requests:
+// their bound is three requests'.
+func (b boundedJS) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*b.bound)
+	defer cancel()
+	return b.JetStream.CreateKeyValue(ctx, cfg)
+}
+
+func (b boundedJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*b.bound)
+	defer cancel()
+	return b.JetStream.CreateOrUpdateKeyValue(ctx, cfg)
 }
 
 // unavailable reports whether err means JetStream could not be reached or
@@ -70,23 +155,22 @@ type resources struct {
 }
 
 // setup creates or updates the intent stream, the shared durable consumer and
-// the ledger bucket. It is idempotent: every worker runs it at start.
-func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources, error) {
+// the ledger bucket, each JetStream request bounded to bound. It is
+// idempotent: every worker runs it at start.
+//
+// Each stream and bucket is created first, and looked up or updated only
+// when it exists with another configuration: workers starting together on a
+// cluster race to create them, and the server answers a create of an
+// identical configuration even while another's is in flight, but leaves an
+// info or update request on a stream that has not elected its first leader
+// yet unanswered (each would cost a bound and a retry).
+func setup(ctx context.Context, rawJS jetstream.JetStream, bound time.Duration, cfg Config) (*resources, error) {
 	names, err := intent.NewNames(cfg.Prefix)
 	if err != nil {
 		return nil, err
 	}
-	// The persist mode of a stream is fixed when it is created: an existing
-	// work stream keeps its own (the worker says how to migrate it).
-	persist, existing := cfg.intentsPersist(), false
-	switch s, err := js.Stream(ctx, names.Stream); {
-	case err == nil:
-		existing = true
-		persist = s.CachedInfo().Config.PersistMode
-	case !errors.Is(err, jetstream.ErrStreamNotFound):
-		return nil, fmt.Errorf("stream %s: %w", names.Stream, err)
-	}
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	js := boundedJS{JetStream: rawJS, bound: bound}
+	intents := jetstream.StreamConfig{
 		Name:        names.Stream,
 		Description: "idemgate tool intents",
 		Subjects:    []string{names.Subjects, names.Control},
@@ -94,12 +178,27 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		Duplicates:  cfg.DuplicateWindow,
-		PersistMode: persist,
-	})
+		PersistMode: cfg.intentsPersist(),
+	}
+	stream, err := js.CreateStream(ctx, intents)
+	// The persist mode of a stream is fixed when it is created: an existing
+	// work stream keeps its own (the worker says how to migrate it).
+	persist, existing := intents.PersistMode, false
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		switch s, ierr := js.Stream(ctx, names.Stream); {
+		case ierr == nil:
+			existing = true
+			persist = s.CachedInfo().Config.PersistMode
+		case !errors.Is(ierr, jetstream.ErrStreamNotFound):
+			return nil, fmt.Errorf("stream %s: %w", names.Stream, ierr)
+		}
+		intents.PersistMode = persist
+		stream, err = js.CreateOrUpdateStream(ctx, intents)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", names.Stream, err)
 	}
-	dlq, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	dlqCfg := jetstream.StreamConfig{
 		Name:        names.DLQStream,
 		Description: "idemgate dead letters: intents that could not be handled, with the reason",
 		Subjects:    []string{names.DLQSubjects()},
@@ -107,11 +206,17 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
 		Duplicates:  cfg.DuplicateWindow,
-	})
+	}
+	dlq, err := js.CreateStream(ctx, dlqCfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		dlq, err = js.CreateOrUpdateStream(ctx, dlqCfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", names.DLQStream, err)
 	}
-	consumer, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+	cctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	consumer, err := stream.CreateOrUpdateConsumer(cctx, jetstream.ConsumerConfig{
 		Durable:     names.Consumer,
 		Description: "idemgate workers",
 		AckPolicy:   jetstream.AckExplicitPolicy,
@@ -140,7 +245,7 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*resources,
 	if err != nil {
 		return nil, err
 	}
-	return &resources{names: names, js: js, stream: stream, dlq: dlq, consumer: consumer, kv: kvs[0], kvs: kvs, layout: layout,
+	return &resources{names: names, js: rawJS, stream: stream, dlq: dlq, consumer: consumer, kv: kvs[0], kvs: kvs, layout: layout,
 		persist: persist, persistMismatch: existing && persist != cfg.intentsPersist()}, nil
 }
 

@@ -38,7 +38,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, names intent.Name
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
 	}
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	sc := jetstream.StreamConfig{
 		Name:        names.AuditStream,
 		Description: "idemgate audit trail: signed, hash-chained events of every operation, per ledger partition (docs/audit.md)",
 		Subjects:    []string{names.AuditSubjects()},
@@ -49,7 +49,16 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, names intent.Name
 		Discard:     jetstream.DiscardOld,
 		DenyDelete:  true,
 		DenyPurge:   true,
-	})
+	}
+	// Created first, updated only when there with another configuration:
+	// workers starting together on a cluster race to create it, and the
+	// server answers an identical create even while another's is in
+	// flight, but can leave an update of a stream that has not elected
+	// its first leader yet unanswered.
+	s, err := js.CreateStream(ctx, sc)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		s, err = js.CreateOrUpdateStream(ctx, sc)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("audit stream %s: %w", names.AuditStream, err)
 	}
@@ -59,20 +68,19 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, names intent.Name
 	return s, nil
 }
 
-// keysBucket creates (or binds) the bucket of public keys.
+// keysBucket creates (or binds) the bucket of public keys. It creates
+// first, as EnsureStream does, and binds one there with another
+// configuration.
 func keysBucket(ctx context.Context, js jetstream.JetStream, names intent.Names, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, names.AuditKeys)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      names.AuditKeys,
-			Description: "idemgate audit: the public keys workers sign with, by key id",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, names.AuditKeys)
-		}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      names.AuditKeys,
+		Description: "idemgate audit: the public keys workers sign with, by key id",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.KeyValue(ctx, names.AuditKeys)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("audit keys bucket %s: %w", names.AuditKeys, err)

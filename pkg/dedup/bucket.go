@@ -126,6 +126,19 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig,
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("ensure bucket: %w", err)
 	}
-	return jsbackend.Ensure(ctx, js, jsbackend.Settings{Name: cfg.Bucket, Replicas: cfg.Replicas, Storage: cfg.Storage,
-		AtomicPublish: cfg.AtomicPublish, MaxConsumers: cfg.MaxConsumers, Metadata: metadata})
+	return jsbackend.Ensure(ctx, js, cfg.settings(metadata))
+}
+
+// createBucket creates the ledger bucket described by cfg (with its
+// defaults, valid) with metadata on its stream, and returns it; one there
+// with exactly this configuration is returned, one with another gives an
+// error matching jetstream.ErrBucketExists.
+func createBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig, metadata map[string]string) (jetstream.KeyValue, error) {
+	return jsbackend.Create(ctx, js, cfg.settings(metadata))
+}
+
+// settings are the bucket settings of c (with its defaults) and metadata.
+func (c BucketConfig) settings(metadata map[string]string) jsbackend.Settings {
+	return jsbackend.Settings{Name: c.Bucket, Replicas: c.Replicas, Storage: c.Storage,
+		AtomicPublish: c.AtomicPublish, MaxConsumers: c.MaxConsumers, Metadata: metadata}
 }

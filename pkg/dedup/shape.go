@@ -126,6 +126,29 @@ func EnsurePartitions(ctx context.Context, js jetstream.JetStream, cfg BucketCon
 	if err := cfg.validate(); err != nil {
 		return nil, 0, fmt.Errorf("ensure ledger: %w", err)
 	}
+	// A start first creates partition 0 as a new ledger's, asking nothing
+	// before: that succeeds when there is no ledger, or one of exactly
+	// that shape and settings, and settles a race of first starts on a
+	// cluster (jsbackend.Create says why asking first would not). Only an
+	// existing ledger of another shape or settings is read.
+	freshParts, _ := agreePartitions(cfg.Bucket, 0, cfg.Partitions)
+	freshLayout, _ := agreeLayout(cfg.Bucket, 0, cfg.Layout)
+	kv0, err := createBucket(ctx, js, cfg, shapeMetadata(shape{partitions: freshParts, layout: freshLayout}, 0, ""))
+	switch {
+	case err == nil:
+		kvs := make([]jetstream.KeyValue, freshParts)
+		kvs[0] = kv0
+		for i := 1; i < freshParts; i++ {
+			c := cfg
+			c.Bucket = PartitionBucket(cfg.Bucket, i)
+			if kvs[i], err = ensureBucket(ctx, js, c, shapeMetadata(shape{partitions: freshParts, layout: freshLayout}, i, "")); err != nil {
+				return nil, 0, err
+			}
+		}
+		return kvs, freshLayout, nil
+	case !errors.Is(err, jetstream.ErrBucketExists):
+		return nil, 0, err
+	}
 	recParts, recLayout, err := recorded(ctx, js, cfg.Bucket)
 	if err != nil {
 		return nil, 0, err
