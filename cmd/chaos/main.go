@@ -44,7 +44,8 @@ type config struct {
 	workers       int
 	concurrency   int
 	ledgerBatch   int
-	batchInFlight int // the workers' --ledger-batch-inflight
+	batchInFlight int  // the workers' --ledger-batch-inflight
+	asyncIntents  bool // the workers' --async-intents
 	partitions    int
 	cluster       bool
 	natsServer    string
@@ -133,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.concurrency, "concurrency", 64, "intents each worker handles at once")
 	fs.IntVar(&c.ledgerBatch, "ledger-batch", worker.DefaultLedgerBatch, "the workers' --ledger-batch (0: every ledger write on its own)")
 	fs.IntVar(&c.batchInFlight, "ledger-batch-inflight", worker.DefaultLedgerBatchInFlight, "the workers' --ledger-batch-inflight (ledger batches in flight per worker)")
+	fs.BoolVar(&c.asyncIntents, "async-intents", false, "the workers' --async-intents (their default: true). Off here: the load publishes most copies by hand and, unlike pkg/client, does not publish an unanswered intent again, so an acknowledged intent a killed server had not written would count as lost")
 	fs.IntVar(&c.partitions, "partitions", 1, "the workers' --ledger-partitions; with --cluster the node killed mid-load is the one leading the most partitions")
 	fs.BoolVar(&c.cluster, "cluster", false, "three clustered JetStream nodes, stream and ledger at R3; one node is killed mid-load instead of the single node")
 	fs.StringVar(&c.natsServer, "nats-server", "", "nats-server binary (default: built from the pinned module into the work directory)")
