@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,7 +105,7 @@ func (s *natsServerProc) lastBlock(t *testing.T, stream string) (string, int64) 
 // on that store. The client (pkg/client, the Go front doors' client) finds
 // no record after its reply grace and publishes the intent again under a
 // fresh message id; the worker started afterwards fires it once and the
-// client gets the completed answer as its own.
+// client gets the completed answer as its own. The TypeScript client alike.
 func TestIntentLostInServerCrashIsRepublishedAndFiresOnce(t *testing.T) {
 	skipShort(t, "a nats-server process killed and restarted")
 	t.Parallel()
@@ -128,6 +129,17 @@ func TestIntentLostInServerCrashIsRepublishedAndFiresOnce(t *testing.T) {
 	require.Equal(t, jetstream.AsyncPersistMode, st.CachedInfo().Config.PersistMode, "the default work stream persists asynchronously")
 
 	block, before := srv.lastBlock(t, names.Stream)
+	// The TypeScript client first: once it watches the ledger key (a
+	// consumer on the ledger's stream), its publish was acknowledged.
+	tsDir := tsClient(t)
+	tsDone := make(chan submitted, 1)
+	go func() {
+		tsDone <- tsSubmit(t, tsDir, srv.url, "--tool", "send_email", "--args", `{"to":"bob@example.com"}`, "--wait", "55s")
+	}()
+	until(t, "the TypeScript client watches its key", func() bool {
+		ls, err := js.Stream(t.Context(), "KV_"+names.Bucket)
+		return err == nil && ls.CachedInfo().State.Consumers > 0
+	})
 	cl, err := client.New(nc, client.WithReplyGrace(500*time.Millisecond))
 	require.NoError(t, err)
 	sub, err := cl.Publish(t.Context(), &intent.Envelope{Tool: "send_email", Args: []byte(`{"to":"ada@example.com"}`)})
@@ -145,13 +157,18 @@ func TestIntentLostInServerCrashIsRepublishedAndFiresOnce(t *testing.T) {
 
 	// The server has written the intent (to its page cache): kill it, and
 	// take away what was written since the last sync.
-	until(t, "the intent reaches the work stream's block file", func() bool { _, n := srv.lastBlock(t, names.Stream); return n > before })
+	until(t, "both intents reach the work stream's block file", func() bool {
+		st, err := js.Stream(t.Context(), names.Stream)
+		_, n := srv.lastBlock(t, names.Stream)
+		return err == nil && st.CachedInfo().State.Msgs == 2 && n > before
+	})
 	srv.p.kill()
 	require.NoError(t, os.Truncate(block, before))
 	srv.start(t)
 
-	// The acknowledged intent is gone: no message in the work stream
-	// carries its message id (a republished copy carries a fresh one).
+	// The acknowledged intents are gone: no message in the work stream
+	// carries the message id of either (a republished copy carries a fresh
+	// one).
 	st, err = js.Stream(t.Context(), names.Stream)
 	require.NoError(t, err)
 	info, err := st.Info(t.Context())
@@ -161,7 +178,8 @@ func TestIntentLostInServerCrashIsRepublishedAndFiresOnce(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		require.NotEqual(t, sub.Key, m.Header.Get(intent.HeaderMsgID), "the acknowledged intent survived the simulated power loss")
+		id := m.Header.Get(intent.HeaderMsgID)
+		require.Falsef(t, id == sub.Key || !strings.Contains(id, ":"), "an acknowledged intent (%s) survived the simulated power loss", id)
 	}
 
 	w2 := startWorker(t, "w2", srv.url, tools)
@@ -169,8 +187,14 @@ func TestIntentLostInServerCrashIsRepublishedAndFiresOnce(t *testing.T) {
 	require.Equal(t, intent.StatusCompleted, res.Status)
 	require.False(t, res.Replayed, "fired by this call's own republished copy")
 	require.Equal(t, sub.Key, res.Key)
+	ts := <-tsDone
+	require.Equal(t, 0, ts.code, "the TypeScript caller of the lost intent gets its answer: %s %s", ts.stdout, ts.stderr)
+	require.Equal(t, intent.StatusCompleted, ts.res.Status)
+	require.False(t, ts.res.Replayed, "fired by the TypeScript call's own republished copy")
 	require.NoError(t, w2.terminate(30*time.Second))
-	hits := hook.all()
-	require.Len(t, hits, 1, "the operation fired exactly once")
-	require.Equal(t, sub.Key, hits[0].Key, "fired under its key")
+	keys := map[string]int{}
+	for _, h := range hook.all() {
+		keys[h.Key]++
+	}
+	require.Equal(t, map[string]int{sub.Key: 1, ts.res.Key: 1}, keys, "each operation fired exactly once, under its key")
 }
