@@ -25,7 +25,6 @@ type durableMode struct {
 	sync        string
 	batch       int
 	inFlight    int
-	min         int // the smallest batch (0: the ledger's default)
 	syncIntents bool
 	cluster     bool // also run on a cluster (where the work stream always persists as the server does)
 }
@@ -40,8 +39,6 @@ var durableModes = []durableMode{
 	{name: "durable-async-unbatched", sync: natsrv.SyncAlways},
 	{name: "durable-async-4", sync: natsrv.SyncAlways, batch: 500, inFlight: 4},
 	{name: "durable-async-1", sync: natsrv.SyncAlways, batch: 500, inFlight: 1},
-	{name: "durable-async-2-min4", sync: natsrv.SyncAlways, batch: 500, inFlight: 2, min: 4},
-	{name: "durable-async-1-min4", sync: natsrv.SyncAlways, batch: 500, inFlight: 1, min: 4},
 	{name: "lazy", sync: natsrv.SyncLazy, cluster: true},
 	{name: "lazy-batched-1", sync: natsrv.SyncLazy, batch: 500, inFlight: 1, cluster: true},
 }
@@ -61,7 +58,7 @@ func defaultMode() durableMode {
 
 // same reports whether m sets what o sets.
 func (m durableMode) same(o durableMode) bool {
-	return m.sync == o.sync && m.batch == o.batch && m.inFlight == o.inFlight && m.min == o.min && m.syncIntents == o.syncIntents
+	return m.sync == o.sync && m.batch == o.batch && m.inFlight == o.inFlight && m.syncIntents == o.syncIntents
 }
 
 func (m durableMode) String() string { return m.describe(false) }
@@ -84,9 +81,6 @@ func (m durableMode) describe(cluster bool) string {
 		b.WriteString("ledger unbatched")
 	} else {
 		fmt.Fprintf(&b, "ledger batch %d ×%d in flight", m.batch, m.inFlight)
-		if m.min > 0 {
-			fmt.Fprintf(&b, ", at least %d", m.min)
-		}
 	}
 	return b.String()
 }
@@ -168,7 +162,7 @@ func (b *bench) durableRun(ctx context.Context, m durableMode, inflight int, hal
 		return err
 	}
 	defer e.close()
-	o := workerOpts{concurrency: b.cfg.Concurrency, ledgerBatch: m.batch, batchInFlight: m.inFlight, batchMin: m.min, syncIntents: m.syncIntents,
+	o := workerOpts{concurrency: b.cfg.Concurrency, ledgerBatch: m.batch, batchInFlight: m.inFlight, syncIntents: m.syncIntents,
 		answerCache: b.cfg.AnswerCache, drain: 5 * time.Second}
 	n := b.cfg.DurableWarmup
 	if half {

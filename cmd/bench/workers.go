@@ -151,7 +151,6 @@ type workerOpts struct {
 	concurrency   int
 	ledgerBatch   int // 0: off
 	batchInFlight int // 0: the worker's default
-	batchMin      int // 0: the ledger's default
 	answerCache   time.Duration
 	syncIntents   bool
 	onStages      func(worker.Stages)
@@ -258,7 +257,6 @@ func (b *bench) startWorkers(ctx context.Context, e *env, o workerOpts) (*worker
 			Replicas:            e.replicas,
 			LedgerBatch:         batch,
 			LedgerBatchInFlight: o.batchInFlight,
-			LedgerBatchMin:      o.batchMin,
 			AnswerCache:         cmp.Or(o.answerCache, worker.NoAnswerCache),
 			SyncIntents:         o.syncIntents,
 			OnStages:            o.onStages,

@@ -132,14 +132,6 @@ type Config struct {
 	// Default: 4 (DefaultLedgerBatchInFlight), the ledger's own default.
 	LedgerBatchInFlight int
 
-	// LedgerBatchMin is the fewest queued ledger writes the group commit
-	// sends as one atomic batch (1 to LedgerBatch); fewer go out one by one.
-	// At sync always a lone write costs the ledger's stream one sync and a
-	// batch a few (the server stages it in a store of its own), so a small
-	// batch is worth it only when the stream is busy. Default: 0, the
-	// ledger's own (dedup.BatchConfig.Min).
-	LedgerBatchMin int
-
 	// SyncIntents creates the work stream (the intents and the consumer's
 	// acks) persisting as the server does. Without it the work stream is
 	// created with asynchronous persistence where JetStream allows it (file
@@ -336,9 +328,6 @@ func (c *Config) validate() error {
 	}
 	if c.LedgerBatchInFlight < 1 || c.LedgerBatchInFlight > dedup.MaxBatchInFlight {
 		errs = append(errs, fmt.Errorf("ledger batches in flight %d: use 1-%d", c.LedgerBatchInFlight, dedup.MaxBatchInFlight))
-	}
-	if c.LedgerBatchMin < 0 || c.LedgerBatchMin > dedup.MaxBatch {
-		errs = append(errs, fmt.Errorf("ledger batch minimum %d: use 1-%d, or 0 (the ledger's default)", c.LedgerBatchMin, dedup.MaxBatch))
 	}
 	if c.AnswerCache > c.LedgerTTL {
 		errs = append(errs, fmt.Errorf("answer cache %s: must not exceed the ledger TTL (%s): a cached answer would outlive its record", c.AnswerCache, c.LedgerTTL))

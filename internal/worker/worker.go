@@ -96,7 +96,7 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 		lopts = append(lopts, dedup.WithReceipts(auditor.receipt))
 	}
 	if cfg.LedgerBatch != NoLedgerBatch {
-		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch, Min: min(cfg.LedgerBatchMin, cfg.LedgerBatch), InFlight: cfg.LedgerBatchInFlight}))
+		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch, InFlight: cfg.LedgerBatchInFlight}))
 	}
 	if res.persistMismatch {
 		log.Warn(migrateHint(res))
