@@ -70,7 +70,7 @@ func TestBenchShort(t *testing.T) {
 		"baseline-always@64", "baseline-always-async@64", "ledger-always@64"}
 	want = append(want, "durable@64", "durable-half@64") // the worker's defaults, under the names the targets read
 	for _, m := range durableModes {
-		if !m.same(defaultMode()) {
+		if !m.same(defaultMode(false)) {
 			want = append(want, m.name+"@64")
 		}
 	}

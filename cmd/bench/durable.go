@@ -51,9 +51,17 @@ const defaultName = "durable"
 // server syncs always, the work stream persists asynchronously (as the
 // server does on a cluster), the ledger group-commits with the default
 // batch and batches in flight.
-func defaultMode() durableMode {
-	return durableMode{name: defaultName, sync: natsrv.SyncAlways, batch: worker.DefaultLedgerBatch, inFlight: worker.DefaultLedgerBatchInFlight,
+func defaultMode(cluster bool) durableMode {
+	return durableMode{name: defaultName, sync: natsrv.SyncAlways, batch: worker.DefaultLedgerBatch, inFlight: worker.LedgerBatchInFlightFor(replicas(cluster)),
 		cluster: true}
+}
+
+// replicas are the bench's stream and bucket replicas.
+func replicas(cluster bool) int {
+	if cluster {
+		return 3
+	}
+	return 1
 }
 
 // same reports whether m sets what o sets.
@@ -102,7 +110,7 @@ func (b *bench) durable(parent context.Context) error {
 		return ctx
 	}
 	defer func() { cancel() }()
-	def := defaultMode()
+	def := defaultMode(b.cfg.Cluster)
 	fmt.Fprintf(b.out, "durable: the worker's defaults: %s\n", def.describe(b.cfg.Cluster))
 	for _, inflight := range b.cfg.DurableInflight {
 		for _, base := range []struct {
@@ -252,7 +260,7 @@ func (b *bench) ledgerAlone(ctx context.Context, inflight int) error {
 		return err
 	}
 	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "BENCH_LEDGER", Replicas: e.replicas},
-		dedup.WithBatching(dedup.BatchConfig{Max: worker.DefaultLedgerBatch, InFlight: worker.DefaultLedgerBatchInFlight}))
+		dedup.WithBatching(dedup.BatchConfig{Max: worker.DefaultLedgerBatch, InFlight: worker.LedgerBatchInFlightFor(e.replicas)}))
 	if err != nil {
 		return err
 	}
@@ -295,6 +303,6 @@ func (b *bench) ledgerAlone(ctx context.Context, inflight int) error {
 	n := done.Load()
 	b.add(row{name: name, ops: float64(n) / took.Seconds(), cpu: cpu / time.Duration(max(n, 1)),
 		detail: fmt.Sprintf("%d claims + completions, %d at once, in %s, ledger batch %d ×%d in flight%s", n, inflight,
-			took.Round(time.Millisecond), worker.DefaultLedgerBatch, worker.DefaultLedgerBatchInFlight, batchDetail(l.BatchStats()))})
+			took.Round(time.Millisecond), worker.DefaultLedgerBatch, worker.LedgerBatchInFlightFor(e.replicas), batchDetail(l.BatchStats()))})
 	return nil
 }

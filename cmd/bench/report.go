@@ -150,7 +150,7 @@ func (b *bench) print() {
 // beside at N connections, at every N measured; at 64 in flight, 5000
 // intents/s with a p99 of 30 ms at most.
 func (b *bench) durableTargets() {
-	def := defaultMode()
+	def := defaultMode(b.cfg.Cluster)
 	header := false
 	for _, n := range b.cfg.DurableInflight {
 		r, ok := b.row(fmt.Sprintf("%s@%d", def.name, n))

@@ -24,12 +24,18 @@ const (
 	DefaultRetryDelay      = time.Second
 	DefaultMaxRetryDelay   = time.Minute
 	DefaultLedgerBatch     = 500
-	// DefaultLedgerBatchInFlight is Config.LedgerBatchInFlight's default.
-	DefaultLedgerBatchInFlight = dedup.DefaultBatchInFlight
-	DefaultAnswerCache         = 10 * time.Second
-	DefaultAnswerCacheBytes    = 32 << 20
-	DefaultReplyPrefix         = "_INBOX."
-	DefaultLedgerScan          = time.Minute
+	// DefaultLedgerBatchInFlight is Config.LedgerBatchInFlight's default at
+	// one replica: the ledger's stream stages and syncs each batch on its
+	// own, so the fewest batches carry the most writes per sync.
+	DefaultLedgerBatchInFlight = 1
+	// DefaultReplicatedLedgerBatchInFlight is Config.LedgerBatchInFlight's
+	// default at more than one replica, the ledger's own default.
+	DefaultReplicatedLedgerBatchInFlight = dedup.DefaultBatchInFlight
+
+	DefaultAnswerCache      = 10 * time.Second
+	DefaultAnswerCacheBytes = 32 << 20
+	DefaultReplyPrefix      = "_INBOX."
+	DefaultLedgerScan       = time.Minute
 	// DefaultDrainTimeout is the drain a worker gives its effects in flight
 	// when it stops (Run's drain, cmd/worker's --drain-timeout).
 	DefaultDrainTimeout = 30 * time.Second
@@ -129,7 +135,8 @@ type Config struct {
 	// completion waiting longer for its batch: a wider crash window, in which
 	// a worker that dies after the effect and before its record lands lets
 	// the operation be fired again (docs/performance.md weighs the two).
-	// Default: 4 (DefaultLedgerBatchInFlight), the ledger's own default.
+	// Default: 0, which is 1 at one replica (DefaultLedgerBatchInFlight) and
+	// 4 at more (DefaultReplicatedLedgerBatchInFlight).
 	LedgerBatchInFlight int
 
 	// SyncIntents creates the work stream (the intents and the consumer's
@@ -266,7 +273,7 @@ func (c *Config) setDefaults() {
 		c.LedgerBatch = DefaultLedgerBatch
 	}
 	if c.LedgerBatchInFlight == 0 {
-		c.LedgerBatchInFlight = DefaultLedgerBatchInFlight
+		c.LedgerBatchInFlight = LedgerBatchInFlightFor(c.Replicas)
 	}
 	if c.AnswerCache == 0 {
 		c.AnswerCache = DefaultAnswerCache
@@ -351,4 +358,14 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker config: %w", err)
 	}
 	return nil
+}
+
+// LedgerBatchInFlightFor is the default of Config.LedgerBatchInFlight at the
+// given replicas: DefaultLedgerBatchInFlight at one,
+// DefaultReplicatedLedgerBatchInFlight at more.
+func LedgerBatchInFlightFor(replicas int) int {
+	if replicas > 1 {
+		return DefaultReplicatedLedgerBatchInFlight
+	}
+	return DefaultLedgerBatchInFlight
 }

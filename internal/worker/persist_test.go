@@ -119,3 +119,17 @@ func TestStageTimesAreInOrder(t *testing.T) {
 	}
 	require.False(t, s.Stored.IsZero())
 }
+
+// One batch in flight at one replica, where the ledger's stream stages and
+// syncs each batch on its own; the ledger's own default on a cluster.
+func TestLedgerBatchesInFlightDefaultByReplicas(t *testing.T) {
+	t.Parallel()
+	for replicas, want := range map[int]int{0: 1, 1: 1, 3: 4} {
+		c := Config{Replicas: replicas}
+		c.setDefaults()
+		require.Equal(t, want, c.LedgerBatchInFlight, "replicas %d", replicas)
+	}
+	c := Config{Replicas: 3, LedgerBatchInFlight: 2}
+	c.setDefaults()
+	require.Equal(t, 2, c.LedgerBatchInFlight, "a setting is kept")
+}
