@@ -18,8 +18,8 @@ import (
 
 // durableMode is a row of the durable scenario: the server's sync policy,
 // the workers' ledger batch (0: off) and batches in flight, and whether the
-// work stream persists as the server does or asynchronously (the workers'
-// AsyncIntents).
+// work stream persists as the server does (the workers' SyncIntents) or
+// asynchronously.
 type durableMode struct {
 	name        string
 	sync        string
