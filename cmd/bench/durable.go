@@ -18,8 +18,8 @@ import (
 
 // durableMode is a row of the durable scenario: the server's sync policy,
 // the workers' ledger batch (0: off) and batches in flight, and whether the
-// work stream persists as the server does or asynchronously (the workers'
-// AsyncIntents).
+// work stream persists as the server does (the workers' SyncIntents) or
+// asynchronously.
 type durableMode struct {
 	name        string
 	sync        string
@@ -29,32 +29,44 @@ type durableMode struct {
 	cluster     bool // also run on a cluster (where the work stream always persists as the server does)
 }
 
-// durableModes are the store settings the durable scenario sets side by side.
+// durableModes are the store settings the durable scenario sets side by
+// side, after the worker's defaults (defaultMode, the row "durable"); a
+// mode that is the defaults' is not run twice.
 var durableModes = []durableMode{
-	{name: "durable-unbatched", sync: natsrv.SyncAlways, syncIntents: true, cluster: true},
-	{name: "durable-batched-4", sync: natsrv.SyncAlways, batch: 500, inFlight: 4, syncIntents: true, cluster: true},
-	{name: "durable-batched-1", sync: natsrv.SyncAlways, batch: 500, inFlight: 1, syncIntents: true, cluster: true},
+	{name: "durable-synced-unbatched", sync: natsrv.SyncAlways, syncIntents: true, cluster: true},
+	{name: "durable-synced-4", sync: natsrv.SyncAlways, batch: 500, inFlight: 4, syncIntents: true, cluster: true},
+	{name: "durable-synced-1", sync: natsrv.SyncAlways, batch: 500, inFlight: 1, syncIntents: true, cluster: true},
 	{name: "durable-async-unbatched", sync: natsrv.SyncAlways},
 	{name: "durable-async-4", sync: natsrv.SyncAlways, batch: 500, inFlight: 4},
-	{name: "durable-async", sync: natsrv.SyncAlways, batch: 500, inFlight: 1},
+	{name: "durable-async-1", sync: natsrv.SyncAlways, batch: 500, inFlight: 1},
 	{name: "lazy", sync: natsrv.SyncLazy, cluster: true},
 	{name: "lazy-batched-1", sync: natsrv.SyncLazy, batch: 500, inFlight: 1, cluster: true},
 }
 
-// asyncMode is the fastest durable mode measured: the ledger synced and
-// group-committed with one batch in flight, the work stream asynchronous.
-const asyncMode = "durable-async"
+// defaultName is the name of the durable rows of the worker's defaults:
+// durable@64, durable@256.
+const defaultName = "durable"
 
-// defaultMode is the durable row the worker's defaults select (an embedded
-// worker syncs always; the work stream persists as the server does).
+// defaultMode is what a worker does with no durability flag: an embedded
+// server syncs always, the work stream persists asynchronously (as the
+// server does on a cluster), the ledger group-commits with the default
+// batch and batches in flight.
 func defaultMode(cluster bool) durableMode {
-	for _, m := range durableModes {
-		if m.sync == natsrv.SyncAlways && m.batch == worker.DefaultLedgerBatch && m.inFlight == worker.DefaultLedgerBatchInFlight &&
-			m.syncIntents && (!cluster || m.cluster) {
-			return m
-		}
+	return durableMode{name: defaultName, sync: natsrv.SyncAlways, batch: worker.DefaultLedgerBatch, inFlight: worker.LedgerBatchInFlightFor(replicas(cluster)),
+		cluster: true}
+}
+
+// replicas are the bench's stream and bucket replicas.
+func replicas(cluster bool) int {
+	if cluster {
+		return 3
 	}
-	return durableMode{}
+	return 1
+}
+
+// same reports whether m sets what o sets.
+func (m durableMode) same(o durableMode) bool {
+	return m.sync == o.sync && m.batch == o.batch && m.inFlight == o.inFlight && m.syncIntents == o.syncIntents
 }
 
 func (m durableMode) String() string { return m.describe(false) }
@@ -99,13 +111,13 @@ func (b *bench) durable(parent context.Context) error {
 	}
 	defer func() { cancel() }()
 	def := defaultMode(b.cfg.Cluster)
-	fmt.Fprintf(b.out, "durable: the worker's defaults select %s (%s)\n", def.name, def)
+	fmt.Fprintf(b.out, "durable: the worker's defaults: %s\n", def.describe(b.cfg.Cluster))
 	for _, inflight := range b.cfg.DurableInflight {
 		for _, base := range []struct {
 			name    string
 			persist jetstream.PersistModeType
 		}{{"baseline-always", jetstream.DefaultPersistMode}, {"baseline-always-async", jetstream.AsyncPersistMode}} {
-			if b.cfg.Cluster && base.persist == jetstream.AsyncPersistMode {
+			if (b.cfg.Cluster && base.persist == jetstream.AsyncPersistMode) || !b.cfg.wantsRow(base.name) {
 				continue
 			}
 			e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, natsrv.SyncAlways)
@@ -118,16 +130,21 @@ func (b *bench) durable(parent context.Context) error {
 				return fmt.Errorf("%s at %d in flight: %w", base.name, inflight, err)
 			}
 		}
-		if err := b.ledgerAlone(row(), inflight); err != nil {
-			return fmt.Errorf("ledger-always at %d in flight: %w", inflight, err)
+		if b.cfg.wantsRow("ledger-always") {
+			if err := b.ledgerAlone(row(), inflight); err != nil {
+				return fmt.Errorf("ledger-always at %d in flight: %w", inflight, err)
+			}
 		}
-		for _, m := range durableModes {
-			if b.cfg.Cluster && !m.cluster {
+		for _, m := range append([]durableMode{def}, durableModes...) {
+			if (b.cfg.Cluster && !m.cluster) || (m.name != def.name && m.same(def)) || !b.cfg.wantsRow(m.name) {
 				continue
 			}
 			if err := b.durableRun(row(), m, inflight, false); err != nil {
 				return fmt.Errorf("%s at %d in flight: %w", m.name, inflight, err)
 			}
+		}
+		if !b.cfg.wantsRow(def.name + "-half") {
+			continue
 		}
 		if err := b.durableRun(row(), def, inflight, true); err != nil {
 			return fmt.Errorf("%s at half load: %w", def.name, err)
@@ -243,7 +260,7 @@ func (b *bench) ledgerAlone(ctx context.Context, inflight int) error {
 		return err
 	}
 	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "BENCH_LEDGER", Replicas: e.replicas},
-		dedup.WithBatching(dedup.BatchConfig{Max: worker.DefaultLedgerBatch, InFlight: worker.DefaultLedgerBatchInFlight}))
+		dedup.WithBatching(dedup.BatchConfig{Max: worker.DefaultLedgerBatch, InFlight: worker.LedgerBatchInFlightFor(e.replicas)}))
 	if err != nil {
 		return err
 	}
@@ -286,6 +303,6 @@ func (b *bench) ledgerAlone(ctx context.Context, inflight int) error {
 	n := done.Load()
 	b.add(row{name: name, ops: float64(n) / took.Seconds(), cpu: cpu / time.Duration(max(n, 1)),
 		detail: fmt.Sprintf("%d claims + completions, %d at once, in %s, ledger batch %d ×%d in flight%s", n, inflight,
-			took.Round(time.Millisecond), worker.DefaultLedgerBatch, worker.DefaultLedgerBatchInFlight, batchDetail(l.BatchStats()))})
+			took.Round(time.Millisecond), worker.DefaultLedgerBatch, worker.LedgerBatchInFlightFor(e.replicas), batchDetail(l.BatchStats()))})
 	return nil
 }

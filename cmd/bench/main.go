@@ -54,7 +54,8 @@ func mainErr(args []string) error {
 	durableInflight := fs.String("durable-inflight", "64,256", "durable: comma-separated intents in flight of each round of rows")
 	fs.DurationVar(&cfg.DurableFor, "durable-duration", 10*time.Second, "durable: how long each row's measured run lasts, at least (sized by a first run)")
 	fs.IntVar(&cfg.DurableWarmup, "durable-warmup", 2000, "durable: intents of each row's unmeasured first run")
-	fs.Float64Var(&cfg.PGRate, "pg-rate", 0, "durable: the rate of a Postgres ledger table with fsync on measured beside (deployments/bench/pgledger.sh), for the durable target")
+	pgRate := fs.String("pg-rate", "", "durable: the rates of a Postgres ledger table with fsync on measured beside (deployments/bench/pgledger.sh), by connections, as N=rate,...: e.g. 64=3615,256=2006; the durable targets compare the defaults' row at N in flight with it")
+	durableRows := fs.String("durable-rows", "", "durable: comma-separated rows to run, named without @N (e.g. durable,durable-async-1,baseline-always,ledger-always,durable-half); empty: all")
 	fs.BoolVar(&cfg.WorkerInProcess, "worker-inprocess", false, "the workers' own connections (and the baseline handlers') in-process instead of over TCP loopback, which the embedded worker uses")
 	fs.IntVar(&cfg.Inflight, "inflight", 1024, "unanswered intents the publisher keeps in flight (closed loop)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 256, "intents each worker (and each baseline consumer) handles at once; the worker's default")
@@ -90,6 +91,14 @@ func mainErr(args []string) error {
 	if cfg.DupLargeN, err = positiveInts("-dup-large-n", *dupLargeN, "100000,1000000"); err != nil {
 		return err
 	}
+	if cfg.PGRates, err = parsePGRates(*pgRate); err != nil {
+		return err
+	}
+	for _, r := range strings.Split(*durableRows, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			cfg.DurableRows = append(cfg.DurableRows, r)
+		}
+	}
 	if cfg.Short {
 		cfg.shorten()
 	}
@@ -110,4 +119,22 @@ func positiveInts(flag, list, example string) ([]int, error) {
 		ns = append(ns, n)
 	}
 	return ns, nil
+}
+
+// parsePGRates parses -pg-rate: N=rate pairs, comma-separated.
+func parsePGRates(s string) (map[int]float64, error) {
+	rates := map[int]float64{}
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, rate, ok := strings.Cut(f, "=")
+		conns, err1 := strconv.Atoi(n)
+		r, err2 := strconv.ParseFloat(rate, 64)
+		if !ok || err1 != nil || err2 != nil || conns < 1 || !finitePositive(r) {
+			return nil, fmt.Errorf("-pg-rate %q: give connections=rate pairs, e.g. 64=3615,256=2006", s)
+		}
+		rates[conns] = r
+	}
+	return rates, nil
 }

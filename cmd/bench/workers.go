@@ -258,7 +258,7 @@ func (b *bench) startWorkers(ctx context.Context, e *env, o workerOpts) (*worker
 			LedgerBatch:         batch,
 			LedgerBatchInFlight: o.batchInFlight,
 			AnswerCache:         cmp.Or(o.answerCache, worker.NoAnswerCache),
-			AsyncIntents:        !o.syncIntents,
+			SyncIntents:         o.syncIntents,
 			OnStages:            o.onStages,
 			DisableAudit:        o.noAudit,
 		})

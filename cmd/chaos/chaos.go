@@ -230,7 +230,7 @@ func (r *chaosRun) startWorkers(ctx context.Context) error {
 			args: []string{
 				"--nats-url", r.natsURL, "--holder", holder, "--tools", tools, "--replicas", replicas,
 				"--ack-wait", cfg.ackWait.String(), "--dup-window", cfg.dupWindow.String(),
-				"--concurrency", fmt.Sprint(cfg.concurrency), "--ledger-batch", fmt.Sprint(cfg.ledgerBatch), "--ledger-batch-inflight", fmt.Sprint(cfg.batchInFlight), "--ledger-partitions", fmt.Sprint(cfg.partitions), "--retry-delay", "200ms", "--max-retry-delay", "2s",
+				"--concurrency", fmt.Sprint(cfg.concurrency), "--ledger-batch", fmt.Sprint(cfg.ledgerBatch), "--ledger-batch-inflight", fmt.Sprint(cfg.batchInFlight), "--async-intents=" + fmt.Sprint(cfg.asyncIntents), "--ledger-partitions", fmt.Sprint(cfg.partitions), "--retry-delay", "200ms", "--max-retry-delay", "2s",
 				"--drain-timeout", "5s", "--log-level", "info",
 			}}
 	}

@@ -44,7 +44,8 @@ type config struct {
 	workers       int
 	concurrency   int
 	ledgerBatch   int
-	batchInFlight int // the workers' --ledger-batch-inflight
+	batchInFlight int  // the workers' --ledger-batch-inflight
+	asyncIntents  bool // the workers' --async-intents
 	partitions    int
 	cluster       bool
 	natsServer    string
@@ -132,7 +133,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.workers, "workers", 3, "worker processes")
 	fs.IntVar(&c.concurrency, "concurrency", 64, "intents each worker handles at once")
 	fs.IntVar(&c.ledgerBatch, "ledger-batch", worker.DefaultLedgerBatch, "the workers' --ledger-batch (0: every ledger write on its own)")
-	fs.IntVar(&c.batchInFlight, "ledger-batch-inflight", worker.DefaultLedgerBatchInFlight, "the workers' --ledger-batch-inflight (ledger batches in flight per worker)")
+	fs.IntVar(&c.batchInFlight, "ledger-batch-inflight", 0, "the workers' --ledger-batch-inflight (ledger batches in flight per worker; 0: the workers' default at the run's replicas)")
+	fs.BoolVar(&c.asyncIntents, "async-intents", false, "the workers' --async-intents (their default: true). Off here: the load publishes most copies by hand and, unlike pkg/client, does not publish an unanswered intent again, so an acknowledged intent a killed server had not written would count as lost")
 	fs.IntVar(&c.partitions, "partitions", 1, "the workers' --ledger-partitions; with --cluster the node killed mid-load is the one leading the most partitions")
 	fs.BoolVar(&c.cluster, "cluster", false, "three clustered JetStream nodes, stream and ledger at R3; one node is killed mid-load instead of the single node")
 	fs.StringVar(&c.natsServer, "nats-server", "", "nats-server binary (default: built from the pinned module into the work directory)")
@@ -179,7 +181,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	check(c.concurrency >= 1, "--concurrency %d: use at least 1", c.concurrency)
 	check(intent.ValidPartitions(c.partitions), "--partitions %d: use a power of two from 1 to %d", c.partitions, intent.MaxPartitions)
 	check(c.ledgerBatch >= 0 && c.ledgerBatch <= dedup.MaxBatch, "--ledger-batch %d: use 0 (off) to %d", c.ledgerBatch, dedup.MaxBatch)
-	check(c.batchInFlight >= 1 && c.batchInFlight <= 8, "--ledger-batch-inflight %d: use 1 to 8", c.batchInFlight)
+	check(c.batchInFlight >= 0 && c.batchInFlight <= 8, "--ledger-batch-inflight %d: use 1 to 8, or 0 (the workers' default)", c.batchInFlight)
+	if c.batchInFlight == 0 {
+		replicas := 1
+		if c.cluster {
+			replicas = 3
+		}
+		c.batchInFlight = worker.LedgerBatchInFlightFor(replicas)
+	}
 	check(c.singleShare >= 0 && c.singleShare < 1, "--single-share %v: use [0, 1)", c.singleShare)
 	check(c.failRate >= 0 && c.failRate < 0.5, "--fail-rate %v: use [0, 0.5)", c.failRate)
 	check(c.hangRate >= 0 && c.hangRate <= 0.1, "--hang-rate %v: use [0, 0.1]", c.hangRate)

@@ -106,8 +106,8 @@ func run(args []string) error {
 	fs.IntVar(&cfg.LedgerPartitions, "ledger-partitions", 0, "ledger partitions (buckets), a power of two fixed when the ledger is created (every worker must agree; docs/operations.md, sizing); 0: the count the ledger records, 1 for a new one")
 	fs.IntVar(&cfg.LedgerLayout, "ledger-layout", 0, "ledger key layout, fixed when the ledger is created (every worker must agree; docs/protocol.md, 6.2): 2 stores a derived key with 22 characters of its digest instead of 64 (less server memory per key), 1 stores keys as they are; 0: the layout the ledger records, 2 for a new one")
 	fs.IntVar(&cfg.LedgerBatch, "ledger-batch", worker.DefaultLedgerBatch, "group-commit ledger writes in atomic batches of up to N (1-1000; 0: off, every write on its own). One disk sync per batch instead of per write: what makes a server with sync_interval always (the durable setting) fast; on a server that syncs lazily it is slower than off, so set 0 there (an embedded store with --sync other than always turns it off unless this flag is given). Needs nats-server 2.12+")
-	fs.IntVar(&cfg.LedgerBatchInFlight, "ledger-batch-inflight", worker.DefaultLedgerBatchInFlight, "group-commit batches awaiting their acknowledgement at once (1-8): fewer make bigger batches (more throughput at sync always) and a wider crash window (docs/performance.md)")
-	fs.BoolVar(&cfg.AsyncIntents, "async-intents", false, "create the work stream with asynchronous persistence: at sync_interval always only the ledger syncs, but a server crash can lose an intent it acknowledged (R1 only; fixed when the stream is created: docs/performance.md)")
+	fs.IntVar(&cfg.LedgerBatchInFlight, "ledger-batch-inflight", 0, fmt.Sprintf("group-commit batches awaiting their acknowledgement at once (1-8; 0: %d at one replica, %d at more): fewer make bigger batches (more throughput at sync always) and a wider crash window (docs/performance.md)", worker.DefaultLedgerBatchInFlight, worker.DefaultReplicatedLedgerBatchInFlight))
+	asyncIntents := fs.Bool("async-intents", true, "create the work stream with asynchronous persistence (R1 file stream; a replicated one always persists as the server does): at sync_interval always only the ledger syncs before acknowledging. A crash can lose an intent the server acknowledged, never an answered one: it was not claimed, and the caller's client publishes it again when the ledger shows no record (docs/protocol.md 7.2). false: sync every intent and ack too, at a fraction of the throughput. Fixed when the stream is created (docs/performance.md)")
 	fs.DurationVar(&cfg.AnswerCache, "answer-cache", worker.DefaultAnswerCache, "how long a duplicate is answered from this worker's memory of a final record it wrote or read, without a ledger read (0: off); a record deleted from the ledger meanwhile is answered until then")
 	fs.Float64Var(&cfg.SessionRate, "session-rate", 0, "intents per second one session may send to this worker; over it they are answered rate_limited (0: no limit)")
 	fs.IntVar(&cfg.SessionBurst, "session-burst", 0, "intents a session may send at once above --session-rate (default: the rate, at least 1)")
@@ -138,6 +138,7 @@ func run(args []string) error {
 	if cfg.AnswerCache == 0 {
 		cfg.AnswerCache = worker.NoAnswerCache // 0 on the command line: off
 	}
+	cfg.SyncIntents = !*asyncIntents
 	batchSet := false
 	fs.Visit(func(f *flag.Flag) { batchSet = batchSet || f.Name == "ledger-batch" })
 	switch {

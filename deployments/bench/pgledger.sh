@@ -7,8 +7,8 @@
 #
 #   postgres-ledger fsync=on clients=64: 12345 intents/s
 #
-# Run it beside `make bench` (docs/performance.md) and give the fsync=on rate
-# to the bench: make bench BENCHFLAGS='-pg-rate 12345'. Needs PostgreSQL's
+# Run it beside `make bench` (docs/performance.md) and give the fsync=on rates
+# to the bench by connections: make bench BENCHFLAGS='-pg-rate 64=12345,256=6789'. Needs PostgreSQL's
 # server binaries (Debian: postgresql-15); run as root, it runs Postgres as
 # the postgres user.
 #

@@ -24,12 +24,18 @@ const (
 	DefaultRetryDelay      = time.Second
 	DefaultMaxRetryDelay   = time.Minute
 	DefaultLedgerBatch     = 500
-	// DefaultLedgerBatchInFlight is Config.LedgerBatchInFlight's default.
-	DefaultLedgerBatchInFlight = dedup.DefaultBatchInFlight
-	DefaultAnswerCache         = 10 * time.Second
-	DefaultAnswerCacheBytes    = 32 << 20
-	DefaultReplyPrefix         = "_INBOX."
-	DefaultLedgerScan          = time.Minute
+	// DefaultLedgerBatchInFlight is Config.LedgerBatchInFlight's default at
+	// one replica: the ledger's stream stages and syncs each batch on its
+	// own, so the fewest batches carry the most writes per sync.
+	DefaultLedgerBatchInFlight = 1
+	// DefaultReplicatedLedgerBatchInFlight is Config.LedgerBatchInFlight's
+	// default at more than one replica, the ledger's own default.
+	DefaultReplicatedLedgerBatchInFlight = dedup.DefaultBatchInFlight
+
+	DefaultAnswerCache      = 10 * time.Second
+	DefaultAnswerCacheBytes = 32 << 20
+	DefaultReplyPrefix      = "_INBOX."
+	DefaultLedgerScan       = time.Minute
 	// DefaultDrainTimeout is the drain a worker gives its effects in flight
 	// when it stops (Run's drain, cmd/worker's --drain-timeout).
 	DefaultDrainTimeout = 30 * time.Second
@@ -129,26 +135,28 @@ type Config struct {
 	// completion waiting longer for its batch: a wider crash window, in which
 	// a worker that dies after the effect and before its record lands lets
 	// the operation be fired again (docs/performance.md weighs the two).
-	// Default: 4 (DefaultLedgerBatchInFlight), the ledger's own default.
+	// Default: 0, which is 1 at one replica (DefaultLedgerBatchInFlight) and
+	// 4 at more (DefaultReplicatedLedgerBatchInFlight).
 	LedgerBatchInFlight int
 
-	// AsyncIntents creates the work stream (the intents and the consumer's
-	// acks) with asynchronous persistence, at one replica: a server with
-	// sync_interval always then syncs only the ledger and the dead-letter
-	// stream before their acknowledgements, not every accepted intent and
-	// ack, for more durable throughput. The price: the server
-	// writes an intent after acknowledging it, so a server crash (not only
-	// a power loss) can lose an intent its publisher was told was stored.
-	// An ack lost that way is harmless (the intent is delivered again and
-	// the ledger answers it), a lost intent is not, unless every publisher
-	// publishes an unanswered intent again under its key — which
-	// pkg/client does not do for an intent that was not a duplicate: the
-	// caller's wait ends with ErrNoAnswer. A replicated work stream always
-	// persists as the server does (JetStream refuses asynchronous
-	// persistence there). The mode is fixed when the stream is created: an
-	// existing stream keeps its own, and the worker logs how to migrate it.
-	// Default: false (the work stream persists as the server does).
-	AsyncIntents bool
+	// SyncIntents creates the work stream (the intents and the consumer's
+	// acks) persisting as the server does. Without it the work stream is
+	// created with asynchronous persistence where JetStream allows it (file
+	// storage, one replica): a server with sync_interval always then syncs
+	// only the ledger and the dead-letter stream before their
+	// acknowledgements, not every accepted intent and ack, for several times
+	// the durable throughput. What a crash can take is an intent the server
+	// acknowledged but had not yet written or synced: it was never claimed,
+	// so nothing fired, and the caller, who has no answer, publishes it
+	// again under a fresh message id once the ledger shows no record after
+	// its reply grace (pkg/client, docs/protocol.md 7.2); a lost ack only
+	// delivers an intent again, which the ledger answers. Every answer a
+	// caller gets was recorded in the synced ledger first. A replicated work
+	// stream always persists as the server does (JetStream refuses
+	// asynchronous persistence there). The mode is fixed when the stream is
+	// created: an existing stream keeps its own, and the worker logs how to
+	// migrate it. Default: false (asynchronous at one replica).
+	SyncIntents bool
 
 	// OnStages, when set, is called after each intent's answer with the
 	// times it reached each stage of its handling (see Stages), from the
@@ -270,7 +278,7 @@ func (c *Config) setDefaults() {
 		c.LedgerBatch = DefaultLedgerBatch
 	}
 	if c.LedgerBatchInFlight == 0 {
-		c.LedgerBatchInFlight = DefaultLedgerBatchInFlight
+		c.LedgerBatchInFlight = LedgerBatchInFlightFor(c.Replicas)
 	}
 	if c.AnswerCache == 0 {
 		c.AnswerCache = DefaultAnswerCache
@@ -355,4 +363,14 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker config: %w", err)
 	}
 	return nil
+}
+
+// LedgerBatchInFlightFor is the default of Config.LedgerBatchInFlight at the
+// given replicas: DefaultLedgerBatchInFlight at one,
+// DefaultReplicatedLedgerBatchInFlight at more.
+func LedgerBatchInFlightFor(replicas int) int {
+	if replicas > 1 {
+		return DefaultReplicatedLedgerBatchInFlight
+	}
+	return DefaultLedgerBatchInFlight
 }

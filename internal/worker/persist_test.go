@@ -50,18 +50,18 @@ func persistModes(t *testing.T, cfg Config, prepare func(js jetstream.JetStream)
 	return mode(n.Stream), mode(n.DLQStream), mode("KV_" + n.Bucket), warnings
 }
 
-func TestWorkStreamPersistsAsTheServerByDefault(t *testing.T) {
+func TestWorkStreamPersistsAsTheServerWithSyncIntents(t *testing.T) {
 	t.Parallel()
-	work, dlq, ledger, warnings := persistModes(t, Config{}, nil)
-	require.Equal(t, jetstream.DefaultPersistMode, work, "a server crash must not lose an acknowledged intent")
+	work, dlq, ledger, warnings := persistModes(t, Config{SyncIntents: true}, nil)
+	require.Equal(t, jetstream.DefaultPersistMode, work)
 	require.Equal(t, jetstream.DefaultPersistMode, dlq)
 	require.Equal(t, jetstream.DefaultPersistMode, ledger)
 	require.Empty(t, warnings)
 }
 
-func TestAsyncIntentsPersistsOnlyTheWorkStreamAsynchronously(t *testing.T) {
+func TestOnlyTheWorkStreamPersistsAsynchronouslyByDefault(t *testing.T) {
 	t.Parallel()
-	work, dlq, ledger, warnings := persistModes(t, Config{AsyncIntents: true}, nil)
+	work, dlq, ledger, warnings := persistModes(t, Config{}, nil)
 	require.Equal(t, jetstream.AsyncPersistMode, work)
 	require.Equal(t, jetstream.DefaultPersistMode, dlq, "dead letters stay synced")
 	require.Equal(t, jetstream.DefaultPersistMode, ledger, "the ledger stays synced")
@@ -83,13 +83,13 @@ func TestWorkStreamInTheOtherModeIsKeptWithAMigrationHint(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	work, _, _, warnings := persistModes(t, Config{AsyncIntents: true}, create(jetstream.DefaultPersistMode))
+	work, _, _, warnings := persistModes(t, Config{}, create(jetstream.DefaultPersistMode))
 	require.Equal(t, jetstream.DefaultPersistMode, work)
 	require.Len(t, warnings, 1)
 	require.Contains(t, warnings[0], "was created with the server's persistence")
 	require.Contains(t, warnings[0], "nats stream rm "+names.Stream)
 
-	work, _, _, warnings = persistModes(t, Config{}, create(jetstream.AsyncPersistMode))
+	work, _, _, warnings = persistModes(t, Config{SyncIntents: true}, create(jetstream.AsyncPersistMode))
 	require.Equal(t, jetstream.AsyncPersistMode, work)
 	require.Len(t, warnings, 1)
 	require.Contains(t, warnings[0], "persists asynchronously")
@@ -118,4 +118,18 @@ func TestStageTimesAreInOrder(t *testing.T) {
 		require.Falsef(t, pair[0].IsZero() || pair[1].IsZero() || pair[1].Before(pair[0]), "stage %d: %v then %v", i, pair[0], pair[1])
 	}
 	require.False(t, s.Stored.IsZero())
+}
+
+// One batch in flight at one replica, where the ledger's stream stages and
+// syncs each batch on its own; the ledger's own default on a cluster.
+func TestLedgerBatchesInFlightDefaultByReplicas(t *testing.T) {
+	t.Parallel()
+	for replicas, want := range map[int]int{0: 1, 1: 1, 3: 4} {
+		c := Config{Replicas: replicas}
+		c.setDefaults()
+		require.Equal(t, want, c.LedgerBatchInFlight, "replicas %d", replicas)
+	}
+	c := Config{Replicas: 3, LedgerBatchInFlight: 2}
+	c.setDefaults()
+	require.Equal(t, 2, c.LedgerBatchInFlight, "a setting is kept")
 }

@@ -250,10 +250,10 @@ func setup(ctx context.Context, rawJS jetstream.JetStream, bound time.Duration, 
 }
 
 // intentsPersist is the persist mode the work stream is created with:
-// asynchronous with Config.AsyncIntents where JetStream allows it (file
-// storage, one replica, no atomic publish), else the server's own.
+// asynchronous where JetStream allows it (file storage, one replica, no
+// atomic publish) unless Config.SyncIntents, else the server's own.
 func (c *Config) intentsPersist() jetstream.PersistModeType {
-	if !c.AsyncIntents || c.Replicas > 1 {
+	if c.SyncIntents || c.Replicas > 1 {
 		return jetstream.DefaultPersistMode
 	}
 	return jetstream.AsyncPersistMode
@@ -268,8 +268,8 @@ func migrateHint(res *resources) string {
 		"The ledger is untouched: every recorded operation keeps its answer", res.names.Stream)
 	if res.persist == jetstream.AsyncPersistMode {
 		return fmt.Sprintf("the work stream %s persists asynchronously but the configuration asks it to persist as the server does "+
-			"(no --async-intents): a server crash can lose an intent it acknowledged (docs/performance.md); %s", res.names.Stream, how)
+			"(--async-intents=false, docs/performance.md); %s", res.names.Stream, how)
 	}
 	return fmt.Sprintf("the work stream %s was created with the server's persistence but the configuration asks for asynchronous "+
-		"persistence (--async-intents, docs/performance.md); %s", res.names.Stream, how)
+		"persistence (the default, --async-intents; docs/performance.md): every accepted intent and ack is synced, at a fraction of the throughput; %s", res.names.Stream, how)
 }

@@ -161,8 +161,11 @@ type Submission struct {
 	msg     *nats.Msg // as published, for a publish again under a fresh message id
 	// relearned: the key spec was asked again after a key_mismatch answer.
 	relearned bool
-	// retry: the publish was a duplicate, so the submission republishes
-	// under the retry rule (docs/protocol.md 7.2) until it is answered.
+	// retry: the tool has a ledger, so the submission republishes under the
+	// retry rule (docs/protocol.md 7.2) until it is answered: its publish may
+	// have been a duplicate of an intent that ended without a record, or
+	// stored and then lost by a server that persists the work stream
+	// asynchronously.
 	retry bool
 	// own are the stream sequences of the submission's stored publishes
 	// (its first, a republish, a relearned one; not a Duplicate's, which
@@ -293,7 +296,7 @@ func (c *Client) PublishPrepared(ctx context.Context, p *Prepared) (*Submission,
 		return nil, err
 	}
 	s.Duplicate, s.Sequence = ack.Duplicate, ack.Sequence
-	s.retry = ack.Duplicate && !ts.noLedger
+	s.retry = !ts.noLedger
 	return s, nil
 }
 
@@ -355,10 +358,11 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, opts ...jetstream.P
 // when it is bound to one of the submission's own stored publishes (its
 // Idem-Intent-Seq header, docs/protocol.md 7.1); every other message on the
 // inbox is dropped. A ledger record with another fingerprint is answered as
-// a conflict (publish dedup hides a conflict from the workers). A duplicate
-// whose key shows no record that will answer is published again under a
-// fresh message id after the grace, then after twice the grace, and so on
-// (7.2). Wait returns at the first answer, awaiting_approval and uncertain
+// a conflict (publish dedup hides a conflict from the workers). An intent
+// unanswered whose key shows no record that will answer — a duplicate of
+// one that ended without a record, or one a server crash lost after
+// acknowledging it — is published again under a fresh message id after the
+// grace, then after twice the grace, and so on (7.2). Wait returns at the first answer, awaiting_approval and uncertain
 // included; WaitFinal goes on to the final one. It returns ErrNoAnswer when
 // ctx ends first. With WithReceiptKeys, an answer whose receipt does not
 // verify is returned with an error matching ErrBadReceipt.
@@ -446,13 +450,14 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 		case <-timer.C:
 			watchLedger()
 			if s.retry && !replied {
-				// The publish was a duplicate of an intent that may have
-				// ended without a record (rate limited, dead-lettered), and
-				// so may a republished copy whose reply was lost: a copy
-				// dedup swallowed would never be answered.
-				if err := s.republishIfUnrecorded(ctx); err != nil {
-					return nil, err
-				}
+				// A duplicate names an intent that may have ended without
+				// a record (rate limited, dead-lettered), and so may a
+				// republished copy whose reply was lost: a copy dedup
+				// swallowed would never be answered. A stored publish may
+				// have been lost by a server crash after its acknowledgement
+				// (a work stream persisted asynchronously): nothing but a
+				// copy would ever reach a worker.
+				s.republishIfUnrecorded(ctx)
 			}
 			grace *= 2
 			timer.Reset(grace)
@@ -527,29 +532,32 @@ func (s *Submission) relearn(ctx context.Context) error {
 		return err
 	}
 	s.Duplicate, s.Sequence = ack.Duplicate, ack.Sequence
-	s.retry = ack.Duplicate && !s.spec.noLedger
+	s.retry = !s.spec.noLedger
 	return nil
 }
 
 // republishIfUnrecorded publishes the intent again under a fresh message id
 // when the ledger shows nothing that will answer it: no record, a forgotten
-// one, or a pending
-// one whose holder's lease ran out a lease ago (its intent is gone; the
-// workers confirm the holder gone before they take it over). Publish dedup
-// must never make an operation un-retryable: the ledger is the guarantee.
-func (s *Submission) republishIfUnrecorded(ctx context.Context) error {
+// one, a pending one whose holder's lease ran out a lease ago (its intent is
+// gone; the workers confirm the holder gone before they take it over), or,
+// for a tool that runs a failed operation again, an earlier call's failure.
+// Neither publish dedup nor a lost intent may make an operation
+// un-retryable: the ledger is the guarantee. A ledger or a server it cannot
+// reach now is tried again at the next grace (a lasting error ends the
+// ledger's watch, and with it the wait).
+func (s *Submission) republishIfUnrecorded(ctx context.Context) {
 	rec, err := s.c.get(ctx, s.Key)
 	switch {
 	case errors.Is(err, dedup.ErrNotFound):
 	case err != nil:
-		return nil // unreachable now (the ledger watch reports a lasting error): try again at the next grace
+		return
 	case rec.Status == intent.StatusPending && rec.LeaseExpired(time.Now().Add(-s.spec.lease())):
 	case rec.Status == intent.StatusForgotten: // forgotten: the next intent runs it again
+	case s.spec.retryFailed && rec.Status == intent.StatusFailed && !s.owns(rec.IntentSeq):
 	default:
-		return nil
+		return
 	}
-	_, err = s.publish(ctx, s.Key+":"+nuid.Next())
-	return err
+	_, _ = s.publish(ctx, s.Key+":"+nuid.Next())
 }
 
 // ledgerAnswer is what a watch of the ledger key came to.

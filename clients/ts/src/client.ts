@@ -1011,10 +1011,11 @@ export class Submission {
    * duplicate, or no reply came within the grace period — the record watched
    * on the ledger key. A record with another fingerprint is answered as a
    * `conflict` (publish dedup hides a conflict from the workers). An answer
-   * whose key or fingerprint is not this submission's is dropped. A
-   * duplicate whose key shows no record after the grace is published again
-   * with a fresh `Nats-Msg-Id`, then after twice the grace, and so on. Call
-   * it once.
+   * whose key or fingerprint is not this submission's is dropped. An
+   * intent without a reply whose key shows no record after the grace — a
+   * duplicate, or a stored intent a server crash lost — is published again
+   * with a fresh `Nats-Msg-Id`, then after twice the grace, and so on; a
+   * republish that fails is tried again at the next turn. Call it once.
    *
    * @param timeoutMs - how long to wait. Default: {@link DEFAULT_WAIT_MS}
    * @returns the answer
@@ -1170,7 +1171,9 @@ export class Submission {
       // Protocol section 7.2, the retry rule: a duplicate whose key shows no
       // record (or an abandoned pending one) after the grace is published
       // again with a fresh Nats-Msg-Id, then after twice the grace, and so
-      // on, until a reply or an answering record.
+      // on, until a reply or an answering record. So is a stored publish
+      // without a reply: a server crash can lose an intent it acknowledged
+      // (a work stream persisted asynchronously).
       const republishLater = (delay: number): void => {
         timers.push(
           setTimeout(() => {
@@ -1192,9 +1195,9 @@ export class Submission {
                 acknowledged();
                 republishLater(delay * 2);
               },
-              (err: unknown) => {
+              () => {
                 acknowledged();
-                finish({ err: new IdemError("publish_failed", `republish ${this.key}: ${String(err)}`, { cause: err }) });
+                republishLater(delay * 2); // the server may be restarting: the next turn tries again
               },
             );
             acking = sent.catch(() => undefined); // after the reactions above: the sequence is known then
@@ -1211,7 +1214,14 @@ export class Submission {
           republishLater(grace);
         }
       } else {
-        timers.push(setTimeout(() => void startWatch(), grace));
+        timers.push(
+          setTimeout(() => {
+            void startWatch();
+            if (!this.#opts.noLedger) {
+              republishLater(grace); // the watch has a grace to report the record
+            }
+          }, grace),
+        );
       }
     });
   }
