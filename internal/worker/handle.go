@@ -27,11 +27,13 @@ func (w *Worker) handle(stop, work context.Context, msg message, run *poolRun) {
 		return
 	}
 	h, f := w.process(stop, work, j)
-	if f != nil {
-		go w.fire(f) // handed off: the effect's goroutine finishes j
+	if f == nil {
+		w.finish(work, j, h)
 		return
 	}
-	w.finish(work, j, h)
+	if w.start(f) { // false: it panicked, and j is finished
+		go w.fire(f) // handed off: the effect's goroutine finishes j
+	}
 }
 
 // process takes j through the stages up to the firing, each of which ends
