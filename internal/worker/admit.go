@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -23,6 +24,7 @@ func (w *Worker) admit(j *job) (h handled, ok bool) {
 		return w.reject(j, subjectTool, intent.Code(err), err), false
 	}
 	env := decoded.Envelope
+	shareArgs(env, j.msg.Data())
 	j.env = env
 	if err := env.CheckSubject(subjectTool); err != nil {
 		return w.reject(j, env.Tool, intent.Code(err), err), false
@@ -47,6 +49,19 @@ func (w *Worker) admit(j *job) (h handled, ok bool) {
 	}
 	j.span.SetAttributes(attribute.String("idemgate.tool", env.Tool), attribute.String("idemgate.key", j.id.Key))
 	return handled{}, true
+}
+
+// shareArgs points env.Args, the canonical form of the intent's args, into
+// data, the message's own bytes, when they hold it verbatim (args sent
+// canonical, as pkg/client sends them): an intent in flight then keeps its
+// args once, not twice. The message's data is its own copy, never reused,
+// and nothing writes to either; the capacity is cut so that an append
+// copies.
+func shareArgs(env *intent.Envelope, data []byte) {
+	if i := bytes.Index(data, env.Args); i >= 0 && len(env.Args) > 0 {
+		end := i + len(env.Args)
+		env.Args = data[i:end:end]
+	}
 }
 
 // intentTime is the time a window key derives from when the envelope has no

@@ -24,9 +24,9 @@ import (
 func (w *Worker) answer(ctx context.Context, j *job, res intent.Result) {
 	w.m.endToEnd.WithLabelValues(w.m.tool(res.Tool)).Observe(since(j.meta.Timestamp))
 	w.reply(ctx, j.msg.Subject(), j.replyTo, j.meta.Sequence.Stream, res)
-	if w.cfg.OnStages != nil {
+	if w.cfg.OnStages != nil && j.stages != nil {
 		j.stages.Key, j.stages.Stored, j.stages.Answered = res.Key, j.meta.Timestamp, time.Now()
-		w.cfg.OnStages(j.stages)
+		w.cfg.OnStages(*j.stages)
 	}
 }
 

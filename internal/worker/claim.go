@@ -22,7 +22,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 	if rec, ok := w.answers.get(j.id.Key); ok && !retries(j, rec) {
 		// A final record this worker wrote or read a moment ago: no need
 		// to ask the ledger again.
-		w.mark(&j.stages.Claimed)
+		j.mark(stageClaimed)
 		w.m.cacheHits.WithLabelValues(j.env.Tool).Inc()
 		return w.replay(j, rec), nil
 	}
@@ -54,7 +54,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 			return unanswered(nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")), nil
 		}
 		outage.over()
-		w.mark(&j.stages.Claimed)
+		j.mark(stageClaimed)
 		var r round
 		switch {
 		case c.Outcome == dedup.Acquired, c.Outcome == dedup.TookOver:

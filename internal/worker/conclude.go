@@ -18,7 +18,7 @@ import (
 func (w *Worker) conclude(f *firing) handled {
 	j := f.j
 	w.m.effectTime.WithLabelValues(j.env.Tool).Observe(time.Since(f.started).Seconds())
-	w.mark(&j.stages.Fired)
+	j.mark(stageFired)
 	attempts := f.lease.Record().Attempts + f.out.Invocations
 
 	var write func(context.Context) (dedup.Record, error)
@@ -37,7 +37,7 @@ func (w *Worker) conclude(f *firing) handled {
 		return unanswered(nak(w.retryDelay(j.meta.NumDelivered), "effect failed transiently"))
 	}
 	rec, err := w.record(f.work, j, write)
-	w.mark(&j.stages.Recorded)
+	j.mark(stageRecorded)
 	switch {
 	case err == nil:
 		w.m.claimToDone.WithLabelValues(j.env.Tool).Observe(time.Since(f.started).Seconds())

@@ -56,13 +56,24 @@ func (w *Worker) firing(stop, work context.Context, j *job, lease lease) *firing
 	return &firing{j: j, lease: lease, stop: stop, work: work, ctx: ectx, cancel: cancel, halt: halt}
 }
 
-// fire is the effect's goroutine: it fires the effect, then hands the
-// conclusion — recording the outcome (conclude), answering and settling
-// (finish) — to a handler goroutine, warm: its stack grown already.
-func (w *Worker) fire(f *firing) {
+// start records the firing in the trail (with the claim's event, which is
+// then let go) on the handler's goroutine, before the hand-off: the
+// effect's goroutine runs nothing but the effect, on a small stack. false:
+// it panicked, and the recovery finished the intent.
+func (w *Worker) start(f *firing) (started bool) {
 	defer w.recoverFiring(f)
 	f.started = time.Now()
 	w.audit.fired(f.j, f.lease, f.claimed)
+	f.claimed = nil
+	return true
+}
+
+// fire is the effect's goroutine: it fires the effect (start has recorded
+// the firing), then hands the conclusion — recording the outcome
+// (conclude), answering and settling (finish) — to a handler goroutine,
+// warm: its stack grown already.
+func (w *Worker) fire(f *firing) {
+	defer w.recoverFiring(f)
 	f.out, f.err = w.invoke(f.ctx, f.j, f.lease)
 	w.pool.runNext(func(r *poolRun) {
 		defer w.recoverFiring(f)

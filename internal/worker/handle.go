@@ -27,11 +27,13 @@ func (w *Worker) handle(stop, work context.Context, msg message, run *poolRun) {
 		return
 	}
 	h, f := w.process(stop, work, j)
-	if f != nil {
-		go w.fire(f) // handed off: the effect's goroutine finishes j
+	if f == nil {
+		w.finish(work, j, h)
 		return
 	}
-	w.finish(work, j, h)
+	if w.start(f) { // false: it panicked, and j is finished
+		go w.fire(f) // handed off: the effect's goroutine finishes j
+	}
 }
 
 // process takes j through the stages up to the firing, each of which ends
@@ -123,8 +125,9 @@ type job struct {
 	// seat is what the job occupies in the worker until it is settled.
 	seat seat
 	// stages are the times the job reached each stage, taken only when
-	// Config.OnStages is set.
-	stages Stages
+	// Config.OnStages is set (nil otherwise: an intent in flight does not
+	// carry them).
+	stages *Stages
 }
 
 // seat is what an intent occupies in its worker while it is handled: one of
@@ -174,9 +177,12 @@ func (w *Worker) receive(work context.Context, msg message, run *poolRun) (*job,
 		trace.WithAttributes(attribute.String("messaging.destination.name", msg.Subject())))
 	w.m.inFlight.Inc()
 	j := &job{msg: msg, span: span, seat: seat{run: run}}
+	if w.cfg.OnStages != nil {
+		j.stages = new(Stages)
+	}
 	if meta, err := msg.Metadata(); err == nil {
 		j.meta, j.replyTo, j.seq = meta, msg.Headers().Get(intent.HeaderReplyTo), meta.Sequence.Stream
-		w.mark(&j.stages.Delivered)
+		j.mark(stageDelivered)
 	}
 	return j, trace.ContextWithSpan(work, span)
 }

@@ -23,9 +23,31 @@ type Stages struct {
 	Answered time.Time
 }
 
-// mark sets *t to now when the worker takes stage times.
-func (w *Worker) mark(t *time.Time) {
-	if w.cfg.OnStages != nil {
-		*t = time.Now()
+// stage is one of the stages a job's Stages mark.
+type stage int
+
+const (
+	stageDelivered stage = iota
+	stageClaimed
+	stageFired
+	stageRecorded
+)
+
+// mark sets the time j reached stage s to now when the worker takes stage
+// times (j.stages is set).
+func (j *job) mark(s stage) {
+	if j.stages == nil {
+		return
+	}
+	now := time.Now()
+	switch s {
+	case stageDelivered:
+		j.stages.Delivered = now
+	case stageClaimed:
+		j.stages.Claimed = now
+	case stageFired:
+		j.stages.Fired = now
+	case stageRecorded:
+		j.stages.Recorded = now
 	}
 }

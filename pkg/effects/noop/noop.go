@@ -71,11 +71,19 @@ func (n *Effect) Fire(ctx context.Context, call effects.Call) (effects.Outcome, 
 	return effects.Outcome{Result: res, Invocations: 1}, nil
 }
 
-// wait waits the delay; it returns ctx's error when ctx is done first.
+// wait waits the delay; it returns ctx's error when ctx is done first. A
+// timer, not a context with a timeout: a waiting Fire then holds no child
+// of ctx (a context, its registration with ctx, its channel).
 func (n *Effect) wait(ctx context.Context) error {
-	delay, cancel := context.WithTimeout(ctx, n.delay)
-	defer cancel()
-	<-delay.Done()
+	if n.delay <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(n.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 	return ctx.Err()
 }
 
