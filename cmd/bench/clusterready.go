@@ -13,12 +13,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,13 +33,6 @@ type clusterReadyConfig struct {
 	Partitions int           // the ledger's partitions
 	StoreDir   string        // parent of each round's fresh store directory
 	Timeout    time.Duration // bound of each round
-}
-
-// clusterReadyCmd is the bench cluster-ready subcommand.
-func clusterReadyCmd(args []string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return clusterReadyMain(ctx, args, os.Stdout)
 }
 
 // clusterReadyMain runs the scenario with the given flags.

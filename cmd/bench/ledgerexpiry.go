@@ -23,11 +23,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -59,13 +57,6 @@ type ledgerExpiryConfig struct {
 type stallRule struct {
 	MaxLatency time.Duration // an interval's max latency above it is a stall
 	MinRate    float64       // an interval's rate below this fraction of the offered rate is a stall
-}
-
-// ledgerExpiryCmd is the bench ledger-expiry subcommand.
-func ledgerExpiryCmd(args []string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return ledgerExpiryMain(ctx, args, os.Stdout)
 }
 
 // ledgerExpiryMain runs the scenario with the given flags.

@@ -24,14 +24,12 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -55,13 +53,6 @@ type ledgerSizeConfig struct {
 	StoreDir    string        // parent of the server's fresh store directory
 	Sync        string        // the server's sync_interval ("" for its default)
 	Keep        bool          // keep the store directory
-}
-
-// ledgerSizeCmd is the bench ledger-size subcommand.
-func ledgerSizeCmd(args []string) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return ledgerSizeMain(ctx, args, os.Stdout)
 }
 
 // ledgerSizeMain runs the scenario with the given flags.

@@ -12,6 +12,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -38,13 +39,13 @@ func main() {
 
 func mainErr(args []string) error {
 	if len(args) > 0 && args[0] == "ledger-size" {
-		return ledgerSizeCmd(args[1:])
+		return subcommand(ledgerSizeMain, args[1:])
 	}
 	if len(args) > 0 && args[0] == "ledger-expiry" {
-		return ledgerExpiryCmd(args[1:])
+		return subcommand(ledgerExpiryMain, args[1:])
 	}
 	if len(args) > 0 && args[0] == "cluster-ready" {
-		return clusterReadyCmd(args[1:])
+		return subcommand(clusterReadyMain, args[1:])
 	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var cfg config
@@ -106,6 +107,14 @@ func mainErr(args []string) error {
 	defer stop()
 	_, err = run(ctx, cfg, os.Stdout)
 	return err
+}
+
+// subcommand runs a bench subcommand's main on its flags, until it ends or
+// the process is interrupted.
+func subcommand(main func(ctx context.Context, args []string, out io.Writer) error, args []string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return main(ctx, args, os.Stdout)
 }
 
 // positiveInts parses flag's comma-separated positive whole numbers.
