@@ -47,6 +47,7 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 	defer timer.Stop()
 
 	var lastRev uint64 // revision of the latest unanswered record seen
+	var lastRec Record // that record
 	for {
 		select {
 		case <-ctx.Done():
@@ -60,12 +61,18 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 				return Record{}, 0, fmt.Errorf("wait %s: %w", key, ErrReleased)
 			case err != nil:
 				return Record{}, 0, fmt.Errorf("wait %s: %w", key, err)
+			case rev < lastRev:
+				// A read older than the watch (a replicated stream's leader
+				// just changed): the record the watch saw is the latest.
+				cur, rev = lastRec, lastRev
+			}
+			switch {
 			case cur.Status == intent.StatusForgotten:
 				return cur, rev, forgottenErr(key, cur)
 			case rev <= lastRev || cur.settled(l.clock()):
 				return cur, rev, nil
 			}
-			lastRev = rev
+			lastRev, lastRec = rev, cur
 			timer.Reset(max(cur.LeaseUntil.Sub(l.clock()), 0))
 		case u, ok := <-w.Updates():
 			if !ok {
@@ -100,7 +107,7 @@ func (l *Ledger) Wait(ctx context.Context, key string) (Record, uint64, error) {
 			if rec.Status == intent.StatusForgotten {
 				return rec, e.Rev, forgottenErr(key, rec)
 			}
-			lastRev = e.Rev
+			lastRev, lastRec = e.Rev, rec
 			timer.Stop()
 			if !rec.LeaseUntil.IsZero() {
 				timer.Reset(max(rec.LeaseUntil.Sub(l.clock()), 0))
