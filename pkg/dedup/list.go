@@ -203,10 +203,7 @@ func (l *Ledger) List(ctx context.Context, q Query) (Page, error) {
 		}
 		got, n, err := l.listPart(ctx, p, sub)
 		if err != nil {
-			if len(l.parts) > 1 {
-				err = fmt.Errorf("partition %d: %w", p, err)
-			}
-			return Page{}, fmt.Errorf("list: %w", err)
+			return Page{}, fmt.Errorf("list: %w", l.partErr(p, err))
 		}
 		scanned += n
 		page.Records = append(page.Records, got.Records...)
@@ -243,18 +240,11 @@ func (l *Ledger) Walk(ctx context.Context, q Query, fn func(Listed) bool) error 
 	stopped := false
 	for p := range l.parts {
 		_, _, _, err := l.parts[p].Scan(wctx, jsbackend.Scan{Token: q.Tool, Limit: math.MaxInt}, func(m jsbackend.Msg) bool {
-			if stopped {
+			r, ok := l.selected(m, &q, now)
+			if !ok || stopped {
 				return false
 			}
-			rec, err := decodeRecord(m.Data)
-			if err != nil {
-				return false
-			}
-			key, ok := l.keyOf(m.Key)
-			if !ok || !q.keep(key, rec, now) {
-				return false
-			}
-			if stopped = !fn(Listed{Key: key, Revision: m.Rev, Record: rec, ttl: m.TTL}); stopped {
+			if stopped = !fn(r); stopped {
 				stop()
 			}
 			return true
@@ -263,10 +253,7 @@ func (l *Ledger) Walk(ctx context.Context, q Query, fn func(Listed) bool) error 
 			return nil
 		}
 		if err != nil {
-			if len(l.parts) > 1 {
-				err = fmt.Errorf("partition %d: %w", p, err)
-			}
-			return fmt.Errorf("walk: %w", err)
+			return fmt.Errorf("walk: %w", l.partErr(p, err))
 		}
 	}
 	return nil
@@ -279,22 +266,41 @@ func (l *Ledger) listPart(ctx context.Context, p int, q Query) (Page, int, error
 	now := l.clock()
 	next, read, more, err := l.parts[p].Scan(ctx, jsbackend.Scan{After: q.After, Token: q.Tool, Limit: q.Limit, MaxScan: q.MaxScan},
 		func(m jsbackend.Msg) bool {
-			rec, err := decodeRecord(m.Data)
-			if err != nil {
-				return false // not a record this package wrote
+			r, ok := l.selected(m, &q, now)
+			if ok {
+				page.Records = append(page.Records, r)
 			}
-			key, ok := l.keyOf(m.Key)
-			if !ok || !q.keep(key, rec, now) {
-				return false // not stored under its key's KV key in this layout, or not selected
-			}
-			page.Records = append(page.Records, Listed{Key: key, Revision: m.Rev, Record: rec, ttl: m.TTL})
-			return true
+			return ok
 		})
 	if err != nil {
 		return Page{}, 0, err
 	}
 	page.Next, page.More = next, more
 	return page, read, nil
+}
+
+// selected returns the record of message m as a listing shows it, when q
+// selects it at now; ok is false for a message that is no record this
+// package wrote, one not stored under its key's KV key in this layout, or
+// one q does not select.
+func (l *Ledger) selected(m jsbackend.Msg, q *Query, now time.Time) (Listed, bool) {
+	rec, err := decodeRecord(m.Data)
+	if err != nil {
+		return Listed{}, false
+	}
+	key, ok := l.keyOf(m.Key)
+	if !ok || !q.keep(key, rec, now) {
+		return Listed{}, false
+	}
+	return Listed{Key: key, Revision: m.Rev, Record: rec, ttl: m.TTL}, true
+}
+
+// partErr names partition p in err when the ledger has several.
+func (l *Ledger) partErr(p int, err error) error {
+	if len(l.parts) > 1 {
+		return fmt.Errorf("partition %d: %w", p, err)
+	}
+	return err
 }
 
 // keyOf returns the key a listing shows for a record found under the KV key
