@@ -631,42 +631,36 @@ func TestStagesDirect(t *testing.T) {
 // the effect's invocations keep counting.
 func TestStagesRetryFailure(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name  string
-		cache time.Duration
-	}{{"answer cache", 0}, {"ledger", NoAnswerCache}} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			var calls atomic.Int32
-			pol := effects.DefaultPolicy()
-			pol.OnFailure = intent.OnFailureRetry
-			b := newStages(t, Config{AnswerCache: c.cache}, &effects.Tool{Name: "send", Policy: pol, Effect: counted(&calls, func(n int32) (effects.Outcome, error) {
-				if n == 1 {
-					return effects.Outcome{Invocations: 1}, effects.Permanent(intent.CodeEffectFailed, "422 mailbox full")
-				}
-				return sent(n)
-			})})
-			first := b.send(b.intent("send", `{"to":"a"}`))
-			require.Equal(t, verbAck, first.settlement(t).verb)
-			require.Equal(t, intent.StatusFailed, b.answer(t, first).Status)
+	eachAnswerSource(t, func(t *testing.T, cache time.Duration) {
+		var calls atomic.Int32
+		pol := effects.DefaultPolicy()
+		pol.OnFailure = intent.OnFailureRetry
+		b := newStages(t, Config{AnswerCache: cache}, &effects.Tool{Name: "send", Policy: pol, Effect: counted(&calls, func(n int32) (effects.Outcome, error) {
+			if n == 1 {
+				return effects.Outcome{Invocations: 1}, effects.Permanent(intent.CodeEffectFailed, "422 mailbox full")
+			}
+			return sent(n)
+		})})
+		first := b.send(b.intent("send", `{"to":"a"}`))
+		require.Equal(t, verbAck, first.settlement(t).verb)
+		require.Equal(t, intent.StatusFailed, b.answer(t, first).Status)
 
-			again := b.send(b.intent("send", `{"to":"a"}`))
-			require.Equal(t, verbAck, again.settlement(t).verb)
-			res := b.answer(t, again)
-			require.Equal(t, intent.StatusCompleted, res.Status, "the next call runs again")
-			require.False(t, res.Replayed)
-			require.Equal(t, 2, res.Attempts)
-			require.EqualValues(t, 2, calls.Load())
-			rec := b.record(t, res.Key)
-			require.Equal(t, 2, rec.Attempt)
-			require.Equal(t, again.meta.Sequence.Stream, rec.IntentSeq)
+		again := b.send(b.intent("send", `{"to":"a"}`))
+		require.Equal(t, verbAck, again.settlement(t).verb)
+		res := b.answer(t, again)
+		require.Equal(t, intent.StatusCompleted, res.Status, "the next call runs again")
+		require.False(t, res.Replayed)
+		require.Equal(t, 2, res.Attempts)
+		require.EqualValues(t, 2, calls.Load())
+		rec := b.record(t, res.Key)
+		require.Equal(t, 2, rec.Attempt)
+		require.Equal(t, again.meta.Sequence.Stream, rec.IntentSeq)
 
-			done := b.send(b.intent("send", `{"to":"a"}`))
-			require.Equal(t, verbAck, done.settlement(t).verb)
-			require.True(t, b.answer(t, done).Replayed, "a completion is replayed as ever")
-			require.EqualValues(t, 2, calls.Load())
-		})
-	}
+		done := b.send(b.intent("send", `{"to":"a"}`))
+		require.Equal(t, verbAck, done.settlement(t).verb)
+		require.True(t, b.answer(t, done).Replayed, "a completion is replayed as ever")
+		require.EqualValues(t, 2, calls.Load())
+	})
 }
 
 // A tool with on_complete: reject answers a repeat of a completed operation
@@ -674,48 +668,56 @@ func TestStagesRetryFailure(t *testing.T) {
 // again is answered its own outcome, and a failure is replayed as ever.
 func TestStagesRejectRepeat(t *testing.T) {
 	t.Parallel()
+	eachAnswerSource(t, func(t *testing.T, cache time.Duration) {
+		var calls atomic.Int32
+		pol := effects.DefaultPolicy()
+		pol.OnComplete = intent.OnCompleteReject
+		b := newStages(t, Config{AnswerCache: cache}, &effects.Tool{Name: "send", Policy: pol, Effect: counted(&calls, func(n int32) (effects.Outcome, error) {
+			if n == 2 {
+				return effects.Outcome{Invocations: 1}, effects.Permanent(intent.CodeEffectFailed, "422 mailbox full")
+			}
+			return sent(n)
+		})})
+		first := b.send(b.intent("send", `{"to":"a"}`))
+		require.Equal(t, verbAck, first.settlement(t).verb)
+		ran := b.answer(t, first)
+		require.Equal(t, intent.StatusCompleted, ran.Status)
+
+		repeat := b.send(b.intent("send", `{"to":"a"}`))
+		require.Equal(t, verbAck, repeat.settlement(t).verb)
+		res := b.answer(t, repeat)
+		require.Equal(t, intent.StatusAlreadyDone, res.Status)
+		require.Equal(t, intent.CodeAlreadyDone, res.Error.Code)
+		require.True(t, res.Replayed)
+		require.JSONEq(t, `"sent"`, string(res.Result), "it carries what ran")
+		require.Equal(t, ran.CompletedAt, res.CompletedAt)
+		require.Equal(t, 1, res.Attempts)
+		require.EqualValues(t, 1, calls.Load(), "a rejected repeat never fires")
+
+		own := b.send(first.again())
+		require.Equal(t, verbAck, own.settlement(t).verb)
+		require.Equal(t, intent.StatusCompleted, b.answer(t, own).Status, "the same call's own outcome")
+
+		failing := b.send(b.intent("send", `{"to":"b"}`))
+		require.Equal(t, verbAck, failing.settlement(t).verb)
+		require.Equal(t, intent.StatusFailed, b.answer(t, failing).Status)
+		failedAgain := b.send(b.intent("send", `{"to":"b"}`))
+		require.Equal(t, verbAck, failedAgain.settlement(t).verb)
+		require.Equal(t, intent.StatusFailed, b.answer(t, failedAgain).Status, "a failure is replayed")
+		require.EqualValues(t, 2, calls.Load())
+	})
+}
+
+// eachAnswerSource runs fn as parallel subtests, with the workers' answer
+// cache on and with it off (every answer read from the ledger).
+func eachAnswerSource(t *testing.T, fn func(t *testing.T, cache time.Duration)) {
 	for _, c := range []struct {
 		name  string
 		cache time.Duration
 	}{{"answer cache", 0}, {"ledger", NoAnswerCache}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var calls atomic.Int32
-			pol := effects.DefaultPolicy()
-			pol.OnComplete = intent.OnCompleteReject
-			b := newStages(t, Config{AnswerCache: c.cache}, &effects.Tool{Name: "send", Policy: pol, Effect: counted(&calls, func(n int32) (effects.Outcome, error) {
-				if n == 2 {
-					return effects.Outcome{Invocations: 1}, effects.Permanent(intent.CodeEffectFailed, "422 mailbox full")
-				}
-				return sent(n)
-			})})
-			first := b.send(b.intent("send", `{"to":"a"}`))
-			require.Equal(t, verbAck, first.settlement(t).verb)
-			ran := b.answer(t, first)
-			require.Equal(t, intent.StatusCompleted, ran.Status)
-
-			repeat := b.send(b.intent("send", `{"to":"a"}`))
-			require.Equal(t, verbAck, repeat.settlement(t).verb)
-			res := b.answer(t, repeat)
-			require.Equal(t, intent.StatusAlreadyDone, res.Status)
-			require.Equal(t, intent.CodeAlreadyDone, res.Error.Code)
-			require.True(t, res.Replayed)
-			require.JSONEq(t, `"sent"`, string(res.Result), "it carries what ran")
-			require.Equal(t, ran.CompletedAt, res.CompletedAt)
-			require.Equal(t, 1, res.Attempts)
-			require.EqualValues(t, 1, calls.Load(), "a rejected repeat never fires")
-
-			own := b.send(first.again())
-			require.Equal(t, verbAck, own.settlement(t).verb)
-			require.Equal(t, intent.StatusCompleted, b.answer(t, own).Status, "the same call's own outcome")
-
-			failing := b.send(b.intent("send", `{"to":"b"}`))
-			require.Equal(t, verbAck, failing.settlement(t).verb)
-			require.Equal(t, intent.StatusFailed, b.answer(t, failing).Status)
-			failedAgain := b.send(b.intent("send", `{"to":"b"}`))
-			require.Equal(t, verbAck, failedAgain.settlement(t).verb)
-			require.Equal(t, intent.StatusFailed, b.answer(t, failedAgain).Status, "a failure is replayed")
-			require.EqualValues(t, 2, calls.Load())
+			fn(t, c.cache)
 		})
 	}
 }
