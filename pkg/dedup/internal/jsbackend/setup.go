@@ -86,7 +86,7 @@ func Create(ctx context.Context, js jetstream.JetStream, s Settings) (jetstream.
 		ctx, cancel = context.WithTimeout(ctx, js.Options().DefaultTimeout)
 		defer cancel()
 	}
-	info, err := js.AccountInfo(ctx)
+	info, err := accountInfo(ctx, js)
 	if err != nil {
 		return nil, fmt.Errorf("ensure bucket %s: account info: %w", s.Name, err)
 	}
@@ -115,6 +115,20 @@ func Create(ctx context.Context, js jetstream.JetStream, s Settings) (jetstream.
 		return nil, fmt.Errorf("ensure bucket %s: bind: %w", s.Name, err)
 	}
 	return kv, nil
+}
+
+// accountInfo asks for the account's JetStream information, again after an
+// unanswered request (a server whose meta leader is still being elected
+// may drop it), each request bounded by maxLeaderPoll×4, until ctx ends.
+func accountInfo(ctx context.Context, js jetstream.JetStream) (*jetstream.AccountInfo, error) {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 4*maxLeaderPoll)
+		info, err := js.AccountInfo(rctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return info, err
+		}
+	}
 }
 
 // Create asks again whether the new stream has a leader after
