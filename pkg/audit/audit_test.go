@@ -60,9 +60,15 @@ func TestEventCanonicalIsRFC8785(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			e.Sig, e.Signer = pick(), pick()
 		}
+		var packed []byte
 		for range rng.IntN(3) {
-			e.Proof = append(e.Proof, pick())
+			var sib [32]byte
+			for j := range sib {
+				sib[j] = byte(rng.IntN(256))
+			}
+			packed = append(append(packed, "LR"[rng.IntN(2)]), sib[:]...)
 		}
+		e.Proof = unpack(packed)
 		got := e.Canonical()
 		want, err := intent.Canonicalize(got)
 		require.NoErrorf(t, err, "event %d: %s", i, got)
@@ -72,7 +78,11 @@ func TestEventCanonicalIsRFC8785(t *testing.T) {
 		bare := e
 		bare.Sig, bare.Proof = "", nil
 		unsigned, m := bare.appendCanonicalMarked(nil, false)
-		require.Equalf(t, string(got), string(withSignature(unsigned, m, e.Proof, e.Sig)), "event %d", i)
+		signed := appendWithSignature(nil, unsigned, m, packed, e.Sig)
+		require.Equalf(t, string(got), string(signed), "event %d", i)
+		if e.Sig == "" || string(appendString(nil, e.Sig)) == `"`+e.Sig+`"` {
+			require.Equalf(t, len(signed), signedSize(len(unsigned), len(packed)/stepSize, e.Sig), "event %d: its size", i)
+		}
 		var back Event
 		require.NoError(t, json.Unmarshal(got, &back))
 		require.Equal(t, e.Key == "", back.Key == "")
@@ -416,6 +426,7 @@ func TestSignBatch(t *testing.T) {
 			ev, err := VerifyEvent(raw, keys)
 			require.NoError(t, err, "n=%d i=%d", n, i)
 			require.Equal(t, fmt.Sprintf("t.k%d", i), ev.Key)
+			require.Equal(t, string(ev.Canonical()), string(raw))
 			sigs = append(sigs, ev.Sig)
 			if n == 1 {
 				require.NotContains(t, string(raw), `"proof"`)

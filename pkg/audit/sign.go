@@ -45,32 +45,31 @@ func nodeHash(left, right [32]byte) [32]byte {
 	return sha256.Sum256(buf[:])
 }
 
-// merkle returns the root over leaves and each leaf's proof. At each level
-// adjacent nodes pair up; an odd last node goes up as it is.
-func merkle(leaves [][32]byte) (root [32]byte, proofs [][]string) {
-	proofs = make([][]string, len(leaves))
-	pos := make([]int, len(leaves)) // each leaf's node at the current level
+// stepSize is the size of a packed proof step: the sibling's side ('L' or
+// 'R') and its hash.
+const stepSize = 33
+
+// merkle returns the root over leaves and each leaf's proof, packed
+// (stepSize bytes a step). At each level adjacent nodes pair up; an odd
+// last node goes up as it is.
+func merkle(leaves [][32]byte) (root [32]byte, proofs [][]byte) {
+	proofs = make([][]byte, len(leaves))
+	depth := bits.Len(uint(len(leaves) - 1))
+	packed := make([]byte, len(leaves)*depth*stepSize) // every proof's, one after the other
+	pos := make([]int, len(leaves))                    // each leaf's node at the current level
 	for i := range pos {
 		pos[i] = i
+		proofs[i] = packed[i*depth*stepSize : i*depth*stepSize : (i+1)*depth*stepSize]
 	}
 	level := leaves
-	steps := make([]string, len(leaves)) // each node's step at the current level, made once for the leaves below its sibling
 	for len(level) > 1 {
-		clear(steps[:len(level)])
 		for i, p := range pos {
-			sib := p ^ 1
-			if sib < len(level) {
-				if steps[sib] == "" {
-					side := "R"
-					if p%2 == 1 {
-						side = "L"
-					}
-					steps[sib] = side + hex.EncodeToString(level[sib][:])
+			if sib := p ^ 1; sib < len(level) {
+				side := byte('R')
+				if p%2 == 1 {
+					side = 'L'
 				}
-				if proofs[i] == nil {
-					proofs[i] = make([]string, 0, bits.Len(uint(len(leaves)-1)))
-				}
-				proofs[i] = append(proofs[i], steps[sib])
+				proofs[i] = append(append(proofs[i], side), level[sib][:]...)
 			}
 			pos[i] = p / 2
 		}
@@ -85,6 +84,29 @@ func merkle(leaves [][32]byte) (root [32]byte, proofs [][]string) {
 		level = next
 	}
 	return level[0], proofs
+}
+
+// appendSteps appends a packed proof's steps as JSON strings ("L<hex>",
+// "R<hex>"), comma-separated.
+func appendSteps(b, packed []byte) []byte {
+	for i := 0; i+stepSize <= len(packed); i += stepSize {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"', packed[i])
+		b = hex.AppendEncode(b, packed[i+1:i+stepSize])
+		b = append(b, '"')
+	}
+	return b
+}
+
+// unpack returns a packed proof's steps as strings.
+func unpack(packed []byte) []string {
+	var steps []string
+	for i := 0; i+stepSize <= len(packed); i += stepSize {
+		steps = append(steps, string(packed[i])+hex.EncodeToString(packed[i+1:i+stepSize]))
+	}
+	return steps
 }
 
 // fold computes the root from a leaf and its proof.
@@ -122,54 +144,74 @@ func (s *Signer) Sign(e Event) json.RawMessage {
 // each returned event carries the signature and its proof, and verifies
 // alone.
 func (s *Signer) SignBatch(events []Event) []json.RawMessage {
+	ptrs := make([]*Event, len(events))
+	for i := range events {
+		ptrs[i] = &events[i]
+	}
+	out, _ := s.signBatch(ptrs)
+	return out
+}
+
+// signBatch is SignBatch over the events pointed to (it sets their
+// signer), and what it added to each.
+func (s *Signer) signBatch(events []*Event) ([]json.RawMessage, []Signature) {
 	leaves := make([][32]byte, len(events))
 	marks := make([]sigMarks, len(events))
 	spans := make([][2]int, len(events))
 	// One buffer for the events' encodings without signature, each after
 	// the leaf's 0x00, hashed as it is.
 	n := 0
-	for i := range events {
-		events[i].Signer, events[i].Sig, events[i].Proof = s.id, "", nil
-		n += events[i].sizeHint() + 1
+	for _, e := range events {
+		e.Signer, e.Sig, e.Proof = s.id, "", nil
+		n += e.sizeHint() + 1
 	}
 	buf := make([]byte, 0, n)
-	for i := range events {
+	for i, e := range events {
 		buf = append(buf, 0)
 		start := len(buf)
 		var m sigMarks
-		buf, m = events[i].appendCanonicalMarked(buf, false)
+		buf, m = e.appendCanonicalMarked(buf, false)
 		spans[i], marks[i] = [2]int{start, len(buf)}, sigMarks{proof: m.proof - start, sig: m.sig - start}
 		leaves[i] = sha256.Sum256(buf[start-1:])
 	}
 	root, proofs := merkle(leaves)
 	sig := s.sign(root[:])
-	out := make([]json.RawMessage, len(events))
+	// One buffer for the signed events too, each capped at its end.
+	size := 0
 	for i := range events {
-		events[i].Sig, events[i].Proof = sig, proofs[i]
-		out[i] = withSignature(buf[spans[i][0]:spans[i][1]], marks[i], proofs[i], sig)
+		size += signedSize(spans[i][1]-spans[i][0], len(proofs[i])/stepSize, sig)
 	}
-	return out
+	signed := make([]byte, 0, size)
+	out := make([]json.RawMessage, len(events))
+	sigs := make([]Signature, len(events))
+	for i := range events {
+		start := len(signed)
+		signed = appendWithSignature(signed, buf[spans[i][0]:spans[i][1]], marks[i], proofs[i], sig)
+		out[i] = signed[start:len(signed):len(signed)]
+		sigs[i] = Signature{Signer: s.id, Sig: sig, Proof: proofs[i]}
+	}
+	return out, sigs
 }
 
-// withSignature returns the canonical JSON of a signed event from its
-// canonical JSON without "sig" and "proof" (and where they go, m): the
-// same members with those two inserted in their places.
-func withSignature(unsigned []byte, m sigMarks, proof []string, sig string) []byte {
-	n := len(unsigned) + 10 + len(sig)
-	for _, step := range proof {
-		n += len(step) + 3
+// signedSize is the length of an event's canonical JSON of n bytes without
+// "sig" and "proof", with sig and a proof of steps steps.
+func signedSize(n, steps int, sig string) int {
+	if sig != "" {
+		n += len(`,"sig":""`) + len(sig)
 	}
-	b := make([]byte, 0, n+12)
+	if steps > 0 {
+		n += len(`,"proof":[]`) + steps*(2*stepSize+2) - 1 // each step quoted, a comma between two
+	}
+	return n
+}
+
+// appendWithSignature appends the canonical JSON of a signed event, from
+// its canonical JSON without "sig" and "proof" (and where they go, m): the
+// same members with those two inserted in their places.
+func appendWithSignature(b, unsigned []byte, m sigMarks, proof []byte, sig string) []byte {
 	b = append(b, unsigned[:m.proof]...)
 	if len(proof) > 0 {
-		b = append(b, `,"proof":[`...)
-		for i, step := range proof {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, step)
-		}
-		b = append(b, ']')
+		b = append(appendSteps(append(b, `,"proof":[`...), proof), ']')
 	}
 	b = append(b, unsigned[m.proof:m.sig]...)
 	if sig != "" {
@@ -205,6 +247,7 @@ type BatchSigner struct {
 type signing struct {
 	ev  Event
 	out json.RawMessage
+	sig Signature
 	// done is sent on when out is set, or when the caller is to sign next
 	// (out still nil).
 	done chan struct{}
@@ -223,6 +266,12 @@ func (b *BatchSigner) Signer() *Signer { return b.s }
 // Sign returns e signed, with the events of the callers signing at the
 // same time (see SignBatch).
 func (b *BatchSigner) Sign(e Event) json.RawMessage {
+	out, _ := b.SignSealed(e)
+	return out
+}
+
+// SignSealed is Sign, and the signature it added to e.
+func (b *BatchSigner) SignSealed(e Event) (json.RawMessage, Signature) {
 	me := signings.Get().(*signing)
 	me.ev = e
 	defer func() {
@@ -235,7 +284,7 @@ func (b *BatchSigner) Sign(e Event) json.RawMessage {
 		b.mu.Unlock()
 		<-me.done
 		if me.out != nil {
-			return me.out
+			return me.out, me.sig
 		}
 		b.mu.Lock() // handed the signing
 	}
@@ -249,12 +298,13 @@ func (b *BatchSigner) Sign(e Event) json.RawMessage {
 	b.queue = nil
 	b.mu.Unlock()
 
-	events := make([]Event, len(batch))
+	events := make([]*Event, len(batch))
 	for i, p := range batch {
-		events[i] = p.ev
+		events[i] = &p.ev
 	}
-	for i, out := range b.s.SignBatch(events) {
-		batch[i].out = out
+	out, sigs := b.s.signBatch(events)
+	for i, p := range batch {
+		p.out, p.sig = out[i], sigs[i]
 	}
 	b.events.Add(uint64(len(events)))
 	b.signatures.Add(1)
@@ -272,7 +322,7 @@ func (b *BatchSigner) Sign(e Event) json.RawMessage {
 			p.done <- struct{}{}
 		}
 	}
-	return me.out
+	return me.out, me.sig
 }
 
 // Stats returns how many events the batch signer signed, and with how
