@@ -97,19 +97,14 @@ func captureReceipt(ctx context.Context) (context.Context, *receiptCapture) {
 	return context.WithValue(ctx, receiptCaptureKey{}, c), c
 }
 
-// receipt is the ledger's dedup.ReceiptFunc: the signed outcome event of a
-// record about to be written final.
-func (a *auditor) receipt(ctx context.Context, key string, rec dedup.Record) json.RawMessage {
-	ev := audit.Outcome(key, rec.Tool, rec.Session, rec.Fingerprint, rec.Status, rec.Result, rec.Error, rec.Attempts, rec.IntentSeq, rec.CompletedAt)
-	ev.Holder, ev.Attempt = a.holder, rec.Attempt
-	if d := rec.Decision; d != nil && d.At.Equal(rec.CompletedAt) && d.Op != intent.ControlApprove {
-		ev.Op, ev.By, ev.Reason = d.Op, d.By, d.Reason // an operator's decision made this outcome
-	}
-	signed := a.signer.Sign(ev)
+// receipt is the ledger's dedup.ReceiptFunc: ev, the outcome event of a
+// record about to be written final, signed.
+func (a *auditor) receipt(ctx context.Context, ev audit.Event) (json.RawMessage, audit.Signature) {
+	signed, sig := a.signer.SignSealed(ev)
 	if c, ok := ctx.Value(receiptCaptureKey{}).(*receiptCapture); ok {
 		c.raw = signed
 	}
-	return signed
+	return signed, sig
 }
 
 // claimed records a claim the worker won: a takeover (confirmed: after the

@@ -93,7 +93,7 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 		if auditor, err = newAuditor(ctx, res, cfg, log); err != nil {
 			return nil, fmt.Errorf("worker: audit: %w", err)
 		}
-		lopts = append(lopts, dedup.WithReceipts(auditor.receipt))
+		lopts = append(lopts, dedup.WithReceipts(auditor.holder, auditor.receipt))
 	}
 	if cfg.LedgerBatch != NoLedgerBatch {
 		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch, InFlight: cfg.LedgerBatchInFlight}))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemgate/idemgate/pkg/audit"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,20 +30,32 @@ type Ledger struct {
 	policy   policy              // what the rules consult
 	now      func() time.Time
 	receipts ReceiptFunc // set by WithReceipts
+	writer   string      // the holder WithReceipts names as the receipts' writer
 }
 
-// ReceiptFunc returns the receipt of a record about to be written with a
-// final outcome (see WithReceipts): a JSON object, stored as it is; rec is
-// the record as it will be stored, its CompletedAt the outcome's time; ctx
-// is the writing call's. It must be quick, and safe for concurrent use.
-type ReceiptFunc func(ctx context.Context, key string, rec Record) json.RawMessage
+// ReceiptFunc signs the outcome event of a record about to be written with
+// a final outcome (see WithReceipts; Record.OutcomeEvent): it returns the
+// signed event, and the signature it added. ctx is the writing call's. It
+// must be quick, and safe for concurrent use.
+type ReceiptFunc func(ctx context.Context, ev audit.Event) (json.RawMessage, audit.Signature)
 
-// seal sets r's receipt for a write of r: the ReceiptFunc's when r is
-// final, none otherwise.
+// seal sets r's receipt for a write of r under key: the ReceiptFunc's when r
+// is final, none otherwise. The record stores it as its Signature, which
+// with the record's own members gives the receipt back; whole when they
+// cannot (a writer without a name, over a record naming a holder).
 func (l *Ledger) seal(ctx context.Context, key string, r *Record) {
-	r.Receipt = nil
-	if l.receipts != nil && r.Status.Final() {
-		r.Receipt = l.receipts(ctx, key, *r)
+	r.Receipt, r.Signature = nil, nil
+	if l.receipts == nil || !r.Status.Final() {
+		return
+	}
+	raw, sig := l.receipts(ctx, r.OutcomeEvent(key, l.writer))
+	r.Receipt = raw
+	if len(raw) == 0 || sig.Sig == "" || (l.writer == "" && r.Holder != "") {
+		return
+	}
+	r.Signature = &Signature{Key: key, Signer: sig.Signer, Sig: sig.Sig, Proof: audit.CompactProof(sig.Proof)}
+	if l.writer != r.Holder {
+		r.Signature.Holder = l.writer
 	}
 }
 

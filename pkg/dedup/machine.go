@@ -131,7 +131,7 @@ func (p policy) claim(cur Record, rev uint64, req ClaimRequest, now time.Time) c
 // and a tool behind the gate asks again before it fires again.
 func retried(cur Record, req ClaimRequest, now time.Time) Record {
 	next := nextAttempt(cur, req, now)
-	next.Result, next.Error, next.Receipt, next.Decision = nil, nil, nil, nil
+	next.Result, next.Error, next.Receipt, next.Signature, next.Decision = nil, nil, nil, nil, nil
 	next.CompletedAt = time.Time{}
 	return next
 }

@@ -79,7 +79,7 @@ func newLedger(js jetstream.JetStream, kvs []jetstream.KeyValue, layout int, ret
 		forgotten = o.forgetRetention
 	}
 	l := &Ledger{js: js, layout: layout, policy: policy{confirmTakeover: o.confirmTakeover, retention: retention, forgotten: forgotten},
-		now: time.Now, receipts: o.receipts}
+		now: time.Now, receipts: o.receipts, writer: o.writer}
 	if o.now != nil {
 		l.now = o.now
 	}
@@ -105,6 +105,7 @@ type options struct {
 	batch           *BatchConfig // with its defaults, valid
 	confirmTakeover bool
 	receipts        ReceiptFunc
+	writer          string
 	now             func() time.Time
 	forgetRetention time.Duration
 }
@@ -161,15 +162,17 @@ func WithConfirmedTakeover() Option {
 }
 
 // WithReceipts makes every write of a final outcome — Lease.Complete,
-// Lease.Fail, Deny, Resolve — store receipt's return in the record's
-// Receipt, so that every answer from the record carries it. A nil receipt
-// gives an error matching ErrInvalid. Default: no receipts.
-func WithReceipts(receipt ReceiptFunc) Option {
+// Lease.Fail, Deny, Resolve — sign the record's outcome event
+// (Record.OutcomeEvent, its holder writer: the writing claimant) with sign
+// and keep the signature in the record, so that every answer from the
+// record carries the receipt (Record.Receipt). A nil sign gives an error
+// matching ErrInvalid. Default: no receipts.
+func WithReceipts(writer string, sign ReceiptFunc) Option {
 	return func(o *options) error {
-		if receipt == nil {
+		if sign == nil {
 			return fmt.Errorf("%w: receipts: the function is nil: pass one, or leave the option out", ErrInvalid)
 		}
-		o.receipts = receipt
+		o.receipts, o.writer = sign, writer
 		return nil
 	}
 }

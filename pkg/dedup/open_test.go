@@ -31,7 +31,7 @@ func TestOpenRefusesBadOptionsAtOnce(t *testing.T) {
 	}{
 		"BatchTooLarge":   {opts: []dedup.Option{dedup.WithBatching(dedup.BatchConfig{Max: dedup.MaxBatch + 1})}, says: "batch max 1001"},
 		"TooManyInFlight": {opts: []dedup.Option{dedup.WithBatching(dedup.BatchConfig{InFlight: dedup.MaxBatchInFlight + 1})}, says: "batches in flight 9"},
-		"NoReceiptFunc":   {opts: []dedup.Option{dedup.WithReceipts(nil)}, says: "receipts"},
+		"NoReceiptFunc":   {opts: []dedup.Option{dedup.WithReceipts("w1", nil)}, says: "receipts"},
 		"NoClock":         {opts: []dedup.Option{dedup.WithClock(nil)}, says: "clock"},
 		"BadBucketName":   {cfg: dedup.BucketConfig{Bucket: "a.b"}, says: `bucket name "a.b"`},
 		"BadPartitions":   {cfg: dedup.BucketConfig{Partitions: 3}, says: "partitions 3"},

@@ -3,6 +3,7 @@ package dedup
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/idemgate/idemgate/pkg/audit"
 	"time"
 
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -63,9 +64,15 @@ type Record struct {
 	// Receipt is the signed audit event of a final record's outcome
 	// (completed, failed, denied), made by WithReceipts' function when the
 	// outcome was written; every answer from the record carries it (see
-	// pkg/audit). Empty on other records, and when the ledger signs none.
-	// It is stored as it is: a JSON object, checked only to be one.
+	// pkg/audit). Empty on other records, when the ledger signs none, and
+	// in a record read back that stores its Signature instead (see
+	// SignedReceipt). Stored, when it is, as it is: a JSON object, checked
+	// only to be one.
 	Receipt json.RawMessage `json:"receipt,omitempty"`
+	// Signature is what the record keeps of its receipt: the signature of
+	// its outcome event (OutcomeEvent), which the record's members give
+	// back.
+	Signature *Signature `json:"signature,omitempty"`
 	// RetentionSeconds is how long the record is kept once final, in
 	// seconds: its tool's retention (ClaimRequest.Retention); 0 for the
 	// ledger's (BucketConfig.TTL). An unresolved record never expires.
@@ -207,7 +214,54 @@ func (r Record) receiptOf() json.RawMessage {
 	if !r.Status.Final() {
 		return nil
 	}
-	return r.Receipt
+	return r.SignedReceipt()
+}
+
+// Signature is the signature of a final record's outcome event, which with
+// the record's members gives its receipt: the members of the event the
+// record cannot give, and what signing added (audit.Signature).
+type Signature struct {
+	// Key is the key the outcome was written under (the operation's, or
+	// the compact ledger key an operator named).
+	Key string `json:"key"`
+	// Holder is the claimant that wrote the outcome, when it is not the
+	// record's holder.
+	Holder string `json:"holder,omitempty"`
+	Signer string `json:"signer"`
+	Sig    string `json:"sig"`
+	// Proof is the event's Merkle proof (audit.CompactProof).
+	Proof string `json:"proof,omitempty"`
+}
+
+// OutcomeEvent is the outcome event of r written under key by writer,
+// unsigned: what r's receipt signs. An operator's decision that made the
+// outcome (recorded at its completion time; not an approval) is in it.
+func (r Record) OutcomeEvent(key, writer string) audit.Event {
+	ev := audit.Outcome(key, r.Tool, r.Session, r.Fingerprint, r.Status, r.Result, r.Error, r.Attempts, r.IntentSeq, r.CompletedAt)
+	ev.Holder, ev.Attempt = writer, r.Attempt
+	if d := r.Decision; d != nil && d.At.Equal(r.CompletedAt) && d.Op != intent.ControlApprove {
+		ev.Op, ev.By, ev.Reason = d.Op, d.By, d.Reason
+	}
+	return ev
+}
+
+// SignedReceipt is r's receipt: Receipt, or the one r's Signature and
+// members give; nil when r has neither (or a malformed Signature, which
+// no receipt can come from).
+func (r Record) SignedReceipt() json.RawMessage {
+	s := r.Signature
+	if len(r.Receipt) > 0 || s == nil {
+		return r.Receipt
+	}
+	proof, err := audit.ParseCompactProof(s.Proof)
+	if err != nil {
+		return nil
+	}
+	writer := r.Holder
+	if s.Holder != "" {
+		writer = s.Holder
+	}
+	return r.OutcomeEvent(s.Key, writer).Signed(audit.Signature{Signer: s.Signer, Sig: s.Sig, Proof: proof})
 }
 
 // decodeRecord decodes a ledger record as stored in the bucket (a KV

@@ -11,7 +11,13 @@ import (
 // Record's json tags (what encoding/json writes), without reflection, raw
 // JSON (the result, a kept intent) copied as it is once checked.
 func (r Record) marshal() ([]byte, error) {
-	b, err := r.appendJSON(make([]byte, 0, 512+len(r.Result)+len(r.Intent)+len(r.Receipt)))
+	size := 512 + len(r.Result) + len(r.Intent)
+	if s := r.Signature; s != nil {
+		size += len(s.Key) + len(s.Holder) + len(s.Signer) + len(s.Sig) + len(s.Proof)
+	} else {
+		size += len(r.Receipt)
+	}
+	b, err := r.appendJSON(make([]byte, 0, size))
 	if err != nil {
 		return nil, fmt.Errorf("encode record: %w", err)
 	}
@@ -103,7 +109,18 @@ func (r Record) appendJSON(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if len(r.Receipt) > 0 {
+	if s := r.Signature; s != nil {
+		b = intent.AppendJSONString(member(append(member(b, "signature"), '{'), "key"), s.Key)
+		if s.Holder != "" {
+			b = intent.AppendJSONString(member(b, "holder"), s.Holder)
+		}
+		b = intent.AppendJSONString(member(b, "signer"), s.Signer)
+		b = intent.AppendJSONString(member(b, "sig"), s.Sig)
+		if s.Proof != "" {
+			b = intent.AppendJSONString(member(b, "proof"), s.Proof)
+		}
+		b = append(b, '}')
+	} else if len(r.Receipt) > 0 {
 		if b, err = intent.AppendJSONSigned(member(b, "receipt"), r.Receipt); err != nil {
 			return nil, fmt.Errorf("receipt: %w", err)
 		}

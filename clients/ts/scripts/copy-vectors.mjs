@@ -1,6 +1,7 @@
-// Copies the protocol's test vectors (pkg/intent/testdata of the repository)
-// and the receipt vectors (pkg/audit/testdata) into dist/testdata, so that
-// the built package's tests read only the package's own files.
+// Copies the protocol's test vectors (pkg/intent/testdata of the repository),
+// the receipt vectors (pkg/audit/testdata) and the package's ledger record
+// vectors (src/test/testdata) into dist/testdata, so that the built
+// package's tests read only the package's own files.
 // src/test/vectors.test.ts and audit.test.ts check the copies are still
 // byte-identical to the repository's.
 import { copyFileSync, existsSync, mkdirSync } from "node:fs";
@@ -10,6 +11,7 @@ const files = [
   ["../../../pkg/intent/testdata/", "vectors.json"],
   ["../../../pkg/intent/testdata/", "invalid.json"],
   ["../../../pkg/audit/testdata/", "receipts.json"],
+  ["../src/test/testdata/", "records.json"],
 ];
 
 mkdirSync(to, { recursive: true });

@@ -113,6 +113,8 @@ export interface LedgerRecord {
   status: Status;
   /** The tool. */
   tool?: string;
+  /** The session (tenant scope) of the intent that claimed the key. */
+  session?: string;
   /** Fingerprint of the intent that claimed the key. */
   fingerprint: string;
   /** The worker holding (or last holding) the claim. */
@@ -135,10 +137,45 @@ export interface LedgerRecord {
   created_at: string;
   /** RFC 3339 time of the last change. */
   updated_at: string;
+  /** The latest operator decision on the key. */
+  decision?: RecordDecision;
   /** RFC 3339 time of the terminal outcome. */
   completed_at?: string;
-  /** The signed event of a final outcome, which every answer from the record carries. */
+  /** The signed event of a final outcome, whole, as older records keep it; `recordReceipt` gives every record's. */
   receipt?: JsonObject;
+  /** What newer records keep of that signed event instead: its signature, which with the record's members gives it back. */
+  signature?: RecordSignature;
+}
+
+/** An operator's decision, as a ledger record keeps the latest. */
+export interface RecordDecision {
+  /** approve, deny or resolve (forget, in a forgotten record). */
+  op: string;
+  /** The operator, as given. */
+  by?: string;
+  /** The operator's reason, as given. */
+  reason?: string;
+  /** RFC 3339 time the decision was recorded. */
+  at: string;
+  /** RFC 3339 time an approval lapses if the firing has not started. */
+  until?: string;
+}
+
+/**
+ * The signature of a final record's outcome event: the event's members the
+ * record cannot give, and what signing added.
+ */
+export interface RecordSignature {
+  /** The key the outcome was written under (the operation's, or its compact ledger key). */
+  key: string;
+  /** The worker that wrote the outcome, when it is not the record's holder. */
+  holder?: string;
+  /** The signing key's id. */
+  signer: string;
+  /** The signature, base64url without padding. */
+  sig: string;
+  /** The Merkle proof, base64url without padding: per step its side (`L` or `R`) and the sibling's 32 bytes. */
+  proof?: string;
 }
 
 /**

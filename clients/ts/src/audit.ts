@@ -8,7 +8,8 @@
  * Ed25519. {@link verifyReceipt} also checks that the receipt records the
  * answer it came with: the same key (or its compact ledger key),
  * fingerprint, status and attempts, and the digests of its result and
- * error.
+ * error. A ledger record keeps its receipt as the signature alone;
+ * {@link recordReceipt} gives the receipt back.
  *
  * @example
  * ```ts
@@ -22,7 +23,7 @@
 
 import { createHash, createPublicKey, verify, type KeyObject } from "node:crypto";
 
-import type { Result } from "./answer.js";
+import type { LedgerRecord, Result } from "./answer.js";
 import { canonical } from "./derive.js";
 import { IdemError } from "./errors.js";
 import type { JsonObject, JsonValue } from "./json.js";
@@ -201,6 +202,97 @@ export function resultDigest(result: JsonValue): string {
  */
 export function errorDigest(error: { code?: string; message?: string }): string {
   return sha256(Buffer.from(canonical({ code: error.code ?? "", message: error.message ?? "" }), "utf8")).toString("hex");
+}
+
+/** An instant as Go writes it in events: RFC 3339 in UTC, with the nanoseconds that are not trailing zeros. */
+function rfc3339(ns: bigint): string {
+  let sec = ns / 1_000_000_000n;
+  let frac = ns % 1_000_000_000n;
+  if (frac < 0n) {
+    frac += 1_000_000_000n;
+    sec -= 1n;
+  }
+  const digits = frac === 0n ? "" : `.${frac.toString().padStart(9, "0").replace(/0+$/, "")}`;
+  return `${new Date(Number(sec) * 1000).toISOString().slice(0, 19)}${digits}Z`;
+}
+
+/** The steps of a compact Merkle proof (33 bytes a step: `L` or `R`, then the sibling), or undefined for a malformed one. */
+function parseCompactProof(text: string): string[] | undefined {
+  const b64 = text.replace(/[\r\n]/g, ""); // which Go's decoder skips
+  if (!/^[A-Za-z0-9_-]*$/.test(b64) || b64.length % 44 !== 0) {
+    return undefined; // 44 characters encode 33 bytes
+  }
+  const raw = Buffer.from(b64, "base64url");
+  const steps: string[] = [];
+  for (let i = 0; i < raw.length; i += 33) {
+    const side = raw[i];
+    if (side !== 0x4c && side !== 0x52) {
+      return undefined;
+    }
+    steps.push(String.fromCharCode(side) + raw.subarray(i + 1, i + 33).toString("hex"));
+  }
+  return steps;
+}
+
+/**
+ * The receipt of a ledger record: its `receipt` when it keeps one whole,
+ * else the signed outcome event its `signature` and members give back, for
+ * a completed, failed or denied record.
+ *
+ * @param rec - a ledger record
+ * @returns the receipt, or undefined when the record has none (or a malformed signature)
+ */
+export function recordReceipt(rec: LedgerRecord): JsonObject | undefined {
+  if (rec.receipt !== undefined && rec.receipt !== null) {
+    return rec.receipt;
+  }
+  const s = rec.signature;
+  if (typeof s !== "object" || s === null || typeof s.sig !== "string" || !["completed", "failed", "denied"].includes(rec.status)) {
+    return undefined;
+  }
+  try {
+    const proof = parseCompactProof(s.proof ?? "");
+    if (proof === undefined) {
+      return undefined;
+    }
+    const done = rec.completed_at !== undefined ? nanos(rec.completed_at) : undefined;
+    const ev: JsonObject = { v: 1, kind: "outcome" };
+    const put = (name: string, v: JsonValue | undefined): void => {
+      if (v !== undefined && v !== null && v !== "" && v !== 0 && !(Array.isArray(v) && v.length === 0)) {
+        ev[name] = v;
+      }
+    };
+    put("key", s.key);
+    put("tool", rec.tool);
+    put("session", rec.session);
+    put("fingerprint", rec.fingerprint);
+    put("status", rec.status);
+    put("attempts", rec.attempts);
+    put("attempt", rec.attempt);
+    put("intent_seq", rec.intent_seq);
+    put("holder", s.holder || rec.holder);
+    put("at", rfc3339(done ?? 0n)); // Go's zero time is written as the epoch
+    if (rec.result !== undefined) {
+      put("result_digest", resultDigest(rec.result));
+    }
+    if (rec.error !== undefined && rec.error !== null) {
+      put("error_code", rec.error.code);
+      put("error_digest", errorDigest(rec.error));
+    }
+    const d = rec.decision;
+    // A decision made the outcome when it was recorded with it; an approval never does.
+    if (d !== undefined && d !== null && done !== undefined && d.op !== "approve" && nanos(d.at) === done) {
+      put("op", d.op);
+      put("by", d.by);
+      put("reason", d.reason);
+    }
+    put("signer", s.signer);
+    put("sig", s.sig);
+    put("proof", proof);
+    return ev;
+  } catch {
+    return undefined; // a time that is not RFC 3339, or a member of another type
+  }
 }
 
 /**

@@ -21,7 +21,7 @@ import {
 import { randomBytes } from "node:crypto";
 
 import { decodeRecord, isAnswered, isFinal, type LedgerRecord, type Result } from "./answer.js";
-import { BadReceiptError, ReceiptError, receipted, verifyReceipt, type KeySet } from "./audit.js";
+import { BadReceiptError, ReceiptError, receipted, recordReceipt, verifyReceipt, type KeySet } from "./audit.js";
 import { encodeDecision, type Decision, type DecisionOp } from "./decide.js";
 import { deriveKey, type KeySpec } from "./derive.js";
 import { checkEnvelope, encodeEnvelope, type Envelope } from "./envelope.js";
@@ -1231,7 +1231,8 @@ export class Submission {
    * fingerprints differ (its `fingerprint` this submission's, its
    * `record_fingerprint` the record's; not a replay: it is about this call),
    * else the record's outcome, `replayed` unless one of this submission's own
-   * publishes claimed the record. Only final answers carry `completed_at`.
+   * publishes claimed the record. Only final answers carry `completed_at`
+   * and the record's receipt (see {@link recordReceipt}).
    *
    * @param rec - an answered record of this key
    * @returns the answer
@@ -1257,6 +1258,7 @@ export class Submission {
     }
     const final = isFinal(rec.status);
     const at = rec.completed_at ?? rec.updated_at;
+    const receipt = final ? recordReceipt(rec) : undefined;
     const replayed = rec.intent_seq === undefined || !this.#own.has(rec.intent_seq);
     if (this.#opts.rejectRepeat && replayed && rec.status === "completed") {
       return {
@@ -1273,7 +1275,7 @@ export class Submission {
         },
         ...callID,
         ...(at !== undefined ? { completed_at: at } : {}),
-        ...(rec.receipt !== undefined ? { receipt: rec.receipt } : {}),
+        ...(receipt !== undefined ? { receipt } : {}),
       };
     }
     return {
@@ -1287,7 +1289,7 @@ export class Submission {
       ...(rec.error !== undefined ? { error: rec.error } : {}),
       ...callID,
       ...(final && at !== undefined ? { completed_at: at } : {}),
-      ...(final && rec.receipt !== undefined ? { receipt: rec.receipt } : {}),
+      ...(receipt !== undefined ? { receipt } : {}),
     };
   }
 }

@@ -7,9 +7,9 @@
  */
 
 export { ALREADY_DONE, ANSWERED_STATUSES, FINAL_STATUSES, isAlreadyDone, isAnswered, isFinal } from "./answer.js";
-export { BadReceiptError, errorDigest, KeySet, ReceiptError, receipted, resultDigest, verifyEvent, verifyReceipt } from "./audit.js";
+export { BadReceiptError, errorDigest, KeySet, ReceiptError, receipted, recordReceipt, resultDigest, verifyEvent, verifyReceipt } from "./audit.js";
 export type { PublicKeyInfo, ReceiptErrorKind } from "./audit.js";
-export type { ErrorInfo, LedgerRecord, Result, Status } from "./answer.js";
+export type { ErrorInfo, LedgerRecord, RecordDecision, RecordSignature, Result, Status } from "./answer.js";
 export {
   DEFAULT_CATALOG_TIMEOUT_MS,
   DEFAULT_PREFIX,
