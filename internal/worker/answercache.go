@@ -80,7 +80,13 @@ func (c *answerCache) put(key string, rec dedup.Record) {
 	if c == nil || !cacheable(rec.Status) {
 		return
 	}
-	size := len(key) + len(rec.Result) + len(rec.Intent) + 512 // the record's other fields, the entry, the map
+	if rec.Signature != nil {
+		rec.Receipt = nil // made again from the signature on a hit (dedup.Record.SignedReceipt)
+	}
+	size := len(key) + len(rec.Result) + len(rec.Intent) + len(rec.Receipt) + 512 // the record's other fields, the entry, the map
+	if s := rec.Signature; s != nil {
+		size += len(s.Key) + len(s.Holder) + len(s.Signer) + len(s.Sig) + len(s.Proof)
+	}
 	if rec.Error != nil {
 		size += len(rec.Error.Message)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/natstest"
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -99,6 +100,35 @@ func TestAnswerCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		_, ok := c.get(k)
 		require.True(t, ok, k)
 	}
+}
+
+// A cached record keeps its receipt's signature, not the receipt, which a
+// hit rebuilds; the cache's byte bound counts the receipt or the signature
+// it keeps.
+func TestAnswerCacheKeepsTheReceiptsSignature(t *testing.T) {
+	t.Parallel()
+	signer, err := audit.GenerateSigner()
+	require.NoError(t, err)
+	rec := dedup.Record{Status: intent.StatusCompleted, Fingerprint: "fp", Holder: "w1", Attempt: 1, Attempts: 1,
+		Result: json.RawMessage(`{"ok":true}`), CompletedAt: time.Unix(1000, 5).UTC()}
+	receipt, sig := audit.NewBatchSigner(signer).SignSealed(rec.OutcomeEvent("t.k", "w1"))
+	rec.Receipt, rec.Signature = receipt, &dedup.Signature{Key: "t.k", Signer: sig.Signer, Sig: sig.Sig, Proof: audit.CompactProof(sig.Proof)}
+
+	c := newAnswerCache(time.Minute, 1<<20)
+	c.put("t.k", rec)
+	got, ok := c.get("t.k")
+	require.True(t, ok)
+	require.Empty(t, string(got.Receipt), "the receipt is not kept")
+	require.Equal(t, string(receipt), string(got.Answer(dedup.Caller{Key: "t.k", Fingerprint: "fp"}, true).Receipt), "a hit rebuilds it")
+
+	whole := rec
+	whole.Signature = nil
+	whole.Receipt = json.RawMessage(`{"pad":"` + strings.Repeat("x", 4000) + `"}`)
+	c.put("whole", whole)
+	got, ok = c.get("whole")
+	require.True(t, ok)
+	require.Equal(t, string(whole.Receipt), string(got.Receipt), "kept whole without a signature")
+	require.Greater(t, c.bytes, len(whole.Receipt), "and counted")
 }
 
 // A duplicate that reaches the worker soon after the operation finished is
