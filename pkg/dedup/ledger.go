@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/idemgate/idemgate/pkg/audit"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 	"github.com/idemgate/idemgate/pkg/intent"
 )

@@ -3,9 +3,9 @@ package dedup
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/idemgate/idemgate/pkg/audit"
 	"time"
 
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
