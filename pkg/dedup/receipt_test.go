@@ -2,6 +2,7 @@ package dedup_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"sync/atomic"
 	"testing"
@@ -120,8 +121,17 @@ func TestStoredReceipts(t *testing.T) {
 	require.JSONEq(t, string(whole.Receipt), string(whole.Answer(dedup.Caller{Key: "k"}, true).Receipt))
 
 	bad := whole
-	bad.Receipt, bad.Signature = nil, &dedup.Signature{Key: "k", Signer: "id", Sig: "c2ln", Proof: "not base64!"}
-	require.Empty(t, bad.SignedReceipt())
+	bad.Receipt = nil
+	for _, proof := range []string{
+		"not base64!",
+		base64.RawURLEncoding.EncodeToString(append([]byte{'X'}, make([]byte, 32)...)), // a side neither L nor R
+		base64.RawURLEncoding.EncodeToString(append([]byte{'L'}, make([]byte, 31)...)), // a step cut short
+	} {
+		bad.Signature = &dedup.Signature{Key: "k", Signer: "id", Sig: "c2ln", Proof: proof}
+		require.Empty(t, bad.SignedReceipt(), "proof %q", proof)
+	}
+	bad.Signature.Proof = base64.RawURLEncoding.EncodeToString(append([]byte{'L'}, make([]byte, 32)...))
+	require.NotEmpty(t, bad.SignedReceipt(), "a well-formed proof gives a receipt (which then fails to verify)")
 	bad.Status = intent.StatusPending
 	require.Empty(t, bad.Answer(dedup.Caller{Key: "k"}, false).Receipt, "not final: no receipt")
 }
