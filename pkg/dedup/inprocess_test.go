@@ -38,7 +38,7 @@ func TestRefusalWhileAWriteIsInProcessKeepsTheLease(t *testing.T) {
 
 	// The ledger's connection reaches JetStream through a relay on the API
 	// prefix FAULT, which answers the next refuse writes of a key itself (the
-	// ledger retries such a refusal a few times in quick succession).
+	// ledger retries such a refusal for a while).
 	var refuse atomic.Int32
 	js := relayed(t, s, "FAULT", func(subject string, m *nats.Msg) bool {
 		if strings.HasPrefix(subject, "$KV.") && refuse.Add(-1) >= 0 {
@@ -55,11 +55,12 @@ func TestRefusalWhileAWriteIsInProcessKeepsTheLease(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, dedup.Acquired, res.Outcome)
 
-	refuse.Store(20) // past the retries of a refusal in process
+	refuse.Store(20) // a write in process for a while (a loaded server)
+	require.NoError(t, res.Lease.Extend(ctx, time.Minute), "retried until the write in process is over")
+	refuse.Store(1 << 20) // a write in process for longer than the retries
 	err = res.Lease.Extend(ctx, time.Minute)
 	require.Error(t, err, "the refused write did not land")
 	require.NotErrorIs(t, err, dedup.ErrLeaseLost, "nobody else wrote: the lease is not lost")
-	refuse.Store(20) // past the retries of a refusal in process
 	_, err = res.Lease.Complete(ctx, json.RawMessage(`"done"`), 1)
 	require.NotErrorIs(t, err, dedup.ErrLeaseLost)
 

@@ -167,9 +167,11 @@ const cursorShift = 56
 // order they were last written, each under its operation's key (a record
 // whose KV key is not its key's in the ledger's layout is skipped). The
 // bucket keeps one message per key (its history is 1) and delete markers
-// are skipped, so the scan sees exactly the live records; a record written
-// again while a listing pages through the ledger moves to the end and is
-// seen there again.
+// are skipped, so the scan sees exactly the live records of the server that
+// serves it — on a replicated ledger a replica, which may not hold the
+// latest acknowledged writes yet (read a record with Get to see its latest
+// state); a record written again while a listing pages through the ledger
+// moves to the end and is seen there again.
 //
 // It reads with an ephemeral consumer that starts after q.After and is
 // deleted when the page is done: a page costs what it reads after its cursor

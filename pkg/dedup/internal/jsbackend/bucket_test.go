@@ -2,7 +2,9 @@ package jsbackend_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -57,7 +59,7 @@ func TestBucketContract(t *testing.T) {
 					for _, tc := range contract {
 						t.Run(tc.name, func(t *testing.T) {
 							t.Parallel()
-							tc.run(t, ctx, b, "k."+tc.name)
+							tc.run(t, ctx, b, "k."+tc.name, backend.replicas > 1)
 						})
 					}
 				})
@@ -68,9 +70,9 @@ func TestBucketContract(t *testing.T) {
 
 var contract = []struct {
 	name string
-	run  func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string)
+	run  func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string, replicated bool)
 }{
-	{"CreateOnce", func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string) {
+	{"CreateOnce", func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string, replicated bool) {
 		rev, _, err := b.Create(ctx, key, []byte("one"))
 		require.NoError(t, err)
 		require.NotZero(t, rev)
@@ -82,7 +84,7 @@ var contract = []struct {
 		require.NoError(t, err)
 		require.Equal(t, jsbackend.Entry{Rev: rev, Data: []byte("one")}, e, "the refused write wrote nothing")
 	}},
-	{"UpdateIsCompareAndSet", func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string) {
+	{"UpdateIsCompareAndSet", func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string, replicated bool) {
 		rev, _, err := b.Create(ctx, key, []byte("one"))
 		require.NoError(t, err)
 		for _, m := range []jsbackend.Mode{jsbackend.Grouped, jsbackend.Alone} {
@@ -97,7 +99,7 @@ var contract = []struct {
 			rev = next
 		}
 	}},
-	{"DeleteThenCreateOverTheMarker", func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string) {
+	{"DeleteThenCreateOverTheMarker", func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string, replicated bool) {
 		rev, _, err := b.Create(ctx, key, []byte("one"))
 		require.NoError(t, err)
 		require.ErrorIs(t, b.Delete(ctx, key, rev+1000), jsbackend.ErrRevision)
@@ -121,7 +123,7 @@ var contract = []struct {
 		require.NoError(t, err)
 		require.Equal(t, jsbackend.Entry{Rev: rev, Data: []byte("two")}, e)
 	}},
-	{"NoMessage", func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string) {
+	{"NoMessage", func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string, replicated bool) {
 		e, err := b.Read(ctx, key)
 		require.NoError(t, err)
 		require.Equal(t, jsbackend.Entry{}, e)
@@ -130,7 +132,7 @@ var contract = []struct {
 		_, _, err = b.Create(ctx, "not a key", []byte("x"))
 		require.ErrorIs(t, err, jetstream.ErrInvalidKey)
 	}},
-	{"WatchSeesEveryWrite", func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string) {
+	{"WatchSeesEveryWrite", func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string, replicated bool) {
 		rev, _, err := b.Create(ctx, key, []byte("one"))
 		require.NoError(t, err)
 		w, err := b.Watch(ctx, key)
@@ -142,20 +144,35 @@ var contract = []struct {
 			require.True(t, open)
 			return jsbackend.Observed(u)
 		}
-		e, ok := next()
-		require.True(t, ok)
-		require.Equal(t, jsbackend.Entry{Rev: rev, Data: []byte("one")}, e, "the latest message first")
-		_, ok = next()
-		require.False(t, ok, "then the end of the initial messages")
+		// The latest message first, then the end of the initial messages. A
+		// watch served by a replica that has not yet the message ends its
+		// initial messages first, and delivers the message when it comes.
+		var initial []jsbackend.Entry
+		for seenOne, ended := false, false; !seenOne || !ended; {
+			e, ok := next()
+			if !ok {
+				require.False(t, ended, "the initial messages end once")
+				ended = true
+				initial = append(initial, jsbackend.Entry{})
+				continue
+			}
+			require.Equal(t, jsbackend.Entry{Rev: rev, Data: []byte("one")}, e)
+			require.False(t, seenOne, "the message once")
+			seenOne = true
+			initial = append(initial, e)
+		}
+		if !replicated {
+			require.Equal(t, []jsbackend.Entry{{Rev: rev, Data: []byte("one")}, {}}, initial, "the latest message, then the end")
+		}
 		rev, err = b.Update(ctx, key, []byte("two"), rev, 0, jsbackend.Grouped)
 		require.NoError(t, err)
-		e, _ = next()
+		e, _ := next()
 		require.Equal(t, jsbackend.Entry{Rev: rev, Data: []byte("two")}, e)
 		require.NoError(t, b.Delete(ctx, key, rev))
 		e, _ = next()
 		require.True(t, e.Deleted)
 	}},
-	{"ScanPagesThroughLiveRecords", func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string) {
+	{"ScanPagesThroughLiveRecords", func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string, replicated bool) {
 		token := "scan" + fmt.Sprint(time.Now().UnixNano())
 		var want []string
 		var gone uint64
@@ -174,38 +191,50 @@ var contract = []struct {
 		require.NoError(t, err)
 		want = append(want[1:], want[0]) // written again: at the end, with its TTL
 
-		var got []string
-		var ttls []time.Duration
-		s := jsbackend.Scan{Token: token, Limit: 2}
-		for pages := 0; ; pages++ {
-			require.Less(t, pages, 10, "paging ends")
-			next, read, more, err := b.Scan(ctx, s, func(m jsbackend.Msg) bool {
-				require.NotEqual(t, gone, m.Rev, "a marker is passed over")
-				got = append(got, m.Key)
-				ttls = append(ttls, m.TTL)
-				return true
-			})
-			require.NoError(t, err)
-			require.Positive(t, read)
-			if !more {
-				break
+		// A scan of a replicated bucket may be served by a replica that has
+		// not yet every acknowledged write: it shows them once it has.
+		settled(t, ctx, replicated, func() error {
+			var got []string
+			var ttls []time.Duration
+			s := jsbackend.Scan{Token: token, Limit: 2}
+			for pages := 0; ; pages++ {
+				require.Less(t, pages, 10, "paging ends")
+				next, read, more, err := b.Scan(ctx, s, func(m jsbackend.Msg) bool {
+					require.NotEqual(t, gone, m.Rev, "a marker is passed over")
+					got = append(got, m.Key)
+					ttls = append(ttls, m.TTL)
+					return true
+				})
+				require.NoError(t, err)
+				if read == 0 {
+					return errors.New("a page read nothing")
+				}
+				if !more {
+					break
+				}
+				require.Greater(t, next, s.After, "the cursor moves on")
+				s.After = next
 			}
-			require.Greater(t, next, s.After, "the cursor moves on")
-			s.After = next
-		}
-		require.Equal(t, want, got, "every live record once, in the order of its last write")
-		require.Equal(t, time.Hour, ttls[len(ttls)-1])
-		require.Zero(t, ttls[0])
+			if !slices.Equal(want, got) {
+				return fmt.Errorf("every live record once, in the order of its last write: want %q, got %q", want, got)
+			}
+			require.Equal(t, time.Hour, ttls[len(ttls)-1])
+			require.Zero(t, ttls[0])
+			return nil
+		})
 
 		// The token's messages now: 1, the marker of 2, 3, 4, 0.
-		visited := 0
-		_, read, more, err := b.Scan(ctx, jsbackend.Scan{Token: token, Limit: 1, MaxScan: 2}, func(jsbackend.Msg) bool { visited++; return false })
-		require.NoError(t, err)
-		require.Equal(t, 2, read, "a scan bound stops the scan; kept nothing, the limit did not")
-		require.True(t, more)
-		require.Equal(t, 1, visited, "the marker is read, not visited")
+		settled(t, ctx, replicated, func() error {
+			visited := 0
+			_, read, more, err := b.Scan(ctx, jsbackend.Scan{Token: token, Limit: 1, MaxScan: 2}, func(jsbackend.Msg) bool { visited++; return false })
+			require.NoError(t, err)
+			if read != 2 || !more || visited != 1 {
+				return fmt.Errorf("a scan bound stops the scan (read %d, more %v); the marker is read, not visited (visited %d)", read, more, visited)
+			}
+			return nil
+		})
 	}},
-	{"PlaceAndPurge", func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string) {
+	{"PlaceAndPurge", func(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string, replicated bool) {
 		placed, err := b.Place(ctx, key, []byte("moved"), time.Hour)
 		require.NoError(t, err)
 		require.True(t, placed)
@@ -220,6 +249,31 @@ var contract = []struct {
 		require.NoError(t, b.Purge(ctx, key))
 		require.Equal(t, jsbackend.Entry{}, mustRead(t, ctx, b, key), "nothing left, not even a marker")
 	}},
+}
+
+// settled runs check until it returns nil: once on a single server, where
+// it must pass at once, and again after a pause on a replicated bucket,
+// whose replica may not have caught up yet, until ctx ends or the test's
+// deadline nears (then its last error fails the test).
+func settled(t *testing.T, ctx context.Context, replicated bool, check func() error) {
+	t.Helper()
+	if d, ok := t.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-time.Until(d)/10))
+		defer cancel()
+	}
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		err := check()
+		if err == nil {
+			return
+		}
+		require.True(t, replicated, "%v", err)
+		select {
+		case <-ctx.Done():
+			require.NoError(t, err, "not settled when the test ended")
+		case <-time.After(wait):
+		}
+	}
 }
 
 func mustRead(t *testing.T, ctx context.Context, b *jsbackend.Bucket, key string) jsbackend.Entry {

@@ -17,7 +17,7 @@
 //     is reported written when the leader's latest message is exactly its
 //     data, and otherwise returns the error of the write.
 //   - Read is answered by the stream leader, so it sees every acknowledged
-//     write; a watch may be served by a lagging replica.
+//     write; a watch or a scan may be served by a lagging replica.
 //   - With group commit, every write keeps its own condition and gets the
 //     answer it would get alone (see dedup's package documentation).
 package jsbackend

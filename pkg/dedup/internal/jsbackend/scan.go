@@ -47,8 +47,10 @@ type Msg struct {
 // Scan reads the messages of s in stream order and calls visit with each
 // record's (delete markers are passed over); visit reports whether it kept
 // the message. The bucket keeps one message per key (its history is 1), so
-// a scan sees exactly the live records; a record written again while a
-// caller pages through the bucket moves to the end and is seen there again.
+// a scan sees exactly the live records its server holds: on a replicated
+// bucket that may be a replica not yet holding every acknowledged write. A
+// record written again while a caller pages through the bucket moves to the
+// end and is seen there again.
 // Scan returns the stream sequence of the last message read (s.After when
 // none), how many messages it read, and more: it stopped at s.Limit or
 // s.MaxScan before the end.

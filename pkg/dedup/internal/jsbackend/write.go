@@ -89,6 +89,7 @@ func (b *Bucket) Update(ctx context.Context, key string, data []byte, rev uint64
 	if d, ok := ctx.Deadline(); ok {
 		settleIn = min(settleIn, max(time.Until(d), 100*time.Millisecond))
 	}
+	since := time.Now()
 	for try := 0; ; try++ {
 		var newRev uint64
 		var err error
@@ -103,7 +104,7 @@ func (b *Bucket) Update(ctx context.Context, key string, data []byte, rev uint64
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
 			// The mismatch is tested first: on R1 it also matches
 			// ErrKeyExists; both mean the write was refused.
-			if b.retryCAS(ctx, key, rev, err, try) {
+			if b.retryCAS(ctx, key, rev, err, try, since) {
 				continue
 			}
 			return 0, fmt.Errorf("%w: %w", ErrRevision, err)
@@ -161,21 +162,23 @@ func (b *Bucket) Purge(ctx context.Context, key string) error {
 	return s.Purge(ctx, jetstream.WithPurgeSubject(b.keyPrefix+key))
 }
 
-// maxCASRetries bounds the retries of a refused compare-and-set whose
-// revision is still the latest (see retryCAS).
-const maxCASRetries = 6
+// casRetryFor bounds how long a refused compare-and-set whose revision is
+// still the latest is retried (see retryCAS): as long as a lost
+// acknowledgement is settled.
+const casRetryFor = settleTimeout
 
-// retryCAS reports whether a compare-and-set on rev refused with err should be
-// tried again, after a short pause. A replicated stream refuses a
-// compare-and-set on a key whose previous write is still in process, with the
-// constant "wrong last sequence" error (10164), even when rev is right — just
-// after that write was acknowledged, too. So when the leader still has rev as
-// the latest revision, the refusal is not a lost race and the write is
-// retried; the retry is itself a compare-and-set, so it cannot overwrite
-// another writer.
-func (b *Bucket) retryCAS(ctx context.Context, key string, rev uint64, err error, try int) bool {
+// retryCAS reports whether a compare-and-set on rev, refused with err after
+// being first sent at since, should be tried again, after a short pause. A
+// replicated stream refuses a compare-and-set on a key whose previous write
+// is still in process, with the constant "wrong last sequence" error
+// (10164), even when rev is right — just after that write was acknowledged,
+// too, and for longer on a loaded server. So when the leader still has rev
+// as the latest revision, the refusal is not a lost race and the write is
+// retried, for up to casRetryFor; the retry is itself a compare-and-set, so
+// it cannot overwrite another writer.
+func (b *Bucket) retryCAS(ctx context.Context, key string, rev uint64, err error, try int, since time.Time) bool {
 	var apiErr *jetstream.APIError
-	if try >= maxCASRetries || !errors.As(err, &apiErr) ||
+	if time.Since(since) >= casRetryFor || !errors.As(err, &apiErr) ||
 		apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant {
 		return false
 	}
@@ -183,7 +186,7 @@ func (b *Bucket) retryCAS(ctx context.Context, key string, rev uint64, err error
 	if rerr != nil || e.Rev != rev {
 		return false
 	}
-	return pause(ctx, time.Millisecond<<try) == nil
+	return pause(ctx, min(time.Millisecond<<min(try, 7), 100*time.Millisecond)) == nil
 }
 
 // settle resolves a write of data over rev whose outcome is unknown: it
