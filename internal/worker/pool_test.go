@@ -87,12 +87,16 @@ func TestHandlerPoolDetachedWaitDoesNotStarve(t *testing.T) {
 func TestHandlerPoolReapsAndCloses(t *testing.T) {
 	t.Parallel()
 	p := newHandlerPool(4, time.Minute)
+	// Three handlers running at once, each on a goroutine of its own (one
+	// that finished first would be handed the next).
 	var wg sync.WaitGroup
+	release := make(chan struct{})
 	for range 3 {
 		wg.Add(1)
-		p.run(func(*poolRun) { wg.Done() })
+		p.run(func(*poolRun) { wg.Done(); <-release })
 	}
 	wg.Wait()
+	close(release)
 	require.Eventually(t, func() bool { p.mu.Lock(); defer p.mu.Unlock(); return len(p.idle) == 3 }, 5*time.Second, time.Millisecond)
 	p.reap(time.Now()) // none idle a minute yet
 	g, _ := p.size()
