@@ -66,7 +66,7 @@ func TestBenchShort(t *testing.T) {
 			require.Truef(t, finitePositive(f), "row %s: figure %v", r.name, f)
 		}
 	}
-	want := []string{"baseline", "unique", "dup", "dup-ledger", "unique-no-audit", "unique@600", "dup@600", "unique-client", "dup-client", "latency", "memory",
+	want := []string{"baseline", "unique", "dup", "dup-ledger", "unique-no-trail", "unique-no-audit", "unique@600", "dup@600", "unique-client", "dup-client", "latency", "memory",
 		"baseline-always@64", "baseline-always-async@64", "ledger-always@64"}
 	want = append(want, "durable@64", "durable-half@64") // the worker's defaults, under the names the targets read
 	for _, m := range durableModes {

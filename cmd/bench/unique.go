@@ -66,18 +66,28 @@ func (b *bench) runUnique(ctx context.Context, e *env, n int, names dupNames) er
 	return b.runUniqueWith(ctx, e, n, names, b.defaultOpts(e), "baseline")
 }
 
-// auditCost measures the unique row's intents with the audit trail off
-// (unique-no-audit), on a fresh store: against the unique row (the trail
-// on, as a worker runs), what the trail costs per operation.
+// auditCost measures the unique row's intents with the trail off but
+// receipts on (unique-no-trail), then with both off (unique-no-audit),
+// each on a fresh store: against the unique row (both on, as a worker
+// runs), what the trail and the receipts each cost per operation.
 func (b *bench) auditCost(ctx context.Context) error {
-	e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, b.cfg.Sync)
-	if err != nil {
-		return err
+	for _, v := range []struct {
+		name             string
+		noTrail, noAudit bool
+	}{{"unique-no-trail", true, false}, {"unique-no-audit", false, true}} {
+		e, err := startEnv(b.cfg.StoreDir, b.cfg.Cluster, b.cfg.TCP, b.cfg.Sync)
+		if err != nil {
+			return err
+		}
+		o := b.defaultOpts(e)
+		o.noTrail, o.noAudit = v.noTrail, v.noAudit
+		err = b.runUniqueWith(ctx, e, b.cfg.N, dupNames{unique: v.name}, o, "unique")
+		e.close()
+		if err != nil {
+			return err
+		}
 	}
-	defer e.close()
-	o := b.defaultOpts(e)
-	o.noAudit = true
-	return b.runUniqueWith(ctx, e, b.cfg.N, dupNames{unique: "unique-no-audit"}, o, "unique")
+	return nil
 }
 
 // runUniqueWith is runUnique with the workers' options o; the unique row

@@ -155,7 +155,8 @@ type workerOpts struct {
 	syncIntents   bool
 	onStages      func(worker.Stages)
 	drain         time.Duration
-	noAudit       bool // the audit trail off (worker.Config.DisableAudit)
+	noAudit       bool // the audit off: no trail, no receipts (worker.Config.DisableAudit)
+	noTrail       bool // the trail off, receipts on (worker.Config.DisableTrail)
 }
 
 // workerGroup is Workers workers, each on its own connection, running the
@@ -261,6 +262,7 @@ func (b *bench) startWorkers(ctx context.Context, e *env, o workerOpts) (*worker
 			SyncIntents:         o.syncIntents,
 			OnStages:            o.onStages,
 			DisableAudit:        o.noAudit,
+			DisableTrail:        o.noTrail,
 		})
 		if err != nil {
 			_ = g.stop()

@@ -63,7 +63,7 @@ func (w *Worker) act(stop, work context.Context, j *job, c claim, confirmed bool
 		return round{firing: w.firing(stop, work, j, c.Lease)}
 	}
 	f := w.firing(stop, work, j, c.Lease)
-	if w.audit != nil {
+	if w.audit.trailing() {
 		claimed := w.audit.claimEvent(j, c.ClaimResult, confirmed)
 		f.claimed = &claimed
 	}

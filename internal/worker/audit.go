@@ -24,7 +24,7 @@ type auditor struct {
 	// signer signs receipts, those made at once together (one signature
 	// for them all: see audit.SignBatch).
 	signer *audit.BatchSigner
-	trail  *audit.Trail
+	trail  *audit.Trail // nil: no trail (Config.DisableTrail), receipts only
 	parts  int
 	holder string
 	names  intent.Names
@@ -59,15 +59,36 @@ func newAuditor(ctx context.Context, res *resources, cfg Config, log *zap.Logger
 		// trail and the receipts are signed all the same.
 		log.Warn("could not publish the audit key", zap.String("key_id", signer.ID()), zap.Error(err))
 	}
-	trail, err := audit.NewTrail(res.js, audit.TrailConfig{Names: res.names, Partitions: len(res.kvs), Signer: signer,
-		Holder: cfg.Holder, Queue: cfg.AuditQueue, Log: log.Sugar()})
-	if err != nil {
+	a := &auditor{signer: audit.NewBatchSigner(signer), parts: len(res.kvs), holder: cfg.Holder, names: res.names, log: log}
+	if cfg.DisableTrail {
+		return a, nil
+	}
+	if a.trail, err = audit.NewTrail(res.js, audit.TrailConfig{Names: res.names, Partitions: len(res.kvs), Signer: signer,
+		Holder: cfg.Holder, Queue: cfg.AuditQueue, Log: log.Sugar()}); err != nil {
 		return nil, err
 	}
-	return &auditor{signer: audit.NewBatchSigner(signer), trail: trail, parts: len(res.kvs), holder: cfg.Holder, names: res.names, log: log}, nil
+	return a, nil
 }
 
 func (a *auditor) partition(key string) int { return intent.Partition(key, a.parts) }
+
+// trailing reports whether the worker writes a trail.
+func (a *auditor) trailing() bool { return a != nil && a.trail != nil }
+
+// append queues ev for partition p's chain, when there is a trail.
+func (a *auditor) append(p int, ev audit.Event) {
+	if a.trail != nil {
+		a.trail.Append(p, ev)
+	}
+}
+
+// appendSigned queues a signed event for partition p's chain, when there
+// is a trail.
+func (a *auditor) appendSigned(p int, signed json.RawMessage) {
+	if a.trail != nil {
+		a.trail.AppendSigned(p, signed)
+	}
+}
 
 // auditCounts are the trail's counts and the receipts signed.
 type auditCounts struct {
@@ -80,7 +101,10 @@ func (a *auditor) stats() auditCounts {
 	if a == nil {
 		return auditCounts{}
 	}
-	c := auditCounts{trail: a.trail.Stats()}
+	var c auditCounts
+	if a.trail != nil {
+		c.trail = a.trail.Stats()
+	}
 	c.receipts, c.signatures = a.signer.Stats()
 	return c
 }
@@ -111,10 +135,10 @@ func (a *auditor) receipt(ctx context.Context, ev audit.Event) (json.RawMessage,
 // grace) or a claim. A claim that fires at once is not recorded here: its
 // fired event records both (claimEvent, fired).
 func (a *auditor) claimed(j *job, c dedup.ClaimResult, confirmed bool) {
-	if a == nil {
+	if !a.trailing() {
 		return
 	}
-	a.trail.Append(a.partition(j.id.Key), a.claimEvent(j, c, confirmed))
+	a.append(a.partition(j.id.Key), a.claimEvent(j, c, confirmed))
 }
 
 // claimEvent is the event of a claim the worker won: a takeover (confirmed:
@@ -142,7 +166,7 @@ func (a *auditor) claimEvent(j *job, c dedup.ClaimResult, confirmed bool) audit.
 // (claimEvent), which the fired event then records too: the claim's
 // members in one event of kind fired, instead of two events.
 func (a *auditor) fired(j *job, lease lease, claimed *audit.Event) {
-	if a == nil {
+	if !a.trailing() {
 		return
 	}
 	rec := lease.Record()
@@ -157,7 +181,7 @@ func (a *auditor) fired(j *job, lease lease, claimed *audit.Event) {
 	case messageIDEffect:
 		ev.ForwardedKey = e.MessageID(j.env.Tool, j.id.Key)
 	}
-	a.trail.Append(a.partition(j.id.Key), ev)
+	a.append(a.partition(j.id.Key), ev)
 }
 
 // messageIDEffect is an effect that forwards the key as a message id of its
@@ -168,7 +192,7 @@ type messageIDEffect interface {
 
 // released records a transient failure that gave the key back.
 func (a *auditor) released(j *job, attempts int, cause error) {
-	if a == nil {
+	if !a.trailing() {
 		return
 	}
 	ev := audit.Event{Kind: audit.KindReleased, Key: j.id.Key, Holder: a.holder, Attempts: attempts, At: time.Now()}
@@ -176,22 +200,22 @@ func (a *auditor) released(j *job, attempts int, cause error) {
 		e := intent.Error{Code: "transient", Message: cause.Error()}
 		ev.ErrorCode, ev.ErrorDigest = e.Code, audit.ErrorDigest(e)
 	}
-	a.trail.Append(a.partition(j.id.Key), ev)
+	a.append(a.partition(j.id.Key), ev)
 }
 
 // recorded records an outcome the worker wrote: its receipt, when final;
 // else (awaiting approval, uncertain) an unsigned outcome event.
 func (a *auditor) recorded(key string, rec dedup.Record) {
-	if a == nil {
+	if !a.trailing() {
 		return
 	}
 	if rec.Status.Final() {
-		a.trail.AppendSigned(a.partition(key), rec.Receipt)
+		a.appendSigned(a.partition(key), rec.Receipt)
 		return
 	}
 	ev := audit.Outcome(key, rec.Tool, rec.Session, rec.Fingerprint, rec.Status, rec.Result, rec.Error, rec.Attempts, rec.IntentSeq, rec.UpdatedAt)
 	ev.Holder, ev.Attempt = a.holder, rec.Attempt
-	a.trail.Append(a.partition(key), ev)
+	a.append(a.partition(key), ev)
 }
 
 // conflict signs the conflict answer res (its receipt) and records it.
@@ -208,7 +232,7 @@ func (a *auditor) conflict(j *job, res intent.Result) json.RawMessage {
 		ev.ErrorCode, ev.ErrorDigest = res.Error.Code, audit.ErrorDigest(*res.Error)
 	}
 	signed := a.signer.Sign(ev)
-	a.trail.AppendSigned(a.partition(res.Key), signed)
+	a.appendSigned(a.partition(res.Key), signed)
 	return signed
 }
 
@@ -216,15 +240,15 @@ func (a *auditor) conflict(j *job, res intent.Result) json.RawMessage {
 // left, and the receipt of the outcome it wrote (captured; a decision that
 // found its outcome written already wrote none).
 func (a *auditor) decided(op string, c intent.Control, rec dedup.Record, wrote *receiptCapture) {
-	if a == nil {
+	if !a.trailing() {
 		return
 	}
 	ev := audit.Event{Kind: audit.KindDecision, Key: c.Key, Tool: rec.Tool, Session: rec.Session, Fingerprint: rec.Fingerprint,
 		Status: rec.Status, Op: op, By: c.By, Reason: c.Reason, Holder: a.holder, At: time.Now()}
 	p := a.partition(c.Key)
-	a.trail.Append(p, ev)
+	a.append(p, ev)
 	if wrote != nil && len(wrote.raw) > 0 && bytes.Equal(wrote.raw, rec.Receipt) {
-		a.trail.AppendSigned(p, rec.Receipt)
+		a.appendSigned(p, rec.Receipt)
 	}
 }
 
@@ -253,7 +277,7 @@ func (w *Worker) serveForgotten() (*nats.Subscription, error) {
 			w.log.Debug("forget announced, but the record is there; not recorded", zap.String("key", key), zap.Error(err))
 			return
 		}
-		w.audit.trail.Append(w.audit.partition(key), audit.Event{Kind: audit.KindForgotten, Key: key, Fingerprint: fp, Holder: w.audit.holder,
+		w.audit.append(w.audit.partition(key), audit.Event{Kind: audit.KindForgotten, Key: key, Fingerprint: fp, Holder: w.audit.holder,
 			By: by, Reason: reason, At: time.Now()})
 	})
 	if err != nil {

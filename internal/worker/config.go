@@ -217,11 +217,12 @@ type Config struct {
 	// (audit.DefaultQueue).
 	AuditQueue int
 
-	// DisableAudit turns the audit trail off: nothing is recorded, and
-	// answers carry no receipt. It exists to measure what the trail costs
-	// (cmd/bench's audit scenario); an installation keeps it on. Default:
-	// false.
-	DisableAudit bool
+	// DisableAudit turns the audit off: no trail is written, and answers
+	// carry no receipt. DisableTrail turns only the trail off: answers
+	// carry their receipts, but no events are made or written. Both exist
+	// to measure what the trail and the receipts cost (cmd/bench's audit
+	// scenario); an installation keeps them off. Default: false.
+	DisableAudit, DisableTrail bool
 
 	// LedgerScan is how often the ledger is read whole, by one worker a
 	// round: it counts the unresolved records by state and age (the

@@ -191,7 +191,7 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 	defer func() { _ = forget.Unsubscribe() }()
 	// The trail outlives every handler: it is closed after the drain, and
 	// writes what they queued.
-	if w.audit != nil {
+	if w.audit.trailing() {
 		w.audit.trail.Start()
 		defer w.closeTrail()
 		forgotten, err := w.serveForgotten()
