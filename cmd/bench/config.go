@@ -42,7 +42,7 @@ type config struct {
 	MemProfile      string          // prefix of per-row heap profiles
 	Timeout         time.Duration   // bound of each scenario
 	Short           bool            // the short mode, for CI: a check, not a measurement
-	Rounds          int             // measurements of baseline, unique and dup (median reported)
+	Rounds          int             // measurements of baseline, unique, dup and the audit rows (median reported)
 }
 
 func (c *config) validate() error {

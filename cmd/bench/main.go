@@ -75,7 +75,7 @@ func mainErr(args []string) error {
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of each row's measured phase to PREFIX.<row>.pprof")
 	fs.StringVar(&cfg.MemProfile, "memprofile", "", "write a heap profile at the end of each row's measured phase to PREFIX.<row>.pprof")
 	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound of each scenario (of each row of durable)")
-	fs.IntVar(&cfg.Rounds, "rounds", 1, "measurements of baseline, unique and dup, alternated; each row reports the median")
+	fs.IntVar(&cfg.Rounds, "rounds", 1, "measurements of baseline, unique, dup and the audit rows, alternated; each row reports the median")
 	fs.BoolVar(&cfg.Short, "short", false, "small runs of every scenario, to check the bench works (figures are not measurements)")
 	if err := fs.Parse(args); err != nil {
 		return err
