@@ -109,13 +109,19 @@ func (b *listBundle) all(t *testing.T, q dedup.Query) ([]string, int) {
 
 // settled waits until a listing of q finds exactly want: on a replicated
 // bucket the listing's consumer may sit on a replica that applies an
-// acknowledged write a moment later.
+// acknowledged write a moment later. It waits until the test's deadline
+// (less a tenth, to report), not a fixed time: a loaded machine's replica
+// may lag for seconds.
 func (b *listBundle) settled(t *testing.T, q dedup.Query, want []string) {
 	t.Helper()
+	wait := 10 * time.Second // without a deadline (go test -timeout 0)
+	if d, ok := t.Deadline(); ok {
+		wait = time.Until(d) * 9 / 10
+	}
 	require.Eventually(t, func() bool {
 		got, _ := b.all(t, q)
 		return assert.ElementsMatch(noFail{}, want, got)
-	}, 10*time.Second, 10*time.Millisecond, "the listing settles on %v", want)
+	}, wait, 10*time.Millisecond, "the listing settles on %v", want)
 }
 
 // noFail is an assert.TestingT that only reports the result.
