@@ -221,7 +221,7 @@ type Config struct {
 	// carry no receipt. DisableTrail turns only the trail off: answers
 	// carry their receipts, but no events are made or written. Both exist
 	// to measure what the trail and the receipts cost (cmd/bench's audit
-	// scenario); an installation keeps them off. Default: false.
+	// scenario); an installation leaves both false (the default).
 	DisableAudit, DisableTrail bool
 
 	// LedgerScan is how often the ledger is read whole, by one worker a
