@@ -75,21 +75,6 @@ func (a *auditor) partition(key string) int { return intent.Partition(key, a.par
 // trailing reports whether the worker writes a trail.
 func (a *auditor) trailing() bool { return a != nil && a.trail != nil }
 
-// append queues ev for partition p's chain, when there is a trail.
-func (a *auditor) append(p int, ev audit.Event) {
-	if a.trail != nil {
-		a.trail.Append(p, ev)
-	}
-}
-
-// appendSigned queues a signed event for partition p's chain, when there
-// is a trail.
-func (a *auditor) appendSigned(p int, signed json.RawMessage) {
-	if a.trail != nil {
-		a.trail.AppendSigned(p, signed)
-	}
-}
-
 // auditCounts are the trail's counts and the receipts signed.
 type auditCounts struct {
 	trail                audit.TrailStats
@@ -138,7 +123,7 @@ func (a *auditor) claimed(j *job, c dedup.ClaimResult, confirmed bool) {
 	if !a.trailing() {
 		return
 	}
-	a.append(a.partition(j.id.Key), a.claimEvent(j, c, confirmed))
+	a.trail.Append(a.partition(j.id.Key), a.claimEvent(j, c, confirmed))
 }
 
 // claimEvent is the event of a claim the worker won: a takeover (confirmed:
@@ -181,7 +166,7 @@ func (a *auditor) fired(j *job, lease lease, claimed *audit.Event) {
 	case messageIDEffect:
 		ev.ForwardedKey = e.MessageID(j.env.Tool, j.id.Key)
 	}
-	a.append(a.partition(j.id.Key), ev)
+	a.trail.Append(a.partition(j.id.Key), ev)
 }
 
 // messageIDEffect is an effect that forwards the key as a message id of its
@@ -200,7 +185,7 @@ func (a *auditor) released(j *job, attempts int, cause error) {
 		e := intent.Error{Code: "transient", Message: cause.Error()}
 		ev.ErrorCode, ev.ErrorDigest = e.Code, audit.ErrorDigest(e)
 	}
-	a.append(a.partition(j.id.Key), ev)
+	a.trail.Append(a.partition(j.id.Key), ev)
 }
 
 // recorded records an outcome the worker wrote: its receipt, when final;
@@ -210,12 +195,12 @@ func (a *auditor) recorded(key string, rec dedup.Record) {
 		return
 	}
 	if rec.Status.Final() {
-		a.appendSigned(a.partition(key), rec.Receipt)
+		a.trail.AppendSigned(a.partition(key), rec.Receipt)
 		return
 	}
 	ev := audit.Outcome(key, rec.Tool, rec.Session, rec.Fingerprint, rec.Status, rec.Result, rec.Error, rec.Attempts, rec.IntentSeq, rec.UpdatedAt)
 	ev.Holder, ev.Attempt = a.holder, rec.Attempt
-	a.append(a.partition(key), ev)
+	a.trail.Append(a.partition(key), ev)
 }
 
 // conflict signs the conflict answer res (its receipt) and records it.
@@ -232,7 +217,9 @@ func (a *auditor) conflict(j *job, res intent.Result) json.RawMessage {
 		ev.ErrorCode, ev.ErrorDigest = res.Error.Code, audit.ErrorDigest(*res.Error)
 	}
 	signed := a.signer.Sign(ev)
-	a.appendSigned(a.partition(res.Key), signed)
+	if a.trail != nil {
+		a.trail.AppendSigned(a.partition(res.Key), signed)
+	}
 	return signed
 }
 
@@ -246,9 +233,9 @@ func (a *auditor) decided(op string, c intent.Control, rec dedup.Record, wrote *
 	ev := audit.Event{Kind: audit.KindDecision, Key: c.Key, Tool: rec.Tool, Session: rec.Session, Fingerprint: rec.Fingerprint,
 		Status: rec.Status, Op: op, By: c.By, Reason: c.Reason, Holder: a.holder, At: time.Now()}
 	p := a.partition(c.Key)
-	a.append(p, ev)
+	a.trail.Append(p, ev)
 	if wrote != nil && len(wrote.raw) > 0 && bytes.Equal(wrote.raw, rec.Receipt) {
-		a.appendSigned(p, rec.Receipt)
+		a.trail.AppendSigned(p, rec.Receipt)
 	}
 }
 
@@ -277,7 +264,7 @@ func (w *Worker) serveForgotten() (*nats.Subscription, error) {
 			w.log.Debug("forget announced, but the record is there; not recorded", zap.String("key", key), zap.Error(err))
 			return
 		}
-		w.audit.append(w.audit.partition(key), audit.Event{Kind: audit.KindForgotten, Key: key, Fingerprint: fp, Holder: w.audit.holder,
+		w.audit.trail.Append(w.audit.partition(key), audit.Event{Kind: audit.KindForgotten, Key: key, Fingerprint: fp, Holder: w.audit.holder,
 			By: by, Reason: reason, At: time.Now()})
 	})
 	if err != nil {

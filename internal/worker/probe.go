@@ -90,7 +90,7 @@ func (w *Worker) probe(ctx context.Context, tool *effects.Tool, call effects.Cal
 	w.log.Info("probed the downstream", zap.String("key", call.Key), zap.String("verdict", string(ans.Verdict)),
 		zap.String("request", ans.Evidence.Request), zap.String("status", ans.Evidence.Status))
 	if w.audit.trailing() {
-		w.audit.append(w.audit.partition(call.Key), audit.Event{Kind: audit.KindProbed, Key: call.Key, Tool: call.Tool,
+		w.audit.trail.Append(w.audit.partition(call.Key), audit.Event{Kind: audit.KindProbed, Key: call.Key, Tool: call.Tool,
 			Holder: w.audit.holder, Attempt: call.Attempt, Effect: tool.Kind, Destination: ans.Evidence.Request,
 			Reason: string(ans.Verdict), At: time.Now()})
 	}
