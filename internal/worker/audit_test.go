@@ -8,11 +8,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/idemgate/idemgate/internal/natstest"
 	"github.com/idemgate/idemgate/pkg/audit"
-	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -35,29 +33,18 @@ func TestDisableTrailKeepsTheReceipts(t *testing.T) {
 			tool := &effects.Tool{Name: "send", Effect: effects.EffectFunc(func(ctx context.Context, c effects.Call) (effects.Outcome, error) {
 				return effects.Outcome{Result: json.RawMessage(`{"sent":true}`), Invocations: 1}, nil
 			})}
-			s := natstest.RunServer(t)
-			reg, err := effects.NewRegistry(tool)
-			require.NoError(t, err)
+			b := start(t, tc.cfg, tool)
+			res := submit(t, b.client, "send", `{"to":"a@example.com"}`)
+			require.Equal(t, intent.StatusCompleted, res.Status)
+			// A stopped worker has written what its trail held: what the
+			// trail shows now is all it will show.
+			require.NoError(t, b.stop())
+
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			w, err := New(ctx, natstest.Connect(t, s.ClientURL()), reg, zaptest.NewLogger(t), tc.cfg)
+			js, err := jetstream.New(natstest.Connect(t, b.url))
 			require.NoError(t, err)
-			runCtx, stop := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- w.Run(runCtx, 5*time.Second) }()
-			<-w.Ready()
-			cl, err := client.New(natstest.Connect(t, s.ClientURL()))
-			require.NoError(t, err)
-			res := submit(t, cl, "send", `{"to":"a@example.com"}`)
-			require.Equal(t, intent.StatusCompleted, res.Status)
-			// A stopping worker writes what its trail holds before Run
-			// returns: what the trail shows now is all it will show.
-			stop()
-			require.NoError(t, <-done)
-
-			js, err := jetstream.New(natstest.Connect(t, s.ClientURL()))
-			require.NoError(t, err)
-			names := w.Names()
+			names := b.worker.Names()
 			if tc.sign {
 				keys, err := audit.PublishedKeys(ctx, js, names)
 				require.NoError(t, err)
@@ -67,7 +54,7 @@ func TestDisableTrailKeepsTheReceipts(t *testing.T) {
 				require.Empty(t, res.Receipt)
 			}
 
-			lines, err := audit.History(ctx, js, names, len(w.res.kvs), res.Key, time.Time{})
+			lines, err := audit.History(ctx, js, names, len(b.worker.res.kvs), res.Key, time.Time{})
 			if !tc.trail {
 				require.Zero(t, len(lines), "no trail is written, but it holds %d entries of the key (%v)", len(lines), err)
 				return

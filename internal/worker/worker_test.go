@@ -24,6 +24,10 @@ type testBundle struct {
 	client *client.Client
 	worker *Worker
 	url    string // the server's
+	// stop stops the worker and returns Run's error: once it returns, the
+	// worker has drained and written what its trail held. The test's end
+	// stops it too.
+	stop func() error
 }
 
 // start runs a worker with tools on an embedded JetStream until the test ends.
@@ -37,10 +41,11 @@ func start(t *testing.T, cfg Config, tools ...*effects.Tool) testBundle {
 	defer cancel()
 	w, err := New(ctx, nc, reg, zaptest.NewLogger(t), cfg)
 	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(context.Background())
+	runCtx, cancelRun := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(runCtx, 5*time.Second) }()
-	t.Cleanup(func() { stop(); require.NoError(t, <-done) })
+	stop := sync.OnceValue(func() error { cancelRun(); return <-done })
+	t.Cleanup(func() { require.NoError(t, stop()) })
 	select {
 	case <-w.Ready():
 	case err := <-done:
@@ -48,7 +53,7 @@ func start(t *testing.T, cfg Config, tools ...*effects.Tool) testBundle {
 	}
 	cl, err := client.New(natstest.Connect(t, s.ClientURL()), client.WithReplyGrace(time.Second))
 	require.NoError(t, err)
-	return testBundle{client: cl, worker: w, url: s.ClientURL()}
+	return testBundle{client: cl, worker: w, url: s.ClientURL(), stop: stop}
 }
 
 func submit(t *testing.T, cl *client.Client, tool, args string) *intent.Result {
