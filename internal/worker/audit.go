@@ -203,13 +203,16 @@ func (a *auditor) recorded(key string, rec dedup.Record) {
 	a.trail.Append(a.partition(key), ev)
 }
 
-// conflict signs the conflict answer res (its receipt) and records it.
-func (a *auditor) conflict(j *job, res intent.Result) json.RawMessage {
+// conflict signs the conflict answer res (its receipt) and records it;
+// the receipt binds res's time and intent sequence, the refused intent's
+// (set in res).
+func (a *auditor) conflict(j *job, res *intent.Result) json.RawMessage {
 	if a == nil {
 		return nil
 	}
+	res.IntentSeq = j.seq
 	ev := audit.Event{Kind: audit.KindConflict, Key: res.Key, Tool: res.Tool, Fingerprint: res.Fingerprint,
-		RecordFingerprint: res.RecordFingerprint, Status: intent.StatusConflict, Holder: a.holder, IntentSeq: j.seq, At: time.Now()}
+		RecordFingerprint: res.RecordFingerprint, Status: intent.StatusConflict, Holder: a.holder, IntentSeq: j.seq, At: res.CompletedAt}
 	if j.env != nil {
 		ev.Session = j.env.Session
 	}

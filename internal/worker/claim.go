@@ -102,7 +102,7 @@ func (w *Worker) replay(j *job, rec dedup.Record) handled {
 	res := w.fromRecord(j, rec, rec.IntentSeq != j.seq)
 	if rec.Fingerprint != j.id.Fingerprint {
 		w.m.conflicts.WithLabelValues(j.env.Tool).Inc()
-		res.Receipt = w.audit.conflict(j, res)
+		res.Receipt = w.audit.conflict(j, &res)
 	} else {
 		w.m.replays.WithLabelValues(j.env.Tool).Inc()
 	}

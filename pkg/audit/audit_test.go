@@ -187,7 +187,8 @@ func TestVerifyReceipt(t *testing.T) {
 	keys := keysOf(t, s)
 	key := "charge." + strings.Repeat("ab", 32)
 	result := json.RawMessage(`{"charge":"ch_1","amount":500}`)
-	res := intent.Result{Key: key, Tool: "charge", Status: intent.StatusCompleted, Fingerprint: "fp", Attempts: 1, Result: result}
+	res := intent.Result{Key: key, Tool: "charge", Status: intent.StatusCompleted, Fingerprint: "fp", Attempts: 1, IntentSeq: 3, Result: result,
+		CompletedAt: at0}
 	res.Receipt = s.Sign(Outcome(key, "charge", "", "fp", intent.StatusCompleted, result, nil, 1, 3, at0))
 	_, err := VerifyReceipt(res, keys)
 	require.NoError(t, err)

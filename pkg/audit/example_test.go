@@ -17,7 +17,8 @@ func Example() {
 
 	result := json.RawMessage(`{"charge":"ch_1"}`)
 	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
-	answer := intent.Result{Key: "charge.0123", Tool: "charge", Status: intent.StatusCompleted, Fingerprint: "f0", Attempts: 1, Result: result}
+	answer := intent.Result{Key: "charge.0123", Tool: "charge", Status: intent.StatusCompleted, Fingerprint: "f0", Attempts: 1, IntentSeq: 42,
+		Result: result, CompletedAt: at}
 	answer.Receipt = signer.Sign(audit.Outcome(answer.Key, "charge", "", "f0", intent.StatusCompleted, result, nil, 1, 42, at))
 
 	ev, err := audit.VerifyReceipt(answer, keys)

@@ -1,20 +1,24 @@
 package audit
 
 import (
+	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // Receipted reports whether an answer of status s carries a receipt:
 // completed, failed and denied answers always do (the ledger record keeps
-// it, so replays carry it too), a conflict does when a worker answered it.
+// it, so replays carry it too), and so does already_done (the receipt of
+// the completion it reports); a conflict does when a worker answered it.
 // A rejected answer (bad input, a rate limit, a dead letter) reports
 // nothing that happened and carries none; nor does an answer that is not
 // final (awaiting_approval, uncertain).
 func Receipted(s intent.Status) bool {
 	switch s {
-	case intent.StatusCompleted, intent.StatusFailed, intent.StatusDenied, intent.StatusConflict:
+	case intent.StatusCompleted, intent.StatusFailed, intent.StatusDenied, intent.StatusConflict, intent.StatusAlreadyDone:
 		return true
 	}
 	return false
@@ -23,10 +27,13 @@ func Receipted(s intent.Status) bool {
 // VerifyReceipt checks res's receipt: its signature (VerifyEvent, with
 // keys), and that it records res's outcome — the same key (or its compact
 // ledger key, for an operation an operator decided by that key),
-// fingerprint, status and attempts, and the digests of res's result and
-// error. A receipt from another operation, or of another outcome, does not
-// verify. It returns the receipt's event, or an error matching ErrNoReceipt
-// (res carries none), ErrReceiptMismatch or one of VerifyEvent's.
+// fingerprint, status (completed, for an already_done answer), attempts,
+// run (intent sequence, attempt and time), and the digests of res's result
+// and error. A receipt from another operation, another run of it, or of
+// another outcome, does not verify. It returns the receipt's event, or an
+// error matching ErrNoReceipt (res carries none), ErrReceiptMismatch,
+// ErrInvalid (res's result repeats a member name, or is not JSON) or one
+// of VerifyEvent's.
 func VerifyReceipt(res intent.Result, keys *KeySet) (Event, error) {
 	if len(res.Receipt) == 0 {
 		return Event{}, fmt.Errorf("%w: the %s answer of %s carries no receipt", ErrNoReceipt, res.Status, res.Key)
@@ -35,25 +42,61 @@ func VerifyReceipt(res intent.Result, keys *KeySet) (Event, error) {
 	if err != nil {
 		return ev, fmt.Errorf("receipt of %s: %w", res.Key, err)
 	}
-	if err := matches(ev, res); err != nil {
+	var resultDigest string
+	if len(res.Result) > 0 {
+		if resultDigest, err = boundDigest(res.Result); err != nil {
+			return ev, fmt.Errorf("receipt of %s: the answer's result: %w", res.Key, err)
+		}
+	}
+	if err := matches(ev, res, resultDigest); err != nil {
 		return ev, fmt.Errorf("%w: %s: %w", ErrReceiptMismatch, res.Key, err)
 	}
 	return ev, nil
 }
 
-// matches reports how ev does not record res's outcome (nil when it does).
-func matches(ev Event, res intent.Result) error {
-	wantKind := KindOutcome
-	if res.Status == intent.StatusConflict {
+// boundDigest is the digest a receipt binds result by: ResultDigest, or ""
+// when result's one fault is a number beyond ±2^53 (it has no canonical
+// form, and a receipt leaves it unbound). Any other fault — a repeated
+// member name, a lone surrogate, not JSON — is ErrInvalid: such a result
+// is refused, never unbound.
+func boundDigest(result []byte) (string, error) {
+	if d, ok := ResultDigest(result); ok {
+		return d, nil
+	}
+	// Put 0 in place of each number beyond ±2^53 in turn: what is left
+	// must canonicalize.
+	data := append([]byte(nil), result...)
+	for range len(data) {
+		_, err := intent.Canonicalize(data)
+		if err == nil {
+			return "", nil
+		}
+		var se *intent.SyntaxError
+		if !errors.As(err, &se) || !strings.Contains(se.Msg, "beyond") || se.Offset >= len(data) {
+			return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		end := se.Offset
+		for end < len(data) && strings.IndexByte("+-.0123456789eE", data[end]) >= 0 {
+			end++
+		}
+		data = append(append(data[:se.Offset:se.Offset], '0'), data[end:]...)
+	}
+	return "", fmt.Errorf("%w: the result has no canonical form", ErrInvalid)
+}
+
+// matches reports how ev does not record res's outcome (nil when it does);
+// resultDigest is the digest ev must bind res's result by.
+func matches(ev Event, res intent.Result, resultDigest string) error {
+	wantKind, wantStatus := KindOutcome, res.Status
+	switch res.Status {
+	case intent.StatusConflict:
 		wantKind = KindConflict
+	case intent.StatusAlreadyDone:
+		wantStatus = intent.StatusCompleted // the completion it reports; its error is the refusal, which no receipt binds
 	}
 	compact, _ := intent.LedgerKey(res.Key, intent.LayoutCompact)
-	var resultDigest string
-	if len(res.Result) > 0 {
-		resultDigest, _ = ResultDigest(res.Result) // "" when it has no canonical form: unbound
-	}
 	var errorDigest string
-	if res.Error != nil {
+	if res.Error != nil && res.Status != intent.StatusAlreadyDone {
 		errorDigest = ErrorDigest(*res.Error)
 	}
 	switch {
@@ -63,12 +106,18 @@ func matches(ev Event, res intent.Result) error {
 		return fmt.Errorf("it is of key %s", ev.Key)
 	case ev.Fingerprint != res.Fingerprint:
 		return fmt.Errorf("it is of fingerprint %s, the answer's is %s", ev.Fingerprint, res.Fingerprint)
-	case ev.Status != res.Status:
-		return fmt.Errorf("it records status %s, the answer's is %s", ev.Status, res.Status)
+	case ev.Status != wantStatus:
+		return fmt.Errorf("it records status %s, the %s answer's is %s", ev.Status, res.Status, wantStatus)
 	case res.Status == intent.StatusConflict && ev.RecordFingerprint != res.RecordFingerprint:
 		return fmt.Errorf("it names record fingerprint %s, the answer %s", ev.RecordFingerprint, res.RecordFingerprint)
 	case res.Status != intent.StatusConflict && ev.Attempts != res.Attempts:
 		return fmt.Errorf("it records %d attempts, the answer %d", ev.Attempts, res.Attempts)
+	case ev.IntentSeq != res.IntentSeq:
+		return fmt.Errorf("it is of intent sequence %d, the answer's is %d", ev.IntentSeq, res.IntentSeq)
+	case res.Status != intent.StatusConflict && ev.Attempt != res.Attempt:
+		return fmt.Errorf("it is of attempt %d, the answer's is %d", ev.Attempt, res.Attempt)
+	case !ev.At.Equal(res.CompletedAt):
+		return fmt.Errorf("it is of %s, the answer was completed at %s", ev.At.Format(time.RFC3339Nano), res.CompletedAt.Format(time.RFC3339Nano))
 	case ev.ResultDigest != resultDigest:
 		return fmt.Errorf("its result digest is %q, the answer's result's is %q", ev.ResultDigest, resultDigest)
 	case ev.ErrorDigest != errorDigest:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/bits"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,8 +115,8 @@ func fold(leaf [32]byte, proof []string) ([32]byte, error) {
 	h := leaf
 	for _, step := range proof {
 		var sib [32]byte
-		if len(step) != 65 {
-			return h, fmt.Errorf("%w: proof step %q: want L or R and 64 hex digits", ErrInvalid, step)
+		if len(step) != 65 || strings.IndexFunc(step[1:], func(r rune) bool { return !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') }) >= 0 {
+			return h, fmt.Errorf("%w: proof step %q: want L or R and 64 lowercase hex digits", ErrInvalid, step)
 		}
 		if _, err := hex.Decode(sib[:], []byte(step[1:])); err != nil {
 			return h, fmt.Errorf("%w: proof step %q: %w", ErrInvalid, step, err)
@@ -378,15 +379,34 @@ func decodeEvent(raw []byte) (Event, error) {
 	return ev, nil
 }
 
-// verify checks sig (base64url) over msg with key id, valid at at.
+// verify checks sig over msg with key id, valid at at. sig is the
+// signature's one text: 86 characters of base64url without padding, whose
+// unused last bits are zero (sigText).
 func verify(keys *KeySet, id string, at time.Time, msg []byte, sig string) error {
 	pub, err := keys.lookup(id, at)
 	if err != nil {
 		return err
 	}
-	raw, err := b64.DecodeString(sig)
-	if err != nil || len(raw) != ed25519.SignatureSize || !ed25519.Verify(pub, msg, raw) {
+	raw, ok := sigText(sig)
+	if !ok || !ed25519.Verify(pub, msg, raw) {
 		return fmt.Errorf("%w: signer %s", ErrBadSignature, id)
 	}
 	return nil
+}
+
+// sigText decodes a signature's text: exactly 86 characters of the
+// base64url alphabet (no padding, no line breaks, which Go's decoder would
+// skip), its last character's 4 unused bits zero, so that one signature
+// has one text.
+func sigText(sig string) ([]byte, bool) {
+	if len(sig) != b64.EncodedLen(ed25519.SignatureSize) {
+		return nil, false
+	}
+	for i := 0; i < len(sig); i++ {
+		if c := sig[i]; !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return nil, false
+		}
+	}
+	raw, err := b64.Strict().DecodeString(sig)
+	return raw, err == nil && len(raw) == ed25519.SignatureSize
 }

@@ -30,8 +30,13 @@ type receiptVectors struct {
 type receiptCase struct {
 	Name   string          `json:"name"`
 	Answer json.RawMessage `json:"answer"`
+	// AnswerText is, for a case a reader must see as written (a repeated
+	// member name, which a JSON parser merges), the answer's JSON text;
+	// Answer is then what most parsers make of it.
+	AnswerText string `json:"answer_text,omitempty"`
 	// Error is "" when the receipt verifies, else the kind of failure:
-	// no_receipt, bad_signature, unknown_signer, key_not_valid, mismatch.
+	// no_receipt, invalid, bad_signature, unknown_signer, key_not_valid,
+	// mismatch.
 	Error string `json:"error"`
 }
 
@@ -63,10 +68,12 @@ func buildVectors(t *testing.T) receiptVectors {
 	key := "charge." + strings.Repeat("0123456789abcdef", 4)
 	fp := strings.Repeat("f0", 32)
 	result := json.RawMessage(`{"charge":"ch_1","amount":500,"ratio":1.5e-7,"big":9007199254740991,"whole":100.0,"note":"é☃ \"q\" <b>"}`)
-	completed := intent.Result{Key: key, Tool: "charge", Status: intent.StatusCompleted, Fingerprint: fp, Attempts: 1, Result: result,
-		CompletedAt: at}
+	completed := intent.Result{Key: key, Tool: "charge", Status: intent.StatusCompleted, Fingerprint: fp, Attempts: 1, IntentSeq: 42, Attempt: 1,
+		Result: result, CompletedAt: at}
 	outcome := func(r intent.Result) Event {
-		return Outcome(r.Key, r.Tool, "run-7", r.Fingerprint, r.Status, r.Result, r.Error, r.Attempts, 42, at)
+		ev := Outcome(r.Key, r.Tool, "run-7", r.Fingerprint, r.Status, r.Result, r.Error, r.Attempts, r.IntentSeq, r.CompletedAt)
+		ev.Holder, ev.Attempt = "worker-1", r.Attempt
+		return ev
 	}
 	var cases []receiptCase
 	add := func(name string, r intent.Result, errKind string) {
@@ -100,7 +107,7 @@ func buildVectors(t *testing.T) receiptVectors {
 	add("denied by an operator", withReceipt(denied, s.Sign(dev)), "")
 
 	conflict := intent.Result{Key: key, Tool: "charge", Status: intent.StatusConflict, Fingerprint: strings.Repeat("0a", 32), RecordFingerprint: fp,
-		Error: &intent.Error{Code: intent.CodeConflict, Message: "key was first used with other arguments"}, CompletedAt: at}
+		Error: &intent.Error{Code: intent.CodeConflict, Message: "key was first used with other arguments"}, IntentSeq: 43, CompletedAt: at}
 	cev := Event{Kind: KindConflict, Key: key, Tool: "charge", Fingerprint: conflict.Fingerprint, RecordFingerprint: fp, Status: intent.StatusConflict,
 		ErrorCode: intent.CodeConflict, ErrorDigest: ErrorDigest(*conflict.Error), Holder: "worker-1", IntentSeq: 43, At: at}
 	add("conflict", withReceipt(conflict, s.Sign(cev)), "")
@@ -138,10 +145,89 @@ func buildVectors(t *testing.T) receiptVectors {
 	add("signed before the key's not_before", withReceipt(early, s.Sign(eev)), "key_not_valid")
 	add("a completion without a receipt", completed, "no_receipt")
 
+	// already_done reports a completion: its receipt is the completion's,
+	// checked as a completed answer's is (its error, the refusal, unbound).
+	done := completed
+	done.Status, done.Replayed = intent.StatusAlreadyDone, true
+	done.Error = &intent.Error{Code: intent.CodeAlreadyDone, Message: "the operation already ran"}
+	add("already_done, with its completion's receipt", withReceipt(done, s.Sign(outcome(completed))), "")
+	forged := withReceipt(done, s.Sign(outcome(completed)))
+	forged.Result = json.RawMessage(`{"charge":"ch_2"}`)
+	add("already_done, another result", forged, "mismatch")
+	add("already_done, a receipt of status already_done", withReceipt(done, s.Sign(outcome(done))), "mismatch")
+	junk := string(s.Sign(outcome(completed)))
+	junk = strings.Replace(junk, sigOf(t, junk), strings.Repeat("A", 86), 1)
+	add("already_done, a receipt with a junk signature", withReceipt(done, json.RawMessage(junk)), "bad_signature")
+	add("already_done without a receipt", done, "no_receipt")
+	otherDone := withReceipt(done, s.Sign(outcome(completed)))
+	otherDone.Attempts = 2
+	add("already_done, other attempts", otherDone, "mismatch")
+
+	// A receipt binds its run: the intent sequence, the attempt, the time.
+	run2 := completed
+	run2.IntentSeq, run2.CompletedAt = 77, at.Add(time.Hour)
+	add("the receipt of an earlier run of the key", withReceipt(run2, s.Sign(outcome(completed))), "mismatch")
+	seq := completed
+	seq.IntentSeq = 43
+	add("the receipt of another intent", withReceipt(seq, s.Sign(outcome(completed))), "mismatch")
+	att := completed
+	att.Attempt = 2
+	add("the receipt of another attempt", withReceipt(att, s.Sign(outcome(completed))), "mismatch")
+	later := completed
+	later.CompletedAt = at.Add(time.Nanosecond)
+	add("the receipt of another time", withReceipt(later, s.Sign(outcome(completed))), "mismatch")
+	zoned := completed
+	zoned.CompletedAt = at.In(time.FixedZone("", 2*3600))
+	add("completed_at in another zone, the same instant", withReceipt(zoned, s.Sign(outcome(completed))), "")
+	otherConflict := withReceipt(conflict, s.Sign(cev))
+	otherConflict.IntentSeq = 44
+	add("a conflict's receipt on another intent's conflict", otherConflict, "mismatch")
+
+	// One text per receipt, and every member signed.
+	signed := string(s.Sign(outcome(completed)))
+	add("a receipt with an extra __proto__ member", withReceipt(completed, json.RawMessage(`{"__proto__":{"x":1},`+signed[1:])), "bad_signature")
+	sig := sigOf(t, signed)
+	i := strings.IndexAny(sig, "-_")
+	require.GreaterOrEqual(t, i, 0, "the vector's signature has no - or _")
+	plus := sig[:i] + map[byte]string{'-': "+", '_': "/"}[sig[i]] + sig[i+1:]
+	add("a sig with + or / for - or _", withReceipt(completed, json.RawMessage(strings.Replace(signed, sig, plus, 1))), "bad_signature")
+	add("a sig with a line break", withReceipt(completed, json.RawMessage(strings.Replace(signed, sig, sig[:40]+`\n`+sig[40:], 1))), "bad_signature")
+	add("a sig whose unused last bits are set", withReceipt(completed, json.RawMessage(strings.Replace(signed, sig, sig[:85]+lastBitsSet(sig[85]), 1))), "bad_signature")
+	batched := string(s.SignBatch(batch)[3])
+	stepAt := strings.Index(batched, `"proof":["`) + len(`"proof":["`) + 1
+	add("a proof step in upper-case hex", withReceipt(completed, json.RawMessage(batched[:stepAt]+strings.ToUpper(batched[stepAt:stepAt+64])+batched[stepAt+64:])), "invalid")
+
+	// A result that repeats a member name is refused, never left unbound.
+	dup := completed
+	dup.Result = json.RawMessage(`{"id":12345678901234567890}`)
+	dupText, err := json.Marshal(withReceipt(dup, s.Sign(outcome(dup))))
+	require.NoError(t, err)
+	dupText = []byte(strings.Replace(string(dupText), `{"id":12345678901234567890}`, `{"id":1,"id":2}`, 1))
+	cases = append(cases, receiptCase{Name: "a result repeating a member name, its receipt leaving the result unbound",
+		Answer: dupText, AnswerText: string(dupText), Error: "invalid"})
+	surrogate := completed
+	surrogate.Result = json.RawMessage(`{"id":12345678901234567890,"s":"\ud800"}`)
+	add("a result with a lone surrogate and a big number", withReceipt(surrogate, s.Sign(outcome(big))), "invalid")
+
 	return receiptVectors{
 		Comment: "Receipts and what verifying each with keys comes to (docs/audit.md). Written by go test ./pkg/audit -run TestReceiptVectors -update.",
 		Keys:    keysJSON, Cases: cases,
 	}
+}
+
+// sigOf is the "sig" of a signed event.
+func sigOf(t *testing.T, signed string) string {
+	t.Helper()
+	var ev struct{ Sig string }
+	require.NoError(t, json.Unmarshal([]byte(signed), &ev))
+	return ev.Sig
+}
+
+// lastBitsSet is the base64url character c with its low bit set: as the
+// last of 86, the same 64 bytes to a lenient decoder.
+func lastBitsSet(c byte) string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	return string(alphabet[strings.IndexByte(alphabet, c)|1])
 }
 
 // fixStep makes the first proof step of a receipt differ in one hex digit.
@@ -173,16 +259,22 @@ func TestReceiptVectors(t *testing.T) {
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(v.Cases), 15)
 	kinds := map[string]error{"no_receipt": ErrNoReceipt, "bad_signature": ErrBadSignature, "unknown_signer": ErrUnknownSigner,
-		"key_not_valid": ErrKeyNotValid, "mismatch": ErrReceiptMismatch}
+		"key_not_valid": ErrKeyNotValid, "mismatch": ErrReceiptMismatch, "invalid": ErrInvalid}
 	for _, c := range v.Cases {
-		var res intent.Result
-		require.NoError(t, json.Unmarshal(c.Answer, &res), c.Name)
-		_, err := VerifyReceipt(res, keys)
-		if c.Error == "" {
-			require.NoError(t, err, c.Name)
-			continue
-		}
-		require.Error(t, err, c.Name)
-		require.True(t, errors.Is(err, kinds[c.Error]), "%s: %v, want %s", c.Name, err, c.Error)
+		t.Run(c.Name, func(t *testing.T) {
+			answer := c.Answer
+			if c.AnswerText != "" {
+				answer = json.RawMessage(c.AnswerText)
+			}
+			var res intent.Result
+			require.NoError(t, json.Unmarshal(answer, &res))
+			_, err := VerifyReceipt(res, keys)
+			if c.Error == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err, "want %s", c.Error)
+			require.True(t, errors.Is(err, kinds[c.Error]), "%v, want %s", err, c.Error)
+		})
 	}
 }

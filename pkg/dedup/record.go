@@ -179,12 +179,15 @@ func (r Record) Answer(c Caller, replayed bool) intent.Result {
 			CompletedAt: time.Now().UTC(),
 		}
 	}
-	var at time.Time // only a final answer has a completion time
+	var at time.Time // only a final answer has a completion time, and names its run
+	var seq uint64
+	var attempt int
 	if r.Status.Final() {
 		at = r.CompletedAt
 		if at.IsZero() {
 			at = r.UpdatedAt
 		}
+		seq, attempt = r.IntentSeq, r.Attempt
 	}
 	res := intent.Result{
 		Key:         c.Key,
@@ -193,6 +196,8 @@ func (r Record) Answer(c Caller, replayed bool) intent.Result {
 		Replayed:    replayed,
 		Fingerprint: r.Fingerprint,
 		Attempts:    r.Attempts,
+		IntentSeq:   seq,
+		Attempt:     attempt,
 		Result:      r.Result,
 		Error:       r.Error,
 		CallID:      c.CallID,

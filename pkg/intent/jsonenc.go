@@ -137,6 +137,12 @@ func (r Result) AppendJSON(dst []byte) ([]byte, error) {
 		dst = AppendJSONString(AppendJSONMember(dst, "record_fingerprint"), r.RecordFingerprint)
 	}
 	dst = strconv.AppendInt(AppendJSONMember(dst, "attempts"), int64(r.Attempts), 10)
+	if r.IntentSeq != 0 {
+		dst = strconv.AppendUint(AppendJSONMember(dst, "intent_seq"), r.IntentSeq, 10)
+	}
+	if r.Attempt != 0 {
+		dst = strconv.AppendInt(AppendJSONMember(dst, "attempt"), int64(r.Attempt), 10)
+	}
 	if len(r.Result) > 0 {
 		if dst, err = AppendJSONRaw(AppendJSONMember(dst, "result"), r.Result); err != nil {
 			return nil, fmt.Errorf("answer result: %w", err)

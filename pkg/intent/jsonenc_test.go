@@ -22,7 +22,7 @@ func TestResultEncodingIsEncodingJSONs(t *testing.T) {
 	for i := range 2000 {
 		r := Result{Key: strs[pick(len(strs))], Tool: strs[pick(len(strs))], Status: Status(strs[pick(len(strs))]), Replayed: pick(2) == 0,
 			Fingerprint: strs[pick(len(strs))], RecordFingerprint: strs[pick(len(strs))], Attempts: rng.IntN(100) - 10,
-			Result: raws[pick(len(raws))], CallID: strs[pick(len(strs))], CompletedAt: times[pick(len(times))]}
+			IntentSeq: uint64(pick(3)) * (1<<53 - 1), Attempt: pick(3) - 1, Result: raws[pick(len(raws))], CallID: strs[pick(len(strs))], CompletedAt: times[pick(len(times))]}
 		if pick(2) == 0 {
 			r.Error = &Error{Code: strs[pick(len(strs))], Message: strs[pick(len(strs))]}
 		}
@@ -52,6 +52,8 @@ func TestResultEncodingHasEveryField(t *testing.T) {
 			f.SetBool(true)
 		case int:
 			f.SetInt(3)
+		case uint64:
+			f.SetUint(7)
 		case json.RawMessage:
 			f.Set(reflect.ValueOf(json.RawMessage(`{"a":[1]}`)))
 		case *Error:

@@ -80,11 +80,17 @@ type Result struct {
 	Fingerprint string `json:"fingerprint,omitempty"`
 	// RecordFingerprint is, in a conflict answer, the fingerprint of the
 	// arguments the key was first used with (Fingerprint is the caller's).
-	RecordFingerprint string          `json:"record_fingerprint,omitempty"`
-	Attempts          int             `json:"attempts"`
-	Result            json.RawMessage `json:"result,omitempty"`
-	Error             *Error          `json:"error,omitempty"`
-	CallID            string          `json:"call_id,omitempty"`
+	RecordFingerprint string `json:"record_fingerprint,omitempty"`
+	Attempts          int    `json:"attempts"`
+	// IntentSeq and Attempt name the run whose outcome a final answer
+	// reports: the stream sequence of the intent whose claim recorded it,
+	// and that claim's number (1-based, takeovers included). A conflict
+	// answer's IntentSeq is the refused intent's. Its receipt binds both.
+	IntentSeq uint64          `json:"intent_seq,omitempty"`
+	Attempt   int             `json:"attempt,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     *Error          `json:"error,omitempty"`
+	CallID    string          `json:"call_id,omitempty"`
 	// CompletedAt is when the outcome was reached; absent from an answer
 	// that is not final (awaiting_approval, uncertain).
 	CompletedAt time.Time `json:"completed_at,omitzero"`
