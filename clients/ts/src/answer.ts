@@ -91,8 +91,12 @@ export interface Result {
   fingerprint?: string;
   /** For a conflict: the fingerprint of the recorded operation the key belongs to. */
   record_fingerprint?: string;
-  /** How many times the effect was invoked for this key, retries included. */
+  /** How many times the effect was invoked for this key, retries included (a vanished holder's claim counting as one). */
   attempts: number;
+  /** In a final answer: the stream sequence of the intent whose claim recorded the outcome (a conflict's: the refused intent's). Its receipt binds it. */
+  intent_seq?: number;
+  /** In a final answer: the number of the claim that recorded the outcome (1 for the first, +1 per takeover or retry). Its receipt binds it. */
+  attempt?: number;
   /** The effect's result, for `completed`. */
   result?: JsonValue;
   /** What went wrong, for every status that is not a success. */
@@ -101,7 +105,7 @@ export interface Result {
   call_id?: string;
   /** RFC 3339 time the outcome was recorded; absent from the non-final answers (awaiting_approval, uncertain). */
   completed_at?: string;
-  /** The signed event that recorded the outcome (docs/audit.md): on completed, failed and denied answers, and on a conflict a worker answered. Verify it with `verifyReceipt`. */
+  /** The signed event that recorded the outcome (docs/audit.md): on completed, failed, denied and already_done answers, and on a conflict a worker answered. Verify it with `verifyReceipt`. */
   receipt?: JsonObject;
 }
 

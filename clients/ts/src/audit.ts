@@ -26,7 +26,7 @@ import { createHash, createPublicKey, verify, type KeyObject } from "node:crypto
 import type { LedgerRecord, Result } from "./answer.js";
 import { canonical } from "./derive.js";
 import { IdemError } from "./errors.js";
-import type { JsonObject, JsonValue } from "./json.js";
+import { parseStrict, setMember, type JsonObject, type JsonValue } from "./json.js";
 import { LAYOUT_COMPACT, ledgerKey } from "./layout.js";
 
 /** What is wrong with a receipt. */
@@ -180,14 +180,32 @@ function safeNumbers(v: JsonValue | undefined): boolean {
   return true;
 }
 
+/** Whether every string and member name in v is well-formed UTF-16 (no lone surrogate). */
+function wellFormed(v: JsonValue | undefined): boolean {
+  if (typeof v === "string") {
+    return v.isWellFormed();
+  }
+  if (Array.isArray(v)) {
+    return v.every(wellFormed);
+  }
+  if (v !== null && typeof v === "object") {
+    return Object.entries(v).every(([k, x]) => k.isWellFormed() && wellFormed(x));
+  }
+  return true;
+}
+
 /**
  * hex(sha256(JCS(result))), as a receipt binds a result; "" for a result
  * with no canonical form (a number beyond ±2^53), which a receipt does not bind.
  *
  * @param result - the answer's result
  * @returns the digest
+ * @throws {@link ReceiptError} (`invalid`) for a result holding a lone surrogate
  */
 export function resultDigest(result: JsonValue): string {
+  if (!wellFormed(result)) {
+    throw new ReceiptError("invalid", "the answer's result holds a lone surrogate");
+  }
   if (!safeNumbers(result)) {
     return "";
   }
@@ -311,7 +329,7 @@ export function verifyEvent(event: JsonValue | undefined, keys: KeySet): JsonObj
   const rest: JsonObject = {};
   for (const [k, v] of Object.entries(event)) {
     if (k !== "sig" && k !== "proof") {
-      rest[k] = v;
+      setMember(rest, k, v); // every member is signed, one named __proto__ too
     }
   }
   if (!safeNumbers(rest)) {
@@ -330,22 +348,64 @@ export function verifyEvent(event: JsonValue | undefined, keys: KeySet): JsonObj
     h = step[0] === "L" ? sha256(Buffer.from([1]), sibling, h) : sha256(Buffer.from([1]), h, sibling);
   }
   const key = keys.lookup(event.signer, event.at);
+  // One text per signature: 86 base64url characters, the unused last bits zero.
   const sig = Buffer.from(event.sig, "base64url");
-  if (sig.length !== 64 || !verify(null, h, key, sig)) {
+  if (!SIG_TEXT.test(event.sig) || sig.toString("base64url") !== event.sig || !verify(null, h, key, sig)) {
     throw new ReceiptError("bad_signature", `signer ${event.signer}`);
   }
   return event;
 }
 
+/** A signature's one text: 64 bytes, base64url without padding. */
+const SIG_TEXT = /^[A-Za-z0-9_-]{86}$/;
+
 /**
- * Whether an answer of `status` carries a receipt (a conflict does when a
- * worker answered it).
+ * Whether an answer of `status` carries a receipt: already_done carries its
+ * completion's; a conflict does when a worker answered it.
  *
  * @param status - the answer's status
- * @returns true for completed, failed, denied and conflict
+ * @returns true for completed, failed, denied, already_done and conflict
  */
 export function receipted(status: string): boolean {
-  return status === "completed" || status === "failed" || status === "denied" || status === "conflict";
+  return status === "completed" || status === "failed" || status === "denied" || status === "already_done" || status === "conflict";
+}
+
+/** The nesting an answer's text may have: a result as deep as the workers canonicalize (1000), inside the answer. */
+const ANSWER_DEPTH = 1002;
+
+/**
+ * Checks an answer's receipt from the answer's JSON text as it came: the
+ * text must repeat no member name and hold no lone surrogate (a JSON
+ * parser would merge or keep them unseen), then {@link verifyReceipt}.
+ *
+ * @param text - the answer's JSON text, or its UTF-8 bytes
+ * @param keys - the trusted keys
+ * @returns the receipt
+ * @throws {@link ReceiptError}
+ */
+export function verifyReceiptText(text: string | Uint8Array, keys: KeySet): JsonObject {
+  return verifyReceipt(strictAnswer(text), keys);
+}
+
+/**
+ * An answer's JSON text read strictly (no repeated member name, no lone
+ * surrogate, a number beyond ±2^53 read as an infinity: unbound).
+ *
+ * @param text - the answer's JSON text, or its UTF-8 bytes
+ * @returns the answer as the receipt check reads it
+ * @throws {@link ReceiptError} (`invalid`)
+ */
+export function strictAnswer(text: string | Uint8Array): Result {
+  let v: JsonValue;
+  try {
+    v = parseStrict(text, ANSWER_DEPTH, { bigNumbers: true });
+  } catch (err) {
+    throw new ReceiptError("invalid", `the answer: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  if (v === null || typeof v !== "object" || Array.isArray(v)) {
+    throw new ReceiptError("invalid", "the answer is not a JSON object");
+  }
+  return v as unknown as Result;
 }
 
 /**
@@ -367,18 +427,31 @@ export function verifyReceipt(res: Result, keys: KeySet): JsonObject {
       throw new ReceiptError("mismatch", `${res.key}: its ${what} is ${JSON.stringify(got)}, the answer's ${JSON.stringify(want)}`);
     }
   };
-  differs("kind", ev.kind, res.status === "conflict" ? "conflict" : "outcome");
+  const conflict = res.status === "conflict";
+  const done = res.status === "already_done"; // reports a completion: its receipt is the completion's, its error (the refusal) unbound
+  differs("kind", ev.kind, conflict ? "conflict" : "outcome");
   if (ev.key !== res.key && ev.key !== ledgerKey(res.key, LAYOUT_COMPACT)) {
     throw new ReceiptError("mismatch", `${res.key}: it is of key ${JSON.stringify(ev.key)}`);
   }
   differs("fingerprint", ev.fingerprint ?? "", res.fingerprint ?? "");
-  differs("status", ev.status, res.status);
-  if (res.status === "conflict") {
+  differs("status", ev.status, done ? "completed" : res.status);
+  if (conflict) {
     differs("record fingerprint", ev.record_fingerprint ?? "", res.record_fingerprint ?? "");
   } else {
     differs("attempts", ev.attempts ?? 0, res.attempts ?? 0);
+    differs("attempt", ev.attempt ?? 0, res.attempt ?? 0);
+  }
+  differs("intent sequence", ev.intent_seq ?? 0, res.intent_seq ?? 0);
+  let completed: bigint | undefined;
+  try {
+    completed = nanos(res.completed_at);
+  } catch {
+    completed = undefined;
+  }
+  if (completed === undefined || nanos(ev.at) !== completed) {
+    throw new ReceiptError("mismatch", `${res.key}: it is of ${String(ev.at)}, the answer was completed at ${String(res.completed_at)}`);
   }
   differs("result digest", ev.result_digest ?? "", res.result !== undefined ? resultDigest(res.result) : "");
-  differs("error digest", ev.error_digest ?? "", res.error !== undefined ? errorDigest(res.error) : "");
+  differs("error digest", ev.error_digest ?? "", res.error !== undefined && !done ? errorDigest(res.error) : "");
   return ev;
 }

@@ -21,7 +21,7 @@ import {
 import { randomBytes } from "node:crypto";
 
 import { decodeRecord, isAnswered, isFinal, type LedgerRecord, type Result } from "./answer.js";
-import { BadReceiptError, ReceiptError, receipted, recordReceipt, verifyReceipt, type KeySet } from "./audit.js";
+import { BadReceiptError, ReceiptError, receipted, recordReceipt, strictAnswer, verifyReceipt, type KeySet } from "./audit.js";
 import { encodeDecision, type Decision, type DecisionOp } from "./decide.js";
 import { deriveKey, type KeySpec } from "./derive.js";
 import { checkEnvelope, encodeEnvelope, type Envelope } from "./envelope.js";
@@ -49,6 +49,9 @@ export const DEFAULT_WAIT_MS = 180_000;
 
 /** A tool's lease when the catalogue does not say (the workers' default, 30 s). */
 const DEFAULT_LEASE_MS = 30_000;
+
+/** The text each answer parsed from a message came as, for its receipt's strict check. */
+const answerTexts = new WeakMap<object, Uint8Array>();
 
 /** The header naming the subject an answer is pushed to. */
 export const HEADER_REPLY_TO = "Idem-Reply-To";
@@ -440,6 +443,7 @@ export class IdemClient {
           continue; // not an answer: dropped
         }
         if (typeof res === "object" && res !== null) {
+          answerTexts.set(res, m.data);
           return this.checkReceipt(res as Result);
         }
       }
@@ -468,7 +472,10 @@ export class IdemClient {
       return res;
     }
     try {
-      verifyReceipt(res, this.receiptKeys);
+      // The answer as it came, when it came as text: read strictly (a
+      // repeated member name, which JSON.parse merges, is refused).
+      const text = answerTexts.get(res);
+      verifyReceipt(text !== undefined ? strictAnswer(text) : res, this.receiptKeys);
     } catch (err) {
       throw err instanceof ReceiptError ? new BadReceiptError(res, err) : err;
     }
@@ -1162,6 +1169,7 @@ export class Submission {
               this.dropped++;
               continue;
             }
+            answerTexts.set(res, m.data);
             consider(m.headers?.get(HEADER_INTENT_SEQ), res as Result);
           }
         } catch (err) {
@@ -1259,6 +1267,10 @@ export class Submission {
     const final = isFinal(rec.status);
     const at = rec.completed_at ?? rec.updated_at;
     const receipt = final ? recordReceipt(rec) : undefined;
+    // A final answer names its run, which its receipt binds.
+    const run = final
+      ? { ...(rec.intent_seq ? { intent_seq: rec.intent_seq } : {}), ...(rec.attempt ? { attempt: rec.attempt } : {}) }
+      : {};
     const replayed = rec.intent_seq === undefined || !this.#own.has(rec.intent_seq);
     if (this.#opts.rejectRepeat && replayed && rec.status === "completed") {
       return {
@@ -1268,6 +1280,7 @@ export class Submission {
         replayed: true,
         fingerprint: rec.fingerprint,
         attempts: rec.attempts ?? 0,
+        ...run,
         ...(rec.result !== undefined ? { result: rec.result } : {}),
         error: {
           code: "already_done",
@@ -1285,6 +1298,7 @@ export class Submission {
       replayed: rec.intent_seq === undefined || !this.#own.has(rec.intent_seq),
       fingerprint: rec.fingerprint,
       attempts: rec.attempts ?? 0,
+      ...run,
       ...(rec.result !== undefined ? { result: rec.result } : {}),
       ...(rec.error !== undefined ? { error: rec.error } : {}),
       ...callID,

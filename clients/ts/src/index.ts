@@ -7,7 +7,7 @@
  */
 
 export { ALREADY_DONE, ANSWERED_STATUSES, FINAL_STATUSES, isAlreadyDone, isAnswered, isFinal } from "./answer.js";
-export { BadReceiptError, errorDigest, KeySet, ReceiptError, receipted, recordReceipt, resultDigest, verifyEvent, verifyReceipt } from "./audit.js";
+export { BadReceiptError, errorDigest, KeySet, ReceiptError, receipted, recordReceipt, resultDigest, strictAnswer, verifyEvent, verifyReceipt, verifyReceiptText } from "./audit.js";
 export type { PublicKeyInfo, ReceiptErrorKind } from "./audit.js";
 export type { ErrorInfo, LedgerRecord, RecordDecision, RecordSignature, Result, Status } from "./answer.js";
 export {

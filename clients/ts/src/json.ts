@@ -54,12 +54,12 @@ export function decodeUTF8(data: Uint8Array): string {
  * @returns the value
  * @throws {@link InvalidIntentError} for any violation, with its offset
  */
-export function parseStrict(text: string | Uint8Array, maxDepth: number): JsonValue {
+export function parseStrict(text: string | Uint8Array, maxDepth: number, opts: StrictOptions = {}): JsonValue {
   const s = typeof text === "string" ? text : decodeUTF8(text);
   if (!s.isWellFormed()) {
     throw new InvalidIntentError("the text holds a lone surrogate, which is not valid UTF-8");
   }
-  const p = new Parser(s, maxDepth);
+  const p = new Parser(s, maxDepth, opts.bigNumbers === true);
   p.skipSpace();
   const v = p.value(0);
   p.skipSpace();
@@ -67,6 +67,17 @@ export function parseStrict(text: string | Uint8Array, maxDepth: number): JsonVa
     throw p.error(`unexpected ${p.describe()} after the JSON value`);
   }
   return v;
+}
+
+/** Options of {@link parseStrict}. */
+export interface StrictOptions {
+  /**
+   * Read a number beyond ±2^53 (or beyond the double range) as `Infinity`
+   * or `-Infinity`, which has no canonical form, instead of refusing it:
+   * for an answer, whose result may hold one (its receipt leaves it
+   * unbound). Default: refused.
+   */
+  bigNumbers?: boolean;
 }
 
 /** Defines an own, enumerable member on o, even one named `__proto__`. */
@@ -80,6 +91,7 @@ class Parser {
   constructor(
     readonly s: string,
     readonly maxDepth: number,
+    readonly bigNumbers = false,
   ) {}
 
   error(msg: string, at = this.pos): InvalidIntentError {
@@ -306,6 +318,9 @@ class Parser {
     }
     const lit = found[0];
     const f = Number(lit);
+    if (this.bigNumbers && (!Number.isFinite(f) || Math.abs(f) > MAX_SAFE_MAGNITUDE || (Math.abs(f) === MAX_SAFE_MAGNITUDE && exceedsSafe(lit)))) {
+      return lit.startsWith("-") ? -Infinity : Infinity;
+    }
     if (!Number.isFinite(f)) {
       throw this.error(`number ${clip(lit)} is beyond the range of a double`, start);
     }
