@@ -136,10 +136,12 @@ func (l *memLedger) Claim(_ context.Context, req dedup.ClaimRequest) (claim, err
 		next := cur
 		next.Status, next.Holder, next.LeaseUntil, next.Attempt = intent.StatusPending, req.Holder, now.Add(req.Lease), cur.Attempt+1
 		next.IntentSeq, next.CallID, next.UpdatedAt = req.IntentSeq, req.CallID, now
-		rev, err := l.put(req.Key, e.rev, next)
 		if cur.Released() || cur.Status == intent.StatusApproved {
+			rev, err := l.put(req.Key, e.rev, next)
 			return l.held(dedup.Acquired, req.Key, rev, next), err
 		}
+		next.Attempts++ // the vanished holder's attempt may have reached the effect
+		rev, err := l.put(req.Key, e.rev, next)
 		took := l.held(dedup.TookOver, req.Key, rev, next)
 		took.Previous = cur
 		return took, err
@@ -343,7 +345,6 @@ func (ls *memLease) AwaitApproval(_ context.Context, envelope json.RawMessage) (
 func (ls *memLease) Hold(_ context.Context, reason string) (dedup.Record, error) {
 	return ls.write("hold", true, func(r *dedup.Record, _ time.Time) {
 		r.Status, r.Holder, r.LeaseUntil = intent.StatusUncertain, "", time.Time{}
-		r.Attempts++
 		r.Error = &intent.Error{Code: intent.CodeUncertain, Message: reason}
 	})
 }
@@ -356,7 +357,6 @@ func (ls *memLease) NoteProbe(_ context.Context, p dedup.Probe) error {
 func (ls *memLease) SettleProbed(_ context.Context, p dedup.Probe, result json.RawMessage) (dedup.Record, error) {
 	return ls.write("settle probed", true, func(r *dedup.Record, now time.Time) {
 		r.Status, r.Result, r.Error, r.LeaseUntil, r.CompletedAt = intent.StatusCompleted, result, nil, time.Time{}, now
-		r.Attempts++
 		r.Probe = &p
 	})
 }

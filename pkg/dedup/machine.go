@@ -119,6 +119,9 @@ func (p policy) claim(cur Record, rev uint64, req ClaimRequest, now time.Time) c
 			// record for the claimant to check).
 			return claimStep{outcome: Acquired, next: next}
 		}
+		// The vanished holder's attempt counts: it may have reached the
+		// effect (its fired event in the trail says whether it did).
+		next.Attempts++
 		return claimStep{outcome: TookOver, next: next}
 	}
 	return claimStep{outcome: Busy}
@@ -224,12 +227,11 @@ func awaitApproval(envelope json.RawMessage) transition {
 	}
 }
 
-// hold moves an abandoned operation to uncertain: the previous holder's
-// attempt counts, since it may have reached the effect.
+// hold moves an abandoned operation to uncertain (its takeover counted
+// the previous holder's attempt, which may have reached the effect).
 func hold(reason string) transition {
 	return func(r Record, _ time.Time) Record {
 		r.Status = intent.StatusUncertain
-		r.Attempts++
 		r.Error = &intent.Error{Code: intent.CodeUncertain, Message: reason}
 		r.Holder = ""
 		r.LeaseUntil = time.Time{}
@@ -247,13 +249,12 @@ func noteProbe(p Probe) transition {
 
 // settleProbed completes an abandoned operation that the probe found done
 // downstream, with the result the downstream reported: the previous
-// holder's attempt is the one that fired.
+// holder's attempt, which its takeover counted, is the one that fired.
 func settleProbed(p Probe, result json.RawMessage) transition {
 	return func(r Record, now time.Time) Record {
 		r.Status = intent.StatusCompleted
 		r.Result = result
 		r.Error = nil
-		r.Attempts++
 		r.Probe = &p
 		r.LeaseUntil = time.Time{}
 		r.CompletedAt = now

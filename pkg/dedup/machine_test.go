@@ -90,7 +90,11 @@ func TestClaimDecision(t *testing.T) {
 			require.Equal(t, "c2", next.CallID)
 			require.Equal(t, tc.now, next.UpdatedAt)
 			require.Equal(t, tc.cur.CreatedAt, next.CreatedAt, "the operation's creation stays")
-			require.Equal(t, tc.cur.Attempts, next.Attempts, "the effect's invocations so far stay")
+			if tc.want == TookOver {
+				require.Equal(t, tc.cur.Attempts+1, next.Attempts, "the vanished holder's attempt counts")
+			} else {
+				require.Equal(t, tc.cur.Attempts, next.Attempts, "the effect's invocations so far stay")
+			}
 			if tc.cur.Status == intent.StatusForgotten {
 				require.Equal(t, claimed(r, tc.now), next, "a forgotten record is claimed anew")
 				return
