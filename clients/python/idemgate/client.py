@@ -29,7 +29,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from .audit import KeySet, ReceiptError, receipted, verify_receipt
+from .audit import KeySet, ReceiptError, loads_answer, receipted, verify_receipt
 from .derive import Identity, KeySpec, derive
 
 __all__ = [
@@ -60,8 +60,13 @@ class Answer:
     #: In a conflict, the fingerprint the key was first used with.
     record_fingerprint: str = ""
     #: The signed event that recorded the outcome (docs/audit.md): on
-    #: completed, failed and denied answers, and on a conflict a worker answered.
+    #: completed, failed, denied and already_done answers, and on a conflict a
+    #: worker answered.
     receipt: dict | None = None
+    #: In a final answer, its run: the stream sequence of the intent whose
+    #: claim recorded the outcome, and that claim's number. The receipt binds both.
+    intent_seq: int = 0
+    attempt: int = 0
     #: The answer's JSON as it came, which verify_receipt checks.
     raw: dict | None = field(default=None, repr=False, compare=False)
 
@@ -273,7 +278,7 @@ class Client:
         if not raw:
             return None
         try:
-            return json.loads(raw)
+            return loads_answer(raw)  # a repeated member name stays in sight for the receipt check
         except ValueError:
             return {"detail": raw.decode("utf-8", "replace")}
 
@@ -306,7 +311,8 @@ class Client:
                    attempts=int(ans.get("attempts") or 0), result=ans.get("result"), error=ans.get("error"),
                    call_id=ans.get("call_id"), completed_at=ans.get("completed_at"), http_status=resp.status,
                    location=resp.headers.get("Location"), record_fingerprint=ans.get("record_fingerprint", ""),
-                   receipt=ans.get("receipt"), raw=ans)
+                   receipt=ans.get("receipt"), intent_seq=int(ans.get("intent_seq") or 0),
+                   attempt=int(ans.get("attempt") or 0), raw=ans)
 
     def _checked(self, ans: Answer) -> Answer:
         """ans, its receipt verified when the client has keys (a conflict the
