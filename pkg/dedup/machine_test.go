@@ -172,8 +172,8 @@ func TestLeaseTransitions(t *testing.T) {
 			r.Status, r.Intent, r.Holder, r.LeaseUntil = intent.StatusAwaitingApproval, json.RawMessage(`{"tool":"refund"}`), "", time.Time{}
 			return r
 		}},
-		{"Hold", hold("gone"), func(r Record) Record {
-			r.Status, r.Attempts, r.Holder, r.LeaseUntil = intent.StatusUncertain, 1, "", time.Time{}
+		{"Hold", hold("gone"), func(r Record) Record { // the takeover counted the vanished holder's attempt already
+			r.Status, r.Holder, r.LeaseUntil = intent.StatusUncertain, "", time.Time{}
 			r.Error = &intent.Error{Code: intent.CodeUncertain, Message: "gone"}
 			return r
 		}},
