@@ -193,6 +193,12 @@ func TestVerifyReceipt(t *testing.T) {
 	_, err := VerifyReceipt(res, keys)
 	require.NoError(t, err)
 
+	// A result repeating a member name is refused, never left unbound.
+	dup := res
+	dup.Result = json.RawMessage(`{"charge":"ch_1","charge":"ch_2","amount":500}`)
+	_, err = VerifyReceipt(dup, keys)
+	require.ErrorIs(t, err, ErrInvalid)
+
 	// A replay re-encoded by another front door: same canonical result.
 	re := res
 	re.Result = json.RawMessage(`{ "amount": 500, "charge": "ch_1" }`)

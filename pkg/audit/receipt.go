@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -52,6 +53,31 @@ func VerifyReceipt(res intent.Result, keys *KeySet) (Event, error) {
 		return ev, fmt.Errorf("%w: %s: %w", ErrReceiptMismatch, res.Key, err)
 	}
 	return ev, nil
+}
+
+// VerifyReceiptJSON is VerifyReceipt of an answer's JSON text as it came:
+// CheckAnswerText, then VerifyReceipt of the decoded answer.
+func VerifyReceiptJSON(data []byte, keys *KeySet) (Event, error) {
+	if err := CheckAnswerText(data); err != nil {
+		return Event{}, err
+	}
+	var res intent.Result
+	if err := json.Unmarshal(data, &res); err != nil {
+		return Event{}, fmt.Errorf("%w: answer: %w", ErrInvalid, err)
+	}
+	return VerifyReceipt(res, keys)
+}
+
+// CheckAnswerText reports, as ErrInvalid, an answer's JSON text that a
+// decoder would read other than as written: a member name repeated in any
+// object (a decoder keeps one), a lone surrogate escape or invalid UTF-8
+// (it substitutes them), or text that is not JSON. Numbers beyond ±2^53
+// are allowed (a result holding one is unbound).
+func CheckAnswerText(data []byte) error {
+	if _, err := boundDigest(data); err != nil {
+		return fmt.Errorf("answer: %w", err)
+	}
+	return nil
 }
 
 // boundDigest is the digest a receipt binds result by: ResultDigest, or ""

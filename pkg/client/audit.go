@@ -17,9 +17,10 @@ import (
 var ErrBadReceipt = errors.New("client: bad receipt")
 
 // WithReceiptKeys makes the client verify the receipt of every answer that
-// carries one (completed, failed, denied; a conflict a worker answered)
-// with keys: its signature, and that it records that answer's key,
-// fingerprint, status and result. An answer whose receipt is missing or
+// carries one (completed, failed, denied, already_done; a conflict a
+// worker answered) with keys: its signature, and that it records that
+// answer's operation, run and outcome (audit.VerifyReceipt), the answer's
+// text read as written (audit.CheckAnswerText). An answer whose receipt is missing or
 // does not verify is returned with an error matching ErrBadReceipt.
 // Default: receipts are passed on unchecked (Result.Receipt).
 func WithReceiptKeys(keys *audit.KeySet) Option { return func(o *options) { o.receiptKeys = keys } }
@@ -28,16 +29,22 @@ func WithReceiptKeys(keys *audit.KeySet) Option { return func(o *options) { o.re
 // without one passes when its status carries none, or it is a conflict the
 // client found in the ledger itself (no worker answered it).
 func (c *Client) checkReceipt(res *intent.Result) error {
-	if c.receiptKeys == nil || res == nil || !audit.Receipted(res.Status) {
-		return nil
-	}
-	if res.Status == intent.StatusConflict && len(res.Receipt) == 0 {
+	if !c.checksReceipt(res) {
 		return nil
 	}
 	if _, err := audit.VerifyReceipt(*res, c.receiptKeys); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadReceipt, err)
 	}
 	return nil
+}
+
+// checksReceipt reports whether the client checks res's receipt: it has
+// keys, and res is an answer that carries one.
+func (c *Client) checksReceipt(res *intent.Result) bool {
+	if c.receiptKeys == nil || res == nil || !audit.Receipted(res.Status) {
+		return false
+	}
+	return res.Status != intent.StatusConflict || len(res.Receipt) > 0
 }
 
 // PublishedKeys returns the public keys the workers sign the audit trail

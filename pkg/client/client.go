@@ -173,8 +173,11 @@ type Submission struct {
 	// when its Idem-Intent-Seq is one of them, and a record claimed by one
 	// is this call's outcome (7.4).
 	own []uint64
-	ch  chan *nats.Msg
-	sub *nats.Subscription
+	// badText holds, by answer, why a pushed answer's text would be read
+	// other than as written (audit.CheckAnswerText), for its receipt check.
+	badText sync.Map
+	ch      chan *nats.Msg
+	sub     *nats.Subscription
 }
 
 // Submit publishes env and waits for its answer until ctx is done. A duplicate
@@ -382,6 +385,9 @@ func (s *Submission) verified(res *intent.Result, err error) (*intent.Result, er
 	if err != nil {
 		return res, err
 	}
+	if bad, ok := s.badText.Load(res); ok && s.c.checksReceipt(res) {
+		return res, fmt.Errorf("%w: %w", ErrBadReceipt, bad.(error))
+	}
 	return res, s.c.checkReceipt(res)
 }
 
@@ -494,6 +500,11 @@ func (s *Submission) pushed(m *nats.Msg) (*intent.Result, bool) {
 	}
 	if res.Status != intent.StatusRejected && (res.Key != s.Key || (res.Fingerprint != "" && res.Fingerprint != s.Fingerprint)) {
 		return nil, false
+	}
+	if s.c.receiptKeys != nil {
+		if err := audit.CheckAnswerText(m.Data); err != nil {
+			s.badText.Store(&res, err)
+		}
 	}
 	return &res, true
 }
