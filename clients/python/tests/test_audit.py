@@ -7,7 +7,7 @@ import os
 import pathlib
 import unittest
 
-from idemgate import KeySet, ReceiptError, verify_receipt
+from idemgate import Answer, BadReceipt, Client, KeySet, ReceiptError, verify_receipt
 from idemgate import ed25519
 from idemgate.audit import compact_key
 
@@ -85,3 +85,32 @@ class Receipts(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ClientChecks(unittest.TestCase):
+    """The client checks the receipt of every answer that carries a result,
+    already_done included, and reads an answer's text strictly."""
+
+    def setUp(self):
+        with open(TESTDATA / "receipts.json", encoding="utf-8") as f:
+            self.vectors = json.load(f)
+        self.client = Client("http://127.0.0.1:1", "token", receipt_keys=KeySet.from_json(self.vectors["keys"]))
+
+    def answer(self, name, text=False):
+        case = next(c for c in self.vectors["cases"] if c["name"] == name)
+        raw = Client._decode(case["answer_text"].encode()) if text else case["answer"]
+        return Answer(key=raw["key"], tool=raw["tool"], status=raw["status"], replayed=raw["replayed"],
+                      receipt=raw.get("receipt"), raw=raw)
+
+    def test_already_done(self):
+        done = self.answer("already_done, with its completion's receipt")
+        self.assertIs(self.client._checked(done), done)
+        for name in ("already_done, another result", "already_done, a receipt with a junk signature",
+                     "already_done without a receipt"):
+            with self.subTest(name), self.assertRaises(BadReceipt):
+                self.client._checked(self.answer(name))
+
+    def test_repeated_member_name(self):
+        with self.assertRaises(BadReceipt) as cm:
+            self.client._checked(self.answer("a result repeating a member name, its receipt leaving the result unbound", text=True))
+        self.assertIn("invalid", str(cm.exception))

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import { test } from "node:test";
 
-import { KeySet, ReceiptError, verifyReceipt, verifyReceiptText, type PublicKeyInfo, type Result } from "../index.js";
+import { BadReceiptError, KeySet, ReceiptError, verifyReceipt, verifyReceiptText, type PublicKeyInfo, type Result } from "../index.js";
 
 const TESTDATA = new URL("../testdata/", import.meta.url);
 const ORIGINAL = new URL("../../../../pkg/audit/testdata/receipts.json", import.meta.url);
@@ -45,4 +45,20 @@ test("a key whose id is not its own is refused", () => {
   const k = vectors.keys.keys[0];
   assert.ok(k !== undefined);
   assert.throws(() => new KeySet([{ ...k, id: "0000000000000000" }]), ReceiptError);
+});
+
+test("the client checks an already_done answer's receipt", async () => {
+  const { IdemClient } = await import("../client.js");
+  const keys = KeySet.fromJSON(vectors.keys);
+  const client = new IdemClient({ options: { inboxPrefix: "_INBOX" } } as unknown as ConstructorParameters<typeof IdemClient>[0], { receiptKeys: keys }) // no connection: checkReceipt needs none;
+  const answer = (name: string): Result => {
+    const c = vectors.cases.find((x) => x.name === name);
+    assert.ok(c !== undefined, name);
+    return c.answer;
+  };
+  const done = answer("already_done, with its completion's receipt");
+  assert.equal(client.checkReceipt(done), done);
+  for (const name of ["already_done, another result", "already_done, a receipt with a junk signature", "already_done without a receipt"]) {
+    assert.throws(() => client.checkReceipt(answer(name)), BadReceiptError, name);
+  }
 });
