@@ -45,6 +45,10 @@ func TestReceiptsBindTheirRun(t *testing.T) {
   echo:
     effect: noop
     key_args: [n]
+  charge:
+    effect: noop
+    key_args: [order]
+    on_complete: reject
 `, hook.URL))
 	keyDir := t.TempDir()
 	workers := map[string]*proc{}
@@ -79,6 +83,29 @@ func TestReceiptsBindTheirRun(t *testing.T) {
 	require.ErrorIs(t, err, audit.ErrReceiptMismatch, "run 2's receipt on run 1's answer")
 	_, err = audit.VerifyReceipt(swapped2, keys)
 	require.ErrorIs(t, err, audit.ErrReceiptMismatch, "run 1's receipt on run 2's answer")
+
+	// A repeat of a completion its tool refuses: already_done, with the
+	// completion's receipt, which verifies for it (and a client with the
+	// keys accepts it).
+	charge := []byte(`{"tool":"charge","args":{"order":"o-1"}}`)
+	charged := publishRaw(t, nc, "idem.intents.charge", charge)(30 * time.Second)
+	require.Equal(t, intent.StatusCompleted, charged.Status)
+	again := publishRaw(t, nc, "idem.intents.charge", charge)(30 * time.Second)
+	require.Equal(t, intent.StatusAlreadyDone, again.Status)
+	require.JSONEq(t, string(charged.Receipt), string(again.Receipt), "the completion's receipt")
+	_, err = audit.VerifyReceipt(again, keys)
+	require.NoError(t, err, "an already_done answer's receipt verifies")
+	forged := again
+	forged.Result = []byte(`{"charged":"twice"}`)
+	_, err = audit.VerifyReceipt(forged, keys)
+	require.ErrorIs(t, err, audit.ErrReceiptMismatch, "an already_done answer with another result")
+	vcl, err := client.New(nc, client.WithReceiptKeys(keys))
+	require.NoError(t, err)
+	kctx, kcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer kcancel()
+	res, err := vcl.Submit(kctx, &intent.Envelope{Tool: "charge", Args: []byte(`{"order":"o-1"}`)})
+	require.NoError(t, err, "the client accepts the already_done answer's receipt")
+	require.Equal(t, intent.StatusAlreadyDone, res.Status)
 
 	// A takeover: the holder dies mid-effect, the other worker fires again.
 	final := make(chan submitted, 1)
