@@ -486,3 +486,28 @@ func TestBatchSignerConcurrent(t *testing.T) {
 	require.Equal(t, uint64(n), events)
 	require.Less(t, sigs, events, "callers at once share signatures")
 }
+
+// A result is unbound only for its numbers beyond ±2^53 (or a float64):
+// any other fault refuses it, wherever the big numbers are.
+func TestBoundDigest(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		result string
+		err    error
+	}{
+		{`{"a":[1e400,-12345678901234567890,"x\"1e400"],"b":1}`, nil},
+		{`12345678901234567890`, nil},
+		{`{"a":1,"a":2}`, ErrInvalid},
+		{`{"n":12345678901234567890,"a":1,"a":2}`, ErrInvalid},
+		{`{"n":1e400,"s":"\ud800"}`, ErrInvalid},
+		{`{"n":1e400,`, ErrInvalid},
+		{`[1.2.3]`, ErrInvalid},
+	} {
+		d, err := boundDigest([]byte(c.result))
+		require.ErrorIs(t, err, c.err, c.result)
+		require.Empty(t, d, c.result)
+	}
+	d, err := boundDigest([]byte(`{"b":1, "a":2}`))
+	require.NoError(t, err)
+	require.Equal(t, Digest([]byte(`{"a":2,"b":1}`)), d)
+}

@@ -2,7 +2,6 @@ package audit
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -89,25 +88,47 @@ func boundDigest(result []byte) (string, error) {
 	if d, ok := ResultDigest(result); ok {
 		return d, nil
 	}
-	// Put 0 in place of each number beyond ±2^53 in turn: what is left
-	// must canonicalize.
-	data := append([]byte(nil), result...)
-	for range len(data) {
-		_, err := intent.Canonicalize(data)
-		if err == nil {
-			return "", nil
-		}
-		var se *intent.SyntaxError
-		if !errors.As(err, &se) || !strings.Contains(se.Msg, "beyond") || se.Offset >= len(data) {
-			return "", fmt.Errorf("%w: %w", ErrInvalid, err)
-		}
-		end := se.Offset
-		for end < len(data) && strings.IndexByte("+-.0123456789eE", data[end]) >= 0 {
-			end++
-		}
-		data = append(append(data[:se.Offset:se.Offset], '0'), data[end:]...)
+	// With 0 in place of every number beyond ±2^53, what is left must
+	// canonicalize.
+	if _, err := intent.Canonicalize(withoutBigNumbers(result)); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return "", fmt.Errorf("%w: the result has no canonical form", ErrInvalid)
+	return "", nil
+}
+
+// withoutBigNumbers returns data with 0 in place of every number literal
+// (outside strings) that has no canonical form: beyond ±2^53, or beyond a
+// float64. One pass; data itself is not changed.
+func withoutBigNumbers(data []byte) []byte {
+	out := make([]byte, 0, len(data))
+	for i := 0; i < len(data); {
+		c := data[i]
+		switch {
+		case c == '"': // a string, copied as it is
+			j := i + 1
+			for j < len(data) && data[j] != '"' {
+				if data[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			j = min(j+1, len(data))
+			out, i = append(out, data[i:j]...), j
+		case c == '-' || c >= '0' && c <= '9':
+			j := i + 1
+			for j < len(data) && strings.IndexByte("+-.0123456789eE", data[j]) >= 0 {
+				j++
+			}
+			lit := data[i:j]
+			if _, err := intent.Canonicalize(lit); err != nil && strings.Contains(err.Error(), "beyond") {
+				lit = []byte{'0'}
+			}
+			out, i = append(out, lit...), j
+		default:
+			out, i = append(out, c), i+1
+		}
+	}
+	return out
 }
 
 // matches reports how ev does not record res's outcome (nil when it does);
