@@ -113,6 +113,9 @@ func TestReceiptsBindTheirRun(t *testing.T) {
 		final <- submit(t, url, "--tool", "send_email", "--args", `{"to":"ada@example.com"}`, "--wait", "90s")
 	}()
 	first := hook.waitHit(t, 30*time.Second)
+	// Its firing in the trail before it dies (a killed worker loses the
+	// events it still holds).
+	waitHistory(t, url, first.Key, kind(audit.KindFired), "the first firing")
 	cl, err := client.New(nc)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
