@@ -299,7 +299,7 @@ func (st *sessionStore) newSession(tok *auth.Token) (*consoleSession, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	h := tok.Hash()
-	for _, s := range st.byToken[h] {
+	for _, s := range slices.Clone(st.byToken[h]) { // remove changes the slice
 		if s.expired(now) {
 			st.remove(s)
 		}

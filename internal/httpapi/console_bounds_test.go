@@ -288,3 +288,33 @@ func TestDescribeProbedEvent(t *testing.T) {
 	require.Equal(t, "probed", label)
 	require.Equal(t, "Probed by w1 (claim 2), with the webhook effect's probe: the downstream answered not done downstream; asked GET https://api.example/refunds?key=k", text)
 }
+
+// A login ends its token's expired sessions, whichever of them expired,
+// and counts only the live ones against the token's cap.
+func TestSessionStoreEndsExpired(t *testing.T) {
+	t.Parallel()
+	secret, line, err := auth.NewToken(auth.RoleOperator, "*", "ops")
+	require.NoError(t, err)
+	toks, err := auth.ParseTokens(strings.NewReader(line))
+	require.NoError(t, err)
+	tok, ok := toks.Lookup(secret)
+	require.True(t, ok)
+	st := sessionStore{byID: map[string]*consoleSession{}, byToken: map[string][]*consoleSession{}}
+	var live []*consoleSession
+	for range 4 {
+		_, err := st.newSession(tok)
+		require.NoError(t, err)
+	}
+	for i, sess := range st.byToken[tok.Hash()] {
+		if i%2 == 0 {
+			sess.used = time.Now().Add(-2 * sessionIdle)
+		} else {
+			live = append(live, sess)
+		}
+	}
+	sess, err := st.newSession(tok)
+	require.NoError(t, err)
+	live = append(live, sess)
+	require.Equal(t, live, st.byToken[tok.Hash()], "the expired ones are ended, the live ones kept in order")
+	require.Len(t, st.byID, len(live))
+}
