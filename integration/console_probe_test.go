@@ -49,6 +49,9 @@ func TestConsoleProbe(t *testing.T) {
 	require.Zero(t, tb.count(`form.probe`), "a completed operation is not probed again")
 	tb.do(chromedp.ScrollIntoView(chromedp.CSS(`#probe`)))
 	tb.shot("probe")
+	// Its history says what was asked and what the downstream answered.
+	tb.waitHistory("probed", "the downstream answered done downstream; asked GET "+b.sink.url+"/probe?key=")
+	require.NotContains(t, tb.text(`#history`), "does not describe")
 
 	rec := g.do(t, http.MethodGet, "/v1/operations/"+key, operator, "")
 	require.Equal(t, http.StatusOK, rec.status, rec.raw)

@@ -9,16 +9,19 @@ import (
 	"embed"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/internal/auth"
 
@@ -43,9 +46,18 @@ const (
 	sessionIdle = 30 * time.Minute
 	// sessionMax ends a session this long after its login, in use or not.
 	sessionMax = 12 * time.Hour
-	// maxSessions bounds the sessions kept; a login beyond it ends the
-	// oldest.
+	// maxSessions bounds the sessions kept; a login beyond it is refused.
 	maxSessions = 10000
+	// maxTokenSessions bounds one token's sessions; its login beyond it
+	// ends its oldest.
+	maxTokenSessions = 16
+	// maxFlashes and maxFlashBytes bound the messages a session keeps for
+	// its next page (the oldest go first); maxFlashText bounds a message's
+	// text and maxFlashLink its link, and its detail is clipped to fit.
+	maxFlashes    = 8
+	maxFlashBytes = 16 << 10
+	maxFlashText  = 2 << 10
+	maxFlashLink  = 1 << 10
 	// consoleWait bounds how long an action waits for the workers' answer
 	// (an approval's is the firing it lets happen).
 	consoleWait = 30 * time.Second
@@ -70,6 +82,7 @@ type console struct {
 	assets   http.Handler
 	version  string // a digest of the assets, in their URLs
 	sessions sessionStore
+	logins   *loginLimiter
 	hub      *hub
 	rates    *rateSampler // nil without worker metrics
 	cop      *http.CrossOriginProtection
@@ -78,8 +91,9 @@ type console struct {
 }
 
 func newConsole(s *Server) (*console, error) {
-	c := &console{s: s, cop: http.NewCrossOriginProtection(), stop: make(chan struct{}), pages: map[string]*template.Template{}}
-	c.sessions.byID = map[string]*consoleSession{}
+	c := &console{s: s, cop: http.NewCrossOriginProtection(), stop: make(chan struct{}), pages: map[string]*template.Template{},
+		logins: newLoginLimiter()}
+	c.sessions.byID, c.sessions.byToken = map[string]*consoleSession{}, map[string][]*consoleSession{}
 	assets, err := fs.Sub(consoleFiles, "console/assets")
 	if err != nil {
 		return nil, err
@@ -263,33 +277,64 @@ type flash struct {
 	Link   string // a page to follow, e.g. the operation's
 }
 
-// sessionStore keeps the console's sessions in the front door's memory.
+// sessionStore keeps the console's sessions in the front door's memory:
+// at most maxTokenSessions per token (a login beyond ends that token's
+// oldest), maxSessions in all (a login beyond is refused; no token's login
+// ends another's session), each with at most maxFlashes messages of
+// maxFlashBytes together.
 type sessionStore struct {
-	mu   sync.Mutex
-	byID map[string]*consoleSession
+	mu      sync.Mutex
+	byID    map[string]*consoleSession
+	byToken map[string][]*consoleSession // by token hash, oldest first
 }
 
-// newSession starts a session for tok.
-func (st *sessionStore) newSession(tok *auth.Token) *consoleSession {
+// errConsoleFull: the console holds maxSessions live sessions.
+var errConsoleFull = errors.New("the console holds its maximum of sessions")
+
+// newSession starts a session for tok, ending tok's oldest when it holds
+// maxTokenSessions; errConsoleFull when the store is full of live sessions.
+func (st *sessionStore) newSession(tok *auth.Token) (*consoleSession, error) {
 	now := time.Now()
 	sess := &consoleSession{id: randomID(), tok: tok, csrf: randomID(), created: now, used: now}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	h := tok.Hash()
+	for _, s := range slices.Clone(st.byToken[h]) { // remove changes the slice
+		if s.expired(now) {
+			st.remove(s)
+		}
+	}
+	for own := st.byToken[h]; len(own) >= maxTokenSessions; own = st.byToken[h] {
+		st.remove(own[0])
+	}
 	if len(st.byID) >= maxSessions {
-		var oldest *consoleSession
-		for id, s := range st.byID {
+		for _, s := range st.byID {
 			if s.expired(now) {
-				delete(st.byID, id)
-			} else if oldest == nil || s.created.Before(oldest.created) {
-				oldest = s
+				st.remove(s)
 			}
 		}
-		if len(st.byID) >= maxSessions && oldest != nil {
-			delete(st.byID, oldest.id)
+		if len(st.byID) >= maxSessions {
+			return nil, errConsoleFull
 		}
 	}
 	st.byID[sess.id] = sess
-	return sess
+	st.byToken[h] = append(st.byToken[h], sess)
+	return sess, nil
+}
+
+// remove ends sess; st.mu is held.
+func (st *sessionStore) remove(sess *consoleSession) {
+	if st.byID[sess.id] != sess {
+		return
+	}
+	delete(st.byID, sess.id)
+	h := sess.tok.Hash()
+	own := slices.DeleteFunc(st.byToken[h], func(s *consoleSession) bool { return s == sess })
+	if len(own) == 0 {
+		delete(st.byToken, h)
+	} else {
+		st.byToken[h] = own
+	}
 }
 
 func (s *consoleSession) expired(now time.Time) bool {
@@ -306,7 +351,7 @@ func (st *sessionStore) get(id string) *consoleSession {
 	}
 	now := time.Now()
 	if sess.expired(now) {
-		delete(st.byID, id)
+		st.remove(sess)
 		return nil
 	}
 	sess.used = now
@@ -319,15 +364,48 @@ func (st *sessionStore) live(sess *consoleSession) bool { return st.get(sess.id)
 
 func (st *sessionStore) end(id string) {
 	st.mu.Lock()
-	delete(st.byID, id)
+	if sess := st.byID[id]; sess != nil {
+		st.remove(sess)
+	}
 	st.mu.Unlock()
 }
 
-// addFlash queues a message for sess's next page.
+// addFlash queues a message for sess's next page, clipped to fit the
+// session's bounds; the oldest queued messages make room for it.
 func (st *sessionStore) addFlash(sess *consoleSession, f flash) {
+	f.Text = clipText(f.Text, maxFlashText, "…")
+	if len(f.Link) > maxFlashLink {
+		f.Link = ""
+	}
+	f.Detail = clipText(f.Detail, maxFlashBytes-maxFlashText-maxFlashLink-len(f.Kind), "\n… (clipped: the operation's page shows it whole)")
 	st.mu.Lock()
+	defer st.mu.Unlock()
 	sess.flashes = append(sess.flashes, f)
-	st.mu.Unlock()
+	for len(sess.flashes) > maxFlashes || flashSize(sess.flashes) > maxFlashBytes {
+		sess.flashes = slices.Delete(sess.flashes, 0, 1)
+	}
+}
+
+// flashSize is the bytes fs hold.
+func flashSize(fs []flash) int {
+	n := 0
+	for _, f := range fs {
+		n += len(f.Kind) + len(f.Text) + len(f.Detail) + len(f.Link)
+	}
+	return n
+}
+
+// clipText is s, or its first bytes and mark when it is longer than n in
+// all (cut on a character's boundary).
+func clipText(s string, n int, mark string) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := max(n-len(mark), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }
 
 // takeFlashes returns and clears sess's queued messages.
@@ -373,8 +451,16 @@ type loginData struct {
 	Error string
 }
 
-// login starts a session for an operator token pasted in the form.
+// login starts a session for an operator token pasted in the form. Failed
+// logins are slowed per source address (loginLimiter).
 func (c *console) login(w http.ResponseWriter, r *http.Request) {
+	src := source(r)
+	if d := c.logins.wait(src); d > 0 {
+		retryAfter(w, d)
+		c.render(w, r, nil, http.StatusTooManyRequests, "login", loginData{Next: ConsolePath,
+			Error: fmt.Sprintf("Too many failed logins from your address: nothing was checked; try again in %s.", d.Truncate(time.Second)+time.Second)})
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	if err := r.ParseForm(); err != nil {
 		c.render(w, r, nil, http.StatusBadRequest, "login", loginData{Error: "The form did not read: " + err.Error()})
@@ -384,18 +470,26 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 	tok, ok := c.s.cfg.Tokens.Lookup(strings.TrimSpace(r.PostFormValue("token")))
 	switch {
 	case !ok:
+		c.logins.failed(src)
 		c.s.log.Info("console login refused", zap.String("remote", r.RemoteAddr))
 		c.render(w, r, nil, http.StatusUnauthorized, "login", loginData{Next: next, Error: "That is not a token of this front door's tokens file."})
 		return
 	case tok.Role != auth.RoleOperator:
+		c.logins.failed(src)
 		c.render(w, r, nil, http.StatusForbidden, "login", loginData{Next: next,
 			Error: fmt.Sprintf("%s is an agent's token; the console is for operators (make run writes one to data/operator.token).", tok.Name)})
+		return
+	}
+	sess, err := c.sessions.newSession(tok)
+	if err != nil {
+		retryAfter(w, time.Minute)
+		c.render(w, r, nil, http.StatusServiceUnavailable, "login", loginData{Next: next,
+			Error: fmt.Sprintf("Not logged in: %v (%d); try again once some end.", err, maxSessions)})
 		return
 	}
 	if old, err := r.Cookie(consoleCookie); err == nil {
 		c.sessions.end(old.Value)
 	}
-	sess := c.sessions.newSession(tok)
 	http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: sess.id, Path: ConsolePath, HttpOnly: true,
 		Secure: c.secureCookies(), SameSite: http.SameSiteStrictMode, MaxAge: int(sessionMax / time.Second)})
 	c.s.log.Info("console login", zap.String("operator", tok.Name), zap.String("namespace", tok.Namespace), zap.String("remote", r.RemoteAddr))

@@ -180,6 +180,17 @@ func describeEvent(ev audit.Event) (label, text string) {
 		say("Forgotten by operator %s", orElse(ev.By, "(unnamed)"))
 		why()
 		say(": its record was replaced by a forgotten one, so that it may run again")
+	case audit.KindProbed:
+		label = "probed"
+		say("Probed by %s", orElse(ev.Holder, "a worker"))
+		claim()
+		if ev.Effect != "" {
+			say(", with the %s effect's probe", ev.Effect)
+		}
+		say(": the downstream answered %s", verdictText(orElse(ev.Reason, "nothing recorded")))
+		if ev.Destination != "" {
+			say("; asked %s", ev.Destination)
+		}
 	case audit.KindGap:
 		label = "gap"
 		say("%s dropped %d events of this partition between %s and %s: events of this operation among them are missing from its history",

@@ -429,7 +429,15 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, sess *consoleSessi
 	}
 	detail, _ := json.MarshalIndent(res, "", "  ")
 	f := flash{Detail: string(detail)}
-	f.Kind, f.Text = c.decided(action, key, rec, res)
+	var after *dedup.Record
+	if res.Status == intent.StatusRejected && res.Error != nil && res.Error.Code == intent.CodeWrongState {
+		// Say what the operation is now and who made it so, not the
+		// workers' words.
+		if now, err := c.s.cl.Get(ctx, key); err == nil {
+			after = &now
+		}
+	}
+	f.Kind, f.Text = c.decided(action, key, rec, after, res)
 	if action == intent.ControlProbe && res.Status != intent.StatusRejected {
 		f.Kind, f.Text = c.probed(ctx, key, res)
 	}
@@ -437,8 +445,9 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, sess *consoleSessi
 }
 
 // decided says what a decision's answer means for the operator; before is
-// the record as read just before the decision was sent.
-func (c *console) decided(action, key string, before dedup.Record, res *intent.Result) (kind, text string) {
+// the record as read just before the decision was sent, after as read
+// after a refusal for its state (nil: not read).
+func (c *console) decided(action, key string, before dedup.Record, after *dedup.Record, res *intent.Result) (kind, text string) {
 	if res.Status == intent.StatusRejected {
 		code, msg := "", ""
 		if res.Error != nil {
@@ -448,7 +457,7 @@ func (c *console) decided(action, key string, before dedup.Record, res *intent.R
 		case intent.CodeConflict:
 			return "error", "Not approved: the operation's arguments are no longer the ones this page showed (another fingerprint). Nothing fired. Read the arguments it has now and decide again."
 		case intent.CodeWrongState:
-			return "error", fmt.Sprintf("Nothing changed: a %s does not apply to the operation in its state (%s).", action, msg)
+			return "error", refusedFor(action, after, msg)
 		case intent.CodeNotFound:
 			return "error", fmt.Sprintf("No operation %s: nothing was done.", key)
 		}
@@ -488,6 +497,26 @@ func (c *console) probed(ctx context.Context, key string, res *intent.Result) (k
 	return "info", fmt.Sprintf("Probed: verdict %s. The operation is still %s: the page shows the evidence; resolve it once you know what happened.", verdict, res.Status)
 }
 
+// refusedFor says why a decision does not apply to the operation: who
+// decided it otherwise and when, else the state it is in (after, read once
+// refused; nil: the workers' words, msg).
+func refusedFor(action string, after *dedup.Record, msg string) string {
+	not := "Not " + pastTense(action)
+	switch {
+	case after == nil:
+		return fmt.Sprintf("%s: a %s does not apply to the operation in its state (%s). Nothing changed.", not, action, msg)
+	case after.Decision != nil:
+		d := after.Decision
+		why := ""
+		if d.Reason != "" {
+			why = fmt.Sprintf(" (“%s”)", d.Reason)
+		}
+		return fmt.Sprintf("%s: %s by %s at %s%s; the operation is %s. Nothing changed and nothing fired.",
+			not, capitalized(pastTense(d.Op)), orElse(d.By, "an operator"), d.At.UTC().Format(time.RFC3339), why, statusLabel(after.Status))
+	}
+	return fmt.Sprintf("%s: the operation is %s, and a %s does not apply to it. Nothing changed.", not, statusLabel(after.Status), action)
+}
+
 func noun(action string) string {
 	switch action {
 	case intent.ControlApprove:
@@ -506,6 +535,10 @@ func pastTense(action string) string {
 		return "denied"
 	case intent.ControlResolve:
 		return "resolved"
+	case intent.ControlProbe:
+		return "probed"
+	case "forget":
+		return "forgotten"
 	}
 	return action
 }

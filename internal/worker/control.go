@@ -28,6 +28,9 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) (handled
 	w.m.decisions.WithLabelValues(op).Inc()
 	var rec dedup.Record
 	dctx, wrote := captureReceipt(stop)
+	// A decision that changes nothing (approved or denied already) is
+	// answered with the record, but is no decision of the trail's.
+	dctx, unchanged := dedup.ReportUnchanged(dctx)
 	switch op {
 	case intent.ControlApprove:
 		cur, _, err := w.ledger.Get(stop, c.Key)
@@ -50,10 +53,13 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) (handled
 			}
 			c.Key, j.id.Key = full, full
 		}
-		if rec, _, err = w.ledger.Approve(stop, c.Key, c.Fingerprint, c.By, c.Reason, ttl); err != nil {
+		actx, unchanged := dedup.ReportUnchanged(stop)
+		if rec, _, err = w.ledger.Approve(actx, c.Key, c.Fingerprint, c.By, c.Reason, ttl); err != nil {
 			return w.undecided(j, err), nil
 		}
-		w.audit.decided(op, c, rec, nil)
+		if !*unchanged {
+			w.audit.decided(op, c, rec, nil)
+		}
 		if known && len(rec.Intent) > 0 && (rec.Status == intent.StatusApproved || rec.Status == intent.StatusPending) {
 			env, err := intent.Decode(rec.Intent, intent.Limits{MaxBytes: len(rec.Intent) + 1})
 			if err != nil {
@@ -83,7 +89,7 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) (handled
 			return w.undecided(j, err), nil
 		}
 	}
-	if op != intent.ControlApprove {
+	if op != intent.ControlApprove && !*unchanged {
 		w.audit.decided(op, c, rec, wrote)
 	}
 	return answered(w.fromRecord(j, rec, false), ack()), nil // the decision's own outcome

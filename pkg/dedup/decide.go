@@ -63,9 +63,22 @@ func (l *Ledger) ProbeUncertain(ctx context.Context, key string, p Probe, result
 	return l.decide(ctx, "probe", key, probedUncertain(p, result))
 }
 
+// unchangedKey is the context key of ReportUnchanged's flag.
+type unchangedKey struct{}
+
+// ReportUnchanged returns ctx, on which a decision (Approve, Deny, Resolve,
+// ProbeUncertain) that changed nothing — the operation was decided so
+// already — sets *unchanged, so that its caller records no second
+// decision. The flag is the calling goroutine's: use ctx for one decision
+// at a time.
+func ReportUnchanged(ctx context.Context) (_ context.Context, unchanged *bool) {
+	unchanged = new(bool)
+	return context.WithValue(ctx, unchangedKey{}, unchanged), unchanged
+}
+
 // decide applies d to key's record by compare-and-set, re-reading (from the
 // leader) when the record moved underneath; a decision that changes nothing
-// returns the record as read.
+// returns the record as read (and says so to ReportUnchanged).
 func (l *Ledger) decide(ctx context.Context, op, key string, d decision) (Record, uint64, error) {
 	for range maxDecideRounds {
 		rec, rev, err := l.Get(ctx, key)
@@ -77,6 +90,9 @@ func (l *Ledger) decide(ctx context.Context, op, key string, d decision) (Record
 			return rec, rev, fmt.Errorf("%s %s: %w", op, key, err)
 		}
 		if !changed {
+			if u, ok := ctx.Value(unchangedKey{}).(*bool); ok {
+				*u = true
+			}
 			return rec, rev, nil
 		}
 		l.seal(ctx, key, &rec)
