@@ -114,6 +114,7 @@ export interface CallOptions {
 
 interface Connection {
   client: Client;
+  sessionId(): string | undefined;
   close(): Promise<void>;
 }
 
@@ -130,6 +131,7 @@ export class IdemTools {
   readonly options: IdemToolsOptions;
   private conn: Promise<Connection> | undefined;
   private catalogue: Promise<ToolSpec[]> | undefined;
+  private open: Connection | undefined;
 
   constructor(options: IdemToolsOptions) {
     if (!options || !options.url) throw new IdemToolsError("IdemTools: give url, the MCP endpoint (make run: http://127.0.0.1:8081/mcp)");
@@ -197,10 +199,16 @@ export class IdemTools {
     return toStep("", res);
   }
 
+  /** The MCP session of the open connection (one for every call until the server ends it), if any. */
+  get mcpSessionId(): string | undefined {
+    return this.open?.sessionId();
+  }
+
   /** Closes the connection (a later call opens a new one). */
   async close(): Promise<void> {
     const conn = this.conn;
     this.conn = undefined;
+    this.open = undefined;
     if (conn) await (await conn.catch(() => undefined))?.close();
   }
 
@@ -228,13 +236,14 @@ export class IdemTools {
       const client = new Client({ name: this.options.clientName ?? "idemgate-adapter", version: "0.1.0" });
       const transport = new StreamableHTTPClientTransport(new URL(String(this.options.url)), { requestInit: { headers } });
       await client.connect(transport);
-      return {
+      return (this.open = {
         client,
+        sessionId: () => transport.sessionId,
         close: async () => {
           await transport.terminateSession().catch(() => undefined);
           await client.close();
         },
-      };
+      });
     })();
     const conn = this.conn;
     conn.catch(() => {
