@@ -58,13 +58,13 @@ func TestFrameworkRecipes(t *testing.T) {
 	t.Run("typescript", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1", "test/ai-sdk.test.mjs", "test/openai-agents.test.mjs", "test/langgraph.test.mjs")
+		cmd := exec.CommandContext(ctx, "node", "--test", "--test-concurrency=1", "test/connection.test.mjs", "test/ai-sdk.test.mjs", "test/openai-agents.test.mjs", "test/langgraph.test.mjs")
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), env...)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "node --test in clients/frameworks:\n%s", out)
 		require.Contains(t, string(out), "# fail 0", string(out))
-		require.Contains(t, string(out), "# pass 12", "every framework's four tests ran:\n%s", out)
+		require.Contains(t, string(out), "# pass 13", "the connection test and every framework's four ran:\n%s", out)
 	})
 
 	t.Run("python", func(t *testing.T) {
