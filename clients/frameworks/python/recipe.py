@@ -5,13 +5,15 @@ Give the functions to the framework as it takes any function:
 ``ToolNode([send_email, refund])`` or ``@tool`` in LangChain/LangGraph,
 ``function_tool(send_email)`` in the OpenAI Agents SDK, ``@tool`` in CrewAI.
 Run each agent run inside ``with session(run_id):`` (LangGraph: the
-thread_id), so that every call of the run is in its session.
+thread_id), so that every call of the run is in its session. Give the
+model idemgate_status too: the text of an answer still open (awaiting
+approval, running) tells it to check with it instead of calling again.
 """
 
 import os
 
 from idemgate import Client
-from idemgate.tools import session, tool  # noqa: F401  (session: for the caller)
+from idemgate.tools import session, status_tool, tool  # noqa: F401  (session: for the caller)
 
 idem = Client(os.environ.get("IDEMGATE_URL", "http://127.0.0.1:8080"),
               os.environ.get("IDEMGATE_TOKEN") or open("data/agent.token").read().strip())
@@ -25,3 +27,6 @@ def send_email(to: str, subject: str, body: str = "", **extra) -> dict:
 @tool(idem)
 def refund(order_id: str, amount: float) -> dict:
     """Refund an order (an operator approves each refund)."""
+
+
+idemgate_status = status_tool(idem)

@@ -93,6 +93,7 @@ class Wrapper(unittest.TestCase):
         with session(uniq("run")):
             first = recipe.refund(order_id=order, amount=5)
             self.assertEqual(first["status"], "awaiting_approval", first)
+            self.assertEqual(recipe.idemgate_status(first["operation"])["status"], "awaiting_approval")
             approvals = []
 
             def approve(ans):  # the wait has begun: now the operator approves
@@ -104,6 +105,7 @@ class Wrapper(unittest.TestCase):
             for t in approvals:
                 t.join()
         self.assertEqual(waited["status"], "completed", waited)
+        self.assertEqual(recipe.idemgate_status(first["operation"])["status"], "completed")
         self.assertEqual(fired(lambda p: p.get("order_id") == order), 1)
 
 

@@ -17,6 +17,7 @@ test("connection: one MCP session for every call; a session the server ended is 
   await idem.call("send_email", { to, subject: "Welcome" }, { session: h.uniq("run-b") });
   await idem.call("send_email", { to, subject: "Welcome" }, { session: h.uniq("run-c") });
   assert.equal(idem.mcpSessionId, sid, "no MCP session opened per call or per run");
+  assert.ok((await idem.list()).some((t) => t.name === "idemgate_status"), "the tools include idemgate_status, which the server's texts name");
 
   // The server ends the session, as its idle eviction or a restart does.
   const res = await fetch(process.env.IDEMGATE_MCP_URL, {

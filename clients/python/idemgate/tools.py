@@ -156,6 +156,24 @@ def call(client: Client, name: str, args: Mapping[str, Any], *, session: str | N
     return ans
 
 
+def status_tool(client: Client) -> Callable[..., dict]:
+    """The function idemgate_status, for the model to check an operation that
+    is still open (awaiting approval, running, uncertain) instead of calling
+    its tool again, as the server's text for such an answer says."""
+
+    def idemgate_status(operation: str, wait_seconds: int = 0) -> dict:
+        """The current state of an idemgate operation, waiting up to wait_seconds (0-60) for it to move on. Read-only."""
+        wait = min(max(int(wait_seconds), 0), 60)
+        record = client.operation(operation, wait=wait or None)
+        view = {"status": record.get("status"), "operation": operation}
+        for k in ("result", "error", "completed_at"):
+            if record.get(k) is not None:
+                view[k] = record[k]
+        return view
+
+    return idemgate_status
+
+
 def tool(client: Client, name: str | None = None, *, wait: float = DEFAULT_WAIT, wait_for_approval: float = 0.0,
          raise_errors: bool = False, on_answer: Callable[[Answer | InFlight], None] | None = None,
          on_awaiting: Callable[[Answer], None] | None = None):

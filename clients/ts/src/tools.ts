@@ -88,7 +88,7 @@ export interface IdemToolsOptions {
   headers?: Record<string, string>;
   /** The session of calls that name none (see {@link CallOptions.session}). Default: none, the token's namespace alone. */
   session?: string;
-  /** Only these tools of the catalogue. Default: every tool but idemgate_status. */
+  /** Only these tools of the catalogue (and idemgate_status, which the server's answers name). Default: every tool. */
   only?: string[];
   /** Wait for an approval: see {@link CallOptions.waitForApprovalMs}. Default 0: answer awaiting_approval at once. */
   waitForApprovalMs?: number;
@@ -146,8 +146,8 @@ export class IdemTools {
       do {
         const page = await c.listTools(cursor === undefined ? {} : { cursor });
         for (const t of page.tools) {
-          if (t.name === STATUS_TOOL) continue;
-          if (this.options.only && !this.options.only.includes(t.name)) continue;
+          // idemgate_status stays: the server's text for an operation still open tells the model to check with it.
+          if (t.name !== STATUS_TOOL && this.options.only && !this.options.only.includes(t.name)) continue;
           const spec: ToolSpec = { name: t.name, description: t.description ?? "", inputSchema: t.inputSchema as Record<string, unknown> };
           if (t.annotations) spec.annotations = t.annotations as Record<string, unknown>;
           out.push(spec);
