@@ -74,7 +74,7 @@ func TestFrameworkRecipes(t *testing.T) {
 		out, err := runPython(t, filepath.Join(dir, "python"), append(env, "PYTHONPATH="+pyClient+string(os.PathListSeparator)+"."),
 			python, "-m", "unittest", "-v", "test_wrapper")
 		require.NoError(t, err, "python3 -m unittest test_wrapper:\n%s", out)
-		require.Contains(t, out, "Ran 4 tests", out)
+		require.Contains(t, out, "Ran 5 tests", out)
 		require.Contains(t, out, "\nOK", out)
 	})
 }

@@ -2,6 +2,7 @@
 against the stack integration/frameworks_test.go starts (the HTTP front
 door, a worker with the demo tools, cmd/sink)."""
 
+import concurrent.futures
 import json
 import os
 import threading
@@ -86,6 +87,18 @@ class Wrapper(unittest.TestCase):
         self.assertNotEqual(a1["operation"], b1["operation"], "each run has its own keys")
         self.assertEqual([a1["replayed"], a2["replayed"], b1["replayed"], b2["replayed"]], [False, True, False, True])
         self.assertEqual(fired(lambda p: p.get("to") == to), 2, "one firing per run")
+
+    def test_session_given_to_the_tool_reaches_threads_without_the_context(self):
+        to = uniq("py") + "@example.com"
+        run = uniq("run")
+        send = tool(recipe.idem, "send_email", session=lambda: run)(recipe.send_email.__wrapped__)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:  # its threads do not copy the context
+            a, b = pool.map(lambda _: send(to=to, subject="Welcome"), range(2))
+        self.assertEqual(a["operation"], b["operation"])
+        self.assertEqual(sorted([a["replayed"], b["replayed"]]), [False, True])
+        with session(run):
+            self.assertTrue(recipe.send_email(to=to, subject="Welcome")["replayed"], "the same session as the context's")
+        self.assertEqual(fired(lambda p: p.get("to") == to), 1)
 
     def test_approval_is_waited_for(self):
         order = uniq("order")

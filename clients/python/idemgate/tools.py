@@ -174,12 +174,17 @@ def status_tool(client: Client) -> Callable[..., dict]:
     return idemgate_status
 
 
-def tool(client: Client, name: str | None = None, *, wait: float = DEFAULT_WAIT, wait_for_approval: float = 0.0,
+def tool(client: Client, name: str | None = None, *, session: str | Callable[[], str | None] | None = None,
+         wait: float = DEFAULT_WAIT, wait_for_approval: float = 0.0,
          raise_errors: bool = False, on_answer: Callable[[Answer | InFlight], None] | None = None,
          on_awaiting: Callable[[Answer], None] | None = None):
     """Decorates a function whose name (or name) is a tool of the workers'
     catalogue and whose named parameters are its arguments: calling it calls
-    the tool once per operation. See the module's documentation."""
+    the tool once per operation. See the module's documentation.
+
+    session, a string or a function answering one, overrides the context's
+    session: for a framework that runs tools in threads of its own without
+    copying the context."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn)
@@ -196,7 +201,8 @@ def tool(client: Client, name: str | None = None, *, wait: float = DEFAULT_WAIT,
                     args.update(v)
                 else:
                     args[k] = v
-            ans = call(client, tool_name, args, wait=wait, wait_for_approval=wait_for_approval,
+            s = session() if callable(session) else session
+            ans = call(client, tool_name, args, session=s, wait=wait, wait_for_approval=wait_for_approval,
                        on_awaiting=on_awaiting)
             if on_answer is not None:
                 on_answer(ans)
