@@ -1,5 +1,5 @@
 // Vercel AI SDK 6: idemgate's tools in generateText (streamText alike).
-import { generateText, stepCountIs } from "ai";
+import { generateText, stepCountIs, streamText } from "ai";
 import { aiSdkTools } from "@idemgate/client/ai-sdk";
 import { idem } from "./connect.mjs";
 
@@ -13,6 +13,18 @@ export async function runAgent(model, prompt, runId, opts = {}) {
     stopWhen: stepCountIs(10),
     tools: await aiSdkTools(idem, { session: runId, ...opts }),
   });
+}
+
+// The same run, streamed.
+export async function streamAgent(model, prompt, runId, opts = {}) {
+  const result = streamText({
+    model,
+    prompt,
+    stopWhen: stepCountIs(10),
+    tools: await aiSdkTools(idem, { session: runId, ...opts }),
+  });
+  await result.consumeStream();
+  return { steps: await result.steps };
 }
 
 // Each step's tool results are idemgate's answers: status, replayed, result, receipt.

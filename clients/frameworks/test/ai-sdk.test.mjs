@@ -1,8 +1,8 @@
 // The AI SDK recipe (recipes/ai-sdk.mjs) driven by ai/test's MockLanguageModelV3.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { MockLanguageModelV3 } from "ai/test";
-import { runAgent, toolSteps } from "../recipes/ai-sdk.mjs";
+import { MockLanguageModelV3, simulateReadableStream } from "ai/test";
+import { runAgent, streamAgent, toolSteps } from "../recipes/ai-sdk.mjs";
 import { idem } from "../recipes/connect.mjs";
 import * as h from "./harness.mjs";
 
@@ -83,4 +83,41 @@ test("ai-sdk: one session per run: another run's same call fires, its own repeat
   assert.notEqual(a[0].operation, b[0].operation, "each run has its own keys");
   assert.deepEqual([a[0].replayed, a[1].replayed, b[0].replayed, b[1].replayed], [false, true, false, true]);
   assert.equal(h.firedFor(sc), 2, "one firing per run");
+});
+
+/** The scripted model, streaming its turns. */
+function streamed(turns) {
+  const seen = [];
+  let turn = 0;
+  const model = new MockLanguageModelV3({
+    doStream: async (options) => {
+      const results = options.prompt.filter((m) => m.role === "tool").flatMap((m) => m.content).filter((p) => p.type === "tool-result");
+      if (results.length > seen.length) {
+        const out = results.at(-1).output;
+        seen.push(out.type === "text" ? out.value : JSON.stringify(out.value));
+      }
+      const next = turns[turn++]?.(seen.at(-1));
+      const chunks = [{ type: "stream-start", warnings: [] }];
+      if (next) {
+        chunks.push({ type: "tool-call", toolCallId: `call-${turn}`, toolName: next.tool, input: JSON.stringify(next.args) });
+        chunks.push({ type: "finish", finishReason: { unified: "tool-calls", raw: "tool_calls" }, usage });
+      } else {
+        chunks.push({ type: "text-start", id: "t" }, { type: "text-delta", id: "t", delta: "done" }, { type: "text-end", id: "t" });
+        chunks.push({ type: "finish", finishReason: { unified: "stop", raw: "stop" }, usage });
+      }
+      return { stream: simulateReadableStream({ chunks }) };
+    },
+  });
+  return { model, seen };
+}
+
+test("ai-sdk: streamText takes the same tools: the same call twice fires once, the replay marked", async () => {
+  const sc = h.scenario("replay");
+  const { model, seen } = streamed(sc.turns);
+  const steps = toolSteps(await streamAgent(model, "ship it", h.uniq("run")));
+  assert.equal(steps.length, 2, JSON.stringify(seen));
+  assert.deepEqual([steps[0].replayed, steps[1].replayed], [false, true]);
+  assert.ok(steps[1].receipt);
+  h.assertNoAdvice(seen[1], steps[1]);
+  assert.equal(h.firedFor(sc), 1);
 });
