@@ -42,6 +42,19 @@ func TestSubmitHelp(t *testing.T) {
 	require.Contains(t, unknown.stderr, "subcommands: key, watch")
 }
 
+// A subcommand named after flags (submit --nats-url X get KEY) is told to
+// come first, with the command line rearranged, instead of "unexpected
+// argument".
+func TestSubmitSubcommandAfterFlags(t *testing.T) {
+	t.Parallel()
+	s := runClient(t, exec.Command(bin("submit"), "--nats-url", "nats://127.0.0.1:1", "get", "send_email.abc"))
+	require.Equal(t, 1, s.code, s.stderr)
+	require.Contains(t, s.stderr, `"get" is a subcommand: name it first, its flags after it: submit get --nats-url nats://127.0.0.1:1 send_email.abc`)
+	s = runClient(t, exec.Command(bin("submit"), "--args", `{"a": 1}`, "--session", "it's", "key", "--tool", "t"))
+	require.Equal(t, 1, s.code, s.stderr)
+	require.Contains(t, s.stderr, `submit key --args '{"a": 1}' --session 'it'\''s' --tool t`)
+}
+
 // Malformed --args is reported as such, with the byte position and a caret.
 func TestSubmitArgsErrors(t *testing.T) {
 	t.Parallel()

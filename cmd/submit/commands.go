@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,6 +85,28 @@ func argsError(args string, pos int, msg string) error {
 	return fmt.Errorf("--args %s: at byte %d: %s\n  %s\n  %s^%s", what, pos, msg, args[from:to], strings.Repeat(" ", pos-from), hint)
 }
 
+// subcommandAfterFlags is the error of a subcommand named after flags
+// (submit --nats-url X get KEY): it says where the subcommand goes, with the
+// command line rearranged.
+func subcommandAfterFlags(sub string, args []string) error {
+	i := slices.Index(args, sub)
+	fixed := []string{"submit", sub}
+	for j, a := range args {
+		if j != i {
+			fixed = append(fixed, shellQuote(a))
+		}
+	}
+	return fmt.Errorf("%q is a subcommand: name it first, its flags after it: %s", sub, strings.Join(fixed, " "))
+}
+
+// shellQuote quotes a for a POSIX shell when it needs it.
+func shellQuote(a string) string {
+	if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:=@,+-") == "" {
+		return a
+	}
+	return "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+}
+
 func cmdSubmit(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
 	fs := newFlagSet("submit", "submit --tool T --args JSON | --file FILE | --jsonl FILE [flags]", args, stdout, stderr)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage+"\nFlags:\n"); fs.PrintDefaults() }
@@ -101,6 +124,9 @@ func cmdSubmit(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return exitError, err
 	}
 	if fs.NArg() > 0 {
+		if slices.Contains(subcommands, fs.Arg(0)) {
+			return exitError, subcommandAfterFlags(fs.Arg(0), args)
+		}
 		return exitError, fmt.Errorf("unexpected argument %q (subcommands: %s; submit help explains them)", fs.Arg(0), strings.Join(subcommands, ", "))
 	}
 	if *jsonl != "" {

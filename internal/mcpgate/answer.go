@@ -20,6 +20,9 @@ type operation struct {
 	Attempts    int           `json:"attempts"`
 	Fingerprint string        `json:"fingerprint,omitempty"`
 	CompletedAt *time.Time    `json:"completed_at,omitempty"`
+	// Receipt is the signed event that recorded a final outcome
+	// (docs/audit.md), for a client to keep or verify.
+	Receipt json.RawMessage `json:"receipt,omitempty"`
 }
 
 // render turns an answer into the tool result the model reads: the result
@@ -29,7 +32,7 @@ type operation struct {
 // awaiting approval, uncertain or still running. Every one has structured
 // content whose JSON is its first text item (see answer).
 func render(res *intent.Result) *mcp.CallToolResult {
-	op := operation{Key: res.Key, Tool: res.Tool, Status: res.Status, Replayed: res.Replayed, Attempts: res.Attempts, Fingerprint: res.Fingerprint}
+	op := operation{Key: res.Key, Tool: res.Tool, Status: res.Status, Replayed: res.Replayed, Attempts: res.Attempts, Fingerprint: res.Fingerprint, Receipt: res.Receipt}
 	if !res.CompletedAt.IsZero() {
 		at := res.CompletedAt.UTC()
 		op.CompletedAt = &at
