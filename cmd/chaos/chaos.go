@@ -73,6 +73,8 @@ type chaosRun struct {
 	events      []event    // the injected faults
 	nodeMu      sync.Mutex // one node fault at a time
 	killsPaused atomic.Bool
+	// powerLossDone is the power loss, once it happened (under evMu).
+	powerLossDone *PowerLoss
 }
 
 func (r *chaosRun) logf(format string, a ...any) {
@@ -230,9 +232,18 @@ func (r *chaosRun) startWorkers(ctx context.Context) error {
 			args: []string{
 				"--nats-url", r.natsURL, "--holder", holder, "--tools", tools, "--replicas", replicas,
 				"--ack-wait", cfg.ackWait.String(), "--dup-window", cfg.dupWindow.String(),
-				"--concurrency", fmt.Sprint(cfg.concurrency), "--ledger-batch", fmt.Sprint(cfg.ledgerBatch), "--ledger-batch-inflight", fmt.Sprint(cfg.batchInFlight), "--async-intents=" + fmt.Sprint(cfg.asyncIntents), "--ledger-partitions", fmt.Sprint(cfg.partitions), "--retry-delay", "200ms", "--max-retry-delay", "2s",
+				"--concurrency", fmt.Sprint(cfg.concurrency), "--ledger-partitions", fmt.Sprint(cfg.partitions), "--retry-delay", "200ms", "--max-retry-delay", "2s",
 				"--drain-timeout", "5s", "--log-level", "info",
 			}}
+	}
+	durability := cfg.workerDurabilityArgs()
+	if len(durability) > 0 {
+		base := spawn
+		spawn = func(holder string) *proc {
+			p := base(holder)
+			p.args = append(p.args, durability...)
+			return p
+		}
 	}
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r.stopWorkers = stop
@@ -319,6 +330,11 @@ func (r *chaosRun) asyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
 // load publishes every operation's copies and waits for their answers, with
 // the faults injected meanwhile.
 func (r *chaosRun) load(ctx context.Context) error {
+	if r.cfg.powerLossAt >= 0 {
+		if err := r.syncStores(); err != nil {
+			return err
+		}
+	}
 	stopFaults := r.startFaults(ctx)
 	r.loader.run(ctx, r.ops)
 	stopFaults()
@@ -355,19 +371,33 @@ func (r *chaosRun) judge(notFinal map[string]int) (*Verdict, error) {
 		return nil, err
 	}
 	l := r.loader
-	v := &Verdict{Mode: r.mode, Seed: r.cfg.seed, LedgerBatch: r.cfg.ledgerBatch, BatchInFlight: r.cfg.batchInFlight, PublishDuplicate: int(l.dups.Load()), PublishRetries: int(l.retries.Load()),
-		FaultsByKind: map[string]int{}, LedgerNotFinal: notFinal, PublishErrors: l.pubErrors}
+	v := &Verdict{Mode: r.mode, Seed: r.cfg.seed, PublishDuplicate: int(l.dups.Load()), PublishRetries: int(l.retries.Load()),
+		Republished: int(l.republish.Load()), FaultsByKind: map[string]int{}, LedgerNotFinal: notFinal, PublishErrors: l.pubErrors,
+		DurabilityDeclared: r.cfg.declaredDurability()}
+	dur := durabilityFacts{replicas: r.cfg.replicas()}
+	for _, n := range r.nodes {
+		b, err := os.ReadFile(n.conf)
+		if err != nil {
+			return nil, err
+		}
+		dur.serverConfs = append(dur.serverConfs, string(b))
+	}
 	var logs []workerLog
 	for _, s := range r.sups {
 		v.WorkerCrashes += s.unexpectedExits()
 		for _, wl := range s.logs() {
 			v.LeaseTakeovers += countLines(wl.path, leaseTakenOverLine)
 			logs = append(logs, wl)
+			if p := loggedPersist(wl.path); p != "" {
+				dur.persist = append(dur.persist, p)
+			}
 		}
+		dur.workerArgs = append(dur.workerArgs, s.args()...)
 	}
 	r.evMu.Lock()
 	judge(v, runFacts{ops: r.ops, reqs: reqs, events: r.events, leases: readLeaseLog(logs),
-		concurrency: r.cfg.concurrency, caps: r.toolCaps(), allowOutage: r.cfg.allowOutage})
+		concurrency: r.cfg.concurrency, caps: r.toolCaps(), allowOutage: r.cfg.allowOutage,
+		durability: dur, powerLoss: r.powerLossDone, powerLossWanted: r.cfg.powerLossAt >= 0})
 	r.evMu.Unlock()
 	v.DurationSeconds = time.Since(r.began).Seconds()
 	if !v.OK {
