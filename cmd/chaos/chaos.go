@@ -99,6 +99,11 @@ func (r *chaosRun) setUp(ctx context.Context) error {
 	} else if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return err
 	}
+	if r.cfg.powerLossAt >= 0 {
+		if err := checkDiskBacked(r.dir); err != nil {
+			return err
+		}
+	}
 	if r.cfg.natsServer == "" {
 		r.logf("building nats-server")
 		var err error

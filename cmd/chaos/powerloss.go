@@ -243,6 +243,20 @@ func firstUnwritten(fd int, size, page int64) (int64, error) {
 	return lo * page, nil
 }
 
+// checkDiskBacked returns an error when dir is not on a filesystem whose
+// page cache writes back to a disk: on tmpfs (memory) a power loss takes
+// everything, and the server's syncs keep nothing.
+func checkDiskBacked(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return err
+	}
+	if st.Type == unix.TMPFS_MAGIC || st.Type == unix.RAMFS_MAGIC {
+		return fmt.Errorf("the power loss needs the stores on a disk: %s is in memory (tmpfs); pass --work-dir on a disk, or --power-loss-at -1", dir)
+	}
+	return nil
+}
+
 // syncStores puts what the nodes' stores hold at the start of the load on
 // disk, as it is on a server that has run for a while: the streams and
 // consumers the workers created, written once and not synced by a server
