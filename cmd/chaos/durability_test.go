@@ -31,7 +31,9 @@ func TestVerdictFailsOnUndeclaredDurability(t *testing.T) {
 	t.Parallel()
 	always := "jetstream {\n  store_dir: \"/s\"\n  sync_interval: always\n}\n"
 	worker := []string{"--nats-url", "nats://x", "--holder", "w1.1", "--concurrency", "64"}
-	with := func(extra ...string) [][]string { return [][]string{append(append([]string(nil), worker...), extra...)} }
+	with := func(extra ...string) [][]string {
+		return [][]string{append(append([]string(nil), worker...), extra...)}
+	}
 	cases := []struct {
 		name     string
 		cfg      config
