@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgate/idemgate/pkg/client"
-	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // runChaos runs one chaos run and returns its verdict. An error means the run
@@ -75,6 +74,9 @@ type chaosRun struct {
 	killsPaused atomic.Bool
 	// powerLossDone is the power loss, once it happened (under evMu).
 	powerLossDone *PowerLoss
+	// machineDown is held by a single node's power loss: no worker starts
+	// while the machine is down.
+	machineDown sync.RWMutex
 }
 
 func (r *chaosRun) logf(format string, a ...any) {
@@ -254,7 +256,7 @@ func (r *chaosRun) startWorkers(ctx context.Context) error {
 	r.stopWorkers = stop
 	r.sups = make([]*supervisor, cfg.workers)
 	for i := range r.sups {
-		s := &supervisor{name: fmt.Sprintf("w%d", i+1), delay: 500 * time.Millisecond, spawn: spawn}
+		s := &supervisor{name: fmt.Sprintf("w%d", i+1), delay: 500 * time.Millisecond, spawn: spawn, hold: &r.machineDown}
 		r.sups[i] = s
 		r.swg.Add(1)
 		go func() {
@@ -298,7 +300,10 @@ func (r *chaosRun) connect(context.Context) error {
 		return fmt.Errorf("connect %s: %w", r.natsURL, err)
 	}
 	r.nc = nc
-	cl, err := client.New(nc, client.WithKeySpec(toolName, intent.KeySpec{}), client.WithKeySpec(cappedTool, intent.KeySpec{}), client.WithKeySpec(probedTool, intent.KeySpec{}))
+	// The client learns each tool from the workers' catalogue, as callers'
+	// clients do: its key spec, and its lease, which the retry rule waits
+	// out before it publishes again an intent whose holder died with it.
+	cl, err := client.New(nc)
 	if err != nil {
 		return err
 	}

@@ -520,7 +520,9 @@ func (l *loader) await(ctx context.Context, o *op, c *copyOut, w *own) {
 			return
 		case <-t.C:
 			watch()
-			l.republishIfUnrecorded(ctx, o, c, w)
+			if l.republishIfUnrecorded(ctx, o, w.msg) {
+				c.Republished++
+			}
 			grace *= 2
 			t.Reset(grace)
 		case a := <-fromLedger:
@@ -538,28 +540,29 @@ func (l *loader) await(ctx context.Context, o *op, c *copyOut, w *own) {
 	}
 }
 
-// republishIfUnrecorded publishes copy c of o again under a fresh message id
-// when o's key has no record, or only a pending one whose lease ran out a
-// lease ago (7.2): the same body and reply inbox.
-func (l *loader) republishIfUnrecorded(ctx context.Context, o *op, c *copyOut, w *own) {
+// republishIfUnrecorded publishes msg, an intent of o, again under a fresh
+// message id when o's key has no record, or only a pending one whose lease
+// ran out a lease ago (7.2); it reports whether it did.
+func (l *loader) republishIfUnrecorded(ctx context.Context, o *op, msg *nats.Msg) bool {
 	rec, err := l.cl.Get(ctx, o.key)
 	switch {
 	case errors.Is(err, client.ErrNotFound):
 	case err != nil:
-		return // tried again at the next grace
+		return false // tried again at the next grace
 	case rec.Status == intent.StatusPending && rec.LeaseExpired(time.Now().Add(-l.cfg.lease)):
 	default:
-		return
+		return false
 	}
-	m := nats.NewMsg(w.msg.Subject)
-	m.Data = w.msg.Data
-	m.Header.Set(intent.HeaderReplyTo, w.msg.Header.Get(intent.HeaderReplyTo))
+	m := nats.NewMsg(msg.Subject)
+	m.Data = msg.Data
+	m.Header.Set(intent.HeaderReplyTo, msg.Header.Get(intent.HeaderReplyTo))
 	pctx, cancel := context.WithTimeout(ctx, publishAttempt)
 	defer cancel()
-	if _, err := l.js.PublishMsg(pctx, m, jetstream.WithMsgID(o.key+":"+nuid.Next())); err == nil {
-		c.Republished++
-		l.republish.Add(1)
+	if _, err := l.js.PublishMsg(pctx, m, jetstream.WithMsgID(o.key+":"+nuid.Next())); err != nil {
+		return false
 	}
+	l.republish.Add(1)
+	return true
 }
 
 // settle answers every published copy still without an answer from the
@@ -619,12 +622,60 @@ func (l *loader) settle(ctx context.Context, ops []*op) (settled, open int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rec, err := l.cl.Watch(ctx, o.key)
+			rec, err := l.awaitRecord(ctx, o, func() {
+				mu.Lock()
+				defer mu.Unlock()
+				for i := range o.copies {
+					if c := &o.copies[i]; c.Published && c.Status == "" {
+						c.Republished++
+					}
+				}
+			})
 			answer(o, rec, err)
 		}()
 	}
 	wg.Wait()
 	return settled, open
+}
+
+// awaitRecord watches o's key until its record answers, and meanwhile, as
+// the callers still waiting do under the retry rule (7.2), publishes o again
+// after the reply grace, twice it, and so on, while the key shows no record
+// that will answer; republished is called after each such publish.
+func (l *loader) awaitRecord(ctx context.Context, o *op, republished func()) (dedup.Record, error) {
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	type answer struct {
+		rec dedup.Record
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		rec, err := l.cl.Watch(wctx, o.key)
+		ch <- answer{rec, err}
+	}()
+	data, err := json.Marshal(o.envelope(l.session, ""))
+	if err != nil {
+		return dedup.Record{}, err
+	}
+	msg := nats.NewMsg(l.cl.Names().IntentSubject(o.tool))
+	msg.Data = data
+	msg.Header.Set(intent.HeaderReplyTo, l.nc.NewRespInbox()) // the record answers
+	grace := replyGrace
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	for {
+		select {
+		case a := <-ch:
+			return a.rec, a.err
+		case <-t.C:
+			if l.republishIfUnrecorded(ctx, o, msg) {
+				republished()
+			}
+			grace *= 2
+			t.Reset(grace)
+		}
+	}
 }
 
 // unanswered counts o's published copies without an answer.

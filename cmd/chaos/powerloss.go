@@ -30,6 +30,9 @@ type PowerLoss struct {
 	Before     map[string]uint64 `json:"last_seq_before"`
 	After      map[string]uint64 `json:"last_seq_after"`
 	WorkStream string            `json:"work_stream"`
+	// WorkersKilled are the holders that died with a single node: the
+	// machine's power.
+	WorkersKilled []string `json:"workers_killed,omitempty"`
 	// epoch is the JetStream start whose acknowledgements the power loss
 	// may have taken.
 	epoch int64
@@ -52,7 +55,9 @@ var errNoCachestat = errors.New("the power loss needs cachestat(2) (Linux 6.5 or
 
 // powerLoss waits until cfg.powerLossAt of the intents are published, then
 // cuts the power of JetStream (with --cluster, of the node leading the
-// intent stream): it reads every stream's last sequence, SIGKILLs the node,
+// intent stream): it reads every stream's last sequence, SIGKILLs the node
+// (a single node with every worker: they share its machine, and no worker
+// starts again until it is back),
 // cuts each of its store files back to what the disk holds (cutToDisk), and
 // starts it again on that store. On a single node it first starts the store
 // on ports no one else knows, to read what the streams kept before anyone
@@ -75,6 +80,19 @@ func (r *chaosRun) powerLoss(ctx, run context.Context) error {
 	r.loader.nodesDown.Store(true)
 	pl.At = time.Now()
 	pl.epoch = r.loader.epoch.Load()
+	if len(r.nodes) == 1 {
+		// The machine's power: the workers die with the server, as a
+		// worker with its embedded server does.
+		r.machineDown.Lock()
+		defer r.machineDown.Unlock()
+		for _, s := range r.sups {
+			at := time.Now()
+			if holder, ok := s.kill(); ok {
+				r.record(event{Kind: faultWorkerKill, Target: holder, At: at, Until: time.Now()})
+				pl.WorkersKilled = append(pl.WorkersKilled, holder)
+			}
+		}
+	}
 	victim.kill()
 	var errs []error
 	pl.FilesCut, pl.BytesCut, err = cutToDisk(victim.store, func(path string, from, to int64) {

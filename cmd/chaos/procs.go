@@ -222,6 +222,9 @@ type supervisor struct {
 	name  string                    // the worker, e.g. w2
 	delay time.Duration             // before a restart
 	spawn func(holder string) *proc // the process of one start, named holder
+	// hold, when set, is read-locked around each restart: a power loss
+	// holds it while the machine is down.
+	hold *sync.RWMutex
 
 	mu      sync.Mutex
 	runs    []*proc // every start, the current one last
@@ -258,6 +261,11 @@ func (s *supervisor) run(ctx context.Context) error {
 			t.Stop()
 			return nil
 		case <-t.C:
+		}
+		if s.hold != nil {
+			//lint:ignore SA2001 the lock is only waited for: until the machine is up
+			s.hold.RLock()
+			s.hold.RUnlock()
 		}
 	}
 	return nil
