@@ -156,7 +156,7 @@ func TestChaosShort(t *testing.T) {
 		require.Positive(t, v.DuplicatesByKind[kind], "duplicates of kind %s", kind)
 	}
 	require.Zero(t, v.DelayedDeduped, "delayed copies are past the publish-dedup window")
-	require.Equal(t, 1, v.FaultsByKind["worker_kill"])
+	require.Equal(t, 1+3, v.FaultsByKind["worker_kill"], "one by the injector and the three workers the power loss took")
 	require.Equal(t, 1, v.FaultsByKind["jetstream_restart"])
 	require.Positive(t, v.FaultsByKind["sink_5xx"])
 	require.Positive(t, v.FaultsByKind["effect_hang"])
