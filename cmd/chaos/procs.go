@@ -263,8 +263,8 @@ func (s *supervisor) run(ctx context.Context) error {
 		case <-t.C:
 		}
 		if s.hold != nil {
-			//lint:ignore SA2001 the lock is only waited for: until the machine is up
 			s.hold.RLock()
+			//lint:ignore SA2001 the lock is only waited for: until the machine is up
 			s.hold.RUnlock()
 		}
 	}
