@@ -5,18 +5,22 @@
 // Idempotency-Key, Idem-Holder and Idem-Attempt (cmd/sink), and several
 // worker processes, each start of one a holder of its own name; publishes a
 // load of tool intents with many kinds of duplicates (a share of them to a
-// second tool capped at one in flight); injects faults while the load runs
-// (workers SIGKILLed and restarted, the JetStream process or one cluster
-// node SIGKILLed and restarted on its store, a ledger outage of over a
-// minute, effects that hang past their lease, a sink
-// that fails at random); then makes sure every copy has an answer (or its
-// key a final ledger record) and reconciles the answers with the requests
-// the sink saw and the workers' logs. It prints a verdict (--json for JSON)
-// and exits 1 when the verdict has a violation, 2 when the run itself
+// second tool capped at one in flight), every copy following the retry rule
+// of docs/protocol.md 7.2; injects faults while the load runs (workers
+// SIGKILLed and restarted, the JetStream process or one cluster node
+// SIGKILLed and restarted on its store, a ledger outage of over a minute, a
+// power loss that cuts a node's store back to what the disk holds, effects
+// that hang past their lease, a sink that fails at random); then makes sure
+// every copy has an answer (or its key a final ledger record) and reconciles
+// the answers with the requests the sink saw and the workers' logs. The
+// workers run with the shipped durability unless a flag says otherwise, and
+// the verdict names what a run changed. It prints a verdict (--json for
+// JSON) and exits 1 when the verdict has a violation, 2 when the run itself
 // failed.
 //
 //	chaos --intents 100000                 single node, every fault
 //	chaos --intents 100000 --cluster       three nodes, R3, one node killed mid-load, then two for the outage
+//	chaos --intents 100000 --synced        the work stream synced (the workers' --async-intents=false)
 package main
 
 import (
