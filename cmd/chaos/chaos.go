@@ -428,7 +428,20 @@ func (r *chaosRun) judge(notFinal map[string]int) (*Verdict, error) {
 				nf = append(nf, notFinal{o.id, o.key, o.notFinal, o.recordHolder})
 			}
 		}
-		for name, x := range map[string]any{"events.json": r.events, "repeats.json": v.repeats, "not_final.json": nf} {
+		// Delayed copies publish dedup still caught: when each copy was
+		// acknowledged, next to the faults in events.json.
+		type deduped struct {
+			Op     string    `json:"op"`
+			First  time.Time `json:"first_acked"`
+			Second time.Time `json:"second_acked"`
+		}
+		var dd []deduped
+		for _, o := range r.ops {
+			if o.kind == kindDelayed && len(o.copies) > 1 && o.copies[1].Duplicate {
+				dd = append(dd, deduped{o.id, o.copies[0].Acked, o.copies[1].Acked})
+			}
+		}
+		for name, x := range map[string]any{"events.json": r.events, "repeats.json": v.repeats, "not_final.json": nf, "delayed_deduplicated.json": dd} {
 			if b, err := json.MarshalIndent(x, "", "  "); err == nil {
 				_ = os.WriteFile(filepath.Join(r.dir, name), b, 0o644)
 			}
