@@ -75,9 +75,11 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzCanonicalAlready$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
 
 # The full chaos runs (docs/reliability.md): CHAOS_INTENTS intents on one
-# JetStream process, then on a 3-node cluster at R3, with every fault. Each
-# prints its verdict; the target fails if either has a violation.
-# CHAOS_FLAGS adds flags to both (e.g. --keep to keep stores and logs).
+# JetStream process, then on a 3-node cluster at R3, on the shipped defaults
+# (no durability flag), with every fault and a power loss. Each prints its
+# verdict; the target fails if either has a violation. CHAOS_FLAGS adds
+# flags to both (e.g. --keep to keep stores and logs, --synced for a work
+# stream that syncs every intent).
 CHAOS_INTENTS ?= 100000
 CHAOS_FLAGS   ?=
 chaos: build

@@ -186,6 +186,7 @@ func TestIntentLostInServerCrashIsRepublishedAndFiresOnce(t *testing.T) {
 	require.NoError(t, <-answered, "the caller of the lost intent gets its answer")
 	require.Equal(t, intent.StatusCompleted, res.Status)
 	require.False(t, res.Replayed, "fired by this call's own republished copy")
+	require.Positive(t, sub.Republished(), "the submission counts its publishes under the retry rule")
 	require.Equal(t, sub.Key, res.Key)
 	ts := <-tsDone
 	require.Equal(t, 0, ts.code, "the TypeScript caller of the lost intent gets its answer: %s %s", ts.stdout, ts.stderr)

@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idemgate/idemgate/pkg/client"
-	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // runChaos runs one chaos run and returns its verdict. An error means the run
@@ -73,6 +72,11 @@ type chaosRun struct {
 	events      []event    // the injected faults
 	nodeMu      sync.Mutex // one node fault at a time
 	killsPaused atomic.Bool
+	// powerLossDone is the power loss, once it happened (under evMu).
+	powerLossDone *PowerLoss
+	// machineDown is held by a single node's power loss: no worker starts
+	// while the machine is down.
+	machineDown sync.RWMutex
 }
 
 func (r *chaosRun) logf(format string, a ...any) {
@@ -96,6 +100,11 @@ func (r *chaosRun) setUp(ctx context.Context) error {
 		r.dir = dir
 	} else if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return err
+	}
+	if r.cfg.powerLossAt >= 0 {
+		if err := checkDiskBacked(r.dir); err != nil {
+			return err
+		}
 	}
 	if r.cfg.natsServer == "" {
 		r.logf("building nats-server")
@@ -230,15 +239,24 @@ func (r *chaosRun) startWorkers(ctx context.Context) error {
 			args: []string{
 				"--nats-url", r.natsURL, "--holder", holder, "--tools", tools, "--replicas", replicas,
 				"--ack-wait", cfg.ackWait.String(), "--dup-window", cfg.dupWindow.String(),
-				"--concurrency", fmt.Sprint(cfg.concurrency), "--ledger-batch", fmt.Sprint(cfg.ledgerBatch), "--ledger-batch-inflight", fmt.Sprint(cfg.batchInFlight), "--async-intents=" + fmt.Sprint(cfg.asyncIntents), "--ledger-partitions", fmt.Sprint(cfg.partitions), "--retry-delay", "200ms", "--max-retry-delay", "2s",
+				"--concurrency", fmt.Sprint(cfg.concurrency), "--ledger-partitions", fmt.Sprint(cfg.partitions), "--retry-delay", "200ms", "--max-retry-delay", "2s",
 				"--drain-timeout", "5s", "--log-level", "info",
 			}}
+	}
+	durability := cfg.workerDurabilityArgs()
+	if len(durability) > 0 {
+		base := spawn
+		spawn = func(holder string) *proc {
+			p := base(holder)
+			p.args = append(p.args, durability...)
+			return p
+		}
 	}
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	r.stopWorkers = stop
 	r.sups = make([]*supervisor, cfg.workers)
 	for i := range r.sups {
-		s := &supervisor{name: fmt.Sprintf("w%d", i+1), delay: 500 * time.Millisecond, spawn: spawn}
+		s := &supervisor{name: fmt.Sprintf("w%d", i+1), delay: 500 * time.Millisecond, spawn: spawn, hold: &r.machineDown}
 		r.sups[i] = s
 		r.swg.Add(1)
 		go func() {
@@ -282,7 +300,10 @@ func (r *chaosRun) connect(context.Context) error {
 		return fmt.Errorf("connect %s: %w", r.natsURL, err)
 	}
 	r.nc = nc
-	cl, err := client.New(nc, client.WithKeySpec(toolName, intent.KeySpec{}), client.WithKeySpec(cappedTool, intent.KeySpec{}), client.WithKeySpec(probedTool, intent.KeySpec{}))
+	// The client learns each tool from the workers' catalogue, as callers'
+	// clients do: its key spec, and its lease, which the retry rule waits
+	// out before it publishes again an intent whose holder died with it.
+	cl, err := client.New(nc)
 	if err != nil {
 		return err
 	}
@@ -319,6 +340,11 @@ func (r *chaosRun) asyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
 // load publishes every operation's copies and waits for their answers, with
 // the faults injected meanwhile.
 func (r *chaosRun) load(ctx context.Context) error {
+	if r.cfg.powerLossAt >= 0 {
+		if err := r.syncStores(); err != nil {
+			return err
+		}
+	}
 	stopFaults := r.startFaults(ctx)
 	r.loader.run(ctx, r.ops)
 	stopFaults()
@@ -355,19 +381,33 @@ func (r *chaosRun) judge(notFinal map[string]int) (*Verdict, error) {
 		return nil, err
 	}
 	l := r.loader
-	v := &Verdict{Mode: r.mode, Seed: r.cfg.seed, LedgerBatch: r.cfg.ledgerBatch, BatchInFlight: r.cfg.batchInFlight, PublishDuplicate: int(l.dups.Load()), PublishRetries: int(l.retries.Load()),
-		FaultsByKind: map[string]int{}, LedgerNotFinal: notFinal, PublishErrors: l.pubErrors}
+	v := &Verdict{Mode: r.mode, Seed: r.cfg.seed, PublishDuplicate: int(l.dups.Load()), PublishRetries: int(l.retries.Load()),
+		Republished: int(l.republish.Load()), FaultsByKind: map[string]int{}, LedgerNotFinal: notFinal, PublishErrors: l.pubErrors,
+		DurabilityDeclared: r.cfg.declaredDurability()}
+	dur := durabilityFacts{replicas: r.cfg.replicas()}
+	for _, n := range r.nodes {
+		b, err := os.ReadFile(n.conf)
+		if err != nil {
+			return nil, err
+		}
+		dur.serverConfs = append(dur.serverConfs, string(b))
+	}
 	var logs []workerLog
 	for _, s := range r.sups {
 		v.WorkerCrashes += s.unexpectedExits()
 		for _, wl := range s.logs() {
 			v.LeaseTakeovers += countLines(wl.path, leaseTakenOverLine)
 			logs = append(logs, wl)
+			if p := loggedPersist(wl.path); p != "" {
+				dur.persist = append(dur.persist, p)
+			}
 		}
+		dur.workerArgs = append(dur.workerArgs, s.args()...)
 	}
 	r.evMu.Lock()
 	judge(v, runFacts{ops: r.ops, reqs: reqs, events: r.events, leases: readLeaseLog(logs),
-		concurrency: r.cfg.concurrency, caps: r.toolCaps(), allowOutage: r.cfg.allowOutage})
+		concurrency: r.cfg.concurrency, caps: r.toolCaps(), allowOutage: r.cfg.allowOutage,
+		durability: dur, powerLoss: r.powerLossDone, powerLossWanted: r.cfg.powerLossAt >= 0})
 	r.evMu.Unlock()
 	v.DurationSeconds = time.Since(r.began).Seconds()
 	if !v.OK {
@@ -388,7 +428,20 @@ func (r *chaosRun) judge(notFinal map[string]int) (*Verdict, error) {
 				nf = append(nf, notFinal{o.id, o.key, o.notFinal, o.recordHolder})
 			}
 		}
-		for name, x := range map[string]any{"events.json": r.events, "repeats.json": v.repeats, "not_final.json": nf} {
+		// Delayed copies publish dedup still caught: when each copy was
+		// acknowledged, next to the faults in events.json.
+		type deduped struct {
+			Op     string    `json:"op"`
+			First  time.Time `json:"first_acked"`
+			Second time.Time `json:"second_acked"`
+		}
+		var dd []deduped
+		for _, o := range r.ops {
+			if o.kind == kindDelayed && len(o.copies) > 1 && o.copies[1].Duplicate {
+				dd = append(dd, deduped{o.id, o.copies[0].Acked, o.copies[1].Acked})
+			}
+		}
+		for name, x := range map[string]any{"events.json": r.events, "repeats.json": v.repeats, "not_final.json": nf, "delayed_deduplicated.json": dd} {
 			if b, err := json.MarshalIndent(x, "", "  "); err == nil {
 				_ = os.WriteFile(filepath.Join(r.dir, name), b, 0o644)
 			}

@@ -54,6 +54,15 @@ func (r *chaosRun) startFaults(ctx context.Context) (stop func()) {
 			}
 		}()
 	}
+	if cfg.powerLossAt >= 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.powerLoss(fctx, ctx); err != nil {
+				r.logf("power loss: %v", err)
+			}
+		}()
+	}
 	if cfg.progressEach > 0 {
 		wg.Add(1)
 		go func() {
@@ -65,8 +74,8 @@ func (r *chaosRun) startFaults(ctx context.Context) (stop func()) {
 				case <-fctx.Done():
 					return
 				case <-t.C:
-					r.logf("progress: %d published, %d answered, %d publish retries, %.0fs",
-						l.published.Load(), l.answered.Load(), l.retries.Load(), time.Since(r.began).Seconds())
+					r.logf("progress: %d published, %d answered, %d publish retries, %d republished, %.0fs",
+						l.published.Load(), l.answered.Load(), l.retries.Load(), l.republish.Load(), time.Since(r.began).Seconds())
 				}
 			}
 		}()
@@ -209,6 +218,7 @@ func (r *chaosRun) nodeFault(run context.Context, kind string, victims []*natsNo
 	case <-t.C:
 	}
 	var errs []error
+	r.loader.epoch.Add(1)
 	for _, v := range victims {
 		if err := v.start(); err != nil {
 			errs = append(errs, err)

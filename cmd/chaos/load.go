@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/dedup"
@@ -51,6 +52,25 @@ type copyOut struct {
 	Code      string
 	Err       string
 	Acked     time.Time // when the publish was acknowledged
+	// Seq is the stream sequence the publish was stored under (0 for a
+	// duplicate) and Epoch the JetStream start that acknowledged it (its
+	// count of restarts; -1 when a restart came between the publish and
+	// its acknowledgement): a power loss takes the stored copies of its
+	// epoch above the work stream's last sequence it kept.
+	Seq   uint64
+	Epoch int64
+	// Republished counts the copy's publishes under the retry rule
+	// (docs/protocol.md 7.2).
+	Republished int
+}
+
+// stored notes a publish acknowledged as stored under seq, by the JetStream
+// start (epoch) current before (pre) and after (post) it.
+func (c *copyOut) stored(seq uint64, pre, post int64) {
+	c.Seq, c.Epoch = seq, post
+	if pre != post {
+		c.Epoch = -1
+	}
 }
 
 func (c *copyOut) setResult(res *intent.Result, via string) {
@@ -142,6 +162,8 @@ type loader struct {
 	dups      atomic.Int64 // publishes acknowledged as duplicates
 	recovered atomic.Int64 // unix nanos: when the last JetStream restart was ready
 	nodesDown atomic.Bool  // a node fault is in progress
+	epoch     atomic.Int64 // JetStream restarts begun: the start acknowledging publishes now
+	republish atomic.Int64 // publishes again under the retry rule, by the load's own copies
 
 	errMu     sync.Mutex
 	pubErrors map[string]int // publish errors that were retried, by message
@@ -305,9 +327,12 @@ func (l *loader) retry(ctx context.Context, gate func(context.Context) bool, pub
 func (l *loader) keyedCopy(ctx context.Context, o *op, i int, callID string, gate func(context.Context) bool) {
 	c := &o.copies[i]
 	var sub *client.Submission
+	var pre, post int64
 	err := l.retry(ctx, gate, func(ctx context.Context) error {
 		var err error
+		pre = l.epoch.Load()
 		sub, err = l.cl.Publish(ctx, o.envelope(l.session, callID))
+		post = l.epoch.Load()
 		return err
 	})
 	if err != nil {
@@ -318,10 +343,14 @@ func (l *loader) keyedCopy(ctx context.Context, o *op, i int, callID string, gat
 	c.Published, c.Duplicate, c.Acked = true, sub.Duplicate, time.Now()
 	if sub.Duplicate {
 		l.dups.Add(1)
+	} else {
+		c.stored(sub.Sequence, pre, post)
 	}
 	wctx, cancel := context.WithTimeout(ctx, l.cfg.answerBudget())
 	defer cancel()
 	res, err := sub.Wait(wctx)
+	c.Republished = sub.Republished()
+	l.republish.Add(int64(c.Republished))
 	if err != nil {
 		c.Err = err.Error()
 		return
@@ -363,20 +392,23 @@ func (l *loader) rawCopy(ctx context.Context, o *op, i int, withID bool) {
 	}
 	defer func() { _ = w.sub.Unsubscribe() }()
 	var ack *jetstream.PubAck
+	var pre, post int64
 	err = l.retry(ctx, nil, func(ctx context.Context) error {
 		var opts []jetstream.PublishOpt
 		if withID {
 			opts = append(opts, jetstream.WithMsgID(o.key))
 		}
 		var err error
+		pre = l.epoch.Load()
 		ack, err = l.js.PublishMsg(ctx, w.msg, opts...)
+		post = l.epoch.Load()
 		return err
 	})
 	if err != nil {
 		c.Err = "publish: " + err.Error()
 		return
 	}
-	l.sent(ctx, o, c, w, ack)
+	l.sent(ctx, o, c, w, ack, pre, post)
 }
 
 // batch sends the copies of o as one model response would carry parallel
@@ -384,6 +416,7 @@ func (l *loader) rawCopy(ctx context.Context, o *op, i int, withID bool) {
 func (l *loader) batch(ctx context.Context, o *op) {
 	ws := make([]*own, len(o.copies))
 	futs := make([]jetstream.PubAckFuture, len(o.copies))
+	pre := l.epoch.Load()
 	for i := range ws {
 		w, err := l.newOwn(o, fmt.Sprintf("call-%d", i))
 		if err != nil {
@@ -400,6 +433,7 @@ func (l *loader) batch(ctx context.Context, o *op) {
 		}
 		defer func() { _ = w.sub.Unsubscribe() }()
 		var ack *jetstream.PubAck
+		pre := pre
 		if f := futs[i]; f != nil {
 			t := time.NewTimer(publishAttempt)
 			select {
@@ -410,10 +444,13 @@ func (l *loader) batch(ctx context.Context, o *op) {
 			}
 			t.Stop()
 		}
+		post := l.epoch.Load()
 		if ack == nil { // the async publish failed: publish again, the same message id
 			err := l.retry(ctx, nil, func(ctx context.Context) error {
 				var err error
+				pre = l.epoch.Load()
 				ack, err = l.js.PublishMsg(ctx, w.msg, jetstream.WithMsgID(o.key))
+				post = l.epoch.Load()
 				return err
 			})
 			if err != nil {
@@ -421,31 +458,58 @@ func (l *loader) batch(ctx context.Context, o *op) {
 				return
 			}
 		}
-		l.sent(ctx, o, c, w, ack)
+		l.sent(ctx, o, c, w, ack, pre, post)
 	})
 }
 
 // sent counts copy c of o as published (and as a publish duplicate when the
 // ack says so) and waits for its answer.
-func (l *loader) sent(ctx context.Context, o *op, c *copyOut, w *own, ack *jetstream.PubAck) {
+func (l *loader) sent(ctx context.Context, o *op, c *copyOut, w *own, ack *jetstream.PubAck, pre, post int64) {
 	l.published.Add(1)
-	c.Published, c.Duplicate = true, ack.Duplicate
+	c.Published, c.Duplicate, c.Acked = true, ack.Duplicate, time.Now()
 	if ack.Duplicate {
 		l.dups.Add(1)
+	} else {
+		c.stored(ack.Sequence, pre, post)
 	}
 	l.await(ctx, o, c, w)
 }
 
-// await waits for the pushed reply (unless the publish was a duplicate,
-// which no worker sees), then watches the ledger key.
+// await waits for the copy's answer: the pushed reply, or the key's ledger
+// record, which it watches once the reply grace has passed (at once for a
+// duplicate, which no worker sees). It follows the retry rule
+// (docs/protocol.md 7.2) as pkg/client does: after the grace, then twice
+// it, and so on, while no reply came and the key shows no record that will
+// answer, it publishes the intent again under a fresh message id — its
+// publish may have been stored and then lost by a server crash.
 func (l *loader) await(ctx context.Context, o *op, c *copyOut, w *own) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.answerBudget())
 	defer cancel()
-	if !c.Duplicate {
-		t := time.NewTimer(replyGrace)
+	type answer struct {
+		rec dedup.Record
+		err error
+	}
+	var fromLedger chan answer
+	watch := func() {
+		if fromLedger != nil {
+			return
+		}
+		ch := make(chan answer, 1)
+		fromLedger = ch
+		go func() {
+			rec, err := l.cl.Watch(ctx, o.key)
+			ch <- answer{rec, err}
+		}()
+	}
+	if c.Duplicate {
+		watch()
+	}
+	grace := replyGrace
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	for {
 		select {
 		case m := <-w.ch:
-			t.Stop()
 			var res intent.Result
 			if err := json.Unmarshal(m.Data, &res); err != nil {
 				c.Err = "undecodable answer: " + err.Error()
@@ -455,18 +519,50 @@ func (l *loader) await(ctx context.Context, o *op, c *copyOut, w *own) {
 			c.setResult(&res, "reply")
 			return
 		case <-t.C:
+			watch()
+			if l.republishIfUnrecorded(ctx, o, w.msg) {
+				c.Republished++
+			}
+			grace *= 2
+			t.Reset(grace)
+		case a := <-fromLedger:
+			if a.err != nil {
+				c.Err = a.err.Error()
+				return
+			}
+			l.answered.Add(1)
+			c.setRecord(o, a.rec, "ledger")
+			return
 		case <-ctx.Done():
 			c.Err = ctx.Err().Error()
 			return
 		}
 	}
-	rec, err := l.cl.Watch(ctx, o.key)
-	if err != nil {
-		c.Err = err.Error()
-		return
+}
+
+// republishIfUnrecorded publishes msg, an intent of o, again under a fresh
+// message id when o's key has no record, or only a pending one whose lease
+// ran out a lease ago (7.2); it reports whether it did.
+func (l *loader) republishIfUnrecorded(ctx context.Context, o *op, msg *nats.Msg) bool {
+	rec, err := l.cl.Get(ctx, o.key)
+	switch {
+	case errors.Is(err, client.ErrNotFound):
+	case err != nil:
+		return false // tried again at the next grace
+	case rec.Status == intent.StatusPending && rec.LeaseExpired(time.Now().Add(-l.cfg.lease)):
+	default:
+		return false
 	}
-	l.answered.Add(1)
-	c.setRecord(o, rec, "ledger")
+	m := nats.NewMsg(msg.Subject)
+	m.Data = msg.Data
+	m.Header.Set(intent.HeaderReplyTo, msg.Header.Get(intent.HeaderReplyTo))
+	pctx, cancel := context.WithTimeout(ctx, publishAttempt)
+	defer cancel()
+	if _, err := l.js.PublishMsg(pctx, m, jetstream.WithMsgID(o.key+":"+nuid.Next())); err != nil {
+		return false
+	}
+	l.republish.Add(1)
+	return true
 }
 
 // settle answers every published copy still without an answer from the
@@ -526,12 +622,60 @@ func (l *loader) settle(ctx context.Context, ops []*op) (settled, open int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rec, err := l.cl.Watch(ctx, o.key)
+			rec, err := l.awaitRecord(ctx, o, func() {
+				mu.Lock()
+				defer mu.Unlock()
+				for i := range o.copies {
+					if c := &o.copies[i]; c.Published && c.Status == "" {
+						c.Republished++
+					}
+				}
+			})
 			answer(o, rec, err)
 		}()
 	}
 	wg.Wait()
 	return settled, open
+}
+
+// awaitRecord watches o's key until its record answers, and meanwhile, as
+// the callers still waiting do under the retry rule (7.2), publishes o again
+// after the reply grace, twice it, and so on, while the key shows no record
+// that will answer; republished is called after each such publish.
+func (l *loader) awaitRecord(ctx context.Context, o *op, republished func()) (dedup.Record, error) {
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	type answer struct {
+		rec dedup.Record
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		rec, err := l.cl.Watch(wctx, o.key)
+		ch <- answer{rec, err}
+	}()
+	data, err := json.Marshal(o.envelope(l.session, ""))
+	if err != nil {
+		return dedup.Record{}, err
+	}
+	msg := nats.NewMsg(l.cl.Names().IntentSubject(o.tool))
+	msg.Data = data
+	msg.Header.Set(intent.HeaderReplyTo, l.nc.NewRespInbox()) // the record answers
+	grace := replyGrace
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	for {
+		select {
+		case a := <-ch:
+			return a.rec, a.err
+		case <-t.C:
+			if l.republishIfUnrecorded(ctx, o, msg) {
+				republished()
+			}
+			grace *= 2
+			t.Reset(grace)
+		}
+	}
 }
 
 // unanswered counts o's published copies without an answer.

@@ -5,18 +5,22 @@
 // Idempotency-Key, Idem-Holder and Idem-Attempt (cmd/sink), and several
 // worker processes, each start of one a holder of its own name; publishes a
 // load of tool intents with many kinds of duplicates (a share of them to a
-// second tool capped at one in flight); injects faults while the load runs
-// (workers SIGKILLed and restarted, the JetStream process or one cluster
-// node SIGKILLed and restarted on its store, a ledger outage of over a
-// minute, effects that hang past their lease, a sink
-// that fails at random); then makes sure every copy has an answer (or its
-// key a final ledger record) and reconciles the answers with the requests
-// the sink saw and the workers' logs. It prints a verdict (--json for JSON)
-// and exits 1 when the verdict has a violation, 2 when the run itself
+// second tool capped at one in flight), every copy following the retry rule
+// of docs/protocol.md 7.2; injects faults while the load runs (workers
+// SIGKILLed and restarted, the JetStream process or one cluster node
+// SIGKILLed and restarted on its store, a ledger outage of over a minute, a
+// power loss that cuts a node's store back to what the disk holds, effects
+// that hang past their lease, a sink that fails at random); then makes sure
+// every copy has an answer (or its key a final ledger record) and reconciles
+// the answers with the requests the sink saw and the workers' logs. The
+// workers run with the shipped durability unless a flag says otherwise, and
+// the verdict names what a run changed. It prints a verdict (--json for
+// JSON) and exits 1 when the verdict has a violation, 2 when the run itself
 // failed.
 //
 //	chaos --intents 100000                 single node, every fault
 //	chaos --intents 100000 --cluster       three nodes, R3, one node killed mid-load, then two for the outage
+//	chaos --intents 100000 --synced        the work stream synced (the workers' --async-intents=false)
 package main
 
 import (
@@ -32,7 +36,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/worker"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -43,9 +46,9 @@ type config struct {
 	agents        int
 	workers       int
 	concurrency   int
-	ledgerBatch   int
-	batchInFlight int  // the workers' --ledger-batch-inflight
-	asyncIntents  bool // the workers' --async-intents
+	ledgerBatch   int  // the workers' --ledger-batch; -1: not passed
+	batchInFlight int  // the workers' --ledger-batch-inflight; 0: not passed
+	synced        bool // the workers' --async-intents=false
 	partitions    int
 	cluster       bool
 	natsServer    string
@@ -61,6 +64,7 @@ type config struct {
 	downFor       time.Duration
 	outageAt      float64
 	outageFor     time.Duration
+	powerLossAt   float64
 	cappedShare   float64
 	probedShare   float64
 	failRate      float64
@@ -132,9 +136,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.agents, "agents", 96, "operations in flight at once")
 	fs.IntVar(&c.workers, "workers", 3, "worker processes")
 	fs.IntVar(&c.concurrency, "concurrency", 64, "intents each worker handles at once")
-	fs.IntVar(&c.ledgerBatch, "ledger-batch", worker.DefaultLedgerBatch, "the workers' --ledger-batch (0: every ledger write on its own)")
-	fs.IntVar(&c.batchInFlight, "ledger-batch-inflight", 0, "the workers' --ledger-batch-inflight (ledger batches in flight per worker; 0: the workers' default at the run's replicas)")
-	fs.BoolVar(&c.asyncIntents, "async-intents", false, "the workers' --async-intents (their default: true). Off here: the load publishes most copies by hand and, unlike pkg/client, does not publish an unanswered intent again, so an acknowledged intent a killed server had not written would count as lost")
+	fs.IntVar(&c.ledgerBatch, "ledger-batch", -1, "pass the workers --ledger-batch N (0: every ledger write on its own); -1: not passed, their default")
+	fs.IntVar(&c.batchInFlight, "ledger-batch-inflight", 0, "pass the workers --ledger-batch-inflight N; 0: not passed, their default")
+	fs.BoolVar(&c.synced, "synced", false, "run the workers with --async-intents=false: the work stream syncs every intent and ack before acknowledging it (without it the workers run with no durability flag: at one replica the work stream persists asynchronously and the load's callers follow the retry rule, docs/protocol.md 7.2)")
 	fs.IntVar(&c.partitions, "partitions", 1, "the workers' --ledger-partitions; with --cluster the node killed mid-load is the one leading the most partitions")
 	fs.BoolVar(&c.cluster, "cluster", false, "three clustered JetStream nodes, stream and ledger at R3; one node is killed mid-load instead of the single node")
 	fs.StringVar(&c.natsServer, "nats-server", "", "nats-server binary (default: built from the pinned module into the work directory)")
@@ -150,6 +154,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.restartAt, "restart-at", 0.5, "SIGKILL and restart JetStream (one node with --cluster) when this share of the intents is published (negative: never)")
 	fs.DurationVar(&c.downFor, "down-for", 2*time.Second, "how long the killed JetStream process stays down")
 	fs.Float64Var(&c.outageAt, "outage-at", 0.25, "take the ledger down for --outage-for when this share of the intents is published: the JetStream process, or with --cluster two of the three nodes (no quorum): holders cut off by it must keep their outcomes through it (negative: never)")
+	fs.Float64Var(&c.powerLossAt, "power-loss-at", 0.75, "cut the power of JetStream when this share of the intents is published (with --cluster: of the node leading the intent stream): SIGKILL it, cut every store file back to what the disk holds (the page cache's dirty pages are lost) and start it again (negative: never)")
 	fs.DurationVar(&c.outageFor, "outage-for", 75*time.Second, "how long the ledger outage lasts: many leases, and over a minute")
 	fs.Float64Var(&c.cappedShare, "capped-share", 0.1, "share of the operations sent to a second tool, "+cappedTool+", with max_in_flight: 1 (0: none)")
 	fs.Float64Var(&c.probedShare, "probed-share", 0.1, "share of the operations sent to a third tool, "+probedTool+", whose probe asks the sink before a takeover fires again (0: none)")
@@ -180,15 +185,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	check(c.workers >= 1, "--workers %d: use at least 1", c.workers)
 	check(c.concurrency >= 1, "--concurrency %d: use at least 1", c.concurrency)
 	check(intent.ValidPartitions(c.partitions), "--partitions %d: use a power of two from 1 to %d", c.partitions, intent.MaxPartitions)
-	check(c.ledgerBatch >= 0 && c.ledgerBatch <= dedup.MaxBatch, "--ledger-batch %d: use 0 (off) to %d", c.ledgerBatch, dedup.MaxBatch)
+	check(c.ledgerBatch >= -1 && c.ledgerBatch <= dedup.MaxBatch, "--ledger-batch %d: use 0 (off) to %d, or -1 (the workers' default)", c.ledgerBatch, dedup.MaxBatch)
 	check(c.batchInFlight >= 0 && c.batchInFlight <= 8, "--ledger-batch-inflight %d: use 1 to 8, or 0 (the workers' default)", c.batchInFlight)
-	if c.batchInFlight == 0 {
-		replicas := 1
-		if c.cluster {
-			replicas = 3
-		}
-		c.batchInFlight = worker.LedgerBatchInFlightFor(replicas)
-	}
 	check(c.singleShare >= 0 && c.singleShare < 1, "--single-share %v: use [0, 1)", c.singleShare)
 	check(c.failRate >= 0 && c.failRate < 0.5, "--fail-rate %v: use [0, 0.5)", c.failRate)
 	check(c.hangRate >= 0 && c.hangRate <= 0.1, "--hang-rate %v: use [0, 0.1]", c.hangRate)
@@ -197,6 +195,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	check(c.ackWait >= time.Second, "--ack-wait %s: use at least 1s", c.ackWait)
 	check(c.dupWindow >= time.Second, "--dup-window %s: use at least 1s", c.dupWindow)
 	check(c.restartAt < 1, "--restart-at %v: use a share below 1, or negative for never", c.restartAt)
+	check(c.powerLossAt < 1, "--power-loss-at %v: use a share below 1, or negative for never", c.powerLossAt)
 	check(c.outageAt < 1, "--outage-at %v: use a share below 1, or negative for never", c.outageAt)
 	check(c.outageAt < 0 || c.outageFor >= time.Second, "--outage-for %s: use at least 1s", c.outageFor)
 	check(c.cappedShare >= 0 && c.cappedShare <= 0.5, "--capped-share %v: use [0, 0.5]", c.cappedShare)

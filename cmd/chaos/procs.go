@@ -141,6 +141,7 @@ func freePorts(n int) ([]int, error) {
 type natsNode struct {
 	*proc
 	clientPort, httpPort int
+	conf, store          string // its configuration file and store directory
 }
 
 func (n *natsNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.clientPort) }
@@ -186,7 +187,7 @@ func startJetStream(ctx context.Context, cfg config, dir string) ([]*natsNode, e
 		}
 		nodes[i] = &natsNode{
 			proc:       &proc{name: name, path: cfg.natsServer, args: []string{"-c", conf}, log: filepath.Join(dir, name+".log")},
-			clientPort: ports[3*i], httpPort: ports[3*i+1],
+			clientPort: ports[3*i], httpPort: ports[3*i+1], conf: conf, store: store,
 		}
 		if err := nodes[i].start(); err != nil {
 			return nil, err
@@ -221,6 +222,9 @@ type supervisor struct {
 	name  string                    // the worker, e.g. w2
 	delay time.Duration             // before a restart
 	spawn func(holder string) *proc // the process of one start, named holder
+	// hold, when set, is read-locked around each restart: a power loss
+	// holds it while the machine is down.
+	hold *sync.RWMutex
 
 	mu      sync.Mutex
 	runs    []*proc // every start, the current one last
@@ -257,6 +261,11 @@ func (s *supervisor) run(ctx context.Context) error {
 			t.Stop()
 			return nil
 		case <-t.C:
+		}
+		if s.hold != nil {
+			s.hold.RLock()
+			//lint:ignore SA2001 the lock is only waited for: until the machine is up
+			s.hold.RUnlock()
 		}
 	}
 	return nil
@@ -305,6 +314,17 @@ func (s *supervisor) logs() []workerLog {
 	out := make([]workerLog, len(s.runs))
 	for i, p := range s.runs {
 		out[i] = workerLog{holder: p.name, path: p.log}
+	}
+	return out
+}
+
+// args returns the command line arguments of every start.
+func (s *supervisor) args() [][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([][]string, len(s.runs))
+	for i, p := range s.runs {
+		out[i] = p.args
 	}
 	return out
 }

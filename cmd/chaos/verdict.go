@@ -22,6 +22,7 @@ const (
 	faultJetStream     = "jetstream_restart" // the JetStream process SIGKILLed and restarted on its store
 	faultNode          = "node_restart"      // one cluster node SIGKILLed and restarted on its store
 	faultLedgerOutage  = "ledger_outage"     // JetStream (single) or a quorum of nodes (cluster) down for over a minute
+	faultPowerLoss     = "power_loss"        // JetStream (single) or one node SIGKILLed, its store cut back to what the disk holds, restarted
 	faultHang          = "effect_hang"       // a sink request that hung past the lease
 	faultSink5xx       = "sink_5xx"          // a sink request answered 503
 	faultSinkAbandon   = "sink_abandoned"    // a hanging request whose caller went away (killed worker)
@@ -144,26 +145,32 @@ type ToolCounts struct {
 
 // Verdict is what a run showed. Every count is over the whole run.
 type Verdict struct {
-	Mode             string         `json:"mode"`
-	Concurrency      int            `json:"worker_concurrency"` // intents one worker handles at once
-	Seed             uint64         `json:"seed"`
-	LedgerBatch      int            `json:"ledger_batch"`          // the workers' --ledger-batch; 0: off
-	BatchInFlight    int            `json:"ledger_batch_inflight"` // the workers' --ledger-batch-inflight
-	DurationSeconds  float64        `json:"duration_seconds"`
-	IntentsPublished int            `json:"intents_published"`
-	UniqueOperations int            `json:"unique_operations"`
-	DuplicatesByKind map[string]int `json:"duplicates_injected_by_kind"`
-	Duplicates       int            `json:"duplicates_injected"`
-	DuplicateShare   float64        `json:"duplicate_share"`
-	PublishDuplicate int            `json:"publishes_deduplicated"`
-	DelayedDeduped   int            `json:"delayed_copies_deduplicated"` // at most 1% of the delayed copies: they are sent after the window
-	PublishRetries   int            `json:"publish_retries"`
-	PublishErrors    map[string]int `json:"publish_errors_retried"`
-	PublishFailed    int            `json:"copies_never_published"`
-	FaultsByKind     map[string]int `json:"faults_injected_by_kind"`
-	WorkerCrashes    int            `json:"worker_unexpected_exits"` // e.g. started while JetStream was down
-	LeaseTakeovers   int            `json:"lease_takeovers"`
-	LiveLeaseLosses  int            `json:"live_holders_that_lost_their_lease"`
+	Mode        string `json:"mode"`
+	Concurrency int    `json:"worker_concurrency"` // intents one worker handles at once
+	Seed        uint64 `json:"seed"`
+	// Durability is what the run changed of the shipped durability, as the
+	// server's configuration, the workers' command lines and their logs
+	// show it (empty: the defaults); DurabilityDeclared what the run said
+	// it would change. They must agree.
+	Durability         []string       `json:"durability"`
+	DurabilityDeclared []string       `json:"durability_declared"`
+	DurationSeconds    float64        `json:"duration_seconds"`
+	IntentsPublished   int            `json:"intents_published"`
+	UniqueOperations   int            `json:"unique_operations"`
+	DuplicatesByKind   map[string]int `json:"duplicates_injected_by_kind"`
+	Duplicates         int            `json:"duplicates_injected"`
+	DuplicateShare     float64        `json:"duplicate_share"`
+	PublishDuplicate   int            `json:"publishes_deduplicated"`
+	DelayedDeduped     int            `json:"delayed_copies_deduplicated"` // at most 1% of the delayed copies: they are sent after the window
+	PublishRetries     int            `json:"publish_retries"`
+	PublishErrors      map[string]int `json:"publish_errors_retried"`
+	PublishFailed      int            `json:"copies_never_published"`
+	Republished        int            `json:"publishes_under_retry_rule"` // copies published again (docs/protocol.md 7.2)
+	FaultsByKind       map[string]int `json:"faults_injected_by_kind"`
+	PowerLoss          *PowerLoss     `json:"power_loss,omitempty"`
+	WorkerCrashes      int            `json:"worker_unexpected_exits"` // e.g. started while JetStream was down
+	LeaseTakeovers     int            `json:"lease_takeovers"`
+	LiveLeaseLosses    int            `json:"live_holders_that_lost_their_lease"`
 
 	AnswersByRoute  map[string]int `json:"answers_by_route"` // answer, reply, ledger, settle
 	ResultsReceived int            `json:"results_received"` // copies answered during the load
@@ -216,6 +223,12 @@ type runFacts struct {
 	caps map[string]int
 	// allowOutage accepts repeats explained by a holder's cut-off line.
 	allowOutage bool
+	// durability is the evidence of the durability the run ran with.
+	durability durabilityFacts
+	// powerLoss is the power loss (nil: none happened); powerLossWanted
+	// says the run was to have one.
+	powerLoss       *PowerLoss
+	powerLossWanted bool
 }
 
 // judge reconciles the copies' answers with the sink's requests, the worker
@@ -252,6 +265,12 @@ func judge(v *Verdict, f runFacts) {
 	}
 	v.LiveLeaseLosses = f.leases.lostKeys()
 	v.Concurrency = f.concurrency
+	v.Durability = f.durability.observed()
+	if f.powerLoss != nil {
+		pl := *f.powerLoss
+		judgePowerLoss(&pl, f.ops)
+		v.PowerLoss = &pl
+	}
 	a := attribution{facts: f, perKill: map[int]int{}}
 	known := map[string]bool{}
 	for _, o := range f.ops {
@@ -369,7 +388,41 @@ func judge(v *Verdict, f runFacts) {
 		v.DuplicateShare = float64(v.Duplicates) / float64(v.IntentsPublished)
 	}
 	v.Violations = violations(v, f.allowOutage)
+	if f.powerLossWanted && v.PowerLoss == nil {
+		v.Violations = append(v.Violations, "the power loss did not happen (see the run's log)")
+	}
+	if pl := v.PowerLoss; pl != nil && f.durability.replicas > 1 && pl.IntentsTaken > 0 {
+		v.Violations = append(v.Violations, fmt.Sprintf("the power loss of one node took %d acknowledged intents of a replicated work stream", pl.IntentsTaken))
+	}
 	v.OK = len(v.Violations) == 0
+}
+
+// judgePowerLoss counts the copies the power loss took — stored and
+// acknowledged by the JetStream start it cut, above the work stream's last
+// sequence it kept — and how many of them were republished and answered,
+// and the acknowledged ledger writes it took.
+func judgePowerLoss(pl *PowerLoss, ops []*op) {
+	kept, ok := pl.After[pl.WorkStream]
+	for _, o := range ops {
+		for _, c := range o.copies {
+			if !ok || !c.Published || c.Duplicate || c.Epoch != pl.epoch || c.Seq <= kept {
+				continue
+			}
+			pl.IntentsTaken++
+			if c.Republished > 0 {
+				pl.Republished++
+			}
+			if c.Status != "" {
+				pl.Answered++
+			}
+		}
+	}
+	pl.LedgerWritesTaken = map[string]uint64{}
+	for name, before := range pl.Before {
+		if after, ok := pl.After[name]; strings.HasPrefix(name, "KV_") && (!ok || after < before) {
+			pl.LedgerWritesTaken[name] = before - after
+		}
+	}
 }
 
 // attribution explains repeats from the facts: who fired each firing, with
@@ -562,6 +615,12 @@ func violations(v *Verdict, allowOutage bool) []string {
 		}
 	}
 	add(v.UniqueOperations > 0, "no operation was published")
+	add(slices.Equal(v.Durability, v.DurabilityDeclared), "the run used durability settings it did not declare: it ran with %s and declared %s",
+		durabilityLabel(v.Durability), durabilityLabel(v.DurabilityDeclared))
+	if pl := v.PowerLoss; pl != nil {
+		add(pl.Answered == pl.IntentsTaken, "%d of the %d acknowledged intents the power loss took were never answered", pl.IntentsTaken-pl.Answered, pl.IntentsTaken)
+		add(len(pl.LedgerWritesTaken) == 0, "the power loss took acknowledged ledger writes (last sequence back by): %v", pl.LedgerWritesTaken)
+	}
 	// A delayed copy is sent a window after its original (and after the last
 	// server restart); a server restarted mid-load may still keep an entry a
 	// little longer (docs/reliability.md, finding 5). More than 1% means the
@@ -591,7 +650,7 @@ func violations(v *Verdict, allowOutage bool) []string {
 		}
 	}
 	add(len(over) == 0, "%d worker kills explain more repeats than their holder could have had in flight: %s", len(over), strings.Join(over, ", "))
-	add(v.FiredMoreThanOnce == 0 || v.FaultsByKind[faultWorkerKill]+v.FaultsByKind[faultJetStream]+v.FaultsByKind[faultNode]+v.FaultsByKind[faultLedgerOutage] > 0,
+	add(v.FiredMoreThanOnce == 0 || v.FaultsByKind[faultWorkerKill]+v.FaultsByKind[faultJetStream]+v.FaultsByKind[faultNode]+v.FaultsByKind[faultLedgerOutage]+v.FaultsByKind[faultPowerLoss] > 0,
 		"%d operations fired more than once in a run without process faults", v.FiredMoreThanOnce)
 	return out
 }
@@ -599,13 +658,19 @@ func violations(v *Verdict, allowOutage bool) []string {
 // print writes the verdict for people.
 func (v *Verdict) print(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
-	p("chaos verdict (%s, seed %d, ledger batch %d ×%d in flight, %.0fs)", v.Mode, v.Seed, v.LedgerBatch, v.BatchInFlight, v.DurationSeconds)
+	p("chaos verdict (%s, seed %d, %.0fs)", v.Mode, v.Seed, v.DurationSeconds)
+	p("  durability                   %s (declared: %s)", durabilityLabel(v.Durability), durabilityLabel(v.DurabilityDeclared))
 	p("  intents published            %d", v.IntentsPublished)
 	p("  unique operations            %d", v.UniqueOperations)
 	p("  duplicates injected          %d (%.1f%% of intents) %s", v.Duplicates, 100*v.DuplicateShare, sortedMap(v.DuplicatesByKind))
 	p("  publishes deduplicated       %d (delayed copies among them: %d)", v.PublishDuplicate, v.DelayedDeduped)
 	p("  publish retries              %d (copies never published: %d) %s", v.PublishRetries, v.PublishFailed, sortedMap(v.PublishErrors))
 	p("  faults injected              %s", sortedMap(v.FaultsByKind))
+	if pl := v.PowerLoss; pl != nil {
+		p("  power loss                   %s: %d store files cut by %d bytes; took %d acknowledged intents, %d republished by their callers (7.2), %d answered; took %d ledger writes",
+			pl.Node, pl.FilesCut, pl.BytesCut, pl.IntentsTaken, pl.Republished, pl.Answered, sumValues(pl.LedgerWritesTaken))
+	}
+	p("  publishes under retry rule   %d", v.Republished)
 	p("  lease takeovers              %d (live holders that lost their lease: %d; worker exits not injected: %d)",
 		v.LeaseTakeovers, v.LiveLeaseLosses, v.WorkerCrashes)
 	p("  results received             %d %s", v.ResultsReceived, sortedMap(v.AnswersByRoute))
@@ -642,6 +707,14 @@ func (v *Verdict) print(w io.Writer) {
 	for _, s := range v.Violations {
 		p("  - %s", s)
 	}
+}
+
+func sumValues(m map[string]uint64) uint64 {
+	var n uint64
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 func sortedMap(m map[string]int) string {

@@ -176,9 +176,15 @@ type Submission struct {
 	// badText holds, by answer, why a pushed answer's text would be read
 	// other than as written (audit.CheckAnswerText), for its receipt check.
 	badText sync.Map
-	ch      chan *nats.Msg
-	sub     *nats.Subscription
+	// republished counts the publishes under the retry rule.
+	republished int
+	ch          chan *nats.Msg
+	sub         *nats.Subscription
 }
+
+// Republished is how often the submission published its intent again under
+// the retry rule (docs/protocol.md 7.2). Read it after Wait returns.
+func (s *Submission) Republished() int { return s.republished }
 
 // Submit publishes env and waits for its answer until ctx is done. A duplicate
 // is an answer (Result.Replayed), not an error; so is a conflict.
@@ -568,7 +574,9 @@ func (s *Submission) republishIfUnrecorded(ctx context.Context) {
 	default:
 		return
 	}
-	_, _ = s.publish(ctx, s.Key+":"+nuid.Next())
+	if _, err := s.publish(ctx, s.Key+":"+nuid.Next()); err == nil {
+		s.republished++
+	}
 }
 
 // ledgerAnswer is what a watch of the ledger key came to.
