@@ -333,6 +333,32 @@ func TestSecureAgentPathWorks(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cat.Tools, 1)
 
+	// A watch of a key with no record yet waits for it without a consumer:
+	// a subscription to the key's subject and leader reads.
+	env := intent.Envelope{Tool: "echo", Args: json.RawMessage(`{"n":"watched"}`)}
+	p, err := cl.Prepare(ctx, env, intent.Limits{MaxBytes: 1 << 20, MaxDepth: intent.MaxCanonicalDepth})
+	require.NoError(t, err)
+	subs := agent.NumSubscriptions()
+	watched := make(chan error, 1)
+	go func() {
+		rec, err := cl.Watch(ctx, p.ID.Key)
+		if err == nil && rec.Status != intent.StatusCompleted {
+			err = fmt.Errorf("watched %s", rec.Status)
+		}
+		watched <- err
+	}()
+	for agent.NumSubscriptions() == subs { // the watch subscribed: it waits
+		select {
+		case err := <-watched:
+			t.Fatalf("the watch ended before the key had a record: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the watch never subscribed to the key's subject")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	submitAs(t, agent, `{"n":"watched"}`)
+	require.NoError(t, <-watched, "the watch saw the record")
+
 	require.Empty(t, s.violations(), "no role was refused anything on its legitimate path")
 	select {
 	case err := <-agent.errs:
@@ -415,6 +441,51 @@ func TestSecureAgentIsConfined(t *testing.T) {
 			_, err := agent.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.IDEM_DLQ", []byte(`{"seq":1}`))
 			return err
 		})
+	})
+	t.Run("DeliverIntoAnotherSubject", func(t *testing.T) {
+		// A push consumer's deliver subject is not checked against its
+		// creator's permissions: the server delivers the stream's
+		// messages there itself. So an agent may create no consumer.
+		victim := s.connect(t, "agent-2")
+		worker := s.connect(t, "worker")
+		stored := storedKey(t, js, key)
+		for _, tc := range []struct{ name, filter, deliver string }{
+			{"STEAL", "$KV.IDEM_LEDGER." + stored, "_INBOX.agent-2.stolen"},
+			{"FLOOD", "$KV.IDEM_LEDGER.>", "idem.cache.forget"},
+			{"PULL", "$KV.IDEM_LEDGER." + stored, ""},
+		} {
+			got := make(chan *nats.Msg, 16)
+			on := victim
+			if tc.deliver == "idem.cache.forget" {
+				on = worker
+			}
+			if tc.deliver != "" {
+				sub, err := on.ChanSubscribe(tc.deliver, got)
+				require.NoError(t, err)
+				require.NoError(t, on.Flush())
+				defer func() { _ = sub.Unsubscribe() }()
+			}
+			subject := "$JS.API.CONSUMER.CREATE.KV_IDEM_LEDGER." + tc.name + "." + tc.filter
+			refused(t, agent, subject, func(ctx context.Context) error {
+				req := fmt.Sprintf(`{"stream_name":"KV_IDEM_LEDGER","config":{"name":%q,"deliver_subject":%q,"filter_subject":%q,"deliver_policy":"all","ack_policy":"none"}}`,
+					tc.name, tc.deliver, tc.filter)
+				resp, err := agent.RequestWithContext(ctx, subject, []byte(req))
+				if err != nil {
+					return err
+				}
+				if tc.deliver == "" {
+					return fmt.Errorf("consumer created: %s", resp.Data)
+				}
+				select {
+				case m := <-got:
+					return fmt.Errorf("the agent's consumer delivered %s into %s: %s", m.Subject, tc.deliver, m.Data)
+				case <-ctx.Done():
+					return fmt.Errorf("consumer created (%s), nothing delivered yet: %w", resp.Data, ctx.Err())
+				}
+			})
+			require.NoError(t, on.Flush())
+			require.Empty(t, got, "nothing was delivered into %s", tc.deliver)
+		}
 	})
 	t.Run("ForgeAnAnswer", func(t *testing.T) {
 		refused(t, agent, "_INBOX.agent-2.x", func(ctx context.Context) error {
@@ -545,22 +616,23 @@ func TestSecureTenantsAreIsolated(t *testing.T) {
 	_, err = cl.Get(ctx, theirs.Key)
 	require.ErrorIs(t, err, client.ErrNotFound, "GLOBEX's record is not in ACME's ledger")
 
-	// A watch of the whole ledger sees ACME's records only.
+	// Listening to the whole ledger's subjects, ACME's agent sees ACME's
+	// writes only.
 	js, err := jetstream.New(acme.Conn)
 	require.NoError(t, err)
-	kv, err := js.KeyValue(ctx, "IDEM_LEDGER")
+	writes := make(chan *nats.Msg, 64)
+	sub, err := acme.ChanSubscribe("$KV.IDEM_LEDGER.>", writes)
 	require.NoError(t, err)
-	w, err := kv.WatchAll(ctx)
-	require.NoError(t, err)
-	defer func() { _ = w.Stop() }()
-	var keys []string
-	for e := range w.Updates() {
-		if e == nil {
-			break
-		}
-		keys = append(keys, e.Key())
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, acme.Flush())
+	submitAs(t, globex, `{"order":"g-2"}`)
+	ours2 := submitAs(t, acme, `{"order":"a-2"}`)
+	require.NoError(t, acme.Flush())
+	require.NotEmpty(t, writes, "ACME's agent sees its own ledger's writes")
+	for len(writes) > 0 {
+		m := <-writes
+		require.Equal(t, "$KV.IDEM_LEDGER."+storedKey(t, js, ours2.Key), m.Subject)
 	}
-	require.Equal(t, []string{storedKey(t, js, ours.Key)}, keys)
 
 	// The same request from GLOBEX's side finds its record: the key is
 	// right, the account is the boundary.
