@@ -4,10 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/conf"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -990,28 +999,188 @@ func TestToolsFilesParse(t *testing.T) {
 	require.NoError(t, reg.Close())
 }
 
+// helmValues is what the tests read of nats/helm-values.yaml.
+type helmValues struct {
+	Config struct {
+		Cluster struct {
+			Enabled  bool `yaml:"enabled"`
+			Replicas int  `yaml:"replicas"`
+		} `yaml:"cluster"`
+		NATS struct {
+			Port int `yaml:"port"`
+			TLS  struct {
+				Enabled    bool   `yaml:"enabled"`
+				SecretName string `yaml:"secretName"`
+				Dir        string `yaml:"dir"`
+				Cert       string `yaml:"cert"`
+				Key        string `yaml:"key"`
+			} `yaml:"tls"`
+		} `yaml:"nats"`
+		JetStream struct {
+			Enabled bool              `yaml:"enabled"`
+			Merge   map[string]string `yaml:"merge"`
+		} `yaml:"jetstream"`
+		Merge map[string]any `yaml:"merge"`
+	} `yaml:"config"`
+	Container struct {
+		Env map[string]struct {
+			Value     string `yaml:"value"`
+			ValueFrom *struct {
+				SecretKeyRef *struct {
+					Name string `yaml:"name"`
+					Key  string `yaml:"key"`
+				} `yaml:"secretKeyRef"`
+			} `yaml:"valueFrom"`
+		} `yaml:"env"`
+	} `yaml:"container"`
+}
+
+// helmUsers are the NATS users the Helm values must define, with the role
+// (a block of nats/secure/permissions.conf) each has. The MCP server acts
+// for agents: the agent role, with its own inbox.
+var helmUsers = map[string]string{
+	"worker":  "IDEMGATE_WORKER",
+	"gateway": "IDEMGATE_GATEWAY",
+	"mcp":     "IDEMGATE_AGENT_PUBLISH",
+}
+
+// envToken is how the chart writes a bare NATS config token, such as a
+// variable the server reads from its environment.
+var envToken = regexp.MustCompile(`^<< \$([A-Z][A-Z0-9_]*) >>$`)
+
+// TestHelmValues checks the values for the nats chart: the cluster and its
+// durability, and that the server is not open: every client connection is
+// TLS (the certificate from a Secret), every client is a user with a
+// password from a Secret (never in the file) and the permissions of its
+// role exactly as deployments/nats/secure/permissions.conf has them, and
+// no user is assumed for clients that give none. The chart's config is
+// rendered as the chart merges it and loaded by nats-server's own parser.
 func TestHelmValues(t *testing.T) {
-	var v struct {
-		Config struct {
-			Cluster struct {
-				Enabled  bool `yaml:"enabled"`
-				Replicas int  `yaml:"replicas"`
-			} `yaml:"cluster"`
-			JetStream struct {
-				Enabled bool              `yaml:"enabled"`
-				Merge   map[string]string `yaml:"merge"`
-			} `yaml:"jetstream"`
-			Merge struct {
-				MaxPayload int `yaml:"max_payload"`
-			} `yaml:"merge"`
-		} `yaml:"config"`
-	}
+	var v helmValues
 	require.NoError(t, yaml.Unmarshal([]byte(readFile(t, filepath.Join("nats", "helm-values.yaml"))), &v))
 	require.True(t, v.Config.Cluster.Enabled)
 	require.Equal(t, clusterSize, v.Config.Cluster.Replicas)
 	require.True(t, v.Config.JetStream.Enabled)
 	require.Equal(t, "always", v.Config.JetStream.Merge["sync_interval"])
-	require.GreaterOrEqual(t, v.Config.Merge.MaxPayload, 2*maxIntentBytes)
+	maxPayload, _ := v.Config.Merge["max_payload"].(int)
+	require.GreaterOrEqual(t, maxPayload, 2*maxIntentBytes, "config.merge.max_payload")
+	checkHelmSecured(t, v)
+}
+
+// checkHelmSecured fails t unless v serves TLS and the shipped roles only.
+func checkHelmSecured(t *testing.T, v helmValues) {
+	t.Helper()
+	tls := v.Config.NATS.TLS
+	require.True(t, tls.Enabled, "config.nats.tls.enabled: every client connection is TLS")
+	require.NotEmpty(t, tls.SecretName, "config.nats.tls.secretName: the server's certificate comes from a Secret")
+	require.NotContains(t, v.Config.Merge, "no_auth_user", "no user is assumed for a client that names none")
+	require.NotContains(t, v.Config.Merge, "accounts", "one installation: the users of authorization")
+	authz, ok := v.Config.Merge["authorization"].(map[string]any)
+	require.True(t, ok, "config.merge.authorization: the server admits only its users (without it any client may do anything)")
+	require.NotContains(t, authz, "token", "no shared token")
+	list, ok := authz["users"].([]any)
+	require.True(t, ok, "config.merge.authorization.users")
+
+	roles := shippedRoles(t)
+	env := map[string]string{} // the variables the rendered config reads, with test values
+	seen := map[string]bool{}
+	for _, u := range list {
+		user, ok := u.(map[string]any)
+		require.True(t, ok, "a user is a map: %v", u)
+		name, _ := user["user"].(string)
+		role, known := helmUsers[name]
+		require.True(t, known, "user %q is none of %v", name, helmUsers)
+		require.False(t, seen[name], "user %q twice", name)
+		seen[name] = true
+
+		pw, _ := user["password"].(string)
+		m := envToken.FindStringSubmatch(pw)
+		require.NotNil(t, m, "user %s: the password is a variable (<< $NAME >>) from the environment, never in the file: %q", name, pw)
+		e, ok := v.Container.Env[m[1]]
+		require.True(t, ok, "container.env sets %s", m[1])
+		require.True(t, e.Value == "" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name != "",
+			"container.env %s comes from a Secret (valueFrom.secretKeyRef)", m[1])
+		env[m[1]] = "pw-" + name
+
+		perms, ok := user["permissions"].(map[string]any)
+		require.True(t, ok, "user %s has permissions", name)
+		if role == "IDEMGATE_AGENT_PUBLISH" {
+			require.Equal(t, roles[role], perms["publish"], "user %s publishes as an agent (permissions.conf %s)", name, role)
+			require.Equal(t, map[string]any{"allow": []any{"_INBOX." + name + ".>", "$KV.IDEM_LEDGER.>"}}, perms["subscribe"],
+				"user %s subscribes to its own inbox and the ledger keys' subjects only", name)
+			require.Len(t, perms, 2, "user %s: publish and subscribe only", name)
+		} else {
+			require.Equal(t, roles[role], any(perms), "user %s has the role %s of permissions.conf", name, role)
+		}
+	}
+	require.Len(t, seen, len(helmUsers), "users %v", helmUsers)
+
+	// The config as the chart renders it: the merge block, the client TLS
+	// block from the Secret's files, and the variables as bare tokens.
+	dir := t.TempDir()
+	cert, key := selfSigned(t, dir)
+	cfg := map[string]any{}
+	for k, val := range v.Config.Merge {
+		cfg[k] = val
+	}
+	cfg["tls"] = map[string]any{"cert_file": cert, "key_file": key}
+	var text bytes.Buffer
+	enc := json.NewEncoder(&text)
+	enc.SetEscapeHTML(false) // nats-server's parser knows no \u escapes
+	require.NoError(t, enc.Encode(cfg))
+	conf := envRefToken.ReplaceAllString(text.String(), "$$$1")
+	var defs strings.Builder
+	for k, val := range env {
+		fmt.Fprintf(&defs, "%s: %q\n", k, val)
+	}
+	path := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(path, []byte(defs.String()+conf), 0o600))
+	o, err := server.ProcessConfigFile(path)
+	require.NoError(t, err, "the rendered config loads:\n%s", conf)
+	require.NotNil(t, o.TLSConfig, "the rendered config serves TLS")
+	require.Len(t, o.Users, len(helmUsers))
+	for _, u := range o.Users {
+		require.Equal(t, "pw-"+u.Username, u.Password, "user %s's password is read from the environment", u.Username)
+		require.NotNil(t, u.Permissions, "user %s has permissions", u.Username)
+	}
+	require.Empty(t, o.NoAuthUser)
+}
+
+// envRefToken is a quoted << $NAME >> in the JSON of the chart's merge.
+var envRefToken = regexp.MustCompile(`"<< \$([A-Z][A-Z0-9_]*) >>"`)
+
+// shippedRoles are the role blocks of nats/secure/permissions.conf, as
+// nats-server's parser reads them.
+func shippedRoles(t *testing.T) map[string]any {
+	t.Helper()
+	m, err := conf.ParseFile(filepath.Join("nats", "secure", "permissions.conf"))
+	require.NoError(t, err)
+	for _, role := range helmUsers {
+		require.Contains(t, m, role)
+	}
+	// Through JSON, as the YAML values are compared: lists as []any.
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(b, &out))
+	return out
+}
+
+// selfSigned writes a certificate and key for the rendered config to load.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nats"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"nats"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	kder, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
+	return certFile, keyFile
 }
 
 // ---------------------------------------------------------------- files
