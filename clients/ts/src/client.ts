@@ -6,7 +6,7 @@
  * @module
  */
 
-import { Kvm, type KV, type KvWatchEntry } from "@nats-io/kv";
+import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import { jetstream, jetstreamManager, type JetStreamClient, type PubAck, type StoredMsg } from "@nats-io/jetstream";
 import {
   connect,
@@ -14,7 +14,6 @@ import {
   headers,
   type NatsConnection,
   type NodeConnectionOptions,
-  type QueuedIterator,
   type Subscription,
 } from "@nats-io/transport-node";
 
@@ -69,6 +68,13 @@ export const HEADER_INTENT_SEQ = "Idem-Intent-Seq";
 
 /** How often the client looks at the ledger's recorded shape (partition count, key layout) while it uses the ledger: a migration changes it under a running client (5 s). */
 const SHAPE_RECHECK_MS = 5_000;
+
+// How a watch of a ledger key reads the leader: again after a signal whose
+// write it did not show yet, after 5 ms, doubling up to 640 ms; and every
+// 2 s without a signal.
+const WAIT_SETTLE_FIRST_MS = 5;
+const WAIT_SETTLE_LAST_MS = 640;
+const WAIT_RECHECK_MS = 2_000;
 
 
 /** The ledger as the client opened it: its partitions' buckets, in partition order, and its key layout. */
@@ -549,9 +555,16 @@ export class IdemClient {
 
   /**
    * Watches the ledger record of `key` and calls `each` with every version
-   * of it (undefined when it is deleted or purged) until `each` returns
-   * true, or `stop` is called. The watch follows the key: while it runs, the
-   * client looks at the ledger's recorded shape every 5 s, and when a
+   * of it read (undefined when it is deleted or purged) until `each` returns
+   * true, or `stop` is called. The watch creates no consumer: it subscribes
+   * to the key's own subject (`$KV.<bucket>.<key>`, on which every write is
+   * published) and reads the record from the stream leader at the start,
+   * after each message there (which only signals: it may come before the
+   * write is stored, or for a write the stream refused, so a read that
+   * shows nothing new is made again shortly), and every 2 s in case a
+   * message was missed. So it sees acknowledged writes only, and may skip
+   * versions written between two reads. It follows the key: while it runs,
+   * the client looks at the ledger's recorded shape every 5 s, and when a
    * migration changed it (docs/protocol.md 6.1, 6.2) watches the key's new
    * place; a migration under way is waited out.
    *
@@ -562,15 +575,29 @@ export class IdemClient {
    */
   followKey(key: string, each: (rec: LedgerRecord | undefined) => boolean | Promise<boolean>): { done: Promise<LedgerRecord | undefined>; stop: () => void } {
     let stopped = false;
-    let current: QueuedIterator<KvWatchEntry> | undefined;
     let wake: (() => void) | undefined;
     const stop = (): void => {
       stopped = true;
-      current?.stop();
       wake?.();
     };
+    /** Resolves after `ms`, at a signal on the key's subject (`signalled` then true), or at stop. */
+    let signalled = false;
+    const pause = (ms: number): Promise<void> =>
+      new Promise<void>((resolve) => {
+        if (stopped || signalled) {
+          resolve();
+          return;
+        }
+        const t = setTimeout(end, ms);
+        function end(): void {
+          clearTimeout(t);
+          wake = undefined;
+          resolve();
+        }
+        wake = end;
+      });
     const done = (async (): Promise<LedgerRecord | undefined> => {
-      let pause = 250;
+      let wait = 250;
       while (!stopped) {
         let shape: LedgerShape;
         try {
@@ -579,43 +606,69 @@ export class IdemClient {
           if (!(err instanceof IdemError) || err.code !== "ledger_migrating") {
             throw err;
           }
-          await new Promise<void>((resolve) => {
-            wake = resolve;
-            setTimeout(resolve, pause);
-          });
-          pause = Math.min(pause * 2, 5_000);
+          await pause(wait);
+          wait = Math.min(wait * 2, 5_000);
           continue;
         }
-        pause = 250;
-        const { kv, stored } = placeOf(shape, key, this.names.bucket);
-        const w = await kv.watch({ key: stored });
-        current = w;
-        if (stopped) {
-          w.stop();
-          break;
-        }
-        // A key whose place a migration moved is never answered where it
-        // was watched: look at the shape, and watch again when it changed.
-        const look = setInterval(() => {
-          this.#ledger().then(
-            (now) => {
-              if (now !== shape) w.stop();
-            },
-            (err: unknown) => {
-              if (err instanceof IdemError && err.code === "ledger_migrating") w.stop();
-            },
-          );
-        }, SHAPE_RECHECK_MS);
+        wait = 250;
+        const { kv, stored, subject } = placeOf(shape, key, this.names.bucket);
+        // Subscribed before the first read: a write after the read signals.
+        const sub = this.nc.subscribe(subject, {
+          callback: () => {
+            signalled = true;
+            wake?.();
+          },
+        });
+        let seen = 0; // the revision the latest read found (0: none yet)
+        let settle = 0; // the pause before reading again after a signal whose write the leader did not show yet; 0: none
+        let lookedAt = Date.now();
         try {
-          for await (const e of w) {
-            const rec = e.operation === "PUT" ? decodeRecord(e.value) : undefined;
-            if (await each(rec)) {
-              return rec;
+          while (!stopped) {
+            if (signalled) {
+              signalled = false;
+              settle = WAIT_SETTLE_FIRST_MS;
+            }
+            let e: KvEntry | null;
+            try {
+              e = await kv.get(stored);
+            } catch {
+              // The ledger cannot be read now: a caller outlives an outage.
+              await pause(wait);
+              wait = Math.min(wait * 2, 5_000);
+              continue;
+            }
+            wait = 250;
+            let next = WAIT_RECHECK_MS;
+            const rev = e?.revision ?? 0;
+            if (rev !== seen) {
+              seen = rev;
+              settle = 0;
+              const rec = e !== null && e.operation === "PUT" ? decodeRecord(e.value) : undefined;
+              if (await each(rec)) {
+                return rec;
+              }
+            } else if (settle > 0 && settle <= WAIT_SETTLE_LAST_MS) {
+              next = settle;
+              settle *= 2;
+            }
+            await pause(next);
+            // A key whose place a migration moved is never answered where it
+            // was watched: look at the shape, and watch again when it changed.
+            if (Date.now() - lookedAt >= SHAPE_RECHECK_MS) {
+              lookedAt = Date.now();
+              let moved: boolean;
+              try {
+                moved = (await this.#ledger()) !== shape;
+              } catch (err) {
+                moved = err instanceof IdemError && err.code === "ledger_migrating";
+              }
+              if (moved) {
+                break;
+              }
             }
           }
         } finally {
-          clearInterval(look);
-          w.stop();
+          sub.unsubscribe();
         }
       }
       return undefined;
@@ -828,13 +881,15 @@ function ledgerError(err: unknown, bucket: string): IdemError {
   return err instanceof IdemError ? err : new IdemError("no_ledger", `ledger bucket ${bucket}: ${String(err)}`, { cause: err });
 }
 
-/** The bucket and KV key of `key` in a ledger of `shape`. */
-function placeOf(shape: LedgerShape, key: string, bucket: string): { kv: KV; stored: string } {
-  const kv = shape.kvs[partition(key, shape.kvs.length)];
+/** The bucket and KV key of `key` in a ledger of `shape`, and the subject its writes are published on. */
+function placeOf(shape: LedgerShape, key: string, bucket: string): { kv: KV; stored: string; subject: string } {
+  const p = partition(key, shape.kvs.length);
+  const kv = shape.kvs[p];
   if (kv === undefined) {
     throw new IdemError("no_ledger", `ledger bucket ${bucket}: no partition for ${key}`);
   }
-  return { kv, stored: ledgerKey(key, shape.layout) };
+  const stored = ledgerKey(key, shape.layout);
+  return { kv, stored, subject: `$KV.${partitionBucket(bucket, p)}.${stored}` };
 }
 
 /** An intent in the dead-letter stream, as `submit dlq list` prints it. */
