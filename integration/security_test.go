@@ -19,6 +19,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -103,6 +105,7 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 
 // secureServer is a nats-server started from a shipped secure config.
 type secureServer struct {
+	srv       *server.Server
 	url       string
 	ca        *testCA
 	env       map[string]string // the values the config reads from the environment
@@ -169,7 +172,7 @@ func startSecure(t *testing.T, file string) *secureServer {
 	srv.Start()
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	require.True(t, srv.ReadyForConnections(10*time.Second), "server ready")
-	s.url = srv.ClientURL()
+	s.url, s.srv = srv.ClientURL(), srv
 	return s
 }
 
@@ -365,6 +368,83 @@ func TestSecureAgentPathWorks(t *testing.T) {
 		t.Fatalf("the agent got an error: %v", err)
 	default:
 	}
+}
+
+// The TypeScript client, as an agent under the shipped permissions, waits
+// for a key with no record yet and gets its record once it is written,
+// refused nothing: its watch creates no consumer.
+func TestSecureTSAgentWatches(t *testing.T) {
+	t.Parallel()
+	dir := tsClient(t)
+	s := startSecure(t, "users.conf")
+	s.startSecureWorker(t, "worker")
+	agent := s.connect(t, "agent-1")
+	cl, err := client.New(agent.Conn)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	args := `{"n":"ts"}`
+	p, err := cl.Prepare(ctx, intent.Envelope{Tool: "echo", Args: json.RawMessage(args)}, intent.Limits{MaxBytes: 1 << 20, MaxDepth: intent.MaxCanonicalDepth})
+	require.NoError(t, err)
+
+	script := `import { IdemClient } from ` + strconv.Quote("file://"+filepath.Join(dir, "dist", "index.js")) + `;
+const c = await IdemClient.connect(process.env.URL, { nats: {
+  user: "agent-1", pass: process.env.PASSWORD, tls: { caFile: process.env.CA }, inboxPrefix: "_INBOX.agent-1" } });
+try {
+  const rec = await c.watch(process.env.KEY, 50000);
+  console.log(JSON.stringify(rec));
+} finally {
+  await c.close();
+}`
+	cmd := exec.CommandContext(ctx, "node", "--input-type=module", "-e", script)
+	cmd.Env = append(os.Environ(), "URL="+s.url, "PASSWORD="+s.password(t, "agent-1"), "CA="+s.ca.certPEM, "KEY="+p.ID.Key)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	subject := "$KV.IDEM_LEDGER." + storedKey(t, mustJS(t, agent.Conn), p.ID.Key)
+	for !subscribed(t, s.srv, subject) { // the watch waits
+		select {
+		case err := <-done:
+			t.Fatalf("the TypeScript watch ended before the key had a record: %v\n%s%s", err, out.String(), errOut.String())
+		case <-ctx.Done():
+			t.Fatal("the TypeScript watch never subscribed to the key's subject")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	res := submitAs(t, agent, args)
+	require.Equal(t, p.ID.Key, res.Key)
+	require.NoError(t, <-done, "the TypeScript watch: %s%s", out.String(), errOut.String())
+	var rec struct {
+		Status      string `json:"status"`
+		Fingerprint string `json:"fingerprint"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out.String()), &rec), out.String())
+	require.Equal(t, string(intent.StatusCompleted), rec.Status)
+	require.Equal(t, res.Fingerprint, rec.Fingerprint)
+	require.Empty(t, s.violations(), "the TypeScript agent was refused nothing")
+}
+
+func mustJS(t *testing.T, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
+
+// subscribed reports whether a connection to srv subscribes to subject.
+func subscribed(t *testing.T, srv *server.Server, subject string) bool {
+	t.Helper()
+	connz, err := srv.Connz(&server.ConnzOptions{Subscriptions: true})
+	require.NoError(t, err)
+	for _, c := range connz.Conns {
+		if slices.Contains(c.Subs, subject) {
+			return true
+		}
+	}
+	return false
 }
 
 // What a (prompt-injected) agent may try, and the server refuses.

@@ -840,7 +840,8 @@ export class IdemClient {
 
   /** The shape partition 0's stream records: its partition count and key layout. */
   async #readShape(): Promise<{ partitions: number; layout: number }> {
-    const jsm = await jetstreamManager(this.nc);
+    // No account-info check ($JS.API.INFO): an agent may not ask for it.
+    const jsm = await jetstreamManager(this.nc, { checkAPI: false });
     const info = await jsm.streams.info(`KV_${this.names.bucket}`);
     const recorded = info.config.metadata?.[PARTITIONS_METADATA];
     const n = recorded === undefined ? 1 : Number(recorded);
