@@ -371,8 +371,9 @@ func TestSecureAgentPathWorks(t *testing.T) {
 }
 
 // The TypeScript client, as an agent under the shipped permissions, waits
-// for a key with no record yet and gets its record once it is written,
-// refused nothing: its watch creates no consumer.
+// for a key with no record yet and gets its record once it is written (its
+// watch creates no consumer), then submits a copy on its own inbox and is
+// answered replayed, refused nothing.
 func TestSecureTSAgentWatches(t *testing.T) {
 	t.Parallel()
 	dir := tsClient(t)
@@ -392,12 +393,14 @@ const c = await IdemClient.connect(process.env.URL, { nats: {
   user: "agent-1", pass: process.env.PASSWORD, tls: { caFile: process.env.CA }, inboxPrefix: "_INBOX.agent-1" } });
 try {
   const rec = await c.watch(process.env.KEY, 50000);
-  console.log(JSON.stringify(rec));
+  // A copy of the operation, answered from the ledger (its own inbox).
+  const res = await c.submit({ tool: "echo", args: JSON.parse(process.env.ARGS) }, 50000);
+  console.log(JSON.stringify({ ...rec, replayed: res.replayed, key: res.key }));
 } finally {
   await c.close();
 }`
 	cmd := exec.CommandContext(ctx, "node", "--input-type=module", "-e", script)
-	cmd.Env = append(os.Environ(), "URL="+s.url, "PASSWORD="+s.password(t, "agent-1"), "CA="+s.ca.certPEM, "KEY="+p.ID.Key)
+	cmd.Env = append(os.Environ(), "URL="+s.url, "PASSWORD="+s.password(t, "agent-1"), "CA="+s.ca.certPEM, "KEY="+p.ID.Key, "ARGS="+args)
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	require.NoError(t, cmd.Start())
@@ -420,10 +423,14 @@ try {
 	var rec struct {
 		Status      string `json:"status"`
 		Fingerprint string `json:"fingerprint"`
+		Replayed    bool   `json:"replayed"`
+		Key         string `json:"key"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out.String()), &rec), out.String())
 	require.Equal(t, string(intent.StatusCompleted), rec.Status)
 	require.Equal(t, res.Fingerprint, rec.Fingerprint)
+	require.True(t, rec.Replayed, "the TypeScript copy is answered from the ledger")
+	require.Equal(t, res.Key, rec.Key)
 	require.Empty(t, s.violations(), "the TypeScript agent was refused nothing")
 }
 

@@ -213,6 +213,8 @@ export class IdemClient {
   readonly #specs = new Map<string, KeySpec>();
   readonly #grace: number;
   readonly #catalogTimeout: number;
+  /** The prefix of the client's reply inboxes; undefined: NATS's default. */
+  readonly #inboxPrefix: string | undefined;
   #ownsConnection = false;
   #catalog: Promise<void> | undefined;
   /** Tools the catalogue reports without a ledger. */
@@ -244,6 +246,9 @@ export class IdemClient {
     this.#grace = opts.replyGraceMs ?? DEFAULT_REPLY_GRACE_MS;
     this.#catalogTimeout = opts.catalogTimeoutMs ?? DEFAULT_CATALOG_TIMEOUT_MS;
     this.receiptKeys = opts.receiptKeys;
+    // The connection's inbox prefix (its inboxPrefix option): a user whose
+    // permissions allow only its own inbox subjects receives answers there.
+    this.#inboxPrefix = (nc as { options?: { inboxPrefix?: string } }).options?.inboxPrefix;
     for (const [tool, spec] of Object.entries(opts.keySpecs ?? {})) {
       this.#specs.set(tool, spec);
     }
@@ -367,7 +372,7 @@ export class IdemClient {
     const noLedger = this.#noLedger.has(env.tool);
     const retryFailed = this.#retryFailed.has(env.tool);
     const rejectRepeat = this.#rejectRepeat.has(env.tool);
-    const inbox = createInbox();
+    const inbox = createInbox(this.#inboxPrefix);
     // Not max: 1 — an answer for another operation is dropped, not taken.
     const sub = this.nc.subscribe(inbox);
     const subject = this.names.intentPrefix + env.tool;
@@ -421,7 +426,7 @@ export class IdemClient {
    */
   async decide(op: DecisionOp, decision: Decision, timeoutMs: number = DEFAULT_WAIT_MS): Promise<Result> {
     const payload = encodeDecision(op, decision);
-    const inbox = createInbox();
+    const inbox = createInbox(this.#inboxPrefix);
     const sub = this.nc.subscribe(inbox, { timeout: timeoutMs });
     const h = headers();
     h.set(HEADER_REPLY_TO, inbox);
