@@ -206,8 +206,9 @@ func (l *Ledger) WaitChange(ctx context.Context, key string, rev uint64) (bool, 
 // WaitFor waits until key's record satisfies accept and returns that
 // record and its revision. It reads the record from the bucket's stream
 // leader at the start, after every write published on the key's subject
-// (a plain subscription, used only as a signal: jsbackend.Waker), and every
-// waitRecheck in case a signal was missed, so it sees only acknowledged
+// (a plain subscription, used only as a signal: jsbackend.Waker), and at
+// growing intervals (waitRecheckFirst doubling up to waitRecheckLast) in
+// case a signal was missed, so it sees only acknowledged
 // writes and may skip intermediate ones. It creates no consumer: a user who
 // may make leader reads and subscribe to the bucket's subjects may wait,
 // and nothing is delivered anywhere it did not subscribe to itself. It may
@@ -229,8 +230,9 @@ func (l *Ledger) WaitFor(ctx context.Context, key string, accept func(Record) bo
 	defer w.Stop()
 	timer := time.NewTimer(0) // the first read, at once
 	defer timer.Stop()
-	var seen uint64          // the revision the latest read found (0: none yet)
-	var settle time.Duration // the pause before reading again after a signal whose write was not there yet; 0: none
+	var seen uint64             // the revision the latest read found (0: none yet)
+	var settle time.Duration    // the pause before reading again after a signal whose write was not there yet; 0: none
+	recheck := waitRecheckFirst // the pause before reading again without a signal
 	for {
 		select {
 		case <-ctx.Done():
@@ -246,7 +248,7 @@ func (l *Ledger) WaitFor(ctx context.Context, key string, accept func(Record) bo
 			}
 			return Record{}, 0, fmt.Errorf("wait for %s: %w", key, err)
 		}
-		next := waitRecheck
+		next := recheck
 		switch {
 		case e.Rev != seen:
 			seen, settle = e.Rev, 0
@@ -264,6 +266,8 @@ func (l *Ledger) WaitFor(ctx context.Context, key string, accept func(Record) bo
 			// Signalled before the write was stored (or for a write the
 			// stream refused): read again shortly.
 			next, settle = settle, 2*settle
+		default:
+			recheck = min(2*recheck, waitRecheckLast)
 		}
 		timer.Reset(next)
 	}
@@ -271,9 +275,12 @@ func (l *Ledger) WaitFor(ctx context.Context, key string, accept func(Record) bo
 
 // How WaitFor reads: again after a signal whose write the leader did not
 // show yet, after waitSettleFirst, doubling up to waitSettleLast; and
-// every waitRecheck without a signal.
+// without a signal after waitRecheckFirst, doubling up to waitRecheckLast
+// (a signal is missed at a reconnect, or by a subscription the writer's
+// server does not know of yet).
 const (
-	waitSettleFirst = 5 * time.Millisecond
-	waitSettleLast  = 640 * time.Millisecond
-	waitRecheck     = 2 * time.Second
+	waitSettleFirst  = 5 * time.Millisecond
+	waitSettleLast   = 640 * time.Millisecond
+	waitRecheckFirst = time.Second
+	waitRecheckLast  = 16 * time.Second
 )

@@ -70,11 +70,13 @@ export const HEADER_INTENT_SEQ = "Idem-Intent-Seq";
 const SHAPE_RECHECK_MS = 5_000;
 
 // How a watch of a ledger key reads the leader: again after a signal whose
-// write it did not show yet, after 5 ms, doubling up to 640 ms; and every
-// 2 s without a signal.
+// write it did not show yet, after 5 ms, doubling up to 640 ms; and without
+// a signal after 1 s, doubling up to 16 s (a signal is missed at a
+// reconnect, or by a subscription the writer's server does not know of yet).
 const WAIT_SETTLE_FIRST_MS = 5;
 const WAIT_SETTLE_LAST_MS = 640;
-const WAIT_RECHECK_MS = 2_000;
+const WAIT_RECHECK_FIRST_MS = 1_000;
+const WAIT_RECHECK_LAST_MS = 16_000;
 
 
 /** The ledger as the client opened it: its partitions' buckets, in partition order, and its key layout. */
@@ -566,8 +568,8 @@ export class IdemClient {
    * published) and reads the record from the stream leader at the start,
    * after each message there (which only signals: it may come before the
    * write is stored, or for a write the stream refused, so a read that
-   * shows nothing new is made again shortly), and every 2 s in case a
-   * message was missed. So it sees acknowledged writes only, and may skip
+   * shows nothing new is made again shortly), and at growing intervals (1 s
+   * doubling up to 16 s) in case a message was missed. So it sees acknowledged writes only, and may skip
    * versions written between two reads. It follows the key: while it runs,
    * the client looks at the ledger's recorded shape every 5 s, and when a
    * migration changed it (docs/protocol.md 6.1, 6.2) watches the key's new
@@ -626,6 +628,7 @@ export class IdemClient {
         });
         let seen = 0; // the revision the latest read found (0: none yet)
         let settle = 0; // the pause before reading again after a signal whose write the leader did not show yet; 0: none
+        let recheck = WAIT_RECHECK_FIRST_MS; // the pause before reading again without a signal
         let lookedAt = Date.now();
         try {
           while (!stopped) {
@@ -643,7 +646,7 @@ export class IdemClient {
               continue;
             }
             wait = 250;
-            let next = WAIT_RECHECK_MS;
+            let next = recheck;
             const rev = e?.revision ?? 0;
             if (rev !== seen) {
               seen = rev;
@@ -655,6 +658,8 @@ export class IdemClient {
             } else if (settle > 0 && settle <= WAIT_SETTLE_LAST_MS) {
               next = settle;
               settle *= 2;
+            } else {
+              recheck = Math.min(2 * recheck, WAIT_RECHECK_LAST_MS);
             }
             await pause(next);
             // A key whose place a migration moved is never answered where it
