@@ -4,10 +4,18 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/conf"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -453,7 +462,7 @@ func envName(flag string) string {
 
 func checkWorkerEnv(t *testing.T, where string, env map[string]string) {
 	t.Helper()
-	known := map[string]bool{"NATS_URL": true, "NATS_CREDS": true}
+	known := map[string]bool{"NATS_URL": true, "NATS_CREDS": true, natsconn.PasswordEnv: true}
 	for f := range workerFlags(t) {
 		known[envName(f)] = true
 	}
@@ -482,7 +491,13 @@ type selector struct {
 type envVar struct {
 	Name      string `yaml:"name"`
 	Value     string `yaml:"value"`
-	ValueFrom any    `yaml:"valueFrom"`
+	ValueFrom *struct {
+		SecretKeyRef *struct {
+			Name string `yaml:"name"`
+			Key  string `yaml:"key"`
+		} `yaml:"secretKeyRef"`
+		FieldRef any `yaml:"fieldRef"`
+	} `yaml:"valueFrom"`
 }
 
 type deployment struct {
@@ -719,7 +734,7 @@ func TestKubernetesWorkerDeployment(t *testing.T) {
 		env[e.Name] = e.Value
 	}
 	checkWorkerEnv(t, dobj.file, env)
-	require.True(t, strings.HasPrefix(env["NATS_URL"], "nats://"), "NATS_URL: %q", env["NATS_URL"])
+	checkNATSClient(t, d, args, "worker")
 
 	// The tools file: --tools names a file mounted from the tools ConfigMap.
 	tools := args["tools"]
@@ -752,19 +767,6 @@ func TestKubernetesWorkerDeployment(t *testing.T) {
 	}
 	require.True(t, mounted, "--tools %s is mounted from a ConfigMap key", tools)
 
-	// Credentials come from a Secret volume, never inline.
-	if creds := env["NATS_CREDS"]; creds != "" {
-		fromSecret := false
-		for _, m := range c.VolumeMounts {
-			for _, v := range pod.Volumes {
-				if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName != "" &&
-					strings.HasPrefix(creds, strings.TrimSuffix(m.MountPath, "/")+"/") {
-					fromSecret = true
-				}
-			}
-		}
-		require.True(t, fromSecret, "NATS_CREDS %s lies in a mounted Secret", creds)
-	}
 	// The audit key too: a read-only root file system leaves the worker no
 	// place to make one.
 	auditKey := args["audit-key"]
@@ -805,6 +807,69 @@ func TestKubernetesWorkerDeployment(t *testing.T) {
 	}
 }
 
+// checkNATSClient checks how d's container connects to NATS: over TLS
+// (tls:// URL, the CA from a mounted Secret) as user, one of the users of
+// nats/helm-values.yaml, with the password from the Secret key the server
+// reads it from, never inline, and the user's own inbox prefix.
+func checkNATSClient(t *testing.T, d deployment, args map[string]string, user string) {
+	t.Helper()
+	pod := d.Spec.Template.Spec
+	c := pod.Containers[0]
+	var url string
+	var password *envVar
+	for i, e := range c.Env {
+		switch e.Name {
+		case "NATS_URL":
+			url = e.Value
+		case natsconn.PasswordEnv:
+			password = &c.Env[i]
+		case "NATS_CREDS":
+			t.Fatalf("NATS_CREDS: the NATS users are those of nats/helm-values.yaml, with passwords")
+		}
+	}
+	for _, u := range strings.Split(url, ",") {
+		require.True(t, strings.HasPrefix(u, "tls://"), "NATS_URL %q: every connection is TLS", url)
+	}
+	require.Equal(t, user, args["nats-user"], "--nats-user")
+	require.Equal(t, "_INBOX."+user, args["nats-inbox-prefix"], "--nats-inbox-prefix: the user receives replies on its own inbox only")
+
+	ca := args["nats-tls-ca"]
+	require.NotEmpty(t, ca, "--nats-tls-ca: the server's certificate is checked")
+	inSecret := false
+	for _, m := range c.VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName != "" && strings.HasPrefix(ca, strings.TrimSuffix(m.MountPath, "/")+"/") {
+				inSecret = true
+			}
+		}
+	}
+	require.True(t, inSecret, "--nats-tls-ca %s lies in a mounted Secret", ca)
+
+	require.NotNil(t, password, "%s holds the password of user %s", natsconn.PasswordEnv, user)
+	require.Empty(t, password.Value, "the password is never inline")
+	require.True(t, password.ValueFrom != nil && password.ValueFrom.SecretKeyRef != nil, "%s comes from a Secret", natsconn.PasswordEnv)
+	var v helmValues
+	require.NoError(t, yaml.Unmarshal([]byte(readFile(t, filepath.Join("nats", "helm-values.yaml"))), &v))
+	authz, _ := v.Config.Merge["authorization"].(map[string]any)
+	users, _ := authz["users"].([]any)
+	found := false
+	for _, u := range users {
+		m, _ := u.(map[string]any)
+		if m["user"] != user {
+			continue
+		}
+		found = true
+		pw, _ := m["password"].(string)
+		ref := envToken.FindStringSubmatch(pw)
+		require.NotNil(t, ref, "user %s's password in the Helm values", user)
+		server := v.Container.Env[ref[1]].ValueFrom
+		require.NotNil(t, server, "the server reads %s from a Secret", ref[1])
+		require.Equal(t, server.SecretKeyRef.Name, password.ValueFrom.SecretKeyRef.Name, "the client's password comes from the Secret the server's does")
+		require.Equal(t, server.SecretKeyRef.Key, password.ValueFrom.SecretKeyRef.Key, "the client's password is the server's key for user %s", user)
+	}
+	require.True(t, found, "user %s is a user of nats/helm-values.yaml", user)
+}
+
 // TestKubernetesFrontDoors checks the HTTP front door and the MCP server:
 // flags and settings each binary has, the tokens file and NATS credentials
 // from mounted Secrets, an address other pods reach only behind tokens, a
@@ -817,11 +882,12 @@ func TestKubernetesFrontDoors(t *testing.T) {
 	k := decodeAs[kustomization](t, one(t, objs, "Kustomization"))
 	for _, door := range []struct {
 		name, command, envPrefix string
+		natsUser                 string        // its user in nats/helm-values.yaml
 		drain                    time.Duration // the binary's drain on SIGTERM
 		healthRoute              string        // how its source routes the health endpoint
 		listen                   func(args map[string]string) error
 	}{
-		{"idemgate-gateway", "gateway", "IDEMGATE_GATEWAY", 30 * time.Second, `"GET /healthz"`, func(args map[string]string) error {
+		{"idemgate-gateway", "gateway", "IDEMGATE_GATEWAY", "gateway", 30 * time.Second, `"GET /healthz"`, func(args map[string]string) error {
 			host, _, err := net.SplitHostPort(args["listen"])
 			if err != nil {
 				return err
@@ -833,7 +899,7 @@ func TestKubernetesFrontDoors(t *testing.T) {
 			}
 			return nil
 		}},
-		{"idemgate-mcp", "mcp", "IDEMGATE", 10 * time.Second, "HealthPath", func(args map[string]string) error {
+		{"idemgate-mcp", "mcp", "IDEMGATE", "mcp", 10 * time.Second, "HealthPath", func(args map[string]string) error {
 			require.Error(t, mcpgate.CheckListen(args["http"], nil), "--http %s is reachable from other pods", args["http"])
 			return mcpgate.CheckListen(args["http"], tokens)
 		}},
@@ -858,7 +924,7 @@ func TestKubernetesFrontDoors(t *testing.T) {
 			require.NoError(t, door.listen(args))
 
 			env := map[string]string{}
-			known := map[string]bool{"NATS_URL": true, "NATS_CREDS": true}
+			known := map[string]bool{"NATS_URL": true, natsconn.PasswordEnv: true}
 			for f := range flags {
 				known[envflag.Name(door.envPrefix, f)] = true
 			}
@@ -867,7 +933,7 @@ func TestKubernetesFrontDoors(t *testing.T) {
 				require.True(t, e.Value != "" || e.ValueFrom != nil, "env %s has a value", e.Name)
 				env[e.Name] = e.Value
 			}
-			require.True(t, strings.HasPrefix(env["NATS_URL"], "nats://"), "NATS_URL: %q", env["NATS_URL"])
+			checkNATSClient(t, d, args, door.natsUser)
 
 			// The tokens file and the NATS credentials lie in mounted Secrets;
 			// both front doors read the same tokens.
@@ -883,7 +949,6 @@ func TestKubernetesFrontDoors(t *testing.T) {
 			}
 			require.NotEmpty(t, args["tokens"], "--tokens")
 			require.Equal(t, "idemgate-tokens", secretOf(args["tokens"]), "--tokens %s lies in the Secret idemgate-tokens", args["tokens"])
-			require.NotEmpty(t, secretOf(env["NATS_CREDS"]), "NATS_CREDS %s lies in a mounted Secret", env["NATS_CREDS"])
 
 			// Probes on a named container port: readiness on the health
 			// endpoint the binary serves, liveness on the port.
@@ -990,28 +1055,188 @@ func TestToolsFilesParse(t *testing.T) {
 	require.NoError(t, reg.Close())
 }
 
+// helmValues is what the tests read of nats/helm-values.yaml.
+type helmValues struct {
+	Config struct {
+		Cluster struct {
+			Enabled  bool `yaml:"enabled"`
+			Replicas int  `yaml:"replicas"`
+		} `yaml:"cluster"`
+		NATS struct {
+			Port int `yaml:"port"`
+			TLS  struct {
+				Enabled    bool   `yaml:"enabled"`
+				SecretName string `yaml:"secretName"`
+				Dir        string `yaml:"dir"`
+				Cert       string `yaml:"cert"`
+				Key        string `yaml:"key"`
+			} `yaml:"tls"`
+		} `yaml:"nats"`
+		JetStream struct {
+			Enabled bool              `yaml:"enabled"`
+			Merge   map[string]string `yaml:"merge"`
+		} `yaml:"jetstream"`
+		Merge map[string]any `yaml:"merge"`
+	} `yaml:"config"`
+	Container struct {
+		Env map[string]struct {
+			Value     string `yaml:"value"`
+			ValueFrom *struct {
+				SecretKeyRef *struct {
+					Name string `yaml:"name"`
+					Key  string `yaml:"key"`
+				} `yaml:"secretKeyRef"`
+			} `yaml:"valueFrom"`
+		} `yaml:"env"`
+	} `yaml:"container"`
+}
+
+// helmUsers are the NATS users the Helm values must define, with the role
+// (a block of nats/secure/permissions.conf) each has. The MCP server acts
+// for agents: the agent role, with its own inbox.
+var helmUsers = map[string]string{
+	"worker":  "IDEMGATE_WORKER",
+	"gateway": "IDEMGATE_GATEWAY",
+	"mcp":     "IDEMGATE_AGENT_PUBLISH",
+}
+
+// envToken is how the chart writes a bare NATS config token, such as a
+// variable the server reads from its environment.
+var envToken = regexp.MustCompile(`^<< \$([A-Z][A-Z0-9_]*) >>$`)
+
+// TestHelmValues checks the values for the nats chart: the cluster and its
+// durability, and that the server is not open: every client connection is
+// TLS (the certificate from a Secret), every client is a user with a
+// password from a Secret (never in the file) and the permissions of its
+// role exactly as deployments/nats/secure/permissions.conf has them, and
+// no user is assumed for clients that give none. The chart's config is
+// rendered as the chart merges it and loaded by nats-server's own parser.
 func TestHelmValues(t *testing.T) {
-	var v struct {
-		Config struct {
-			Cluster struct {
-				Enabled  bool `yaml:"enabled"`
-				Replicas int  `yaml:"replicas"`
-			} `yaml:"cluster"`
-			JetStream struct {
-				Enabled bool              `yaml:"enabled"`
-				Merge   map[string]string `yaml:"merge"`
-			} `yaml:"jetstream"`
-			Merge struct {
-				MaxPayload int `yaml:"max_payload"`
-			} `yaml:"merge"`
-		} `yaml:"config"`
-	}
+	var v helmValues
 	require.NoError(t, yaml.Unmarshal([]byte(readFile(t, filepath.Join("nats", "helm-values.yaml"))), &v))
 	require.True(t, v.Config.Cluster.Enabled)
 	require.Equal(t, clusterSize, v.Config.Cluster.Replicas)
 	require.True(t, v.Config.JetStream.Enabled)
 	require.Equal(t, "always", v.Config.JetStream.Merge["sync_interval"])
-	require.GreaterOrEqual(t, v.Config.Merge.MaxPayload, 2*maxIntentBytes)
+	maxPayload, _ := v.Config.Merge["max_payload"].(int)
+	require.GreaterOrEqual(t, maxPayload, 2*maxIntentBytes, "config.merge.max_payload")
+	checkHelmSecured(t, v)
+}
+
+// checkHelmSecured fails t unless v serves TLS and the shipped roles only.
+func checkHelmSecured(t *testing.T, v helmValues) {
+	t.Helper()
+	tls := v.Config.NATS.TLS
+	require.True(t, tls.Enabled, "config.nats.tls.enabled: every client connection is TLS")
+	require.NotEmpty(t, tls.SecretName, "config.nats.tls.secretName: the server's certificate comes from a Secret")
+	require.NotContains(t, v.Config.Merge, "no_auth_user", "no user is assumed for a client that names none")
+	require.NotContains(t, v.Config.Merge, "accounts", "one installation: the users of authorization")
+	authz, ok := v.Config.Merge["authorization"].(map[string]any)
+	require.True(t, ok, "config.merge.authorization: the server admits only its users (without it any client may do anything)")
+	require.NotContains(t, authz, "token", "no shared token")
+	list, ok := authz["users"].([]any)
+	require.True(t, ok, "config.merge.authorization.users")
+
+	roles := shippedRoles(t)
+	env := map[string]string{} // the variables the rendered config reads, with test values
+	seen := map[string]bool{}
+	for _, u := range list {
+		user, ok := u.(map[string]any)
+		require.True(t, ok, "a user is a map: %v", u)
+		name, _ := user["user"].(string)
+		role, known := helmUsers[name]
+		require.True(t, known, "user %q is none of %v", name, helmUsers)
+		require.False(t, seen[name], "user %q twice", name)
+		seen[name] = true
+
+		pw, _ := user["password"].(string)
+		m := envToken.FindStringSubmatch(pw)
+		require.NotNil(t, m, "user %s: the password is a variable (<< $NAME >>) from the environment, never in the file: %q", name, pw)
+		e, ok := v.Container.Env[m[1]]
+		require.True(t, ok, "container.env sets %s", m[1])
+		require.True(t, e.Value == "" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name != "",
+			"container.env %s comes from a Secret (valueFrom.secretKeyRef)", m[1])
+		env[m[1]] = "pw-" + name
+
+		perms, ok := user["permissions"].(map[string]any)
+		require.True(t, ok, "user %s has permissions", name)
+		if role == "IDEMGATE_AGENT_PUBLISH" {
+			require.Equal(t, roles[role], perms["publish"], "user %s publishes as an agent (permissions.conf %s)", name, role)
+			require.Equal(t, map[string]any{"allow": []any{"_INBOX." + name + ".>", "$KV.IDEM_LEDGER.>"}}, perms["subscribe"],
+				"user %s subscribes to its own inbox and the ledger keys' subjects only", name)
+			require.Len(t, perms, 2, "user %s: publish and subscribe only", name)
+		} else {
+			require.Equal(t, roles[role], any(perms), "user %s has the role %s of permissions.conf", name, role)
+		}
+	}
+	require.Len(t, seen, len(helmUsers), "users %v", helmUsers)
+
+	// The config as the chart renders it: the merge block, the client TLS
+	// block from the Secret's files, and the variables as bare tokens.
+	dir := t.TempDir()
+	cert, key := selfSigned(t, dir)
+	cfg := map[string]any{}
+	for k, val := range v.Config.Merge {
+		cfg[k] = val
+	}
+	cfg["tls"] = map[string]any{"cert_file": cert, "key_file": key}
+	var text bytes.Buffer
+	enc := json.NewEncoder(&text)
+	enc.SetEscapeHTML(false) // nats-server's parser knows no \u escapes
+	require.NoError(t, enc.Encode(cfg))
+	conf := envRefToken.ReplaceAllString(text.String(), "$$$1")
+	var defs strings.Builder
+	for k, val := range env {
+		fmt.Fprintf(&defs, "%s: %q\n", k, val)
+	}
+	path := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(path, []byte(defs.String()+conf), 0o600))
+	o, err := server.ProcessConfigFile(path)
+	require.NoError(t, err, "the rendered config loads:\n%s", conf)
+	require.NotNil(t, o.TLSConfig, "the rendered config serves TLS")
+	require.Len(t, o.Users, len(helmUsers))
+	for _, u := range o.Users {
+		require.Equal(t, "pw-"+u.Username, u.Password, "user %s's password is read from the environment", u.Username)
+		require.NotNil(t, u.Permissions, "user %s has permissions", u.Username)
+	}
+	require.Empty(t, o.NoAuthUser)
+}
+
+// envRefToken is a quoted << $NAME >> in the JSON of the chart's merge.
+var envRefToken = regexp.MustCompile(`"<< \$([A-Z][A-Z0-9_]*) >>"`)
+
+// shippedRoles are the role blocks of nats/secure/permissions.conf, as
+// nats-server's parser reads them.
+func shippedRoles(t *testing.T) map[string]any {
+	t.Helper()
+	m, err := conf.ParseFile(filepath.Join("nats", "secure", "permissions.conf"))
+	require.NoError(t, err)
+	for _, role := range helmUsers {
+		require.Contains(t, m, role)
+	}
+	// Through JSON, as the YAML values are compared: lists as []any.
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(b, &out))
+	return out
+}
+
+// selfSigned writes a certificate and key for the rendered config to load.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nats"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"nats"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	kder, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
+	return certFile, keyFile
 }
 
 // ---------------------------------------------------------------- files
@@ -1032,4 +1257,196 @@ func readLines(t *testing.T, path string) []string {
 	}
 	require.NoError(t, sc.Err())
 	return lines
+}
+
+// ---------------------------------------------------------------- network policies
+
+type networkPolicy struct {
+	Metadata struct {
+		Name      string `yaml:"name"`
+		Namespace string `yaml:"namespace"`
+	} `yaml:"metadata"`
+	Spec struct {
+		PodSelector labelSelector `yaml:"podSelector"`
+		PolicyTypes []string      `yaml:"policyTypes"`
+		Ingress     []struct {
+			From []struct {
+				PodSelector       *labelSelector `yaml:"podSelector"`
+				NamespaceSelector *labelSelector `yaml:"namespaceSelector"`
+				IPBlock           any            `yaml:"ipBlock"`
+			} `yaml:"from"`
+			Ports []struct {
+				Port any `yaml:"port"`
+			} `yaml:"ports"`
+		} `yaml:"ingress"`
+	} `yaml:"spec"`
+}
+
+type labelSelector struct {
+	MatchLabels      map[string]string `yaml:"matchLabels"`
+	MatchExpressions any               `yaml:"matchExpressions"`
+}
+
+// matches reports whether the selector selects labels (matchLabels only:
+// the shipped policies use no expressions).
+func (s labelSelector) matches(t *testing.T, labels map[string]string) bool {
+	t.Helper()
+	require.Nil(t, s.MatchExpressions, "the shipped policies select by matchLabels only")
+	for k, v := range s.MatchLabels {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// pod is a pod as network policies see it: its namespace, labels and named
+// ports.
+type pod struct {
+	namespace string
+	labels    map[string]string
+	ports     map[string]int // named container ports
+}
+
+// admits reports whether the policies let from reach port of to, as
+// Kubernetes decides: a pod no policy of its namespace selects for ingress
+// takes everything; a selected pod takes what one of those policies'
+// rules allows.
+func admits(t *testing.T, policies []networkPolicy, from, to pod, port int) bool {
+	t.Helper()
+	nsLabels := func(p pod) map[string]string { return map[string]string{"kubernetes.io/metadata.name": p.namespace} }
+	selected := false
+	for _, np := range policies {
+		if np.Metadata.Namespace != to.namespace || !np.Spec.PodSelector.matches(t, to.labels) {
+			continue
+		}
+		if !slices.Contains(np.Spec.PolicyTypes, "Ingress") && len(np.Spec.Ingress) == 0 {
+			continue
+		}
+		selected = true
+		for _, rule := range np.Spec.Ingress {
+			portOK := len(rule.Ports) == 0
+			for _, p := range rule.Ports {
+				switch v := p.Port.(type) {
+				case int:
+					portOK = portOK || v == port
+				case string:
+					portOK = portOK || to.ports[v] == port
+				}
+			}
+			peerOK := len(rule.From) == 0
+			for _, peer := range rule.From {
+				require.Nil(t, peer.IPBlock, "%s: no ipBlock: pods are chosen by labels", np.Metadata.Name)
+				nsOK := from.namespace == np.Metadata.Namespace
+				if peer.NamespaceSelector != nil {
+					nsOK = peer.NamespaceSelector.matches(t, nsLabels(from))
+				}
+				podOK := peer.PodSelector == nil || peer.PodSelector.matches(t, from.labels)
+				peerOK = peerOK || (nsOK && podOK)
+			}
+			if portOK && peerOK {
+				return true
+			}
+		}
+	}
+	return !selected
+}
+
+// loadPolicies reads the NetworkPolicies of deployments/kubernetes (in the
+// namespace kustomization.yaml gives them) and deployments/nats.
+func loadPolicies(t *testing.T) []networkPolicy {
+	t.Helper()
+	objs := loadManifests(t)
+	k := one(t, objs, "Kustomization")
+	var ns struct {
+		Namespace string `yaml:"namespace"`
+	}
+	require.NoError(t, k.node.Decode(&ns))
+	var out []networkPolicy
+	for _, o := range objs {
+		if o.Kind == "NetworkPolicy" {
+			np := decodeAs[networkPolicy](t, o)
+			np.Metadata.Namespace = ns.Namespace
+			out = append(out, np)
+		}
+	}
+	dec := yaml.NewDecoder(strings.NewReader(readFile(t, filepath.Join("nats", "networkpolicy.yaml"))))
+	for {
+		var np networkPolicy
+		err := dec.Decode(&np)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		require.Equal(t, "nats", np.Metadata.Namespace, "nats/networkpolicy.yaml: the Helm release's namespace")
+		out = append(out, np)
+	}
+	return out
+}
+
+// TestKubernetesNetworkPolicies checks who may reach what: NATS only from
+// the workers and the front doors (its routes from its own servers, its
+// monitoring from KEDA and Prometheus), the front doors from agents, the
+// workers' admin port from Prometheus only, and nothing else from any other
+// pod of any namespace.
+func TestKubernetesNetworkPolicies(t *testing.T) {
+	policies := loadPolicies(t)
+	objs := loadManifests(t)
+	podOf := func(name string) pod {
+		d := decodeAs[deployment](t, named(t, objs, "Deployment", name))
+		p := pod{namespace: "idemgate", labels: d.Spec.Template.Metadata.Labels, ports: map[string]int{}}
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, port := range c.Ports {
+				p.ports[port.Name] = port.ContainerPort
+			}
+		}
+		return p
+	}
+	worker, gateway, mcp := podOf("idemgate-worker"), podOf("idemgate-gateway"), podOf("idemgate-mcp")
+	natsLabels := map[string]string{"app.kubernetes.io/name": "nats", "app.kubernetes.io/instance": "nats", "app.kubernetes.io/component": "nats"}
+	nats := pod{namespace: "nats", labels: natsLabels}
+	other := pod{namespace: "idemgate", labels: map[string]string{"app": "debug"}}
+	stranger := pod{namespace: "default", labels: map[string]string{"app": "web"}}
+	natsBox := pod{namespace: "nats", labels: map[string]string{"app.kubernetes.io/name": "nats", "app.kubernetes.io/component": "nats-box"}}
+	agent := pod{namespace: "agents", labels: map[string]string{"idemgate.io/agent": "true"}}
+	ingress := pod{namespace: "ingress-nginx", labels: map[string]string{"app": "controller"}}
+	prometheus := pod{namespace: "monitoring", labels: map[string]string{"app": "prometheus"}}
+	keda := pod{namespace: "keda", labels: map[string]string{"app": "keda-operator"}}
+
+	for _, tc := range []struct {
+		what     string
+		from, to pod
+		port     int
+		want     bool
+	}{
+		{"a worker reaches NATS", worker, nats, 4222, true},
+		{"the HTTP front door reaches NATS", gateway, nats, 4222, true},
+		{"the MCP server reaches NATS", mcp, nats, 4222, true},
+		{"another pod of the namespace does not reach NATS", other, nats, 4222, false},
+		{"a pod of another namespace does not reach NATS", stranger, nats, 4222, false},
+		{"an agent pod does not reach NATS", agent, nats, 4222, false},
+		{"nats-box does not reach NATS", natsBox, nats, 4222, false},
+		{"a NATS server routes to another", nats, nats, 6222, true},
+		{"a worker does not reach the route port", worker, nats, 6222, false},
+		{"KEDA reads NATS monitoring", keda, nats, 8222, true},
+		{"Prometheus reads NATS monitoring", prometheus, nats, 8222, true},
+		{"a worker does not read NATS monitoring", worker, nats, 8222, false},
+		{"a pod of another namespace does not read NATS monitoring", stranger, nats, 8222, false},
+		{"an agent reaches the HTTP front door", agent, gateway, gateway.ports["http"], true},
+		{"the Ingress controller reaches the HTTP front door", ingress, gateway, gateway.ports["http"], true},
+		{"an agent reaches the MCP server", agent, mcp, mcp.ports["http"], true},
+		{"the Ingress controller reaches the MCP server", ingress, mcp, mcp.ports["http"], true},
+		{"a pod that is no agent does not reach the HTTP front door", stranger, gateway, gateway.ports["http"], false},
+		{"a pod that is no agent does not reach the MCP server", stranger, mcp, mcp.ports["http"], false},
+		{"an agent reaches no other port of the front door", agent, gateway, 9999, false},
+		{"Prometheus scrapes a worker", prometheus, worker, worker.ports["admin"], true},
+		{"an agent does not reach a worker's admin port", agent, worker, worker.ports["admin"], false},
+		{"the front door does not reach a worker's admin port", gateway, worker, worker.ports["admin"], false},
+		{"a pod of another namespace does not reach a worker's admin port", stranger, worker, worker.ports["admin"], false},
+		{"Prometheus reaches no other port of a worker", prometheus, worker, 8080, false},
+		{"another pod of the namespace reaches no pod of idemgate", other, worker, worker.ports["admin"], false},
+	} {
+		require.NotZero(t, tc.port, tc.what)
+		require.Equal(t, tc.want, admits(t, policies, tc.from, tc.to, tc.port), tc.what)
+	}
 }

@@ -81,9 +81,10 @@ func arrivalRelay(t *testing.T, target string) (addr string, arrived <-chan stru
 	return ln.Addr().String(), ch
 }
 
-// ledgerWatches returns a function counting the watches (consumers
-// filtered on its subject) of the record stored under stored in the
-// ledger's first partition.
+// ledgerWatches returns a function counting the watches of the record
+// stored under stored in the ledger's first partition: consumers filtered
+// on its subject (a worker's or a forget's wait) and subscriptions to it (a
+// client's wait for an answer). url is a server jetStream started.
 func ledgerWatches(t *testing.T, ctx context.Context, url, stored string) func() int {
 	t.Helper()
 	js, err := jetstreamFor(connect(t, url))
@@ -100,7 +101,7 @@ func ledgerWatches(t *testing.T, ctx context.Context, url, stored string) func()
 			}
 		}
 		require.NoError(t, lister.Err())
-		return n
+		return n + subscriptions(t, url, subject)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
@@ -65,7 +66,34 @@ func skipShort(t *testing.T, what string) {
 // separate processes and connect to it over TCP) and returns its URL.
 func jetStream(t *testing.T) string {
 	t.Helper()
-	return natstest.RunServer(t).ClientURL()
+	srv := natstest.RunServer(t)
+	url := srv.ClientURL()
+	servers.Store(url, srv)
+	t.Cleanup(func() { servers.Delete(url) })
+	return url
+}
+
+// servers are the servers jetStream started, by client URL.
+var servers sync.Map
+
+// subscriptions counts the subscriptions on exactly subject of every
+// connection to url's server (one jetStream started): a ledger watch
+// subscribes to its key's subject.
+func subscriptions(t *testing.T, url, subject string) int {
+	t.Helper()
+	v, ok := servers.Load(url)
+	require.True(t, ok, "no server of jetStream at %s", url)
+	connz, err := v.(*server.Server).Connz(&server.ConnzOptions{Subscriptions: true})
+	require.NoError(t, err)
+	n := 0
+	for _, c := range connz.Conns {
+		for _, s := range c.Subs {
+			if s == subject {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // writeTools writes a tools file and returns its path.

@@ -129,17 +129,20 @@ func TestIntentLostInServerCrashIsRepublishedAndFiresOnce(t *testing.T) {
 	require.Equal(t, jetstream.AsyncPersistMode, st.CachedInfo().Config.PersistMode, "the default work stream persists asynchronously")
 
 	block, before := srv.lastBlock(t, names.Stream)
-	// The TypeScript client first: once it watches the ledger key (a
-	// consumer on the ledger's stream), its publish was acknowledged.
+	// The TypeScript client first: once it watches the ledger key (it reads
+	// the key from the stream leader, a request this connection sees too),
+	// its publish was acknowledged.
+	reads, err := nc.SubscribeSync("$JS.API.STREAM.MSG.GET.KV_" + names.Bucket)
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
 	tsDir := tsClient(t)
 	tsDone := make(chan submitted, 1)
 	go func() {
 		tsDone <- tsSubmit(t, tsDir, srv.url, "--tool", "send_email", "--args", `{"to":"bob@example.com"}`, "--wait", "55s")
 	}()
-	until(t, "the TypeScript client watches its key", func() bool {
-		ls, err := js.Stream(t.Context(), "KV_"+names.Bucket)
-		return err == nil && ls.CachedInfo().State.Consumers > 0
-	})
+	_, err = reads.NextMsgWithContext(t.Context())
+	require.NoError(t, err, "the TypeScript client watches its key")
+	require.NoError(t, reads.Unsubscribe())
 	cl, err := client.New(nc, client.WithReplyGrace(500*time.Millisecond))
 	require.NoError(t, err)
 	sub, err := cl.Publish(t.Context(), &intent.Envelope{Tool: "send_email", Args: []byte(`{"to":"ada@example.com"}`)})

@@ -97,17 +97,10 @@ func TestGatewayFollowsAMigration(t *testing.T) {
 	requireProblem(t, queued, http.StatusConflict, "in_flight")
 	queuedKey := queued.str("key")
 	require.NotEmpty(t, queuedKey, queued.raw)
-	nc := connect(t, url)
-	js, err := jetstreamFor(nc)
-	require.NoError(t, err)
 	partition := dedup.PartitionBucket("IDEM_LEDGER", intent.Partition(queuedKey, 2))
-	watchers := func() int {
-		s, err := js.Stream(t.Context(), "KV_"+partition)
-		require.NoError(t, err)
-		info, err := s.Info(t.Context())
-		require.NoError(t, err)
-		return info.State.Consumers
-	}
+	stored, err := intent.LedgerKey(queuedKey, 1)
+	require.NoError(t, err)
+	watchers := func() int { return subscriptions(t, url, "$KV."+partition+"."+stored) }
 	before := watchers()
 	waited := make(chan response, 1)
 	go func() { waited <- getAsync(gw, "/v1/operations/"+queuedKey+"?wait=50", gw.tokens[agentA]) }()

@@ -19,6 +19,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -103,6 +105,7 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 
 // secureServer is a nats-server started from a shipped secure config.
 type secureServer struct {
+	srv       *server.Server
 	url       string
 	ca        *testCA
 	env       map[string]string // the values the config reads from the environment
@@ -169,7 +172,7 @@ func startSecure(t *testing.T, file string) *secureServer {
 	srv.Start()
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	require.True(t, srv.ReadyForConnections(10*time.Second), "server ready")
-	s.url = srv.ClientURL()
+	s.url, s.srv = srv.ClientURL(), srv
 	return s
 }
 
@@ -333,12 +336,122 @@ func TestSecureAgentPathWorks(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cat.Tools, 1)
 
+	// A watch of a key with no record yet waits for it without a consumer:
+	// a subscription to the key's subject and leader reads.
+	env := intent.Envelope{Tool: "echo", Args: json.RawMessage(`{"n":"watched"}`)}
+	p, err := cl.Prepare(ctx, env, intent.Limits{MaxBytes: 1 << 20, MaxDepth: intent.MaxCanonicalDepth})
+	require.NoError(t, err)
+	subs := agent.NumSubscriptions()
+	watched := make(chan error, 1)
+	go func() {
+		rec, err := cl.Watch(ctx, p.ID.Key)
+		if err == nil && rec.Status != intent.StatusCompleted {
+			err = fmt.Errorf("watched %s", rec.Status)
+		}
+		watched <- err
+	}()
+	for agent.NumSubscriptions() == subs { // the watch subscribed: it waits
+		select {
+		case err := <-watched:
+			t.Fatalf("the watch ended before the key had a record: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the watch never subscribed to the key's subject")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	submitAs(t, agent, `{"n":"watched"}`)
+	require.NoError(t, <-watched, "the watch saw the record")
+
 	require.Empty(t, s.violations(), "no role was refused anything on its legitimate path")
 	select {
 	case err := <-agent.errs:
 		t.Fatalf("the agent got an error: %v", err)
 	default:
 	}
+}
+
+// The TypeScript client, as an agent under the shipped permissions, waits
+// for a key with no record yet and gets its record once it is written (its
+// watch creates no consumer), then submits a copy on its own inbox and is
+// answered replayed, refused nothing.
+func TestSecureTSAgentWatches(t *testing.T) {
+	t.Parallel()
+	dir := tsClient(t)
+	s := startSecure(t, "users.conf")
+	s.startSecureWorker(t, "worker")
+	agent := s.connect(t, "agent-1")
+	cl, err := client.New(agent.Conn)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	args := `{"n":"ts"}`
+	p, err := cl.Prepare(ctx, intent.Envelope{Tool: "echo", Args: json.RawMessage(args)}, intent.Limits{MaxBytes: 1 << 20, MaxDepth: intent.MaxCanonicalDepth})
+	require.NoError(t, err)
+
+	script := `import { IdemClient } from ` + strconv.Quote("file://"+filepath.Join(dir, "dist", "index.js")) + `;
+const c = await IdemClient.connect(process.env.URL, { nats: {
+  user: "agent-1", pass: process.env.PASSWORD, tls: { caFile: process.env.CA }, inboxPrefix: "_INBOX.agent-1" } });
+try {
+  const rec = await c.watch(process.env.KEY, 50000);
+  // A copy of the operation, answered from the ledger (its own inbox).
+  const res = await c.submit({ tool: "echo", args: JSON.parse(process.env.ARGS) }, 50000);
+  console.log(JSON.stringify({ ...rec, replayed: res.replayed, key: res.key }));
+} finally {
+  await c.close();
+}`
+	cmd := exec.CommandContext(ctx, "node", "--input-type=module", "-e", script)
+	cmd.Env = append(os.Environ(), "URL="+s.url, "PASSWORD="+s.password(t, "agent-1"), "CA="+s.ca.certPEM, "KEY="+p.ID.Key, "ARGS="+args)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	subject := "$KV.IDEM_LEDGER." + storedKey(t, mustJS(t, agent.Conn), p.ID.Key)
+	for !subscribed(t, s.srv, subject) { // the watch waits
+		select {
+		case err := <-done:
+			t.Fatalf("the TypeScript watch ended before the key had a record: %v\n%s%s", err, out.String(), errOut.String())
+		case <-ctx.Done():
+			t.Fatal("the TypeScript watch never subscribed to the key's subject")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	res := submitAs(t, agent, args)
+	require.Equal(t, p.ID.Key, res.Key)
+	require.NoError(t, <-done, "the TypeScript watch: %s%s", out.String(), errOut.String())
+	var rec struct {
+		Status      string `json:"status"`
+		Fingerprint string `json:"fingerprint"`
+		Replayed    bool   `json:"replayed"`
+		Key         string `json:"key"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out.String()), &rec), out.String())
+	require.Equal(t, string(intent.StatusCompleted), rec.Status)
+	require.Equal(t, res.Fingerprint, rec.Fingerprint)
+	require.True(t, rec.Replayed, "the TypeScript copy is answered from the ledger")
+	require.Equal(t, res.Key, rec.Key)
+	require.Empty(t, s.violations(), "the TypeScript agent was refused nothing")
+}
+
+func mustJS(t *testing.T, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
+
+// subscribed reports whether a connection to srv subscribes to subject.
+func subscribed(t *testing.T, srv *server.Server, subject string) bool {
+	t.Helper()
+	connz, err := srv.Connz(&server.ConnzOptions{Subscriptions: true})
+	require.NoError(t, err)
+	for _, c := range connz.Conns {
+		if slices.Contains(c.Subs, subject) {
+			return true
+		}
+	}
+	return false
 }
 
 // What a (prompt-injected) agent may try, and the server refuses.
@@ -415,6 +528,51 @@ func TestSecureAgentIsConfined(t *testing.T) {
 			_, err := agent.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.IDEM_DLQ", []byte(`{"seq":1}`))
 			return err
 		})
+	})
+	t.Run("DeliverIntoAnotherSubject", func(t *testing.T) {
+		// A push consumer's deliver subject is not checked against its
+		// creator's permissions: the server delivers the stream's
+		// messages there itself. So an agent may create no consumer.
+		victim := s.connect(t, "agent-2")
+		worker := s.connect(t, "worker")
+		stored := storedKey(t, js, key)
+		for _, tc := range []struct{ name, filter, deliver string }{
+			{"STEAL", "$KV.IDEM_LEDGER." + stored, "_INBOX.agent-2.stolen"},
+			{"FLOOD", "$KV.IDEM_LEDGER.>", "idem.cache.forget"},
+			{"PULL", "$KV.IDEM_LEDGER." + stored, ""},
+		} {
+			got := make(chan *nats.Msg, 16)
+			on := victim
+			if tc.deliver == "idem.cache.forget" {
+				on = worker
+			}
+			if tc.deliver != "" {
+				sub, err := on.ChanSubscribe(tc.deliver, got)
+				require.NoError(t, err)
+				require.NoError(t, on.Flush())
+				defer func() { _ = sub.Unsubscribe() }()
+			}
+			subject := "$JS.API.CONSUMER.CREATE.KV_IDEM_LEDGER." + tc.name + "." + tc.filter
+			refused(t, agent, subject, func(ctx context.Context) error {
+				req := fmt.Sprintf(`{"stream_name":"KV_IDEM_LEDGER","config":{"name":%q,"deliver_subject":%q,"filter_subject":%q,"deliver_policy":"all","ack_policy":"none"}}`,
+					tc.name, tc.deliver, tc.filter)
+				resp, err := agent.RequestWithContext(ctx, subject, []byte(req))
+				if err != nil {
+					return err
+				}
+				if tc.deliver == "" {
+					return fmt.Errorf("consumer created: %s", resp.Data)
+				}
+				select {
+				case m := <-got:
+					return fmt.Errorf("the agent's consumer delivered %s into %s: %s", m.Subject, tc.deliver, m.Data)
+				case <-ctx.Done():
+					return fmt.Errorf("consumer created (%s), nothing delivered yet: %w", resp.Data, ctx.Err())
+				}
+			})
+			require.NoError(t, on.Flush())
+			require.Empty(t, got, "nothing was delivered into %s", tc.deliver)
+		}
 	})
 	t.Run("ForgeAnAnswer", func(t *testing.T) {
 		refused(t, agent, "_INBOX.agent-2.x", func(ctx context.Context) error {
@@ -545,22 +703,23 @@ func TestSecureTenantsAreIsolated(t *testing.T) {
 	_, err = cl.Get(ctx, theirs.Key)
 	require.ErrorIs(t, err, client.ErrNotFound, "GLOBEX's record is not in ACME's ledger")
 
-	// A watch of the whole ledger sees ACME's records only.
+	// Listening to the whole ledger's subjects, ACME's agent sees ACME's
+	// writes only.
 	js, err := jetstream.New(acme.Conn)
 	require.NoError(t, err)
-	kv, err := js.KeyValue(ctx, "IDEM_LEDGER")
+	writes := make(chan *nats.Msg, 64)
+	sub, err := acme.ChanSubscribe("$KV.IDEM_LEDGER.>", writes)
 	require.NoError(t, err)
-	w, err := kv.WatchAll(ctx)
-	require.NoError(t, err)
-	defer func() { _ = w.Stop() }()
-	var keys []string
-	for e := range w.Updates() {
-		if e == nil {
-			break
-		}
-		keys = append(keys, e.Key())
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, acme.Flush())
+	submitAs(t, globex, `{"order":"g-2"}`)
+	ours2 := submitAs(t, acme, `{"order":"a-2"}`)
+	require.NoError(t, acme.Flush())
+	require.NotEmpty(t, writes, "ACME's agent sees its own ledger's writes")
+	for len(writes) > 0 {
+		m := <-writes
+		require.Equal(t, "$KV.IDEM_LEDGER."+storedKey(t, js, ours2.Key), m.Subject)
 	}
-	require.Equal(t, []string{storedKey(t, js, ours.Key)}, keys)
 
 	// The same request from GLOBEX's side finds its record: the key is
 	// right, the account is the boundary.

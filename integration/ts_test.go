@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/natstest"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -256,7 +258,8 @@ func TestTSConflict(t *testing.T) {
 func TestTSWaitsForTheFinalAnswer(t *testing.T) {
 	t.Parallel()
 	dir := tsClient(t)
-	url := jetStream(t)
+	srv := natstest.RunServer(t)
+	url := srv.ClientURL()
 	hook := newSink(t, nil)
 	startWorker(t, "w1", url, writeTools(t, fmt.Sprintf(`tools:
   refund:
@@ -274,12 +277,22 @@ func TestTSWaitsForTheFinalAnswer(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// A watch of the key creates no consumer: it subscribes to the key's
+	// subject and reads the stream leader.
 	ledger, err := js.Stream(ctx, "KV_IDEM_LEDGER")
 	require.NoError(t, err)
+	info, err := ledger.Info(ctx)
+	require.NoError(t, err)
+	consumers := info.State.Consumers
+	subject := "$KV.IDEM_LEDGER." + storedKey(t, js, parked.res.Key)
 	watches := func() int {
-		info, err := ledger.Info(ctx)
+		connz, err := srv.Connz(&server.ConnzOptions{Subscriptions: true})
 		require.NoError(t, err)
-		return info.State.Consumers
+		n := 0
+		for _, c := range connz.Conns {
+			n += strings.Count(strings.Join(c.Subs, "\n")+"\n", subject+"\n")
+		}
+		return n
 	}
 	before := watches()
 
@@ -294,6 +307,9 @@ func TestTSWaitsForTheFinalAnswer(t *testing.T) {
 	require.Eventually(t, func() bool { return watches() >= before+2 }, 30*time.Second, 20*time.Millisecond,
 		"the TypeScript client and its watch command watch the ledger key")
 	require.Equal(t, 0, hook.count(), "nothing fires before approval")
+	info, err = ledger.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, consumers, info.State.Consumers, "no consumer was created to watch the key")
 	wrong := tsDecide(t, dir, url, "approve", parked.res.Key, "--fingerprint", strings.Repeat("0", 64), "--by", "ops")
 	require.Equal(t, 5, wrong.code, "an approval for other arguments is rejected: %s %s", wrong.stdout, wrong.stderr)
 	require.Equal(t, intent.CodeConflict, wrong.res.Error.Code)

@@ -363,7 +363,8 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, opts ...jetstream.P
 // Wait returns the submission's answer: the pushed reply, or — when the
 // publish was a duplicate or no reply came within the grace period — the
 // record read from the ledger key (watched only while no record answers
-// yet: a watch is a consumer on the server). A pushed reply counts only
+// yet: a watch is a subscription and leader reads, see
+// dedup.Ledger.WaitFor; the client creates no consumer). A pushed reply counts only
 // when it is bound to one of the submission's own stored publishes (its
 // Idem-Intent-Seq header, docs/protocol.md 7.1); every other message on the
 // inbox is dropped. A ledger record with another fingerprint is answered as
@@ -403,8 +404,8 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 	defer cancel() // ends the ledger watch
 	enough := func(st intent.Status) bool { return st.Final() || (!final && st.Answered()) }
 	// fromLedger delivers the first record that answers, once the key is
-	// watched: a watch is a consumer on the ledger's stream, so it starts
-	// only when the pushed reply is not enough.
+	// watched: a watch subscribes and reads the stream leader, so it
+	// starts only when the pushed reply is not enough.
 	var fromLedger chan ledgerAnswer
 	stopWatch := func() {}
 	watchLedger := func() {
@@ -653,8 +654,9 @@ func forgottenErr(key string, rec dedup.Record) error {
 
 // waitLedger waits for key's record to satisfy accept: it reads the key
 // first (a direct get, Ledger.Peek) and watches the ledger only when that
-// read shows no record accept takes — a watch is a consumer the server
-// creates and deletes, far dearer than the read. A ledger that cannot be
+// read shows no record accept takes — a watch (dedup.Ledger.WaitFor: a
+// subscription to the key's subject and leader reads, no consumer) costs a
+// subscription and more reads. A ledger that cannot be
 // reached is watched again, backing off,
 // until ctx ends: a caller outlives an outage of the ledger. A migration of
 // the ledger (its shape changed, or marked as under way) moves the watch to

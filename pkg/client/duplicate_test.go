@@ -13,17 +13,21 @@ import (
 )
 
 // A duplicate of an operation already recorded is answered from one read
-// of its key: no watch, which would be a consumer the server creates on the
-// ledger's stream. A duplicate of one still in flight watches the key and
-// gets the answer once it is recorded.
+// of its key: no watch. A duplicate of one still in flight watches the key
+// (a subscription to its subject and leader reads) and gets the answer
+// once it is recorded. Neither creates a consumer on the ledger's stream:
+// the server would deliver one's messages wherever its creator named.
 func TestDuplicateWatchesOnlyWhileNoRecordAnswers(t *testing.T) {
 	t.Parallel()
 	b := setupAnswers(t)
-	// Every consumer created on the ledger's stream is a request to the
-	// JetStream API, which a subscriber in the account sees too, in order
-	// with the test's own messages.
+	// Every consumer created on the ledger's stream, and every leader read
+	// of it, is a request to the JetStream API, which a subscriber in the
+	// account sees too, in order with the test's own messages.
 	creates := make(chan *nats.Msg, 16)
 	_, err := b.nc.ChanSubscribe("$JS.API.CONSUMER.CREATE.KV_IDEM_LEDGER.>", creates)
+	require.NoError(t, err)
+	reads := make(chan *nats.Msg, 64)
+	_, err = b.nc.ChanSubscribe("$JS.API.STREAM.MSG.GET.KV_IDEM_LEDGER", reads)
 	require.NoError(t, err)
 	require.NoError(t, b.nc.Flush())
 
@@ -58,6 +62,9 @@ func TestDuplicateWatchesOnlyWhileNoRecordAnswers(t *testing.T) {
 	c := record(second, "")
 	dup, _ = b.publish(t, `{"tool":"send","args":{"to":"bob"}}`)
 	require.True(t, dup.Duplicate)
+	for len(reads) > 0 {
+		<-reads // the ones before the watch
+	}
 	answered := make(chan *intent.Result, 1)
 	go func() {
 		res, err := dup.Wait(b.ctx)
@@ -67,7 +74,9 @@ func TestDuplicateWatchesOnlyWhileNoRecordAnswers(t *testing.T) {
 		answered <- res
 	}()
 	select {
-	case <-creates: // the key is watched
+	case <-reads: // the key is watched: subscribed, then read from the leader
+	case m := <-creates:
+		t.Fatalf("the in-flight key was watched by a consumer on the ledger's stream: %s %s", m.Subject, m.Data)
 	case res := <-answered:
 		t.Fatalf("answered before the operation was recorded: %+v", res)
 	case <-b.ctx.Done():
@@ -80,4 +89,6 @@ func TestDuplicateWatchesOnlyWhileNoRecordAnswers(t *testing.T) {
 	require.Equal(t, intent.StatusCompleted, res.Status)
 	require.True(t, res.Replayed)
 	require.JSONEq(t, `{"n":2}`, string(res.Result))
+	require.NoError(t, b.nc.Flush())
+	require.Len(t, creates, 0, "the in-flight key was watched without a consumer")
 }

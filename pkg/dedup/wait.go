@@ -203,33 +203,57 @@ func (l *Ledger) WaitChange(ctx context.Context, key string, rev uint64) (bool, 
 	}
 }
 
-// WaitFor watches key until its record satisfies accept and returns that
-// record and its revision. The watch is pushed by the server (no polling),
-// starts with the key's latest record and may start before the key exists;
-// a deletion does not end it (the operation may be claimed again). It
-// returns ctx.Err() (wrapped) when ctx ends first, and stops the watch on
-// every path. Unlike Wait, it never returns a record accept refused: it is
-// for callers waiting for an answer, not for claimants.
+// WaitFor waits until key's record satisfies accept and returns that
+// record and its revision. It reads the record from the bucket's stream
+// leader at the start, after every write published on the key's subject
+// (a plain subscription, used only as a signal: jsbackend.Waker), and at
+// growing intervals (waitRecheckFirst doubling up to waitRecheckLast) in
+// case a signal was missed, so it sees only acknowledged
+// writes and may skip intermediate ones. It creates no consumer: a user who
+// may make leader reads and subscribe to the bucket's subjects may wait,
+// and nothing is delivered anywhere it did not subscribe to itself. It may
+// start before the key exists; a deletion does not end it (the operation
+// may be claimed again). It returns ctx.Err() (wrapped) when ctx ends
+// first, and an error when a read fails. Unlike Wait, it never returns a
+// record accept refused: it is for callers waiting for an answer, not for
+// claimants.
 func (l *Ledger) WaitFor(ctx context.Context, key string, accept func(Record) bool) (Record, uint64, error) {
-	w, err := l.watch(ctx, key)
+	s, err := l.slot(key)
+	if err != nil {
+		return Record{}, 0, fmt.Errorf("wait for %s: %w", key, err)
+	}
+	// Subscribed before the first read: a write after the read signals.
+	w, err := s.bucket.Wake(s.key)
 	if err != nil {
 		return Record{}, 0, fmt.Errorf("wait for %s: %w", key, err)
 	}
 	defer w.Stop()
+	timer := time.NewTimer(0) // the first read, at once
+	defer timer.Stop()
+	var seen uint64             // the revision the latest read found (0: none yet)
+	var settle time.Duration    // the pause before reading again after a signal whose write was not there yet; 0: none
+	recheck := waitRecheckFirst // the pause before reading again without a signal
 	for {
 		select {
 		case <-ctx.Done():
 			return Record{}, 0, fmt.Errorf("wait for %s: %w", key, ctx.Err())
-		case u, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return Record{}, 0, fmt.Errorf("wait for %s: %w", key, ctx.Err())
-				}
-				return Record{}, 0, fmt.Errorf("wait for %s: %w", key, errWatchClosed)
+		case <-w.C():
+			settle = waitSettleFirst
+		case <-timer.C:
+		}
+		e, err := s.bucket.Read(ctx, s.key)
+		if err != nil {
+			if ctx.Err() != nil {
+				return Record{}, 0, fmt.Errorf("wait for %s: %w", key, ctx.Err())
 			}
-			e, ok := jsbackend.Observed(u)
-			if !ok || e.Deleted {
-				continue // the end of the initial values, or a deletion
+			return Record{}, 0, fmt.Errorf("wait for %s: %w", key, err)
+		}
+		next := recheck
+		switch {
+		case e.Rev != seen:
+			seen, settle = e.Rev, 0
+			if !e.Live() {
+				break // a deletion: the operation may be claimed again
 			}
 			rec, err := decodeRecord(e.Data)
 			if err != nil {
@@ -238,6 +262,25 @@ func (l *Ledger) WaitFor(ctx context.Context, key string, accept func(Record) bo
 			if accept(rec) {
 				return rec, e.Rev, nil
 			}
+		case settle > 0 && settle <= waitSettleLast:
+			// Signalled before the write was stored (or for a write the
+			// stream refused): read again shortly.
+			next, settle = settle, 2*settle
+		default:
+			recheck = min(2*recheck, waitRecheckLast)
 		}
+		timer.Reset(next)
 	}
 }
+
+// How WaitFor reads: again after a signal whose write the leader did not
+// show yet, after waitSettleFirst, doubling up to waitSettleLast; and
+// without a signal after waitRecheckFirst, doubling up to waitRecheckLast
+// (a signal is missed at a reconnect, or by a subscription the writer's
+// server does not know of yet).
+const (
+	waitSettleFirst  = 5 * time.Millisecond
+	waitSettleLast   = 640 * time.Millisecond
+	waitRecheckFirst = time.Second
+	waitRecheckLast  = 16 * time.Second
+)

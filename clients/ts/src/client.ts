@@ -6,7 +6,7 @@
  * @module
  */
 
-import { Kvm, type KV, type KvWatchEntry } from "@nats-io/kv";
+import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import { jetstream, jetstreamManager, type JetStreamClient, type PubAck, type StoredMsg } from "@nats-io/jetstream";
 import {
   connect,
@@ -14,7 +14,6 @@ import {
   headers,
   type NatsConnection,
   type NodeConnectionOptions,
-  type QueuedIterator,
   type Subscription,
 } from "@nats-io/transport-node";
 
@@ -72,6 +71,15 @@ export const HEADER_INTENT_SEQ = "Idem-Intent-Seq";
 
 /** How often the client looks at the ledger's recorded shape (partition count, key layout) while it uses the ledger: a migration changes it under a running client (5 s). */
 const SHAPE_RECHECK_MS = 5_000;
+
+// How a watch of a ledger key reads the leader: again after a signal whose
+// write it did not show yet, after 5 ms, doubling up to 640 ms; and without
+// a signal after 1 s, doubling up to 16 s (a signal is missed at a
+// reconnect, or by a subscription the writer's server does not know of yet).
+const WAIT_SETTLE_FIRST_MS = 5;
+const WAIT_SETTLE_LAST_MS = 640;
+const WAIT_RECHECK_FIRST_MS = 1_000;
+const WAIT_RECHECK_LAST_MS = 16_000;
 
 
 /** The ledger as the client opened it: its partitions' buckets, in partition order, and its key layout. */
@@ -210,6 +218,8 @@ export class IdemClient {
   readonly #specs = new Map<string, KeySpec>();
   readonly #grace: number;
   readonly #catalogTimeout: number;
+  /** The prefix of the client's reply inboxes; undefined: NATS's default. */
+  readonly #inboxPrefix: string | undefined;
   #ownsConnection = false;
   #catalog: Promise<void> | undefined;
   /** Tools the catalogue reports without a ledger. */
@@ -241,6 +251,9 @@ export class IdemClient {
     this.#grace = opts.replyGraceMs ?? DEFAULT_REPLY_GRACE_MS;
     this.#catalogTimeout = opts.catalogTimeoutMs ?? DEFAULT_CATALOG_TIMEOUT_MS;
     this.receiptKeys = opts.receiptKeys;
+    // The connection's inbox prefix (its inboxPrefix option): a user whose
+    // permissions allow only its own inbox subjects receives answers there.
+    this.#inboxPrefix = (nc as { options?: { inboxPrefix?: string } }).options?.inboxPrefix;
     for (const [tool, spec] of Object.entries(opts.keySpecs ?? {})) {
       this.#specs.set(tool, spec);
     }
@@ -364,7 +377,7 @@ export class IdemClient {
     const noLedger = this.#noLedger.has(env.tool);
     const retryFailed = this.#retryFailed.has(env.tool);
     const rejectRepeat = this.#rejectRepeat.has(env.tool);
-    const inbox = createInbox();
+    const inbox = createInbox(this.#inboxPrefix);
     // Not max: 1 — an answer for another operation is dropped, not taken.
     const sub = this.nc.subscribe(inbox);
     const subject = this.names.intentPrefix + env.tool;
@@ -418,7 +431,7 @@ export class IdemClient {
    */
   async decide(op: DecisionOp, decision: Decision, timeoutMs: number = DEFAULT_WAIT_MS): Promise<Result> {
     const payload = encodeDecision(op, decision);
-    const inbox = createInbox();
+    const inbox = createInbox(this.#inboxPrefix);
     const sub = this.nc.subscribe(inbox, { timeout: timeoutMs });
     const h = headers();
     h.set(HEADER_REPLY_TO, inbox);
@@ -556,9 +569,16 @@ export class IdemClient {
 
   /**
    * Watches the ledger record of `key` and calls `each` with every version
-   * of it (undefined when it is deleted or purged) until `each` returns
-   * true, or `stop` is called. The watch follows the key: while it runs, the
-   * client looks at the ledger's recorded shape every 5 s, and when a
+   * of it read (undefined when it is deleted or purged) until `each` returns
+   * true, or `stop` is called. The watch creates no consumer: it subscribes
+   * to the key's own subject (`$KV.<bucket>.<key>`, on which every write is
+   * published) and reads the record from the stream leader at the start,
+   * after each message there (which only signals: it may come before the
+   * write is stored, or for a write the stream refused, so a read that
+   * shows nothing new is made again shortly), and at growing intervals (1 s
+   * doubling up to 16 s) in case a message was missed. So it sees acknowledged writes only, and may skip
+   * versions written between two reads. It follows the key: while it runs,
+   * the client looks at the ledger's recorded shape every 5 s, and when a
    * migration changed it (docs/protocol.md 6.1, 6.2) watches the key's new
    * place; a migration under way is waited out.
    *
@@ -569,15 +589,29 @@ export class IdemClient {
    */
   followKey(key: string, each: (rec: LedgerRecord | undefined) => boolean | Promise<boolean>): { done: Promise<LedgerRecord | undefined>; stop: () => void } {
     let stopped = false;
-    let current: QueuedIterator<KvWatchEntry> | undefined;
     let wake: (() => void) | undefined;
     const stop = (): void => {
       stopped = true;
-      current?.stop();
       wake?.();
     };
+    /** Resolves after `ms`, at a signal on the key's subject (`signalled` then true), or at stop. */
+    let signalled = false;
+    const pause = (ms: number): Promise<void> =>
+      new Promise<void>((resolve) => {
+        if (stopped || signalled) {
+          resolve();
+          return;
+        }
+        const t = setTimeout(end, ms);
+        function end(): void {
+          clearTimeout(t);
+          wake = undefined;
+          resolve();
+        }
+        wake = end;
+      });
     const done = (async (): Promise<LedgerRecord | undefined> => {
-      let pause = 250;
+      let wait = 250;
       while (!stopped) {
         let shape: LedgerShape;
         try {
@@ -586,43 +620,72 @@ export class IdemClient {
           if (!(err instanceof IdemError) || err.code !== "ledger_migrating") {
             throw err;
           }
-          await new Promise<void>((resolve) => {
-            wake = resolve;
-            setTimeout(resolve, pause);
-          });
-          pause = Math.min(pause * 2, 5_000);
+          await pause(wait);
+          wait = Math.min(wait * 2, 5_000);
           continue;
         }
-        pause = 250;
-        const { kv, stored } = placeOf(shape, key, this.names.bucket);
-        const w = await kv.watch({ key: stored });
-        current = w;
-        if (stopped) {
-          w.stop();
-          break;
-        }
-        // A key whose place a migration moved is never answered where it
-        // was watched: look at the shape, and watch again when it changed.
-        const look = setInterval(() => {
-          this.#ledger().then(
-            (now) => {
-              if (now !== shape) w.stop();
-            },
-            (err: unknown) => {
-              if (err instanceof IdemError && err.code === "ledger_migrating") w.stop();
-            },
-          );
-        }, SHAPE_RECHECK_MS);
+        wait = 250;
+        const { kv, stored, subject } = placeOf(shape, key, this.names.bucket);
+        // Subscribed before the first read: a write after the read signals.
+        const sub = this.nc.subscribe(subject, {
+          callback: () => {
+            signalled = true;
+            wake?.();
+          },
+        });
+        let seen = 0; // the revision the latest read found (0: none yet)
+        let settle = 0; // the pause before reading again after a signal whose write the leader did not show yet; 0: none
+        let recheck = WAIT_RECHECK_FIRST_MS; // the pause before reading again without a signal
+        let lookedAt = Date.now();
         try {
-          for await (const e of w) {
-            const rec = e.operation === "PUT" ? decodeRecord(e.value) : undefined;
-            if (await each(rec)) {
-              return rec;
+          while (!stopped) {
+            if (signalled) {
+              signalled = false;
+              settle = WAIT_SETTLE_FIRST_MS;
+            }
+            let e: KvEntry | null;
+            try {
+              e = await kv.get(stored);
+            } catch {
+              // The ledger cannot be read now: a caller outlives an outage.
+              await pause(wait);
+              wait = Math.min(wait * 2, 5_000);
+              continue;
+            }
+            wait = 250;
+            let next = recheck;
+            const rev = e?.revision ?? 0;
+            if (rev !== seen) {
+              seen = rev;
+              settle = 0;
+              const rec = e !== null && e.operation === "PUT" ? decodeRecord(e.value) : undefined;
+              if (await each(rec)) {
+                return rec;
+              }
+            } else if (settle > 0 && settle <= WAIT_SETTLE_LAST_MS) {
+              next = settle;
+              settle *= 2;
+            } else {
+              recheck = Math.min(2 * recheck, WAIT_RECHECK_LAST_MS);
+            }
+            await pause(next);
+            // A key whose place a migration moved is never answered where it
+            // was watched: look at the shape, and watch again when it changed.
+            if (Date.now() - lookedAt >= SHAPE_RECHECK_MS) {
+              lookedAt = Date.now();
+              let moved: boolean;
+              try {
+                moved = (await this.#ledger()) !== shape;
+              } catch (err) {
+                moved = err instanceof IdemError && err.code === "ledger_migrating";
+              }
+              if (moved) {
+                break;
+              }
             }
           }
         } finally {
-          clearInterval(look);
-          w.stop();
+          sub.unsubscribe();
         }
       }
       return undefined;
@@ -794,7 +857,8 @@ export class IdemClient {
 
   /** The shape partition 0's stream records: its partition count and key layout. */
   async #readShape(): Promise<{ partitions: number; layout: number }> {
-    const jsm = await jetstreamManager(this.nc);
+    // No account-info check ($JS.API.INFO): an agent may not ask for it.
+    const jsm = await jetstreamManager(this.nc, { checkAPI: false });
     const info = await jsm.streams.info(`KV_${this.names.bucket}`);
     const recorded = info.config.metadata?.[PARTITIONS_METADATA];
     const n = recorded === undefined ? 1 : Number(recorded);
@@ -835,13 +899,15 @@ function ledgerError(err: unknown, bucket: string): IdemError {
   return err instanceof IdemError ? err : new IdemError("no_ledger", `ledger bucket ${bucket}: ${String(err)}`, { cause: err });
 }
 
-/** The bucket and KV key of `key` in a ledger of `shape`. */
-function placeOf(shape: LedgerShape, key: string, bucket: string): { kv: KV; stored: string } {
-  const kv = shape.kvs[partition(key, shape.kvs.length)];
+/** The bucket and KV key of `key` in a ledger of `shape`, and the subject its writes are published on. */
+function placeOf(shape: LedgerShape, key: string, bucket: string): { kv: KV; stored: string; subject: string } {
+  const p = partition(key, shape.kvs.length);
+  const kv = shape.kvs[p];
   if (kv === undefined) {
     throw new IdemError("no_ledger", `ledger bucket ${bucket}: no partition for ${key}`);
   }
-  return { kv, stored: ledgerKey(key, shape.layout) };
+  const stored = ledgerKey(key, shape.layout);
+  return { kv, stored, subject: `$KV.${partitionBucket(bucket, p)}.${stored}` };
 }
 
 /** An intent in the dead-letter stream, as `submit dlq list` prints it. */

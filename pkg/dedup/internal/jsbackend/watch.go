@@ -3,6 +3,7 @@ package jsbackend
 import (
 	"context"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -50,3 +51,40 @@ func Observed(u jetstream.KeyValueEntry) (e Entry, ok bool) {
 	op := u.Operation()
 	return Entry{Rev: u.Revision(), Data: u.Value(), Deleted: op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge}, true
 }
+
+// Waker is a plain subscription to one key's subject, on which every write
+// of the key is published: a signal that the key may have changed, never
+// its value. It creates nothing on the server (no consumer) and receives
+// only what its own connection subscribed to, so a user allowed to
+// subscribe to the bucket's subjects needs no JetStream permission to use
+// it. A signal may come before the write is stored, for a write the stream
+// refuses, or not at all (a reconnect, interest not yet known to the
+// writer's server): read the key from the leader after each, and again now
+// and then.
+type Waker struct {
+	sub *nats.Subscription
+	c   chan struct{}
+}
+
+// Wake subscribes to key's subject. Signals that arrive while one is
+// pending are merged into it. Stop ends the subscription.
+func (b *Bucket) Wake(key string) (*Waker, error) {
+	w := &Waker{c: make(chan struct{}, 1)}
+	sub, err := b.nc.Subscribe(b.keyPrefix+key, func(*nats.Msg) {
+		select {
+		case w.c <- struct{}{}:
+		default: // one signal pending is enough
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.sub = sub
+	return w, nil
+}
+
+// C delivers a signal after each write published on the key's subject.
+func (w *Waker) C() <-chan struct{} { return w.c }
+
+// Stop ends the subscription.
+func (w *Waker) Stop() { _ = w.sub.Unsubscribe() }
