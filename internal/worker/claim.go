@@ -34,6 +34,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 		Lease:       j.tool.Lease,
 		IntentSeq:   j.seq,
 		CallID:      j.env.CallID,
+		Submission:  j.submission,
 		Session:     j.env.Session,
 		Retention:   j.tool.Policy.Retention,
 		Budget:      budgetOf(j),
@@ -97,9 +98,10 @@ var claimAgain = round{again: true}
 // replay answers j from rec, a record of its key that answers it without
 // this worker firing: a conflict when the fingerprints differ (Claim reports
 // that as Conflict, Done otherwise), else the record's outcome — a replay
-// unless j's own call caused it (the same intent delivered again).
+// unless j's own call caused it (the same intent delivered again, or a copy
+// of the same call).
 func (w *Worker) replay(j *job, rec dedup.Record) handled {
-	res := w.fromRecord(j, rec, rec.IntentSeq != j.seq)
+	res := w.fromRecord(j, rec, !rec.CausedBy(j.seq, j.submission))
 	if rec.Fingerprint != j.id.Fingerprint {
 		w.m.conflicts.WithLabelValues(j.env.Tool).Inc()
 		res.Receipt = w.audit.conflict(j, res)

@@ -120,6 +120,10 @@ type job struct {
 	// of the intent that parked it. A record written for another sequence
 	// answers this job as a replay.
 	seq uint64
+	// submission names the call this job answers (intent.HeaderSubmission;
+	// "" when the intent names none): a copy of a call that ran the
+	// operation finds that call's outcome as its own.
+	submission string
 	// span is the intent's, ended once it is settled.
 	span trace.Span
 	// seat is what the job occupies in the worker until it is settled.

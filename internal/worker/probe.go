@@ -65,7 +65,7 @@ func (w *Worker) probeTakeover(work context.Context, j *job, c claim) (r round, 
 	w.answers.put(j.id.Key, got)
 	// The answer reports what the vanished holder's call caused: a replay
 	// unless that call is this one, delivered again.
-	return ended(answered(w.fromRecord(j, got, c.Previous.IntentSeq != j.seq), ack())), ans.Verdict, true
+	return ended(answered(w.fromRecord(j, got, !c.Previous.CausedBy(j.seq, j.submission)), ack())), ans.Verdict, true
 }
 
 // probe runs tool's probe for call and returns its answer: unknown, with

@@ -663,6 +663,56 @@ func TestStagesRetryFailure(t *testing.T) {
 	})
 }
 
+// A tool with on_failure: retry runs a failed operation again only for a
+// new call: the failed message delivered again and a copy of the call that
+// failed (another message naming the same call) are answered with the
+// failure, its own call's (no replay), and fire nothing; a malformed call
+// name is rejected.
+func TestStagesRetryFailureNotForACopy(t *testing.T) {
+	t.Parallel()
+	eachAnswerSource(t, func(t *testing.T, cache time.Duration) {
+		var calls atomic.Int32
+		pol := effects.DefaultPolicy()
+		pol.OnFailure = intent.OnFailureRetry
+		b := newStages(t, Config{AnswerCache: cache}, &effects.Tool{Name: "send", Policy: pol, Effect: counted(&calls, func(n int32) (effects.Outcome, error) {
+			if n == 1 {
+				return effects.Outcome{Invocations: 1}, effects.Permanent(intent.CodeEffectFailed, "422 mailbox full")
+			}
+			return sent(n)
+		})})
+		named := func(call string) *memMsg {
+			m := b.intent("send", `{"to":"a"}`)
+			m.header.Set(intent.HeaderSubmission, call)
+			return m
+		}
+		first := b.send(named("call-aaaaaaaa"))
+		require.Equal(t, verbAck, first.settlement(t).verb)
+		require.Equal(t, intent.StatusFailed, b.answer(t, first).Status)
+
+		redelivered := b.send(first.again())
+		require.Equal(t, verbAck, redelivered.settlement(t).verb)
+		copyOf := b.send(named("call-aaaaaaaa"))
+		require.Equal(t, verbAck, copyOf.settlement(t).verb)
+		res := b.answer(t, copyOf)
+		require.Equal(t, intent.StatusFailed, res.Status, "a copy of the call that failed gets its failure")
+		require.False(t, res.Replayed, "its own call's")
+		require.EqualValues(t, 1, calls.Load(), "neither the redelivery nor the copy fires")
+
+		bad := b.send(named("x y"))
+		require.Equal(t, verbTerm, bad.settlement(t).verb)
+		rej := b.answer(t, bad)
+		require.Equal(t, intent.CodeInvalidIntent, rej.Error.Code)
+		require.Contains(t, rej.Error.Message, intent.HeaderSubmission)
+
+		next := b.send(named("call-bbbbbbbb"))
+		require.Equal(t, verbAck, next.settlement(t).verb)
+		res = b.answer(t, next)
+		require.Equal(t, intent.StatusCompleted, res.Status, "a new call runs it again")
+		require.EqualValues(t, 2, calls.Load())
+		require.Equal(t, []string{"call-aaaaaaaa", "call-bbbbbbbb"}, b.record(t, res.Key).Submissions)
+	})
+}
+
 // A tool with on_complete: reject answers a repeat of a completed operation
 // already_done, with what ran, and never fires it; the same call delivered
 // again is answered its own outcome, and a failure is replayed as ever.
