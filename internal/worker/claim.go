@@ -43,7 +43,6 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 		RetryFailed: j.tool.Policy.OnFailure == intent.OnFailureRetry,
 	}
 	outage := w.outage(stop, j)
-	defer outage.end()
 	waitUntil := time.Now().Add(w.cfg.MaxWait)
 	for {
 		c, err := w.ledger.Claim(stop, req)
@@ -52,7 +51,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 				continue
 			}
 			w.log.Warn("claim", zap.String("key", req.Key), zap.Error(err))
-			return unanswered(nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")), nil
+			return unanswered(outage.giveUp(w.retryDelay(j.meta.NumDelivered))), nil
 		}
 		outage.over()
 		j.mark(stageClaimed)
@@ -145,7 +144,7 @@ func (w *Worker) confirm(stop context.Context, j *job, rev uint64, outage *ledge
 		// count it again once it can.
 		return claimAgain
 	case err != nil:
-		return ended(unanswered(nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")))
+		return ended(unanswered(outage.giveUp(w.retryDelay(j.meta.NumDelivered))))
 	}
 	return round{again: true, confirmed: !changed}
 }
@@ -166,7 +165,7 @@ func (w *Worker) waitHolder(stop context.Context, j *job, holder string, until t
 	case err == nil, errors.Is(err, dedup.ErrReleased):
 		return claimAgain // the lease expired or was released
 	default:
-		return ended(unanswered(nak(w.cfg.RetryDelay, "holder still in flight")))
+		return ended(unanswered(requeue(w.cfg.RetryDelay, "holder still in flight")))
 	}
 }
 
@@ -178,8 +177,6 @@ func (w *Worker) confirmAbandoned(stop context.Context, j *job, rev uint64) (boo
 	ctx, cancel := context.WithTimeout(stop, j.tool.Lease)
 	defer cancel()
 	j.detach()
-	halt := w.beats.hold(ctx, j.msg, w.cfg.AckWait/3)
-	defer halt()
 	changed, err := w.ledger.WaitChange(ctx, j.id.Key, rev)
 	if err == nil && !changed && stop.Err() != nil {
 		return false, stop.Err() // stopping, not confirmed
@@ -195,22 +192,20 @@ func (w *Worker) await(stop context.Context, j *job, until time.Time) (dedup.Rec
 	}
 	defer cancel()
 	j.detach()
-	halt := w.beats.hold(ctx, j.msg, w.cfg.AckWait/3)
-	defer halt()
 	rec, _, err := w.ledger.Wait(ctx, j.id.Key)
 	return rec, err
 }
 
-// ledgerOutage holds one intent through an outage of the ledger: its
-// message is kept (InProgress) while the handler pauses between tries,
-// backing off.
+// ledgerOutage holds one intent through an outage of the ledger: the
+// handler pauses between tries, backing off, while the intent's keep-alive
+// holds its message.
 type ledgerOutage struct {
 	w     *Worker
 	stop  context.Context
 	j     *job
 	pause time.Duration
 	since time.Time
-	halt  func() // the hold of the message; nil outside an outage
+	on    bool // in an outage
 }
 
 func (w *Worker) outage(stop context.Context, j *job) *ledgerOutage {
@@ -224,10 +219,9 @@ func (o *ledgerOutage) wait(err error) bool {
 	if o.stop.Err() != nil || !unavailable(err) {
 		return false
 	}
-	if o.halt == nil {
+	if !o.on {
 		o.j.detach()
-		o.since, o.pause = time.Now(), 100*time.Millisecond
-		o.halt = o.w.beats.hold(o.stop, o.j.msg, o.w.cfg.AckWait/3)
+		o.since, o.pause, o.on = time.Now(), 100*time.Millisecond, true
 		o.w.log.Warn("ledger unreachable; holding the intent until it is back", zap.String("key", o.j.id.Key), zap.Error(err))
 	}
 	t := time.NewTimer(o.pause)
@@ -241,18 +235,21 @@ func (o *ledgerOutage) wait(err error) bool {
 	}
 }
 
-// over ends the hold once the ledger answered.
-func (o *ledgerOutage) over() {
-	if o.halt != nil {
-		o.w.log.Info("ledger reachable again", zap.String("key", o.j.id.Key), zap.Duration("after", time.Since(o.since)))
-		o.end()
+// giveUp is the verdict of an intent whose claim ended on a ledger error:
+// delivered again after delay — as a wait (requeue) when the worker is
+// stopping, which tried nothing.
+func (o *ledgerOutage) giveUp(delay time.Duration) verdict {
+	if o.stop.Err() != nil {
+		return requeue(delay, "worker stopping while the ledger was unreachable")
 	}
+	return nak(delay, "ledger unavailable")
 }
 
-func (o *ledgerOutage) end() {
-	if o.halt != nil {
-		o.halt()
-		o.halt = nil
+// over ends the outage once the ledger answered.
+func (o *ledgerOutage) over() {
+	if o.on {
+		o.w.log.Info("ledger reachable again", zap.String("key", o.j.id.Key), zap.Duration("after", time.Since(o.since)))
+		o.on = false
 	}
 }
 

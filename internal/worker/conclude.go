@@ -51,7 +51,7 @@ func (w *Worker) conclude(f *firing) handled {
 		if werr == nil && rec.Status.Answered() {
 			return answered(w.fromRecord(j, rec, !rec.CausedBy(j.seq, j.submission)), ack())
 		}
-		return unanswered(nak(w.cfg.RetryDelay, "lease lost; outcome not recorded yet"))
+		return unanswered(requeue(w.cfg.RetryDelay, "lease lost; outcome not recorded yet"))
 	default:
 		// The worker stopped (its drain is over) before the outcome could be
 		// recorded: the lease will expire and the key be taken over (the
