@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -144,4 +145,57 @@ func TestFailedCallCopyNeverFiresAgain(t *testing.T) {
 	require.False(t, a.res.Replayed)
 	require.Equal(t, []sinkRequest{{Key: second.Key, Attempt: 1, Status: 422}, {Key: second.Key, Attempt: 2, Status: 200}},
 		down.requestsFor(t, second.Key))
+}
+
+// The HTTP front door passes a request's Idem-Submission on, so that a
+// caller's repeat of one call (the Python client repeats a request that
+// was answered 409 in flight, with the same header) is a copy of the call:
+// when the call's operation fails, the repeat waiting behind the tool's cap
+// is answered with the failure and fires nothing. A request naming another
+// call runs it again.
+func TestHTTPRepeatOfAFailedCallNeverFiresAgain(t *testing.T) {
+	t.Parallel()
+	skipShort(t, "repeats of one call behind a slow downstream that answers 422")
+	url := jetStream(t)
+	down := startRealSink(t, "--fail-first", "422", "--hold", "3s")
+	tools := writeTools(t, fmt.Sprintf(`tools:
+  notify:
+    effect: webhook
+    key_args: [to]
+    on_failure: retry
+    max_in_flight: 1
+    webhook: {url: %s/notify, timeout: 30s}
+`, down.url))
+	startWorker(t, "w1", url, tools)
+	gw := startGateway(t, url)
+	nc := connect(t, url)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	names, err := intent.NewNames("")
+	require.NoError(t, err)
+
+	// Another operation holds the tool's only slot for the downstream's hold.
+	blocker := make(chan response, 1)
+	go func() { blocker <- gw.call(t, agentA, "notify", `{"to":"ada"}`, "Prefer", "wait=60") }()
+	until(t, "the blocking call is published", func() bool {
+		st, err := js.Stream(t.Context(), names.Stream)
+		return err == nil && st.CachedInfo().State.LastSeq >= 1
+	})
+
+	const call = "call-0123456789abcdef"
+	first := gw.call(t, agentA, "notify", `{"to":"bob"}`, "Prefer", "wait=1", "Idem-Submission", call)
+	requireProblem(t, first, http.StatusConflict, "in_flight") // waiting under the cap
+	repeat := gw.call(t, agentA, "notify", `{"to":"bob"}`, "Prefer", "wait=60", "Idem-Submission", call)
+	requireProblem(t, repeat, http.StatusBadGateway, intent.CodeEffectFailed)
+	key := repeat.str("key")
+	require.Equal(t, []sinkRequest{{Key: key, Attempt: 1, Status: 422}}, down.requestsFor(t, key),
+		"the repeat of the call that failed fires nothing")
+	requireProblem(t, <-blocker, http.StatusBadGateway, intent.CodeEffectFailed)
+
+	bad := gw.call(t, agentA, "notify", `{"to":"bob"}`, "Idem-Submission", "no spaces")
+	requireProblem(t, bad, http.StatusBadRequest, "invalid_request")
+
+	again := gw.call(t, agentA, "notify", `{"to":"bob"}`, "Prefer", "wait=60")
+	require.Equal(t, http.StatusOK, again.status, "a new call runs the failed operation again: %s", again.raw)
+	require.Equal(t, []sinkRequest{{Key: key, Attempt: 1, Status: 422}, {Key: key, Attempt: 2, Status: 200}}, down.requestsFor(t, key))
 }
