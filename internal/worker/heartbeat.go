@@ -77,8 +77,11 @@ func (hb *heartbeats) add(b *beat) (stop func()) {
 	b.next, b.deadline, b.index = now.Add(b.period), now.Add(b.lease), -1
 	hb.mu.Lock()
 	heap.Push(&hb.queue, b)
+	first := b.index == 0
 	hb.mu.Unlock()
-	hb.poke()
+	if first {
+		hb.poke() // due before the one the scheduler waits for
+	}
 	// No context.AfterFunc per beat: its registration costs a few hundred
 	// bytes per intent in flight; the scheduler checks ctx when the beat is
 	// due instead.
