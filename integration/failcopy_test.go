@@ -199,3 +199,57 @@ func TestHTTPRepeatOfAFailedCallNeverFiresAgain(t *testing.T) {
 	require.Equal(t, http.StatusOK, again.status, "a new call runs the failed operation again: %s", again.raw)
 	require.Equal(t, []sinkRequest{{Key: key, Attempt: 1, Status: 422}, {Key: key, Attempt: 2, Status: 200}}, down.requestsFor(t, key))
 }
+
+// The TypeScript client names its call on every copy too: its republished
+// copy of a call that failed, waiting behind the tool's cap, never fires
+// the operation again; its next call does.
+func TestTSCopyOfAFailedCallNeverFiresAgain(t *testing.T) {
+	t.Parallel()
+	dir := tsClient(t)
+	url := jetStream(t)
+	down := startRealSink(t, "--fail-first", "422", "--hold", "8s") // well past the client's 3 s reply grace
+	tools := writeTools(t, fmt.Sprintf(`tools:
+  notify:
+    effect: webhook
+    key_args: [to]
+    on_failure: retry
+    max_in_flight: 1
+    webhook: {url: %s/notify, timeout: 30s}
+`, down.url))
+	startWorker(t, "w1", url, tools)
+	nc := connect(t, url)
+	cl, err := client.New(nc)
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	names, err := intent.NewNames("")
+	require.NoError(t, err)
+
+	blocker, err := cl.Publish(t.Context(), &intent.Envelope{Tool: "notify", Args: []byte(`{"to":"ada"}`)})
+	require.NoError(t, err)
+	failed := tsSubmit(t, dir, url, "--tool", "notify", "--args", `{"to":"bob"}`, "--wait", "55s")
+	require.Equal(t, intent.StatusFailed, failed.res.Status, "%s\n%s", failed.stdout, failed.stderr)
+	key := failed.res.Key
+	res, err := blocker.Wait(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, intent.StatusFailed, res.Status)
+
+	until(t, "the worker handled every copy", func() bool {
+		ci, err := js.Consumer(t.Context(), names.Stream, names.Consumer)
+		if err != nil {
+			return false
+		}
+		info, err := ci.Info(t.Context())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
+	st, err := js.Stream(t.Context(), names.Stream)
+	require.NoError(t, err)
+	info, err := st.Info(t.Context())
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, info.State.LastSeq, uint64(3), "the TypeScript client published its call again while it waited")
+	require.Equal(t, []sinkRequest{{Key: key, Attempt: 1, Status: 422}}, down.requestsFor(t, key), "its copy never fired the operation again")
+
+	again := tsSubmit(t, dir, url, "--tool", "notify", "--args", `{"to":"bob"}`, "--wait", "55s")
+	require.Equal(t, intent.StatusCompleted, again.res.Status, "a new call runs it again: %s\n%s", again.stdout, again.stderr)
+	require.Equal(t, []sinkRequest{{Key: key, Attempt: 1, Status: 422}, {Key: key, Attempt: 2, Status: 200}}, down.requestsFor(t, key))
+}
