@@ -64,6 +64,9 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 			r = ended(w.replay(j, c.Record))
 		case c.Outcome == dedup.OverBudget:
 			r = ended(w.overBudget(j, c.RetryAt))
+		case c.Outcome == dedup.Busy && abandoned(c.Record) && w.triedOut(j, c.Record):
+			r = ended(unanswered(term(fmt.Sprintf("max deliveries (%d) reached: its operation was tried %d times and its last holder vanished",
+				w.cfg.MaxDeliver, c.Record.Attempt))))
 		case c.Outcome == dedup.Busy && abandoned(c.Record):
 			if r = w.confirm(stop, j, c.Revision, outage); r.confirmed {
 				req.Confirmed = c.Revision
@@ -123,6 +126,14 @@ func (w *Worker) remember(j *job, rec dedup.Record) {
 // next call (intent.OnFailureRetry).
 func retries(j *job, rec dedup.Record) bool {
 	return rec.Status == intent.StatusFailed && j.tool != nil && j.tool.Policy.OnFailure == intent.OnFailureRetry
+}
+
+// triedOut reports whether j, delivered past Config.MaxDeliver, finds its
+// operation tried as often already: rec, its record, was claimed that many
+// times, each holder vanishing mid-try. A delivery spent waiting tried
+// nothing, so only the record tells (see overdueAfter).
+func (w *Worker) triedOut(j *job, rec dedup.Record) bool {
+	return j.meta.NumDelivered > uint64(w.cfg.MaxDeliver) && rec.Attempt >= w.cfg.MaxDeliver
 }
 
 // abandoned reports whether rec's holder may have vanished: pending, not
