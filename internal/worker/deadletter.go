@@ -96,8 +96,9 @@ const overdueFactor = 10
 // a holder; a heartbeat that ran late on a loaded box, a worker that stopped
 // or died holding it) tried nothing, and the ledger decides whether it
 // fires. A try that fails at or past the last delivery ends it (letter,
-// outcome). Only a delivery far past them — an intent whose every handling
-// kills its worker — is overdue.
+// outcome), and so does a record whose tries ran out (triedOut). Only a
+// delivery far past them — an intent whose every handling kills its worker
+// before it claims — is overdue.
 func (w *Worker) overdueAfter() uint64 { return uint64(w.cfg.MaxDeliver) * overdueFactor }
 
 // overdue is an intent delivered past overdueAfter: every worker that had
