@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // Request headers of a tool call besides Authorization and traceparent.
@@ -19,6 +21,11 @@ const (
 	HeaderSession = "Idem-Session"
 	// HeaderCallID is the model's tool_call_id, informational.
 	HeaderCallID = "Idem-Call-Id"
+	// HeaderSubmission names the call (intent.HeaderSubmission): one
+	// random value a client sends on every repeat of one call, so that a
+	// repeat is never taken for a new call (a failed operation runs again
+	// only for a new call). Without it each request is a call of its own.
+	HeaderSubmission = intent.HeaderSubmission
 	// HeaderCreatedAt is the operation's creation time (RFC 3339), for tools
 	// keyed by a time window; set it once per operation, not per retry.
 	HeaderCreatedAt = "Idem-Created-At"

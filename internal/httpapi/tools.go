@@ -49,11 +49,17 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *auth.Toke
 		return
 	}
 	env.Args = body
+	call, problem := submission(r)
+	if problem != nil {
+		writeProblem(w, problem)
+		return
+	}
 	p, err := s.cl.Prepare(r.Context(), env, intent.Limits{MaxBytes: s.cfg.MaxBodyBytes})
 	if err != nil {
 		writeProblem(w, invalidIntent(err))
 		return
 	}
+	p.Submission = call
 	switch {
 	case p.CatalogErr != nil:
 		s.unavailable(w, p.CatalogErr)
@@ -151,6 +157,21 @@ func (s *Server) envelope(r *http.Request, tok *auth.Token, tool string) (intent
 		env.CreatedAt = t
 	}
 	return env, nil
+}
+
+// submission is the call a request names (HeaderSubmission), "" for none.
+func submission(r *http.Request) (string, *problem) {
+	vs := r.Header.Values(HeaderSubmission)
+	switch {
+	case len(vs) == 0:
+		return "", nil
+	case len(vs) > 1:
+		return "", newProblem(http.StatusBadRequest, codeInvalidRequest, fmt.Sprintf("more than one %s header", HeaderSubmission))
+	case !intent.ValidSubmission(vs[0]):
+		return "", newProblem(http.StatusBadRequest, codeInvalidRequest, fmt.Sprintf(
+			"%s names the call: 8 to 64 characters of [A-Za-z0-9_-], one random value per call, repeated on its retries", HeaderSubmission))
+	}
+	return vs[0], nil
 }
 
 // invalidIntent is the problem of an intent that intent.Build refused.

@@ -47,6 +47,9 @@ func (w *Worker) admit(j *job) (h handled, ok bool) {
 	if err := w.sameIdentity(j); err != nil {
 		return w.reject(j, env.Tool, intent.CodeKeyMismatch, err), false
 	}
+	if j.submission, err = submissionOf(j.msg.Headers()); err != nil {
+		return w.reject(j, env.Tool, intent.CodeInvalidIntent, err), false
+	}
 	j.span.SetAttributes(attribute.String("idemgate.tool", env.Tool), attribute.String("idemgate.key", j.id.Key))
 	return handled{}, true
 }
@@ -89,6 +92,30 @@ func (w *Worker) sameIdentity(j *job) error {
 	return fmt.Errorf("the client derived key %s and fingerprint %s, the workers derive %s and %s for tool %s: "+
 		"refresh the client's key spec of the tool from the tool catalogue (%s) and send it again",
 		orNone(key), orNone(fp), j.id.Key, j.id.Fingerprint, j.env.Tool, w.res.names.ToolsSubject)
+}
+
+// submissionOf is the call an intent with headers h names
+// (intent.HeaderSubmission), "" for none; an error for a malformed one.
+func submissionOf(h nats.Header) (string, error) {
+	vs := h.Values(intent.HeaderSubmission)
+	switch {
+	case len(vs) == 0:
+		return "", nil
+	case len(vs) > 1:
+		return "", fmt.Errorf("the intent has %d %s headers; a call is named once", len(vs), intent.HeaderSubmission)
+	case !intent.ValidSubmission(vs[0]):
+		return "", fmt.Errorf("%s %q does not name a call: 8 to 64 characters of [A-Za-z0-9_-], one random value per call",
+			intent.HeaderSubmission, clipped(vs[0]))
+	}
+	return vs[0], nil
+}
+
+// clipped is s cut to 80 bytes for an error message.
+func clipped(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
 }
 
 func orNone(s string) string {

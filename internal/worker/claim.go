@@ -34,6 +34,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 		Lease:       j.tool.Lease,
 		IntentSeq:   j.seq,
 		CallID:      j.env.CallID,
+		Submission:  j.submission,
 		Session:     j.env.Session,
 		Retention:   j.tool.Policy.Retention,
 		Budget:      budgetOf(j),
@@ -42,7 +43,6 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 		RetryFailed: j.tool.Policy.OnFailure == intent.OnFailureRetry,
 	}
 	outage := w.outage(stop, j)
-	defer outage.end()
 	waitUntil := time.Now().Add(w.cfg.MaxWait)
 	for {
 		c, err := w.ledger.Claim(stop, req)
@@ -51,7 +51,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 				continue
 			}
 			w.log.Warn("claim", zap.String("key", req.Key), zap.Error(err))
-			return unanswered(nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")), nil
+			return unanswered(outage.giveUp(w.retryDelay(j.meta.NumDelivered))), nil
 		}
 		outage.over()
 		j.mark(stageClaimed)
@@ -64,6 +64,9 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 			r = ended(w.replay(j, c.Record))
 		case c.Outcome == dedup.OverBudget:
 			r = ended(w.overBudget(j, c.RetryAt))
+		case c.Outcome == dedup.Busy && abandoned(c.Record) && w.triedOut(j, c.Record):
+			r = ended(unanswered(term(fmt.Sprintf("max deliveries (%d) reached: its operation was tried %d times and its last holder vanished",
+				w.cfg.MaxDeliver, c.Record.Attempt))))
 		case c.Outcome == dedup.Busy && abandoned(c.Record):
 			if r = w.confirm(stop, j, c.Revision, outage); r.confirmed {
 				req.Confirmed = c.Revision
@@ -97,9 +100,10 @@ var claimAgain = round{again: true}
 // replay answers j from rec, a record of its key that answers it without
 // this worker firing: a conflict when the fingerprints differ (Claim reports
 // that as Conflict, Done otherwise), else the record's outcome — a replay
-// unless j's own call caused it (the same intent delivered again).
+// unless j's own call caused it (the same intent delivered again, or a copy
+// of the same call).
 func (w *Worker) replay(j *job, rec dedup.Record) handled {
-	res := w.fromRecord(j, rec, rec.IntentSeq != j.seq)
+	res := w.fromRecord(j, rec, !rec.CausedBy(j.seq, j.submission))
 	if rec.Fingerprint != j.id.Fingerprint {
 		w.m.conflicts.WithLabelValues(j.env.Tool).Inc()
 		res.Receipt = w.audit.conflict(j, &res)
@@ -124,6 +128,14 @@ func retries(j *job, rec dedup.Record) bool {
 	return rec.Status == intent.StatusFailed && j.tool != nil && j.tool.Policy.OnFailure == intent.OnFailureRetry
 }
 
+// triedOut reports whether j, delivered past Config.MaxDeliver, finds its
+// operation tried as often already: rec, its record, was claimed that many
+// times, each holder vanishing mid-try. A delivery spent waiting tried
+// nothing, so only the record tells (see overdueAfter).
+func (w *Worker) triedOut(j *job, rec dedup.Record) bool {
+	return j.meta.NumDelivered > uint64(w.cfg.MaxDeliver) && rec.Attempt >= w.cfg.MaxDeliver
+}
+
 // abandoned reports whether rec's holder may have vanished: pending, not
 // released, its lease expired.
 func abandoned(rec dedup.Record) bool {
@@ -143,7 +155,7 @@ func (w *Worker) confirm(stop context.Context, j *job, rev uint64, outage *ledge
 		// count it again once it can.
 		return claimAgain
 	case err != nil:
-		return ended(unanswered(nak(w.retryDelay(j.meta.NumDelivered), "ledger unavailable")))
+		return ended(unanswered(outage.giveUp(w.retryDelay(j.meta.NumDelivered))))
 	}
 	return round{again: true, confirmed: !changed}
 }
@@ -164,7 +176,7 @@ func (w *Worker) waitHolder(stop context.Context, j *job, holder string, until t
 	case err == nil, errors.Is(err, dedup.ErrReleased):
 		return claimAgain // the lease expired or was released
 	default:
-		return ended(unanswered(nak(w.cfg.RetryDelay, "holder still in flight")))
+		return ended(unanswered(requeue(w.cfg.RetryDelay, "holder still in flight")))
 	}
 }
 
@@ -176,8 +188,6 @@ func (w *Worker) confirmAbandoned(stop context.Context, j *job, rev uint64) (boo
 	ctx, cancel := context.WithTimeout(stop, j.tool.Lease)
 	defer cancel()
 	j.detach()
-	halt := w.beats.hold(ctx, j.msg, w.cfg.AckWait/3)
-	defer halt()
 	changed, err := w.ledger.WaitChange(ctx, j.id.Key, rev)
 	if err == nil && !changed && stop.Err() != nil {
 		return false, stop.Err() // stopping, not confirmed
@@ -193,22 +203,20 @@ func (w *Worker) await(stop context.Context, j *job, until time.Time) (dedup.Rec
 	}
 	defer cancel()
 	j.detach()
-	halt := w.beats.hold(ctx, j.msg, w.cfg.AckWait/3)
-	defer halt()
 	rec, _, err := w.ledger.Wait(ctx, j.id.Key)
 	return rec, err
 }
 
-// ledgerOutage holds one intent through an outage of the ledger: its
-// message is kept (InProgress) while the handler pauses between tries,
-// backing off.
+// ledgerOutage holds one intent through an outage of the ledger: the
+// handler pauses between tries, backing off, while the intent's keep-alive
+// holds its message.
 type ledgerOutage struct {
 	w     *Worker
 	stop  context.Context
 	j     *job
 	pause time.Duration
 	since time.Time
-	halt  func() // the hold of the message; nil outside an outage
+	on    bool // in an outage
 }
 
 func (w *Worker) outage(stop context.Context, j *job) *ledgerOutage {
@@ -222,10 +230,9 @@ func (o *ledgerOutage) wait(err error) bool {
 	if o.stop.Err() != nil || !unavailable(err) {
 		return false
 	}
-	if o.halt == nil {
+	if !o.on {
 		o.j.detach()
-		o.since, o.pause = time.Now(), 100*time.Millisecond
-		o.halt = o.w.beats.hold(o.stop, o.j.msg, o.w.cfg.AckWait/3)
+		o.since, o.pause, o.on = time.Now(), 100*time.Millisecond, true
 		o.w.log.Warn("ledger unreachable; holding the intent until it is back", zap.String("key", o.j.id.Key), zap.Error(err))
 	}
 	t := time.NewTimer(o.pause)
@@ -239,18 +246,21 @@ func (o *ledgerOutage) wait(err error) bool {
 	}
 }
 
-// over ends the hold once the ledger answered.
-func (o *ledgerOutage) over() {
-	if o.halt != nil {
-		o.w.log.Info("ledger reachable again", zap.String("key", o.j.id.Key), zap.Duration("after", time.Since(o.since)))
-		o.end()
+// giveUp is the verdict of an intent whose claim ended on a ledger error:
+// delivered again after delay — as a wait (requeue) when the worker is
+// stopping, which tried nothing.
+func (o *ledgerOutage) giveUp(delay time.Duration) verdict {
+	if o.stop.Err() != nil {
+		return requeue(delay, "worker stopping while the ledger was unreachable")
 	}
+	return nak(delay, "ledger unavailable")
 }
 
-func (o *ledgerOutage) end() {
-	if o.halt != nil {
-		o.halt()
-		o.halt = nil
+// over ends the outage once the ledger answered.
+func (o *ledgerOutage) over() {
+	if o.on {
+		o.w.log.Info("ledger reachable again", zap.String("key", o.j.id.Key), zap.Duration("after", time.Since(o.since)))
+		o.on = false
 	}
 }
 

@@ -49,9 +49,9 @@ func (w *Worker) conclude(f *firing) handled {
 		w.log.Warn("lease lost before recording; answering with the holder's outcome", zap.String("key", j.id.Key))
 		rec, werr := w.await(f.stop, j, time.Now().Add(w.cfg.MaxWait))
 		if werr == nil && rec.Status.Answered() {
-			return answered(w.fromRecord(j, rec, rec.IntentSeq != j.seq), ack())
+			return answered(w.fromRecord(j, rec, !rec.CausedBy(j.seq, j.submission)), ack())
 		}
-		return unanswered(nak(w.cfg.RetryDelay, "lease lost; outcome not recorded yet"))
+		return unanswered(requeue(w.cfg.RetryDelay, "lease lost; outcome not recorded yet"))
 	default:
 		// The worker stopped (its drain is over) before the outcome could be
 		// recorded: the lease will expire and the key be taken over (the

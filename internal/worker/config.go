@@ -76,7 +76,14 @@ type Config struct {
 	AckWait time.Duration
 
 	// MaxDeliver is how many times an intent is delivered before the worker
-	// gives up on it (records it failed). Default: 10 (DefaultMaxDeliver).
+	// gives up on it: a try that fails at or past this delivery is its last
+	// (recorded failed, or dead-lettered and answered dead_lettered when
+	// nothing could be recorded). A delivery spent waiting — under a tool's
+	// max_in_flight, for another holder, through a ledger outage, or on a
+	// worker that stopped meanwhile — tries nothing and ends nothing; an
+	// intent is dead-lettered untried only past ten times this many
+	// deliveries (every worker that had it died). Default: 10
+	// (DefaultMaxDeliver).
 	MaxDeliver int
 
 	// MaxAckPending bounds the intents delivered and not yet settled across all

@@ -68,6 +68,9 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) (handled
 			// The firing answers the call that parked the operation: its
 			// record keeps that call's sequence.
 			j.env, j.tool, j.id.Fingerprint, j.seq = env, tool, rec.Fingerprint, rec.IntentSeq
+			if n := len(rec.Submissions); n > 0 {
+				j.submission = rec.Submissions[n-1]
+			}
 			return w.claim(stop, work, j) // claim the approved key and fire, or wait for who does
 		}
 	case intent.ControlDeny:

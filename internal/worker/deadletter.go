@@ -24,7 +24,7 @@ func (w *Worker) letter(j *job, v verdict) verdict {
 	if j.meta == nil {
 		return v // not a JetStream message: nowhere to redeliver, nothing to copy
 	}
-	if v.verb == verbNak && w.lastDelivery(j) {
+	if v.verb == verbNak && !v.waited && w.lastDelivery(j) {
 		v = term(fmt.Sprintf("max deliveries (%d) reached: %s", j.meta.NumDelivered, v.reason))
 	}
 	if v.verb != verbTerm {
@@ -86,14 +86,30 @@ func dlqToken(n intent.Names, subject string) string {
 	return "_unknown"
 }
 
-// overdue is an intent delivered past Config.MaxDeliver: the worker that had
-// its last delivery died holding it. The consumer delivers without limit so
-// that such an intent comes back to a worker, which dead-letters and
-// answers it, whatever became of the others (a server advisory would reach
-// only the workers subscribed at that moment, and only once).
+// overdueFactor times Config.MaxDeliver is how many deliveries an intent
+// gets before it is dead-lettered unhandled (overdue).
+const overdueFactor = 10
+
+// overdueAfter is the delivery past which an intent is overdue. Deliveries
+// past Config.MaxDeliver are served as any other: they were not spent on
+// tries — an intent redelivered while it waited (under its tool's cap, for
+// a holder; a heartbeat that ran late on a loaded box, a worker that stopped
+// or died holding it) tried nothing, and the ledger decides whether it
+// fires. A try that fails at or past the last delivery ends it (letter,
+// outcome), and so does a record whose tries ran out (triedOut). Only a
+// delivery far past them — an intent whose every handling kills its worker
+// before it claims — is overdue.
+func (w *Worker) overdueAfter() uint64 { return uint64(w.cfg.MaxDeliver) * overdueFactor }
+
+// overdue is an intent delivered past overdueAfter: every worker that had
+// it died holding it. The consumer delivers without limit so that such an
+// intent comes back to a worker, which dead-letters and answers it,
+// whatever became of the others (a server advisory would reach only the
+// workers subscribed at that moment, and only once).
 func (w *Worker) overdue(j *job) handled {
 	j.id, j.env = w.identify(j.msg.Subject(), j.msg.Headers(), j.msg.Data(), j.meta.Timestamp)
-	return unanswered(term(fmt.Sprintf("max deliveries (%d) reached without an answer", w.cfg.MaxDeliver)))
+	return unanswered(term(fmt.Sprintf("delivered %d times (more than %d) without an answer: every worker that handled it stopped first",
+		j.meta.NumDelivered, w.overdueAfter())))
 }
 
 // identify derives, as far as it can, the identity of an intent (or

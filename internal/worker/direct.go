@@ -16,9 +16,7 @@ import (
 // writes configured with ledger: false). Identical reads in flight on this
 // worker are coalesced into one call; their callers share its answer.
 func (w *Worker) direct(work context.Context, j *job) handled {
-	j.detach() // the effect runs on the handler's goroutine
-	halt := w.beats.hold(work, j.msg, w.cfg.AckWait/3)
-	defer halt() // on a panic too; halting twice is harmless
+	j.detach() // the effect runs on the handler's goroutine; the intent's keep-alive holds its message
 	fire := func() (effects.Outcome, error) {
 		return j.tool.Effect.Fire(work, effects.Call{
 			Key: j.id.Key, Tool: j.env.Tool, Session: j.env.Session, CallID: j.env.CallID, Args: j.env.Args, Attempt: 1, Holder: w.cfg.Holder,
@@ -33,7 +31,6 @@ func (w *Worker) direct(work context.Context, j *job) handled {
 	} else {
 		out, err = fire()
 	}
-	halt()
 	if shared {
 		w.m.coalesced.WithLabelValues(j.env.Tool).Inc()
 	}

@@ -38,11 +38,12 @@ type firing struct {
 func (w *Worker) firing(stop, work context.Context, j *job, lease lease) *firing {
 	ectx, cancel := context.WithCancel(work)
 	period := min(j.tool.Lease, w.cfg.AckWait) / 3
-	// The heartbeat lives on work, not on the effect's context: it goes on,
-	// holding the message and extending the lease, until the outcome is
-	// recorded — a holder retrying its completion through a ledger outage
-	// must keep both, or another worker would fire the operation again.
-	halt := w.beats.guard(work, j.msg, period, j.tool.Lease, func(ctx context.Context) error {
+	// The heartbeat lives on work, not on the effect's context: it goes on
+	// extending the lease (the intent's keep-alive holds the message) until
+	// the outcome is recorded — a holder retrying its completion through a
+	// ledger outage must keep both, or another worker would fire the
+	// operation again.
+	halt := w.beats.guard(work, nil, period, j.tool.Lease, func(ctx context.Context) error {
 		return lease.Extend(ctx, j.tool.Lease)
 	}, func(cutOff bool) {
 		if cutOff {

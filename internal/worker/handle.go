@@ -46,7 +46,7 @@ func (w *Worker) process(stop, work context.Context, j *job) (h handled, f *firi
 			h, f = unanswered(nak(w.cfg.RetryDelay, "panic")), nil
 		}
 	}()
-	if j.meta.NumDelivered > uint64(w.cfg.MaxDeliver) {
+	if j.meta.NumDelivered > w.overdueAfter() {
 		return w.overdue(j), nil
 	}
 	if op := w.res.names.ControlOp(j.msg.Subject()); op != "" {
@@ -80,6 +80,9 @@ func (w *Worker) finish(ctx context.Context, j *job, h handled) {
 	}
 	if j.seat.tool != nil {
 		<-j.seat.tool
+	}
+	if j.keep != nil {
+		j.keep()
 	}
 	w.settle(j, v)
 	j.span.SetAttributes(attribute.String("idemgate.verdict", v.verb.String()))
@@ -120,6 +123,14 @@ type job struct {
 	// of the intent that parked it. A record written for another sequence
 	// answers this job as a replay.
 	seq uint64
+	// submission names the call this job answers (intent.HeaderSubmission;
+	// "" when the intent names none): a copy of a call that ran the
+	// operation finds that call's outcome as its own.
+	submission string
+	// keep stops the intent's keep-alive (heartbeats.hold), which runs
+	// from its receipt until it is settled, whatever stage it waits in: no
+	// gap between stages in which the consumer's AckWait runs out.
+	keep func()
 	// span is the intent's, ended once it is settled.
 	span trace.Span
 	// seat is what the job occupies in the worker until it is settled.
@@ -182,6 +193,7 @@ func (w *Worker) receive(work context.Context, msg message, run *poolRun) (*job,
 	}
 	if meta, err := msg.Metadata(); err == nil {
 		j.meta, j.replyTo, j.seq = meta, msg.Headers().Get(intent.HeaderReplyTo), meta.Sequence.Stream
+		j.keep = w.beats.hold(context.Background(), msg, w.cfg.AckWait/3)
 		j.mark(stageDelivered)
 	}
 	return j, trace.ContextWithSpan(work, span)

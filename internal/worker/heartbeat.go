@@ -51,7 +51,8 @@ func (hb *heartbeats) hold(ctx context.Context, msg inProgress, period time.Dura
 	return hb.add(&beat{ctx: ctx, msg: msg, period: period})
 }
 
-// guard is hold for a lease holder: every period it also extends the lease
+// guard is hold for a lease holder (msg nil: it only extends, the message
+// being held otherwise): every period it also extends the lease
 // (of length lease) with extend, and stop waits for an extension in flight.
 // It calls lost(false) and stops when extend reports dedup.ErrLeaseLost, or
 // lost(true) once when three quarters of a lease past the lease's deadline
@@ -76,8 +77,11 @@ func (hb *heartbeats) add(b *beat) (stop func()) {
 	b.next, b.deadline, b.index = now.Add(b.period), now.Add(b.lease), -1
 	hb.mu.Lock()
 	heap.Push(&hb.queue, b)
+	first := b.index == 0
 	hb.mu.Unlock()
-	hb.poke()
+	if first {
+		hb.poke() // due before the one the scheduler waits for
+	}
 	// No context.AfterFunc per beat: its registration costs a few hundred
 	// bytes per intent in flight; the scheduler checks ctx when the beat is
 	// due instead.
@@ -150,7 +154,9 @@ func (hb *heartbeats) fire(b *beat) {
 		hb.remove(b)
 		return
 	}
-	_ = b.msg.InProgress()
+	if b.msg != nil {
+		_ = b.msg.InProgress()
+	}
 	if b.extend == nil {
 		return
 	}

@@ -83,7 +83,7 @@ func (w *Worker) limit(stop context.Context, j *job) (h handled, ok bool) {
 		return answered(res, ack()), false
 	}
 	if err := w.toolSlot(stop, j); err != nil {
-		return unanswered(nak(0, "worker stopping while the intent waited for its tool")), false
+		return unanswered(requeue(0, "worker stopping while the intent waited for its tool")), false
 	}
 	return handled{}, true
 }
@@ -108,9 +108,7 @@ func (w *Worker) toolSlot(stop context.Context, j *job) error {
 	default:
 	}
 	w.m.limited.WithLabelValues(j.env.Tool, "tool_in_flight").Inc()
-	j.detach()
-	halt := w.beats.hold(stop, j.msg, w.cfg.AckWait/3)
-	defer halt()
+	j.detach() // the intent's keep-alive holds its message meanwhile
 	select {
 	case w.queued <- struct{}{}:
 		defer func() { <-w.queued }()

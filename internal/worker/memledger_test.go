@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -113,6 +114,9 @@ func (l *memLedger) Claim(_ context.Context, req dedup.ClaimRequest) (claim, err
 		rec := dedup.Record{Status: intent.StatusPending, Tool: req.Tool, Session: req.Session, Fingerprint: req.Fingerprint,
 			Holder: req.Holder, LeaseUntil: now.Add(req.Lease), Attempt: 1, IntentSeq: req.IntentSeq, CallID: req.CallID,
 			CreatedAt: now, UpdatedAt: now}
+		if req.Submission != "" {
+			rec.Submissions = []string{req.Submission}
+		}
 		rev, err := l.put(req.Key, e.rev, rec)
 		return l.held(dedup.Acquired, req.Key, rev, rec), err
 	}
@@ -121,10 +125,13 @@ func (l *memLedger) Claim(_ context.Context, req dedup.ClaimRequest) (claim, err
 	switch {
 	case cur.Fingerprint != req.Fingerprint:
 		found.Outcome = dedup.Conflict
-	case cur.Status == intent.StatusFailed && req.RetryFailed:
+	case cur.Status == intent.StatusFailed && req.RetryFailed && !cur.RanBy(req.IntentSeq, req.Submission):
 		next := cur
 		next.Status, next.Holder, next.LeaseUntil, next.Attempt = intent.StatusPending, req.Holder, now.Add(req.Lease), cur.Attempt+1
 		next.IntentSeq, next.CallID, next.UpdatedAt = req.IntentSeq, req.CallID, now
+		if req.Submission != "" {
+			next.Submissions = append(slices.Clone(cur.Submissions), req.Submission)
+		}
 		next.Result, next.Error, next.Receipt, next.Decision, next.CompletedAt = nil, nil, nil, nil, time.Time{}
 		rev, err := l.put(req.Key, e.rev, next)
 		return l.held(dedup.Acquired, req.Key, rev, next), err

@@ -23,12 +23,12 @@ import (
 // the record either way.
 func (w *Worker) probeTakeover(work context.Context, j *job, c claim) (r round, verdict effects.Verdict, settled bool) {
 	rec := c.Lease.Record()
-	// While the downstream is asked, the lease is extended and the message
-	// kept, as while an effect fires: a probe slower than the lease must not
-	// let another worker take the key over.
+	// While the downstream is asked, the lease is extended (the message is
+	// kept by the intent's keep-alive), as while an effect fires: a probe
+	// slower than the lease must not let another worker take the key over.
 	pctx, cancel := context.WithCancel(work)
 	j.detach()
-	halt := w.beats.guard(work, j.msg, min(j.tool.Lease, w.cfg.AckWait)/3, j.tool.Lease, func(ctx context.Context) error {
+	halt := w.beats.guard(work, nil, min(j.tool.Lease, w.cfg.AckWait)/3, j.tool.Lease, func(ctx context.Context) error {
 		return c.Lease.Extend(ctx, j.tool.Lease)
 	}, func(bool) { cancel() })
 	ans := w.probe(pctx, j.tool, effects.Call{
@@ -65,7 +65,7 @@ func (w *Worker) probeTakeover(work context.Context, j *job, c claim) (r round, 
 	w.answers.put(j.id.Key, got)
 	// The answer reports what the vanished holder's call caused: a replay
 	// unless that call is this one, delivered again.
-	return ended(answered(w.fromRecord(j, got, c.Previous.IntentSeq != j.seq), ack())), ans.Verdict, true
+	return ended(answered(w.fromRecord(j, got, !c.Previous.CausedBy(j.seq, j.submission)), ack())), ans.Verdict, true
 }
 
 // probe runs tool's probe for call and returns its answer: unknown, with

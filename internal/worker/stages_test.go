@@ -35,6 +35,7 @@ type stageBundle struct {
 	letters *memLetters
 	names   intent.Names
 	stop    context.Context // cancelled when the test ends, as Run's ctx
+	halt    func()          // cancels stop: the worker is asked to stop
 	seq     atomic.Uint64
 	mu      sync.Mutex
 	sent    []*memMsg
@@ -57,7 +58,7 @@ func newStages(t *testing.T, cfg Config, tools ...*effects.Tool) *stageBundle {
 	beatsDone := make(chan struct{})
 	go func() { defer close(beatsDone); b.w.beats.run(beats) }()
 	stop, cancel := context.WithCancel(context.Background())
-	b.stop = stop
+	b.stop, b.halt = stop, cancel
 	t.Cleanup(func() {
 		cancel()
 		b.w.handling.Wait()
@@ -160,6 +161,28 @@ type memMsg struct {
 	settled  chan settlement
 	settles  atomic.Int32
 	progress atomic.Int32
+	mu       sync.Mutex
+	kept     []time.Time // when the consumer heard of it: each InProgress, and its settlement
+}
+
+// keptAt notes that the consumer heard of m now.
+func (m *memMsg) keptAt() {
+	m.mu.Lock()
+	m.kept = append(m.kept, time.Now())
+	m.mu.Unlock()
+}
+
+// longestSilence is the longest time from since to m's settlement in which
+// the consumer heard nothing of m: past the consumer's AckWait, the server
+// would have delivered it again.
+func (m *memMsg) longestSilence(since time.Time) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	longest, last := time.Duration(0), since
+	for _, at := range m.kept {
+		longest, last = max(longest, at.Sub(last)), at
+	}
+	return longest
 }
 
 type settlement struct {
@@ -174,7 +197,7 @@ func (m *memMsg) Subject() string                           { return m.subject }
 func (m *memMsg) Headers() nats.Header                      { return m.header }
 func (m *memMsg) Data() []byte                              { return m.data }
 func (m *memMsg) Metadata() (*jetstream.MsgMetadata, error) { return &m.meta, nil }
-func (m *memMsg) InProgress() error                         { m.progress.Add(1); return nil }
+func (m *memMsg) InProgress() error                         { m.progress.Add(1); m.keptAt(); return nil }
 func (m *memMsg) Ack() error                                { return m.settle(settlement{verb: verbAck}) }
 func (m *memMsg) NakWithDelay(d time.Duration) error {
 	return m.settle(settlement{verb: verbNak, delay: d})
@@ -184,6 +207,7 @@ func (m *memMsg) TermWithReason(reason string) error {
 }
 
 func (m *memMsg) settle(s settlement) error {
+	m.keptAt()
 	m.settles.Add(1)
 	m.settled <- s
 	return nil
@@ -573,9 +597,9 @@ func TestStagesPanickingEffect(t *testing.T) {
 }
 
 // An intent that ends unanswered is dead-lettered and answered
-// dead_lettered: past its deliveries (its last holder died), or on a nak at
-// its last delivery. A dead letter that cannot be copied leaves the intent
-// to redelivery.
+// dead_lettered: far past its deliveries (every worker that handled it
+// died), or on a nak at its last delivery. A dead letter that cannot be
+// copied leaves the intent to redelivery.
 func TestStagesDeadLetters(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
@@ -583,9 +607,9 @@ func TestStagesDeadLetters(t *testing.T) {
 	key := b.identity(t, "send", `{}`).Key
 
 	overdue := b.intent("send", `{}`)
-	overdue.meta.NumDelivered = 3
+	overdue.meta.NumDelivered = 21
 	s := b.send(overdue).settlement(t)
-	require.Equal(t, settlement{verb: verbTerm, reason: "max deliveries (2) reached without an answer"}, s)
+	require.Equal(t, settlement{verb: verbTerm, reason: "delivered 21 times (more than 20) without an answer: every worker that handled it stopped first"}, s)
 	res := b.answer(t, overdue)
 	require.Equal(t, intent.CodeDeadLettered, res.Error.Code)
 	require.Equal(t, key, res.Key, "the worker's derivation")
@@ -602,13 +626,88 @@ func TestStagesDeadLetters(t *testing.T) {
 	b.letters.fail = errors.New("no dead-letter stream")
 	b.letters.mu.Unlock()
 	uncopied := b.intent("send", `{}`)
-	uncopied.meta.NumDelivered = 3
+	uncopied.meta.NumDelivered = 21
 	require.Equal(t, verbNak, b.send(uncopied).settlement(t).verb)
 	b.unanswered(t, uncopied)
 	rejected := b.send(b.message(b.names.IntentSubject("send"), `{"tool":`))
 	require.Equal(t, verbNak, rejected.settlement(t).verb, "left to redelivery")
 	require.Equal(t, intent.StatusRejected, b.answer(t, rejected).Status, "answered all the same")
 	require.Zero(t, calls.Load())
+}
+
+// An intent waiting under its tool's cap spends no delivery: past the
+// consumer's MaxDeliver (its earlier deliveries were redelivered while it
+// waited, or its workers stopped) it is served as any other and fires once;
+// at its last delivery, a worker that stops while it waits gives it back
+// to the stream, unanswered and not dead-lettered.
+func TestStagesHeldIntentSpendsNoDelivery(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	release := make(chan struct{})
+	pol := effects.DefaultPolicy()
+	pol.MaxInFlight = 1
+	b := newStages(t, Config{MaxDeliver: 2}, &effects.Tool{Name: "send", Policy: pol, Effect: counted(&calls, func(n int32) (effects.Outcome, error) {
+		if n == 2 {
+			<-release
+		}
+		return sent(n)
+	})})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the worker's cleanup, which waits for the effect
+
+	late := b.intent("send", `{"to":"late"}`)
+	late.meta.NumDelivered = 7 // past MaxDeliver: redelivered while it waited
+	require.Equal(t, verbAck, b.send(late).settlement(t).verb)
+	require.Equal(t, intent.StatusCompleted, b.answer(t, late).Status, "served, and fired")
+	require.EqualValues(t, 1, calls.Load())
+
+	firing := b.send(b.intent("send", `{"to":"first"}`)) // holds the tool's only slot
+	require.Eventually(t, func() bool { return calls.Load() == 2 }, 10*time.Second, time.Millisecond)
+	waiting := b.intent("send", `{"to":"waits"}`)
+	waiting.meta.NumDelivered = 2 // its last delivery
+	b.send(waiting)
+	require.Eventually(t, func() bool { return len(b.w.queued) == 1 },
+		10*time.Second, time.Millisecond, "it waits under the cap")
+	b.halt()
+	s := waiting.settlement(t)
+	require.Equal(t, verbNak, s.verb, "given back to the stream, not dead-lettered: %+v", s)
+	b.unanswered(t, waiting)
+	require.Empty(t, b.letters.all())
+	unblock()
+	require.Equal(t, verbAck, firing.settlement(t).verb)
+	require.EqualValues(t, 2, calls.Load())
+}
+
+// An intent is kept alive from its delivery to its settlement, whatever
+// stage it is in: waiting under its tool's cap, claiming (a slow ledger),
+// firing. The consumer never goes an AckWait without hearing of it — no
+// gap between the stages' keep-alives in which the server would deliver it
+// again and spend a delivery.
+func TestStagesKeepAliveHasNoGap(t *testing.T) {
+	t.Parallel()
+	const ackWait = time.Second
+	pol := effects.DefaultPolicy()
+	pol.MaxInFlight = 1
+	var calls atomic.Int32
+	b := newStages(t, Config{AckWait: ackWait}, &effects.Tool{Name: "send", Policy: pol, Effect: counted(&calls, func(n int32) (effects.Outcome, error) {
+		time.Sleep(ackWait / 2)
+		return sent(n)
+	})})
+	b.ledger.fault = func(op string) error {
+		if op == "claim" {
+			time.Sleep(ackWait) // a claim on a loaded, replicated ledger
+		}
+		return nil
+	}
+	start := time.Now()
+	first := b.send(b.intent("send", `{"to":"a"}`))
+	second := b.send(b.intent("send", `{"to":"b"}`)) // waits under the cap, then claims
+	for _, m := range []*memMsg{first, second} {
+		require.Equal(t, verbAck, m.settlement(t).verb)
+		require.Less(t, m.longestSilence(start), ackWait, "the consumer heard of the intent at least once an AckWait")
+	}
+	require.EqualValues(t, 2, calls.Load())
 }
 
 // A tool without the ledger fires every intent, records nothing.
@@ -660,6 +759,56 @@ func TestStagesRetryFailure(t *testing.T) {
 		require.Equal(t, verbAck, done.settlement(t).verb)
 		require.True(t, b.answer(t, done).Replayed, "a completion is replayed as ever")
 		require.EqualValues(t, 2, calls.Load())
+	})
+}
+
+// A tool with on_failure: retry runs a failed operation again only for a
+// new call: the failed message delivered again and a copy of the call that
+// failed (another message naming the same call) are answered with the
+// failure, its own call's (no replay), and fire nothing; a malformed call
+// name is rejected.
+func TestStagesRetryFailureNotForACopy(t *testing.T) {
+	t.Parallel()
+	eachAnswerSource(t, func(t *testing.T, cache time.Duration) {
+		var calls atomic.Int32
+		pol := effects.DefaultPolicy()
+		pol.OnFailure = intent.OnFailureRetry
+		b := newStages(t, Config{AnswerCache: cache}, &effects.Tool{Name: "send", Policy: pol, Effect: counted(&calls, func(n int32) (effects.Outcome, error) {
+			if n == 1 {
+				return effects.Outcome{Invocations: 1}, effects.Permanent(intent.CodeEffectFailed, "422 mailbox full")
+			}
+			return sent(n)
+		})})
+		named := func(call string) *memMsg {
+			m := b.intent("send", `{"to":"a"}`)
+			m.header.Set(intent.HeaderSubmission, call)
+			return m
+		}
+		first := b.send(named("call-aaaaaaaa"))
+		require.Equal(t, verbAck, first.settlement(t).verb)
+		require.Equal(t, intent.StatusFailed, b.answer(t, first).Status)
+
+		redelivered := b.send(first.again())
+		require.Equal(t, verbAck, redelivered.settlement(t).verb)
+		copyOf := b.send(named("call-aaaaaaaa"))
+		require.Equal(t, verbAck, copyOf.settlement(t).verb)
+		res := b.answer(t, copyOf)
+		require.Equal(t, intent.StatusFailed, res.Status, "a copy of the call that failed gets its failure")
+		require.False(t, res.Replayed, "its own call's")
+		require.EqualValues(t, 1, calls.Load(), "neither the redelivery nor the copy fires")
+
+		bad := b.send(named("x y"))
+		require.Equal(t, verbTerm, bad.settlement(t).verb)
+		rej := b.answer(t, bad)
+		require.Equal(t, intent.CodeInvalidIntent, rej.Error.Code)
+		require.Contains(t, rej.Error.Message, intent.HeaderSubmission)
+
+		next := b.send(named("call-bbbbbbbb"))
+		require.Equal(t, verbAck, next.settlement(t).verb)
+		res = b.answer(t, next)
+		require.Equal(t, intent.StatusCompleted, res.Status, "a new call runs it again")
+		require.EqualValues(t, 2, calls.Load())
+		require.Equal(t, []string{"call-aaaaaaaa", "call-bbbbbbbb"}, b.record(t, res.Key).Submissions)
 	})
 }
 

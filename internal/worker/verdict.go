@@ -34,12 +34,23 @@ type verdict struct {
 	verb   verb
 	delay  time.Duration // verbNak: redelivery delay
 	reason string        // verbTerm, verbNak: why, for the server's advisory and the log
+	// waited marks a nak of an intent that only waited (for its tool's
+	// cap, another holder, the ledger) and tried nothing: it never ends
+	// the intent at its last delivery (see letter).
+	waited bool
 }
 
 func ack() verdict               { return verdict{verb: verbAck} }
 func term(reason string) verdict { return verdict{verb: verbTerm, reason: reason} }
 func nak(delay time.Duration, reason string) verdict {
 	return verdict{verb: verbNak, delay: delay, reason: reason}
+}
+
+// requeue is a nak of an intent that waited and tried nothing — the
+// worker stopping while it waited, a holder still in flight: its
+// redelivery is back-pressure, not a try, and it never ends the intent.
+func requeue(delay time.Duration, reason string) verdict {
+	return verdict{verb: verbNak, delay: delay, reason: reason, waited: true}
 }
 
 // settle is the one place where outcomes become JetStream verbs (finish

@@ -212,6 +212,12 @@ type Prepared struct {
 	// CatalogErr is why the catalogue could not be asked (Known is then
 	// false): the key was derived by the default spec.
 	CatalogErr error
+	// Submission names the call (intent.HeaderSubmission) when a front
+	// door publishes one call more than once — a caller's repeats of one
+	// request — so that the workers tell a copy of the call from a new one
+	// (a failed operation runs again only for a new call). Empty, as
+	// Prepare leaves it: each PublishPrepared is a call of its own.
+	Submission string
 
 	spec toolSpec
 }
@@ -275,10 +281,19 @@ func (c *Client) Publish(ctx context.Context, env *intent.Envelope) (*Submission
 
 // PublishPrepared is the second half of a submission: it publishes p's
 // envelope as built, with Nats-Msg-Id set to its key, a private reply
-// subject and its key and fingerprint in headers, and returns the
-// submission to Wait on.
+// subject, its key and fingerprint, and the name of its call
+// (p.Submission, or a new one) in headers, and returns the submission to
+// Wait on. Every republish of the submission names the same call. It
+// returns an error matching intent.ErrInvalid for a malformed p.Submission.
 func (c *Client) PublishPrepared(ctx context.Context, p *Prepared) (*Submission, error) {
 	env, ts, id := p.Envelope, p.spec, p.ID
+	call := p.Submission
+	switch {
+	case call == "":
+		call = nuid.Next()
+	case !intent.ValidSubmission(call):
+		return nil, fmt.Errorf("client: %w: submission %q: 8 to 64 characters of [A-Za-z0-9_-]", intent.ErrInvalid, call)
+	}
 	s := &Submission{Key: id.Key, Fingerprint: id.Fingerprint, c: c, tool: env.Tool, call: env.CallID, spec: ts, decoded: p.Decoded, ch: make(chan *nats.Msg, inboxBuffer)}
 	inbox := c.nc.NewRespInbox()
 	var err error
@@ -291,6 +306,7 @@ func (c *Client) PublishPrepared(ctx context.Context, p *Prepared) (*Submission,
 	s.msg.Header.Set(intent.HeaderReplyTo, inbox)
 	s.msg.Header.Set(intent.HeaderKey, id.Key)
 	s.msg.Header.Set(intent.HeaderFingerprint, id.Fingerprint)
+	s.msg.Header.Set(intent.HeaderSubmission, call)
 	injectTrace(ctx, s.msg.Header)
 	msgID := ""
 	if !ts.noLedger && !ts.retryFailed {

@@ -87,6 +87,10 @@ type ClaimRequest struct {
 	IntentSeq uint64
 	// CallID is the intent's informational call id. Optional.
 	CallID string
+	// Submission names the call the intent belongs to (the intent's
+	// intent.HeaderSubmission), recorded with the claim (Record.Submissions).
+	// Optional.
+	Submission string
 	// Confirmed is the revision of a pending record with an expired lease
 	// that the claimant saw stay unchanged for a grace period: with
 	// WithConfirmedTakeover, only that revision is taken over (a record at
@@ -106,10 +110,12 @@ type ClaimRequest struct {
 	// key most likely has a record already — an intent delivered again, a
 	// duplicate — and one more when it has none. The outcome is the same.
 	ReadFirst bool
-	// RetryFailed makes a failed record of the same fingerprint no answer:
-	// the claim takes it over by compare-and-set (Acquired) and the caller
-	// fires again — the tool's intent.OnFailureRetry. Default false: the
-	// failure is the answer (Done).
+	// RetryFailed makes a failed record of the same fingerprint no answer
+	// for a new call: the claim takes it over by compare-and-set (Acquired)
+	// and the caller fires again — the tool's intent.OnFailureRetry. A copy
+	// of a call that ran the operation (Record.RanBy) is answered with the
+	// failure (Done) all the same: only a new call runs it again. Default
+	// false: the failure is the answer (Done).
 	RetryFailed bool
 }
 

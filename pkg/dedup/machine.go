@@ -69,6 +69,7 @@ func claimed(req ClaimRequest, now time.Time) Record {
 		Attempt:     1,
 		IntentSeq:   req.IntentSeq,
 		CallID:      req.CallID,
+		Submissions: ranBy(nil, req.Submission),
 		CreatedAt:   now,
 		UpdatedAt:   now,
 
@@ -102,7 +103,9 @@ func (p policy) claim(cur Record, rev uint64, req ClaimRequest, now time.Time) c
 		return claimStep{outcome: Acquired, next: claimed(req, now)}
 	case cur.Fingerprint != req.Fingerprint:
 		return claimStep{outcome: Conflict}
-	case cur.Status == intent.StatusFailed && req.RetryFailed:
+	case cur.Status == intent.StatusFailed && req.RetryFailed && !cur.RanBy(req.IntentSeq, req.Submission):
+		// A new call runs a failed operation again. A copy of a call that
+		// ran it (a republish, a redelivery) finds its own call's failure.
 		return claimStep{outcome: Acquired, next: retried(cur, req, now)}
 	case cur.Status.Answered():
 		return claimStep{outcome: Done}
@@ -149,8 +152,29 @@ func nextAttempt(cur Record, req ClaimRequest, now time.Time) Record {
 	next.Attempt = cur.Attempt + 1
 	next.IntentSeq = req.IntentSeq
 	next.CallID = req.CallID
+	next.Submissions = ranBy(cur.Submissions, req.Submission)
 	next.UpdatedAt = now
 	return next
+}
+
+// ranBy is the calls of a record, subs, with submission's added as the
+// latest (moved there if it is named already), the oldest dropped past
+// MaxSubmissions. subs is not changed.
+func ranBy(subs []string, submission string) []string {
+	if submission == "" {
+		return subs
+	}
+	out := make([]string, 0, min(len(subs)+1, MaxSubmissions))
+	for _, s := range subs {
+		if s != submission {
+			out = append(out, s)
+		}
+	}
+	out = append(out, submission)
+	if len(out) > MaxSubmissions {
+		out = out[len(out)-MaxSubmissions:]
+	}
+	return out
 }
 
 // fresh reports whether a lease of length lease, whose record is r, still

@@ -3,6 +3,7 @@ package dedup
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -61,6 +62,19 @@ func TestClaimDecision(t *testing.T) {
 			now: t0, want: Acquired, attempt: 2},
 		{name: "FailedRetriedOtherArguments", cur: with(intent.StatusFailed),
 			req: func(r ClaimRequest) ClaimRequest { r.RetryFailed, r.Fingerprint = true, "other"; return r }, now: t0, want: Conflict},
+		{name: "FailedRetriedByANewCall", cur: failedBy("sub-a"), now: t0, want: Acquired, attempt: 2,
+			req: func(r ClaimRequest) ClaimRequest { r.RetryFailed, r.Submission = true, "sub-b"; return r }},
+		{name: "FailedCopyOfTheCall", cur: failedBy("sub-a"), now: t0, want: Done,
+			req: func(r ClaimRequest) ClaimRequest { r.RetryFailed, r.Submission = true, "sub-a"; return r }},
+		{name: "FailedCopyOfAnEarlierCall", cur: failedBy("sub-a", "sub-b"), now: t0, want: Done,
+			req: func(r ClaimRequest) ClaimRequest { r.RetryFailed, r.Submission = true, "sub-a"; return r }},
+		{name: "FailedMessageDeliveredAgain", cur: failedBy(), now: t0, want: Done,
+			req: func(r ClaimRequest) ClaimRequest { r.RetryFailed, r.IntentSeq = true, 3; return r }},
+		{name: "FailedMessageDeliveredAgainNamingAnotherCall", cur: failedBy("sub-a"), now: t0, want: Done,
+			req: func(r ClaimRequest) ClaimRequest {
+				r.RetryFailed, r.IntentSeq, r.Submission = true, 3, "sub-x"
+				return r
+			}},
 		{name: "CompletedNotRetried", cur: with(intent.StatusCompleted), req: retryFailed, now: t0, want: Done},
 		{name: "DeniedNotRetried", cur: with(intent.StatusDenied), req: retryFailed, now: t0, want: Done},
 		{name: "UncertainNotRetried", cur: with(intent.StatusUncertain), req: retryFailed, now: t0, want: Done},
@@ -86,7 +100,7 @@ func TestClaimDecision(t *testing.T) {
 			require.Equal(t, "w2", next.Holder)
 			require.Equal(t, tc.now.Add(r.Lease), next.LeaseUntil)
 			require.Equal(t, tc.attempt, next.Attempt)
-			require.Equal(t, uint64(9), next.IntentSeq)
+			require.Equal(t, r.IntentSeq, next.IntentSeq)
 			require.Equal(t, "c2", next.CallID)
 			require.Equal(t, tc.now, next.UpdatedAt)
 			require.Equal(t, tc.cur.CreatedAt, next.CreatedAt, "the operation's creation stays")
@@ -106,6 +120,72 @@ func TestClaimDecision(t *testing.T) {
 
 // retryFailed is a claim of a tool whose failures a later call retries.
 func retryFailed(r ClaimRequest) ClaimRequest { r.RetryFailed = true; return r }
+
+// failedBy is a failed record of intent message 3, claimed by the calls
+// named (the latest last).
+func failedBy(calls ...string) Record {
+	r := fail(intent.Error{Code: intent.CodeEffectFailed, Message: "422"}, 1).apply(heldAt(t0), t0)
+	r.Submissions = calls
+	return r
+}
+
+// A failed operation of a tool that retries failures runs again for a new
+// call only: a copy of a call that ran it (the same message delivered
+// again, a republish or a front door's repeat naming the same call) gets
+// the failure. A caller cannot make another's failure run again otherwise
+// than as a new call, which on_failure: retry lets run anyway; naming
+// another's call only gets that call's failure.
+func TestFailureRunsAgainOnlyForANewCall(t *testing.T) {
+	t.Parallel()
+	pol := policy{}
+	cur := failedBy("sub-a")
+	req := ClaimRequest{Key: "refund.1", Tool: "refund", Fingerprint: "fp", Holder: "w2", Lease: time.Minute, RetryFailed: true}
+
+	copyOf := req
+	copyOf.IntentSeq, copyOf.Submission = 7, "sub-a" // the call's republished copy
+	require.Equal(t, Done, pol.claim(cur, 4, copyOf, t0.Add(time.Second)).outcome, "a republished copy of the call that failed")
+	require.True(t, cur.CausedBy(7, "sub-a"), "and the failure is its own call's: no replay")
+
+	again := req
+	again.IntentSeq = 3 // the message that failed, delivered again
+	require.Equal(t, Done, pol.claim(cur, 4, again, t0.Add(time.Second)).outcome, "the message that failed, delivered again")
+
+	fresh := req
+	fresh.IntentSeq, fresh.Submission = 8, "sub-b"
+	step := pol.claim(cur, 4, fresh, t0.Add(time.Second))
+	require.Equal(t, Acquired, step.outcome, "a new call runs it again")
+	require.Equal(t, []string{"sub-a", "sub-b"}, step.next.Submissions, "the record names both calls, the latest last")
+	require.False(t, step.next.CausedBy(7, "sub-a"))
+
+	// The retry failed too: neither call's copies run it a third time.
+	twice := fail(intent.Error{Code: intent.CodeEffectFailed, Message: "422"}, 2).apply(step.next, t0.Add(2*time.Second))
+	for _, sub := range []string{"sub-a", "sub-b"} {
+		c := req
+		c.IntentSeq, c.Submission = 20, sub
+		require.Equal(t, Done, pol.claim(twice, 6, c, t0.Add(3*time.Second)).outcome, "a copy of call %s", sub)
+	}
+	anon := req
+	anon.IntentSeq = 21 // a hand-made intent naming no call: a new call
+	require.Equal(t, Acquired, pol.claim(twice, 6, anon, t0.Add(3*time.Second)).outcome)
+}
+
+// A record names at most MaxSubmissions calls, the latest last; a call
+// that claims again moves to the end.
+func TestRecordNamesItsLatestCalls(t *testing.T) {
+	t.Parallel()
+	var subs []string
+	for i := range MaxSubmissions + 3 {
+		subs = ranBy(subs, fmt.Sprintf("call-%02d", i))
+	}
+	require.Len(t, subs, MaxSubmissions)
+	require.Equal(t, "call-03", subs[0])
+	require.Equal(t, fmt.Sprintf("call-%02d", MaxSubmissions+2), subs[MaxSubmissions-1])
+	moved := ranBy(subs, "call-05")
+	require.Len(t, moved, MaxSubmissions)
+	require.Equal(t, "call-05", moved[MaxSubmissions-1])
+	require.Equal(t, "call-05", subs[2], "the record's own list is not changed")
+	require.Equal(t, subs, ranBy(subs, ""), "an intent naming no call adds none")
+}
 
 // A failure taken over for a retry leaves nothing of the failure in the
 // record: the next answer is the retry's own outcome.

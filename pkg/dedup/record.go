@@ -3,6 +3,7 @@ package dedup
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/idemgate/idemgate/pkg/audit"
@@ -45,6 +46,10 @@ type Record struct {
 	IntentSeq uint64 `json:"intent_seq,omitempty"`
 	// CallID is the caller's informational call id of the claiming intent.
 	CallID string `json:"call_id,omitempty"`
+	// Submissions names the calls whose intents claimed the key
+	// (ClaimRequest.Submission), the latest last, at most MaxSubmissions:
+	// a copy of one of them is no new call (RanBy).
+	Submissions []string `json:"submissions,omitempty"`
 	// Intent is the intent envelope (JSON), kept while the operation awaits
 	// approval so that an approval can fire it.
 	Intent json.RawMessage `json:"intent,omitempty"`
@@ -127,6 +132,32 @@ type Probe struct {
 // ProbeDone is the verdict of a probe that found the operation done
 // downstream (the others are "not_done" and "unknown").
 const ProbeDone = "done"
+
+// MaxSubmissions is how many calls a record names (Record.Submissions):
+// the oldest is dropped past it.
+const MaxSubmissions = 16
+
+// RanBy reports whether the call that made intent message seq, named
+// submission ("" when it names none), claimed r's key already: the intent
+// is the latest claimant's message itself (delivered again), or a copy of a
+// call that claimed it (republished, repeated by a front door). Such an
+// intent is no new call: the outcome it finds is its own call's.
+func (r Record) RanBy(seq uint64, submission string) bool {
+	if seq != 0 && seq == r.IntentSeq {
+		return true
+	}
+	return submission != "" && slices.Contains(r.Submissions, submission)
+}
+
+// CausedBy reports whether r's latest claim was made by the call that made
+// intent message seq, named submission: the message itself, or a copy of
+// the same call. An answer from r to that call is no replay.
+func (r Record) CausedBy(seq uint64, submission string) bool {
+	if seq != 0 && seq == r.IntentSeq {
+		return true
+	}
+	return submission != "" && len(r.Submissions) > 0 && r.Submissions[len(r.Submissions)-1] == submission
+}
 
 // Approved reports whether r carries an approval still valid at now.
 func (r Record) Approved(now time.Time) bool {

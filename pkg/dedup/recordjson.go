@@ -60,6 +60,16 @@ func (r Record) appendJSON(b []byte) ([]byte, error) {
 	if r.CallID != "" {
 		b = intent.AppendJSONString(member(b, "call_id"), r.CallID)
 	}
+	if len(r.Submissions) > 0 {
+		b = append(member(b, "submissions"), '[')
+		for i, s := range r.Submissions {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = intent.AppendJSONString(b, s)
+		}
+		b = append(b, ']')
+	}
 	if len(r.Intent) > 0 {
 		if b, err = intent.AppendJSONRaw(member(b, "intent"), r.Intent); err != nil {
 			return nil, fmt.Errorf("intent: %w", err)

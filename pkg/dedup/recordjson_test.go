@@ -34,6 +34,9 @@ func TestRecordEncodingIsEncodingJSONs(t *testing.T) {
 			Intent: raws[pick(len(raws))], CreatedAt: times[pick(len(times))], UpdatedAt: times[pick(len(times))],
 			CompletedAt: times[pick(len(times))], Receipt: receipts[pick(len(receipts))],
 		}
+		for range pick(3) {
+			r.Submissions = append(r.Submissions, strs[pick(len(strs))])
+		}
 		if pick(2) == 0 {
 			r.Error = &intent.Error{Code: strs[pick(len(strs))], Message: strs[pick(len(strs))]}
 		}
@@ -138,6 +141,9 @@ func fillEvery(v reflect.Value) {
 			}
 		}
 	case reflect.Slice:
+		if v.Type() == reflect.TypeFor[[]string]() {
+			v.Set(reflect.ValueOf([]string{"first", "second"}))
+		}
 		if v.Len() == 0 {
 			panic("fillEvery: no value for " + v.Type().String())
 		}

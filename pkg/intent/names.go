@@ -32,6 +32,13 @@ const (
 	// timestamp: a dead letter keeps its original's, so that a replay
 	// derives the same key (RFC 3339).
 	HeaderIntentTime = "Idem-Intent-Time"
+	// HeaderSubmission names the call an intent belongs to: a client sets
+	// one random value (ValidSubmission) on every publish of one call — the
+	// first, each republish, and the repeats a front door makes for it — and
+	// a new value for each new call. A worker records the calls that ran an
+	// operation, so that a copy of a call whose run failed is answered with
+	// the failure and only a new call runs it again (OnFailureRetry).
+	HeaderSubmission = "Idem-Submission"
 
 	// A dead letter carries these besides the original message's headers.
 	HeaderDLQReason    = "Idem-Dlq-Reason"     // why the intent was dead-lettered
@@ -43,6 +50,12 @@ const (
 )
 
 var prefixPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+
+var submissionPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{8,64}$`)
+
+// ValidSubmission reports whether s may name a call (HeaderSubmission): 8 to
+// 64 characters of [A-Za-z0-9_-], such as a NUID or 16 random bytes in hex.
+func ValidSubmission(s string) bool { return submissionPattern.MatchString(s) }
 
 // Names are the subjects, stream, consumer and bucket of one idemgate
 // installation, all derived from a single prefix so that one setting renames

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import email.utils
 import json
+import secrets
 import time
 import urllib.error
 import urllib.parse
@@ -344,7 +345,10 @@ class Client:
         once. Raises Unauthorized, Forbidden, BadRequest, RateLimited or
         Unavailable for requests that get no answer.
         """
-        headers = {"Idem-Created-At": created_at or _now_rfc3339()}
+        # One name for the call across its repeats: a repeat is a copy of the
+        # call, never a new one (a failed operation runs again only for a
+        # new call).
+        headers = {"Idem-Created-At": created_at or _now_rfc3339(), "Idem-Submission": secrets.token_hex(16)}
         if session:
             headers["Idem-Session"] = session
         if key is not None:

@@ -62,6 +62,14 @@ export const HEADER_KEY = "Idem-Key";
 export const HEADER_FINGERPRINT = "Idem-Fingerprint";
 
 /**
+ * The header naming the call: one random value on every publish of one
+ * submission (the first and each republish), a new one per submission, so
+ * that a worker never takes a copy of a call for a new call (a failed
+ * operation runs again only for a new call; docs/protocol.md 7.5).
+ */
+export const HEADER_SUBMISSION = "Idem-Submission";
+
+/**
  * The header a worker sets on every answer it pushes: the stream sequence of
  * the message (intent or decision) whose `Idem-Reply-To` it answers. A client
  * takes a pushed answer only when it is the sequence of one of its own stored
@@ -382,11 +390,13 @@ export class IdemClient {
     const sub = this.nc.subscribe(inbox);
     const subject = this.names.intentPrefix + env.tool;
     const payload = encodeEnvelope(env);
+    const call = randomBytes(16).toString("hex");
     const send = (msgID: string | undefined): Promise<PubAck> => {
       const h = headers();
       h.set(HEADER_REPLY_TO, inbox);
       h.set(HEADER_KEY, id.key);
       h.set(HEADER_FINGERPRINT, id.fingerprint);
+      h.set(HEADER_SUBMISSION, call);
       return publishRetryingInProcess(() =>
         this.#js.publish(subject, payload, { ...(msgID !== undefined ? { msgID } : {}), headers: h }),
       );

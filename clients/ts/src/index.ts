@@ -19,6 +19,7 @@ export {
   HEADER_INTENT_SEQ,
   HEADER_KEY,
   HEADER_REPLY_TO,
+  HEADER_SUBMISSION,
   IdemClient,
   answerBound,
   answerMatches,
