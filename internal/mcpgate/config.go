@@ -83,12 +83,15 @@ type Config struct {
 	// protected resource metadata and by 401 answers (behind a proxy:
 	// https://mcp.example.com/mcp). Default: http://<the request's Host>/mcp.
 	ResourceURL string
-	// MaxSessions bounds the MCP sessions open over HTTP at once, every
-	// caller's together; a request that would open another is answered 429.
-	// Default DefaultMaxSessions.
+	// MaxSessions bounds the MCP sessions (protocol 2025-11-25 and earlier)
+	// open over HTTP at once, every caller's together; a request that would
+	// open another ends the least recently used idle session of the caller
+	// holding the most, and is answered 429 only when none is idle. Default
+	// DefaultMaxSessions.
 	MaxSessions int
 	// MaxSessionsPerToken bounds one token's MCP sessions (callers without a
-	// token share one allowance); over it: 429. Default
+	// token share one allowance); over it the token's least recently used
+	// idle session ends, and only when none is idle: 429. Default
 	// DefaultMaxSessionsPerToken.
 	MaxSessionsPerToken int
 	// MaxCalls bounds the HTTP requests carrying a JSON-RPC request (a

@@ -20,7 +20,10 @@
 // answered 401 with the MCP authorization spec's challenge, and the
 // protected resource metadata (RFC 9728) is served; the token's namespace
 // scopes every session a call names and the operations idemgate_status
-// reads. Sessions and calls held open are capped per token and in all (429),
-// and idle sessions end. stdio is the parent process's and takes no token.
+// reads. Protocol 2026-07-28 is served without sessions; earlier clients get
+// sessions, capped per token and in all: a caller at a cap ends its least
+// recently used idle session rather than being refused. Calls held open are
+// capped too (429, with when a held call ends at the latest), and idle
+// sessions end. stdio is the parent process's and takes no token.
 // docs/mcp.md is the user's guide.
 package mcpgate

@@ -154,11 +154,12 @@ func (b *testBundle) count(tool string) int {
 type transport string
 
 const (
-	inMemory   transport = "in-memory" // the SDK's newest protocol (stateless, multi round-trip)
-	streamable transport = "http"      // streamable HTTP with sessions (protocol 2025-11-25)
+	inMemory     transport = "in-memory"       // the SDK's newest protocol (multi round-trip)
+	streamable   transport = "http"            // streamable HTTP, stateless (protocol 2026-07-28)
+	withSessions transport = "http-2025-11-25" // streamable HTTP with sessions (protocol 2025-11-25)
 )
 
-var transports = []transport{inMemory, streamable}
+var transports = []transport{inMemory, streamable, withSessions}
 
 // connect opens a new MCP session to the gate; header is sent on every HTTP
 // request.
@@ -175,12 +176,24 @@ func (b *testBundle) connect(t *testing.T, tr transport, opts *mcp.ClientOptions
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = ss.Close() })
 		ct = cli
-	case streamable:
+	case streamable, withSessions:
 		ct = &mcp.StreamableClientTransport{Endpoint: b.http, HTTPClient: &http.Client{Transport: headerRT{header}}, MaxRetries: -1}
 	}
-	cs, err := c.Connect(ctx, ct, nil)
+	var co *mcp.ClientSessionOptions
+	if tr == withSessions {
+		co = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+	}
+	cs, err := c.Connect(ctx, ct, co)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cs.Close() })
+	switch tr {
+	case streamable:
+		require.Equal(t, "2026-07-28", cs.InitializeResult().ProtocolVersion)
+		require.Empty(t, cs.ID(), "no MCP session")
+	case withSessions:
+		require.Equal(t, "2025-11-25", cs.InitializeResult().ProtocolVersion)
+		require.NotEmpty(t, cs.ID(), "an MCP session")
+	}
 	return cs
 }
 
