@@ -99,7 +99,7 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *auth.Toke
 		s.unavailable(w, err)
 		return
 	}
-	writeAnswer(w, res, info.Ledger)
+	writeAnswer(w, res, info.Ledger, info.OnFailure == intent.OnFailureRetry)
 }
 
 // envelope is the intent of a tool call but its args, from the request's

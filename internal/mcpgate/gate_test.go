@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/idemgate/idemgate/internal/hint"
 	"github.com/idemgate/idemgate/internal/natstest"
 	"github.com/idemgate/idemgate/internal/worker"
 	"github.com/idemgate/idemgate/pkg/client"
@@ -244,16 +245,34 @@ func op(t *testing.T, res *mcp.CallToolResult) operation {
 }
 
 // jsonFirst checks that res's first text item is the JSON of its
-// structured content, and returns the text of the items after it.
+// structured content, whose hint's text is the one item after it, and
+// returns that text.
 func jsonFirst(t *testing.T, res *mcp.CallToolResult) string {
 	t.Helper()
-	require.NotEmpty(t, res.Content)
+	require.Len(t, res.Content, 2, "the JSON, then the hint's text")
 	first, ok := res.Content[0].(*mcp.TextContent)
 	require.True(t, ok, "content[0] is text")
 	data, err := json.Marshal(res.StructuredContent)
 	require.NoError(t, err)
 	require.JSONEq(t, string(data), first.Text, "content[0].text is the JSON of structuredContent")
-	return text(&mcp.CallToolResult{Content: res.Content[1:]})
+	h := hintOf(t, res)
+	note := text(&mcp.CallToolResult{Content: res.Content[1:]})
+	require.Equal(t, h.Text, note, "the hint's text is the text item after the JSON")
+	require.Equal(t, hint.Error(h.Code), res.IsError, "isError is the hint's (%s)", h.Code)
+	return note
+}
+
+// hintOf is the hint in res's structured content.
+func hintOf(t *testing.T, res *mcp.CallToolResult) hint.Hint {
+	t.Helper()
+	data, err := json.Marshal(res.StructuredContent)
+	require.NoError(t, err)
+	var v struct {
+		Hint *hint.Hint `json:"hint"`
+	}
+	require.NoError(t, json.Unmarshal(data, &v))
+	require.NotNil(t, v.Hint, "structuredContent has a hint: %s", data)
+	return *v.Hint
 }
 
 func structuredOf(t *testing.T, res *mcp.CallToolResult) map[string]any {
