@@ -294,3 +294,35 @@ func TestMCPAnswersLeadWithTheirJSON(t *testing.T) {
 	require.Contains(t, jsonFirst(status), "Completed")
 	require.Equal(t, 1, hook.count())
 }
+
+// The MCP Inspector's strict schema check finds nothing to report on the
+// demo tools, nor on a tool without a schema: every tool has a complete
+// input schema (typed key args, the other args allowed).
+func TestMCPInspectorStrictOnTheDemoTools(t *testing.T) {
+	t.Parallel()
+	dir := mcpE2EDir(t)
+	url := jetStream(t)
+	demo, err := os.ReadFile("../deployments/demo/tools.yaml")
+	require.NoError(t, err)
+	startWorker(t, "w1", url, writeTools(t, string(demo)+`
+  notify:
+    effect: noop
+    key_args: [to]
+    volatile_args: [note]
+`))
+	endpoint := startMCPHTTP(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "node_modules", ".bin", "mcp-inspector"), "--cli", endpoint,
+		"--transport", "http", "--method", "tools/list", "--strict")
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "HOME="+cmd.Dir)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	t.Logf("the Inspector --strict says: %s", stderr.String())
+	require.NoError(t, err, "the Inspector --strict: %s", stderr.String())
+	require.Contains(t, stdout.String(), "send_email", "the tools were listed")
+	require.Contains(t, stdout.String(), "notify", "the tools were listed")
+	require.NotRegexp(t, `(?i)warning|error`, stderr.String(), "nothing to report")
+}

@@ -2,6 +2,7 @@ package mcpgate
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -202,5 +203,27 @@ func TestCheckListen(t *testing.T) {
 		if c.tokens == nil && !strings.Contains(c.want, "host:port") {
 			require.ErrorIs(t, err, ErrNoDoor)
 		}
+	}
+}
+
+// A tool without a schema is listed with a complete one: its key args
+// typed, its volatile args named, other args allowed, the key args of an
+// unsafe tool required.
+func TestDefaultSchemaIsComplete(t *testing.T) {
+	t.Parallel()
+	var sch struct {
+		Type                 string                    `json:"type"`
+		AdditionalProperties bool                      `json:"additionalProperties"`
+		Properties           map[string]map[string]any `json:"properties"`
+		Required             []string                  `json:"required"`
+	}
+	info := intent.ToolInfo{Name: "send_email", Class: intent.ClassUnsafe, KeyArgs: []string{"to", "subject"}, VolatileArgs: []string{"body"}}
+	require.NoError(t, json.Unmarshal(defaultSchema(info), &sch))
+	require.Equal(t, "object", sch.Type)
+	require.True(t, sch.AdditionalProperties, "other args allowed")
+	require.ElementsMatch(t, []string{"to", "subject"}, sch.Required)
+	for _, name := range []string{"to", "subject", "body"} {
+		require.Contains(t, sch.Properties, name)
+		require.NotEmpty(t, sch.Properties[name]["anyOf"], "%s is typed", name)
 	}
 }
