@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -105,6 +106,13 @@ type Config struct {
 	// this long; its client must initialize a new one. Default
 	// DefaultSessionIdle.
 	SessionIdle time.Duration
+	// AllowOrigins are the origins (scheme://host[:port]) besides the
+	// endpoint's own whose browser pages may call HTTPPath: a request with
+	// an Origin header naming any other is refused (403), as the MCP
+	// transport spec asks against DNS rebinding. A request without Origin
+	// (not sent by a browser) is served. Default none: the endpoint's own
+	// origin only (the request's Host, and ResourceURL's).
+	AllowOrigins []string
 	// Logger receives the gate's log, the MCP SDK's included. Default:
 	// discard.
 	Logger *zap.Logger
@@ -170,6 +178,14 @@ func (c *Config) validate() error {
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 			errs = append(errs, fmt.Errorf("mcpgate: resource URL %q: give the absolute URL clients reach the MCP endpoint at, e.g. https://mcp.example.com/mcp (no query, fragment or user)", c.ResourceURL))
 		}
+	}
+	for i, o := range c.AllowOrigins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("mcpgate: allowed origin %q: give scheme://host[:port], e.g. https://app.example.com", o))
+			continue
+		}
+		c.AllowOrigins[i] = u.Scheme + "://" + strings.ToLower(u.Host)
 	}
 	if c.Upstream != "" {
 		up, err := upstream.Parse(c.Upstream)

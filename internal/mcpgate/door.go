@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -167,6 +168,10 @@ func (d *door) handler() http.Handler {
 // to its limits and passes the request on to the streamable transport of
 // its protocol version.
 func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if o := r.Header.Get("Origin"); o != "" && !d.allowedOrigin(r, o) {
+		problem(w, http.StatusForbidden, "forbidden", "Origin %q may not call this endpoint: only its own origin, or one given with --allow-origin, may (a page of another origin, e.g. after DNS rebinding)", o)
+		return
+	}
 	tok, ok := d.authenticate(w, r)
 	if !ok {
 		return
@@ -226,6 +231,22 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d.stateful.ServeHTTP(w, r)
 	d.watch(id, w.Header().Get("Mcp-Session-Id"))
+}
+
+// allowedOrigin reports whether a browser page of origin may call the
+// endpoint: the endpoint's own origin (the Host the request named, and
+// Config.ResourceURL's), or one of Config.AllowOrigins.
+func (d *door) allowedOrigin(r *http.Request, origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false // "null", or not an origin
+	}
+	o := strings.ToLower(u.Scheme + "://" + u.Host)
+	res := d.resourceURL(r)
+	if o == strings.ToLower(res.Scheme+"://"+res.Host) || o == strings.ToLower(u.Scheme+"://"+r.Host) && (u.Scheme == "http" || u.Scheme == "https") {
+		return true
+	}
+	return slices.Contains(d.g.cfg.AllowOrigins, o)
 }
 
 // authenticate returns the request's token, or answers 401 with the

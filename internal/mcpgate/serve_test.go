@@ -170,6 +170,8 @@ func TestConfigValidation(t *testing.T) {
 		{Config{SessionIdle: -time.Second}, "session idle -1s is negative"},
 		{Config{ResourceURL: "mcp.example.com/mcp"}, "give the absolute URL"},
 		{Config{ResourceURL: "https://mcp.example.com/mcp?x=1"}, "no query"},
+		{Config{AllowOrigins: []string{"app.example.com"}}, "give scheme://host[:port]"},
+		{Config{AllowOrigins: []string{"https://app.example.com/page"}}, "give scheme://host[:port]"},
 	} {
 		_, err := New(nil, c.cfg)
 		require.ErrorContains(t, err, c.want)
@@ -225,5 +227,42 @@ func TestDefaultSchemaIsComplete(t *testing.T) {
 	for _, name := range []string{"to", "subject", "body"} {
 		require.Contains(t, sch.Properties, name)
 		require.NotEmpty(t, sch.Properties[name]["anyOf"], "%s is typed", name)
+	}
+}
+
+// A browser page of another origin cannot call the endpoint (403), as the
+// MCP transport spec asks against DNS rebinding: only the endpoint's own
+// origin, an allowed one, or a request without Origin (not a browser's).
+func TestForeignOriginsAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{AllowOrigins: []string{"https://App.example.com"}})
+	own := strings.TrimSuffix(b.http, HTTPPath)
+	for origin, want := range map[string]int{
+		"":                           http.StatusOK,
+		own:                          http.StatusOK,
+		"https://app.example.com":    http.StatusOK,
+		"http://evil.example":        http.StatusForbidden,
+		"http://attacker.test:8081":  http.StatusForbidden,
+		"https://app.example.com:99": http.StatusForbidden,
+		"null":                       http.StatusForbidden,
+	} {
+		for _, method := range []string{http.MethodPost, http.MethodGet} {
+			req, err := http.NewRequest(method, b.http, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+			if origin != "" {
+				req.Header.Set("Origin", origin)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			if want == http.StatusForbidden || method == http.MethodPost {
+				require.Equal(t, want, resp.StatusCode, "%s with Origin %q", method, origin)
+			} else {
+				require.NotEqual(t, http.StatusForbidden, resp.StatusCode, "%s with Origin %q", method, origin)
+			}
+		}
 	}
 }
