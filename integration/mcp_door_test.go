@@ -711,3 +711,54 @@ func TestMCPStatelessOverHTTP(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadRequest, code, "a header and _meta that disagree: %s", body)
 }
+
+// A client of protocol 2026-07-28 (the Go SDK's) is asked to approve a
+// tool of approver: user by an input request of the call's answer, over
+// stateless HTTP through bin/mcp: accepted, the operation fires once and
+// the call answers its result; a client that cannot answer gets
+// awaiting_approval, and its call fires nothing.
+func TestMCPApprovalByInputRequest(t *testing.T) {
+	t.Parallel()
+	url := jetStream(t)
+	hook := newSink(t, nil)
+	startWorker(t, "w1", url, writeTools(t, fmt.Sprintf(`tools:
+  refund:
+    effect: webhook
+    key_args: [order_id]
+    approval: required
+    approver: user
+    webhook: {url: %s/refunds}
+`, hook.URL)))
+	file := filepath.Join(t.TempDir(), "tokens")
+	a := newToken(t, file, "agent", "team-a", "a")
+	endpoint := startMCPHTTP(t, url, "--tokens", file)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	connect := func(opts *mcp.ClientOptions) *mcp.ClientSession {
+		t.Helper()
+		c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, opts)
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearer(a)}, MaxRetries: -1}, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cs.Close() })
+		require.Equal(t, "2026-07-28", cs.InitializeResult().ProtocolVersion)
+		require.Empty(t, cs.ID(), "no MCP session")
+		return cs
+	}
+	var asked []string
+	accept := connect(&mcp.ClientOptions{ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		asked = append(asked, req.Params.Message)
+		return &mcp.ElicitResult{Action: "accept"}, nil
+	}})
+	res := callIn(t, accept, "run-1", "refund", map[string]any{"order_id": "o-1"})
+	require.False(t, res.IsError, mcpText(res))
+	require.Equal(t, "completed", opOf(t, res.Meta).Status, mcpText(res))
+	require.Len(t, asked, 1)
+	require.Contains(t, asked[0], `"order_id":"o-1"`, "the question shows the arguments")
+	require.Equal(t, 1, hook.count())
+
+	res = callIn(t, connect(nil), "run-1", "refund", map[string]any{"order_id": "o-2"})
+	require.False(t, res.IsError, mcpText(res))
+	require.Equal(t, "awaiting_approval", opOf(t, res.Meta).Status, mcpText(res))
+	require.Contains(t, mcpText(res), "must approve")
+	require.Equal(t, 1, hook.count(), "nothing fired without an approval")
+}
