@@ -452,6 +452,7 @@ func TestMCPSessionChurnIsNeverRefused(t *testing.T) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 
 	const calls, workers = 2000, 4
+	first := make([]string, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
@@ -462,6 +463,9 @@ func TestMCPSessionChurnIsNeverRefused(t *testing.T) {
 					return
 				}
 				sid := h.Get("Mcp-Session-Id")
+				if first[w] == "" {
+					first[w] = sid
+				}
 				code, _, body, err = post(hc, endpoint, a, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 				if err != nil || code != http.StatusAccepted {
 					t.Errorf("call %d: initialized answered %d %s (%v)", i, code, body, err)
@@ -478,6 +482,9 @@ func TestMCPSessionChurnIsNeverRefused(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, 50, hook.count(), "each operation ran once")
+	for _, sid := range first {
+		require.False(t, alive(t, hc, endpoint, a, sid), "the first sessions gave way to later ones (the cap is 100)")
+	}
 }
 
 // Held calls are capped per token and in all: a token's calls past its cap
