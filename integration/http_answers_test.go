@@ -119,6 +119,9 @@ func TestHTTPAnswersAsDocumented(t *testing.T) {
 	inflight := g.call(t, agentA, "slow_job", `{"n":1}`, "Prefer", "wait=1")
 	requireProblem(t, inflight, http.StatusConflict, "in_flight")
 	require.Contains(t, inflight.str("detail"), "?wait=")
+	require.Equal(t, map[string]any{"code": "pending", "text": "Still running: operation " + inflight.str("key") +
+		" has not finished yet and goes on. Do not call the tool again; check it later with GET /v1/operations/" + inflight.str("key") +
+		" (with ?wait=30 it waits up to 30 s for the final outcome)."}, inflight.body["hint"], "the hint of an operation in flight")
 	release()
 	final := g.do(t, http.MethodGet, inflight.header.Get("Location")+"?wait=60", agentA, "")
 	require.Equal(t, http.StatusOK, final.status, final.raw)
