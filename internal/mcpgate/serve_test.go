@@ -266,3 +266,44 @@ func TestForeignOriginsAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// Sessions opened at once, far past the cap, are all served: each caller's
+// least recently used idle sessions give way (run with -race).
+func TestSessionsPastTheCapGiveWay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{MaxSessionsPerToken: 2, MaxSessions: 3})
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	open := func() (int, string, error) {
+		req, err := http.NewRequest(http.MethodPost, b.http, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`))
+		if err != nil {
+			return 0, "", err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), nil
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 50 {
+				code, sid, err := open()
+				if err != nil || code != http.StatusOK || sid == "" {
+					t.Errorf("a session past the cap answered %d (%v)", code, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Eventually(t, func() bool {
+		b.gate.door.mu.Lock()
+		defer b.gate.door.mu.Unlock()
+		return len(b.gate.door.sessions) <= 2 && b.gate.door.total.opening == 0
+	}, 30*time.Second, 10*time.Millisecond, "the sessions left are within the cap")
+}
