@@ -182,13 +182,12 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	modern := r.Header.Get("MCP-Protocol-Version") >= modernVersion
 	if r.Method != http.MethodPost {
-		switch sid := r.Header.Get("Mcp-Session-Id"); {
-		case modern:
+		if modern {
 			d.stateless.ServeHTTP(w, r) // 405: no sessions to stream or end
-		default:
-			d.untouch(d.touch(id, sid)) // a stream of server messages is a use, not a call in progress
-			d.stateful.ServeHTTP(w, r)
+			return
 		}
+		d.untouch(d.touch(id, r.Header.Get("Mcp-Session-Id"))) // a stream of server messages is a use, not a call in progress
+		d.stateful.ServeHTTP(w, r)
 		return
 	}
 	call, modernMeta, ok := d.readCall(w, r)
