@@ -119,6 +119,9 @@ func TestHTTPAnswersAsDocumented(t *testing.T) {
 	inflight := g.call(t, agentA, "slow_job", `{"n":1}`, "Prefer", "wait=1")
 	requireProblem(t, inflight, http.StatusConflict, "in_flight")
 	require.Contains(t, inflight.str("detail"), "?wait=")
+	require.Equal(t, map[string]any{"code": "pending", "text": "Still running: operation " + inflight.str("key") +
+		" has not finished yet and goes on. Do not call the tool again; check it later with GET /v1/operations/" + inflight.str("key") +
+		" (with ?wait=30 it waits up to 30 s for the final outcome)."}, inflight.body["hint"], "the hint of an operation in flight")
 	release()
 	final := g.do(t, http.MethodGet, inflight.header.Get("Location")+"?wait=60", agentA, "")
 	require.Equal(t, http.StatusOK, final.status, final.raw)
@@ -156,4 +159,44 @@ func TestOpenAPIListsEveryAnswer(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Every answer to a tool call carries the hint a model reads: a first run,
+// its replay and a conflict, each with its code and a text that says what
+// happened; the conflict's never invites other arguments.
+func TestHTTPAnswersCarryTheHint(t *testing.T) {
+	t.Parallel()
+	url := jetStream(t)
+	startWorker(t, "w1", url, writeTools(t, `tools:
+  pick:
+    effect: noop
+    key_args: [n]
+`))
+	g := startGateway(t, url)
+	hintOf := func(r response) (code, text string) {
+		t.Helper()
+		h, ok := r.body["hint"].(map[string]any)
+		require.True(t, ok, "a hint: %s", r.raw)
+		code, _ = h["code"].(string)
+		text, _ = h["text"].(string)
+		return code, text
+	}
+	first := g.call(t, agentA, "pick", `{"n":1,"colour":"red"}`)
+	require.Equal(t, http.StatusOK, first.status, first.raw)
+	code, text := hintOf(first)
+	require.Equal(t, "completed", code)
+	require.Contains(t, text, "Completed: operation "+first.str("key"))
+
+	again := g.call(t, agentA, "pick", `{"n":1,"colour":"red"}`)
+	code, text = hintOf(again)
+	require.Equal(t, "replayed", code, again.raw)
+	require.Contains(t, text, "Already done, not repeated")
+
+	conflict := g.call(t, agentA, "pick", `{"n":1,"colour":"blue"}`)
+	requireProblem(t, conflict, http.StatusUnprocessableEntity, intent.CodeConflict)
+	code, text = hintOf(conflict)
+	require.Equal(t, "conflict", code)
+	require.Contains(t, text, "Do not change the arguments to get around this")
+	require.Contains(t, text, "GET /v1/operations/"+first.str("key"))
+	require.NotContains(t, text, "must differ")
 }

@@ -75,6 +75,57 @@ func mustSession(t *testing.T, endpoint, token string) *mcp.ClientSession {
 	return cs
 }
 
+// legacySession connects the Go SDK's client to endpoint with token as a
+// client of protocol 2025-11-25: initialize, and an MCP session.
+func legacySession(t *testing.T, endpoint, token string) *mcp.ClientSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearer(token)}, MaxRetries: -1},
+		&mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	require.NoError(t, err)
+	require.NotEmpty(t, cs.ID(), "a 2025-11-25 client has a session")
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// post sends one JSON-RPC message to endpoint as a 2025-11-25 client does,
+// in the MCP session sid (none when ""), with extra headers; it returns
+// the answer's status, headers and body (an SSE stream's data, or JSON).
+func post(hc *http.Client, endpoint, token, sid, msg string, extra ...string) (int, http.Header, string, error) {
+	req, err := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(msg))
+	if err != nil {
+		return 0, nil, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	if sid != "" {
+		req.Header.Set("Mcp-Session-Id", sid)
+		req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		req.Header.Set(extra[i], extra[i+1])
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, "", err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(data), err
+}
+
+// alive reports whether the MCP session sid still answers a ping.
+func alive(t *testing.T, hc *http.Client, endpoint, token, sid string) bool {
+	t.Helper()
+	code, _, body, err := post(hc, endpoint, token, sid, `{"jsonrpc":"2.0","id":7,"method":"ping"}`)
+	require.NoError(t, err)
+	require.Contains(t, []int{http.StatusOK, http.StatusNotFound}, code, body)
+	return code == http.StatusOK
+}
+
 // callIn calls tool with args, naming session in _meta.
 func callIn(t *testing.T, cs *mcp.ClientSession, session, tool string, args any) *mcp.CallToolResult {
 	t.Helper()
@@ -186,7 +237,8 @@ func TestMCPHTTPNeedsAToken(t *testing.T) {
 	require.False(t, res.IsError, mcpText(res))
 	require.Equal(t, 1, hook.count())
 
-	// Another token cannot use the session.
+	// Another token cannot use a 2025-11-25 client's session.
+	cs = legacySession(t, endpoint, agent)
 	req, err := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/list"}`))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
@@ -266,7 +318,6 @@ func TestMCPNamespacesKeepTenantsApart(t *testing.T) {
 	status := func(cs *mcp.ClientSession, key string, wait int) string {
 		res := mcpCall(t, cs, "idemgate_status", map[string]any{"operation": key, "wait_seconds": wait})
 		require.True(t, res.IsError)
-		require.Nil(t, res.StructuredContent)
 		return strings.ReplaceAll(mcpText(res), key, "KEY")
 	}
 	require.Equal(t, status(attacker, missingKey, 0), status(attacker, victimKey, 0))
@@ -315,10 +366,11 @@ func TestMCPHTTPRefusesOtherHostsWithoutTokens(t *testing.T) {
 	}
 }
 
-// Sessions are capped per token and in all, answered 429 as
-// the HTTP front door answers (Retry-After, a problem with code
-// rate_limited): thousands of refused sessions leave the count and the
-// memory where they were, and closing a session makes room for one.
+// Sessions are capped per token and in all, and never lock a caller out:
+// a token at its cap ends its least recently used idle session to open a
+// new one, a caller at the total cap the least recently used idle session
+// of any; thousands of sessions opened past the cap leave the count and
+// the memory where they were.
 func TestMCPSessionsAreBounded(t *testing.T) {
 	t.Parallel()
 	url := jetStream(t)
@@ -333,38 +385,40 @@ func TestMCPSessionsAreBounded(t *testing.T) {
 	endpoint := "http://" + addr + "/mcp"
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 
-	open := func(token string) (int, string) {
+	open := func(token string) string {
 		t.Helper()
 		code, h, body := rawInit(t, hc, endpoint, token)
-		if code == http.StatusTooManyRequests {
-			require.Equal(t, "1", h.Get("Retry-After"))
-			require.Equal(t, "rate_limited", problemOf(t, h, body)["code"])
-		}
-		return code, h.Get("Mcp-Session-Id")
+		require.Equal(t, http.StatusOK, code, body)
+		require.NotEmpty(t, h.Get("Mcp-Session-Id"))
+		return h.Get("Mcp-Session-Id")
 	}
-	var opened []string
+	var as []string
 	for range 3 {
-		code, id := open(a)
-		require.Equal(t, http.StatusOK, code)
-		opened = append(opened, id)
+		as = append(as, open(a))
 	}
-	code, _ := open(a)
-	require.Equal(t, http.StatusTooManyRequests, code, "past the token's cap")
-	for range 2 {
-		code, _ := open(b)
-		require.Equal(t, http.StatusOK, code, "another token has its own")
+	require.True(t, alive(t, hc, endpoint, a, as[0]), "a's first session, used last")
+	as = append(as, open(a)) // past a's cap: its least recently used idle session ends
+	require.False(t, alive(t, hc, endpoint, a, as[1]), "a's least recently used session ended")
+	for _, sid := range []string{as[0], as[2], as[3]} {
+		require.True(t, alive(t, hc, endpoint, a, sid), "a's other sessions go on")
 	}
-	code, _ = open(b)
-	require.Equal(t, http.StatusTooManyRequests, code, "past the cap of all callers together")
+	bs := []string{open(b), open(b)} // b's own: 5 in all
+	require.True(t, alive(t, hc, endpoint, a, as[2]))
+	require.True(t, alive(t, hc, endpoint, a, as[3]))
+	require.True(t, alive(t, hc, endpoint, b, bs[0]))
+	require.True(t, alive(t, hc, endpoint, b, bs[1]))
+	bs = append(bs, open(b)) // past the cap of all: the least recently used of the biggest holder's ends
+	require.False(t, alive(t, hc, endpoint, a, as[0]), "a's least recently used session ended")
+	require.True(t, alive(t, hc, endpoint, a, as[2]))
 
 	before := rss(t, p)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
 			for range 500 {
-				code, h, _, err := tryInit(hc, endpoint, a)
-				if err != nil || code != http.StatusTooManyRequests || h.Get("Retry-After") != "1" {
-					t.Errorf("a session past the cap answered %d (%v)", code, err)
+				code, h, body, err := tryInit(hc, endpoint, a)
+				if err != nil || code != http.StatusOK || h.Get("Mcp-Session-Id") == "" {
+					t.Errorf("a session past the cap answered %d %s (%v)", code, body, err)
 					return
 				}
 			}
@@ -372,15 +426,65 @@ func TestMCPSessionsAreBounded(t *testing.T) {
 	}
 	wg.Wait()
 	after := rss(t, p)
-	t.Logf("RSS %d KiB before 4000 refused sessions, %d KiB after", before, after)
-	require.Less(t, after-before, int64(48<<10), "4000 refused sessions keep nothing (KiB)")
+	t.Logf("RSS %d KiB before 4000 sessions past the cap, %d KiB after", before, after)
+	require.Less(t, after-before, int64(48<<10), "4000 sessions past the cap keep nothing (KiB)")
+	left := 0
+	for _, sid := range bs {
+		if alive(t, hc, endpoint, b, sid) {
+			left++
+		}
+	}
+	require.Equal(t, 2, left, "a's sessions past the cap of all take b's only while b holds more")
+}
 
-	// Closing one of a's sessions makes room for exactly one.
-	require.Equal(t, http.StatusNoContent, deleteSession(t, hc, endpoint, a, opened[0]))
-	require.Eventually(t, func() bool { code, _ := open(a); return code == http.StatusOK }, 2*time.Minute, 20*time.Millisecond)
-	code, _ = open(a)
-	require.Equal(t, http.StatusTooManyRequests, code, "and no more")
+// A 2025-11-25 client that opens a session per call and never closes it
+// (LangChain's MCP adapters with a per-call Idem-Session header) makes
+// 2 000 calls on one token, none refused, each answered; the sessions it
+// leaves behind stay within the cap.
+func TestMCPSessionChurnIsNeverRefused(t *testing.T) {
+	t.Parallel()
+	url := jetStream(t)
+	hook := newSink(t, nil)
+	startWorker(t, "w1", url, writeTools(t, mcpDoorTools(hook.URL)))
+	file := filepath.Join(t.TempDir(), "tokens")
+	a := newToken(t, file, "agent", "team-a", "a")
+	endpoint := startMCPHTTP(t, url, "--tokens", file)
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 
+	const calls, workers = 2000, 4
+	first := make([]string, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < calls; i += workers {
+				code, h, body, err := tryInit(hc, endpoint, a)
+				if err != nil || code != http.StatusOK {
+					t.Errorf("call %d: initialize answered %d %s (%v)", i, code, body, err)
+					return
+				}
+				sid := h.Get("Mcp-Session-Id")
+				if first[w] == "" {
+					first[w] = sid
+				}
+				code, _, body, err = post(hc, endpoint, a, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+				if err != nil || code != http.StatusAccepted {
+					t.Errorf("call %d: initialized answered %d %s (%v)", i, code, body, err)
+					return
+				}
+				call := fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"create_ticket","arguments":{"title":"t%d"}}}`, i%50)
+				code, _, body, err = post(hc, endpoint, a, sid, call, "Idem-Session", fmt.Sprintf("run-%d", i%50))
+				if err != nil || code != http.StatusOK || !strings.Contains(body, `"status":"completed"`) {
+					t.Errorf("call %d answered %d %s (%v)", i, code, body, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, 50, hook.count(), "each operation ran once")
+	for _, sid := range first {
+		require.False(t, alive(t, hc, endpoint, a, sid), "the first sessions gave way to later ones (the cap is 100)")
+	}
 }
 
 // Held calls are capped per token and in all: a token's calls past its cap
@@ -424,6 +528,13 @@ func TestMCPHeldCallsAreBounded(t *testing.T) {
 	}
 	_, err := slow(csa, 4)
 	require.ErrorContains(t, err, http.StatusText(http.StatusTooManyRequests), "a's third call, past its cap")
+	code, h, body, err := post(&http.Client{}, endpoint, a, "", `{"jsonrpc":"2.0","id":1,"method":"ping"}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTooManyRequests, code, body)
+	require.Equal(t, "rate_limited", problemOf(t, h, body)["code"])
+	retry, err := strconv.Atoi(h.Get("Retry-After"))
+	require.NoError(t, err)
+	require.True(t, retry > 120 && retry <= 180, "Retry-After %d: when a held call ends at the latest (--wait 3m)", retry)
 	_, err = slow(csb, 5)
 	require.ErrorContains(t, err, http.StatusText(http.StatusTooManyRequests), "b's second call, past all callers' cap")
 	require.Equal(t, 3, hook.count(), "the refused calls fired nothing")
@@ -440,6 +551,50 @@ func TestMCPHeldCallsAreBounded(t *testing.T) {
 	require.Equal(t, 4, hook.count())
 }
 
+// A token whose every session has a call in progress is refused a new
+// one, with a Retry-After that says when a held call ends at the latest
+// (--wait); once the call has ended, its session gives way to a new one.
+func TestMCPBusySessionsSayWhenToComeBack(t *testing.T) {
+	t.Parallel()
+	url := jetStream(t)
+	release := make(chan struct{})
+	hook := newSink(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		<-release
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"n":%d}`, n)
+	})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	startWorker(t, "w1", url, writeTools(t, mcpDoorTools(hook.URL)))
+	file := filepath.Join(t.TempDir(), "tokens")
+	a := newToken(t, file, "agent", "team-a", "a")
+	endpoint := startMCPHTTP(t, url, "--tokens", file, "--max-sessions-per-token", "1", "--wait", "100s")
+	cs := legacySession(t, endpoint, a)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"n": 1}})
+		done <- err
+	}()
+	hook.waitHit(t, time.Minute)
+
+	hc := &http.Client{}
+	code, h, body := rawInit(t, hc, endpoint, a)
+	require.Equal(t, http.StatusTooManyRequests, code, body)
+	require.Equal(t, "rate_limited", problemOf(t, h, body)["code"])
+	retry, err := strconv.Atoi(h.Get("Retry-After"))
+	require.NoError(t, err)
+	require.True(t, retry > 60 && retry <= 100, "Retry-After %d: when the held call ends at the latest (--wait 100s)", retry)
+
+	unblock()
+	require.NoError(t, <-done)
+	code, h, body = rawInit(t, hc, endpoint, a)
+	require.Equal(t, http.StatusOK, code, body)
+	require.False(t, alive(t, hc, endpoint, a, cs.ID()), "the idle session gave way")
+}
+
 // A session idle for --session-idle ends, and its room with it.
 func TestMCPIdleSessionsEnd(t *testing.T) {
 	t.Parallel()
@@ -453,11 +608,9 @@ func TestMCPIdleSessionsEnd(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	first := h.Get("Mcp-Session-Id")
 	require.NotEmpty(t, first)
-	code, _, _ = rawInit(t, hc, endpoint, a)
-	require.Equal(t, http.StatusTooManyRequests, code)
 
-	// The idle session ends (its slot comes back): a new one opens.
-	require.Eventually(t, func() bool { code, _, _ := rawInit(t, hc, endpoint, a); return code == http.StatusOK }, 2*time.Minute, 50*time.Millisecond)
+	// The idle session ends on its own.
+	require.Eventually(t, func() bool { return !alive(t, hc, endpoint, a, first) }, 2*time.Minute, 1500*time.Millisecond) // a ping is a use: poll slower than the idle time
 	require.Equal(t, http.StatusNotFound, deleteSession(t, hc, endpoint, a, first), "the idle session is gone")
 }
 
@@ -519,4 +672,100 @@ func TestMakeRunMCPTakesTheAgentToken(t *testing.T) {
 	res := callIn(t, cs, "run-7", "send_email", map[string]any{"to": "ada@example.com", "subject": "Your order shipped"})
 	require.False(t, res.IsError, mcpText(res))
 	require.Equal(t, "completed", opOf(t, res.Meta).Status)
+}
+
+// The Go SDK's client of protocol 2026-07-28 is served statelessly over
+// HTTP: no initialize, no MCP session; a retry is answered from the ledger
+// all the same. GET and DELETE of that protocol answer 405, and a request
+// whose header and _meta name different versions is refused.
+func TestMCPStatelessOverHTTP(t *testing.T) {
+	t.Parallel()
+	url := jetStream(t)
+	hook := newSink(t, nil)
+	startWorker(t, "w1", url, writeTools(t, mcpDoorTools(hook.URL)))
+	file := filepath.Join(t.TempDir(), "tokens")
+	a := newToken(t, file, "agent", "team-a", "a")
+	endpoint := startMCPHTTP(t, url, "--tokens", file)
+
+	cs := mustSession(t, endpoint, a)
+	require.Equal(t, "2026-07-28", cs.InitializeResult().ProtocolVersion)
+	require.Empty(t, cs.ID(), "no MCP session")
+	args := map[string]any{"title": "printer on fire"}
+	res := callIn(t, cs, "run-1", "create_ticket", args)
+	require.False(t, res.IsError, mcpText(res))
+	res = callIn(t, mustSession(t, endpoint, a), "run-1", "create_ticket", args)
+	require.True(t, opOf(t, res.Meta).Replayed, mcpText(res))
+	require.Equal(t, 1, hook.count())
+
+	hc := &http.Client{}
+	for _, method := range []string{http.MethodGet, http.MethodDelete} {
+		req, err := http.NewRequest(method, endpoint, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+a)
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+		resp, err := hc.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, method)
+	}
+	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"%s","io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}`
+	code, _, body, err := post(hc, endpoint, a, "", fmt.Sprintf(list, "2026-07-28"), "MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/list")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, "create_ticket")
+	code, _, body, err = post(hc, endpoint, a, "", fmt.Sprintf(list, "2026-07-28"), "MCP-Protocol-Version", "2025-11-25", "Mcp-Method", "tools/list")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, code, "a header and _meta that disagree: %s", body)
+}
+
+// A client of protocol 2026-07-28 (the Go SDK's) is asked to approve a
+// tool of approver: user by an input request of the call's answer, over
+// stateless HTTP through bin/mcp: accepted, the operation fires once and
+// the call answers its result; a client that cannot answer gets
+// awaiting_approval, and its call fires nothing.
+func TestMCPApprovalByInputRequest(t *testing.T) {
+	t.Parallel()
+	url := jetStream(t)
+	hook := newSink(t, nil)
+	startWorker(t, "w1", url, writeTools(t, fmt.Sprintf(`tools:
+  refund:
+    effect: webhook
+    key_args: [order_id]
+    approval: required
+    approver: user
+    webhook: {url: %s/refunds}
+`, hook.URL)))
+	file := filepath.Join(t.TempDir(), "tokens")
+	a := newToken(t, file, "agent", "team-a", "a")
+	endpoint := startMCPHTTP(t, url, "--tokens", file)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	connect := func(opts *mcp.ClientOptions) *mcp.ClientSession {
+		t.Helper()
+		c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, opts)
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: &http.Client{Transport: bearer(a)}, MaxRetries: -1}, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = cs.Close() })
+		require.Equal(t, "2026-07-28", cs.InitializeResult().ProtocolVersion)
+		require.Empty(t, cs.ID(), "no MCP session")
+		return cs
+	}
+	var asked []string
+	accept := connect(&mcp.ClientOptions{ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		asked = append(asked, req.Params.Message)
+		return &mcp.ElicitResult{Action: "accept"}, nil
+	}})
+	res := callIn(t, accept, "run-1", "refund", map[string]any{"order_id": "o-1"})
+	require.False(t, res.IsError, mcpText(res))
+	require.Equal(t, "completed", opOf(t, res.Meta).Status, mcpText(res))
+	require.Len(t, asked, 1)
+	require.Contains(t, asked[0], `"order_id":"o-1"`, "the question shows the arguments")
+	require.Equal(t, 1, hook.count())
+
+	res = callIn(t, connect(nil), "run-1", "refund", map[string]any{"order_id": "o-2"})
+	require.False(t, res.IsError, mcpText(res))
+	require.Equal(t, "awaiting_approval", opOf(t, res.Meta).Status, mcpText(res))
+	require.Contains(t, mcpText(res), "must approve")
+	require.Equal(t, 1, hook.count(), "nothing fired without an approval")
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -48,10 +49,18 @@ func run(args []string) error {
 	fs.StringVar(&cfg.Upstream, "upstream", "", "proxy mode: serve only the tools of this MCP server (a command, e.g. \"npx some-server\", or a streamable HTTP URL), which the workers' tools file lists under mcp_upstreams")
 	fs.DurationVar(&cfg.Refresh, "refresh", mcpgate.DefaultRefresh, "how often the workers' tool catalogue is read again")
 	fs.StringVar(&cfg.ResourceURL, "resource-url", "", "HTTP: the URL clients reach "+mcpgate.HTTPPath+" at (behind a proxy, e.g. https://mcp.example.com/mcp), named in 401 answers and the protected resource metadata (default: http://<Host>"+mcpgate.HTTPPath+")")
-	fs.IntVar(&cfg.MaxSessions, "max-sessions", mcpgate.DefaultMaxSessions, "HTTP: MCP sessions open at once, all callers together (429 over it)")
-	fs.IntVar(&cfg.MaxSessionsPerToken, "max-sessions-per-token", mcpgate.DefaultMaxSessionsPerToken, "HTTP: MCP sessions one token may have open (429 over it)")
+	fs.IntVar(&cfg.MaxSessions, "max-sessions", mcpgate.DefaultMaxSessions, "HTTP: MCP sessions (protocol 2025-11-25 and earlier) open at once, all callers together; past it the biggest holder's least recently used idle session ends")
+	fs.IntVar(&cfg.MaxSessionsPerToken, "max-sessions-per-token", mcpgate.DefaultMaxSessionsPerToken, "HTTP: MCP sessions one token may have open; past it its least recently used idle session ends")
 	fs.IntVar(&cfg.MaxCalls, "max-calls", mcpgate.DefaultMaxCalls, "HTTP: calls in progress at once, all callers together (429 over it)")
 	fs.IntVar(&cfg.MaxCallsPerToken, "max-calls-per-token", mcpgate.DefaultMaxCallsPerToken, "HTTP: calls one token may have in progress (429 over it)")
+	fs.Func("allow-origin", "HTTP: an origin (scheme://host[:port]) besides the endpoint's own whose browser pages may call it; repeat or separate with commas (a request with another Origin is refused, 403)", func(v string) error {
+		for o := range strings.SplitSeq(v, ",") {
+			if o = strings.TrimSpace(o); o != "" {
+				cfg.AllowOrigins = append(cfg.AllowOrigins, o)
+			}
+		}
+		return nil
+	})
 	fs.DurationVar(&cfg.SessionIdle, "session-idle", mcpgate.DefaultSessionIdle, "HTTP: an MCP session with no request for this long is closed")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -217,7 +217,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, tok *auth.Token,
 	}
 	w.Header().Set("Location", operationPath(key))
 	if res.Status == intent.StatusRejected {
-		writeAnswer(w, res, false)
+		writeAnswer(w, res, false, false)
 		return
 	}
 	writeJSON(w, http.StatusOK, "application/json", res)

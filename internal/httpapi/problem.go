@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idemgate/idemgate/internal/hint"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -42,6 +43,8 @@ type problem struct {
 	// Answer is the operation's answer when the problem is one (a conflict,
 	// a failure, a denial, a rejection).
 	Answer *intent.Result `json:"answer,omitempty"`
+	// Hint is what a model reads about the answer, when the problem is one.
+	Hint *hint.Hint `json:"hint,omitempty"`
 }
 
 var titles = map[string]string{
@@ -148,10 +151,12 @@ func codeStatus(code string) int {
 
 // writeAnswer answers with an operation's answer: the result itself for
 // completed, awaiting_approval and uncertain, a problem carrying it
-// otherwise. A replay has Idempotent-Replayed: true; an answer of a ledger
-// tool has the operation's Location, unless it is a rejection, which leaves
-// no record to find there.
-func writeAnswer(w http.ResponseWriter, res *intent.Result, ledger bool) {
+// otherwise; either with the hint a model reads (internal/hint). A replay
+// has Idempotent-Replayed: true; an answer of a ledger tool has the
+// operation's Location, unless it is a rejection, which leaves no record to
+// find there. retryFailed is set for a tool whose failed operation runs
+// again when called again.
+func writeAnswer(w http.ResponseWriter, res *intent.Result, ledger, retryFailed bool) {
 	if res.Replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
@@ -162,8 +167,12 @@ func writeAnswer(w http.ResponseWriter, res *intent.Result, ledger bool) {
 	if status == http.StatusTooManyRequests {
 		retryAfter(w, max(time.Until(res.RetryAt), time.Second))
 	}
+	h := hint.For(res, hint.Door{Check: checkOperation, RetryFailed: retryFailed})
 	if !isProblem {
-		writeJSON(w, status, "application/json", res)
+		writeJSON(w, status, "application/json", struct {
+			*intent.Result
+			Hint hint.Hint `json:"hint"`
+		}{res, h})
 		return
 	}
 	code, detail := string(res.Status), ""
@@ -171,8 +180,13 @@ func writeAnswer(w http.ResponseWriter, res *intent.Result, ledger bool) {
 		code, detail = res.Error.Code, res.Error.Message
 	}
 	p := newProblem(status, code, detail)
-	p.Key, p.Answer = res.Key, res
+	p.Key, p.Answer, p.Hint = res.Key, res, &h
 	writeProblem(w, p)
+}
+
+// checkOperation is how a reader of an answer follows key's operation up.
+func checkOperation(key string) string {
+	return "GET " + operationPath(key) + " (with ?wait=30 it waits up to 30 s for the final outcome)"
 }
 
 // operationPath is the URL path of key's operation.

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemgate/idemgate/internal/auth"
+	"github.com/idemgate/idemgate/internal/hint"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
@@ -93,19 +94,21 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *auth.Toke
 		p := newProblem(http.StatusConflict, codeInFlight, fmt.Sprintf(
 			"no answer within %s: the operation is still in flight; repeat the request (it is not fired again), "+
 				"or GET its Location with ?wait=N, which waits for its record (a plain GET is 404 until a worker has claimed the intent)", wait))
-		p.Key = sub.Key
+		h := hint.Still(sub.Key, hint.Door{Check: checkOperation})
+		p.Key, p.Hint = sub.Key, &h
 		writeProblem(w, p)
 		return
 	case errors.Is(err, client.ErrNoAnswer):
 		p := newProblem(http.StatusGatewayTimeout, codeNoAnswer, fmt.Sprintf("no answer within %s; %s is safe to call again", wait, name))
-		p.Key = sub.Key
+		h := hint.Unknown(fmt.Sprintf("No answer within %s. %s is a read or idempotent: calling it again is safe.", wait, name))
+		p.Key, p.Hint = sub.Key, &h
 		writeProblem(w, p)
 		return
 	case err != nil:
 		s.unavailable(w, err)
 		return
 	}
-	writeAnswer(w, res, info.Ledger)
+	writeAnswer(w, res, info.Ledger, info.OnFailure == intent.OnFailureRetry)
 }
 
 // envelope is the intent of a tool call but its args, from the request's

@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemgate/idemgate/internal/hint"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -25,77 +26,72 @@ type operation struct {
 	Receipt json.RawMessage `json:"receipt,omitempty"`
 }
 
+// door is how the MCP server's answers let the model follow an operation
+// up: with the status tool.
+var statusDoor = hint.Door{Check: func(key string) string { return fmt.Sprintf("%s {\"operation\": %q}", StatusTool, key) }}
+
 // render turns an answer into the tool result the model reads: the result
-// for a completed operation, with a note when it was replayed; a tool error
-// that says what happened and what not to do for a failure, conflict,
-// rejection or denial; and a reference to check later for an operation
-// awaiting approval, uncertain or still running. Every one has structured
-// content whose JSON is its first text item (see answer).
-func render(res *intent.Result) *mcp.CallToolResult {
+// for a completed operation, what ran for one already done, and otherwise
+// the operation's status and reference; each with the hint (internal/hint)
+// that says what happened and what to do, in its structured content and as
+// the text item after its JSON (see answer). Only a failure is a tool error
+// (hint.Error).
+func render(res *intent.Result, d hint.Door) *mcp.CallToolResult {
 	op := operation{Key: res.Key, Tool: res.Tool, Status: res.Status, Replayed: res.Replayed, Attempts: res.Attempts, Fingerprint: res.Fingerprint, Receipt: res.Receipt}
 	if !res.CompletedAt.IsZero() {
 		at := res.CompletedAt.UTC()
 		op.CompletedAt = &at
 	}
-	check := fmt.Sprintf("%s {\"operation\": %q}", StatusTool, res.Key)
+	h := hint.For(res, d)
 	switch res.Status {
 	case intent.StatusCompleted:
-		if res.Replayed {
-			return answer(op, false, structured(res.Result), replayNote(res))
-		}
-		return answer(op, false, structured(res.Result))
-	case intent.StatusAwaitingApproval:
-		return answer(op, false, reference(res), fmt.Sprintf("Awaiting approval: nothing has run yet. Operation %s runs once it is approved. Do not call the tool again to hurry it; check the outcome later with %s.", res.Key, check))
-	case intent.StatusApproved, intent.StatusPending:
-		return answer(op, false, reference(res), fmt.Sprintf("Running: operation %s has not finished yet. Do not call the tool again; check later with %s.", res.Key, check))
-	case intent.StatusUncertain:
-		return answer(op, false, reference(res), fmt.Sprintf("Uncertain: operation %s was interrupted while it ran and may or may not have happened. An operator will settle it; do not call the tool again. Check later with %s.", res.Key, check))
+		return answer(op, h, structured(res.Result))
 	case intent.StatusAlreadyDone:
 		ran := reference(res)
 		ran["result"], ran["completed_at"], ran["attempts"] = resultJSON(res.Result), op.CompletedAt, res.Attempts
-		return answer(op, true, ran, fmt.Sprintf("Already done: operation %s ran and completed at %s; this tool does not run an operation twice, so this call did nothing. "+
-			"The recorded result is above. Do not call again with these arguments; if you meant a new operation, its key arguments must differ.", res.Key, when(res.CompletedAt)))
+		return answer(op, h, ran)
 	}
-	return answer(op, true, reference(res), failureText(res))
+	return answer(op, h, reference(res))
 }
 
-// answer is a tool result with structured content v whose first text item is
-// v's JSON, byte for byte, on every call: MCP asks a tool that returns
-// structured content to return its JSON as text too, and a client that
-// parses content[0].text must get the same on a replay as on a first run.
-// Notes for the model follow, each in an item of its own.
-func answer(op operation, isError bool, v any, notes ...string) *mcp.CallToolResult {
+// answer is a tool result with structured content v, its hint added, whose
+// first text item is that content's JSON, byte for byte, on every call: MCP
+// asks a tool that returns structured content to return its JSON as text
+// too, and a client that parses content[0].text must get the same on a
+// replay as on a first run. The hint's text follows in an item of its own.
+func answer(op operation, h hint.Hint, v any) *mcp.CallToolResult {
+	data := withHint(v, h)
+	return &mcp.CallToolResult{
+		Meta:              mcp.Meta{MetaOperation: op},
+		IsError:           hint.Error(h.Code),
+		StructuredContent: json.RawMessage(data),
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(data)}, &mcp.TextContent{Text: h.Text}},
+	}
+}
+
+// withHint is the JSON of object v with the member "hint": h. A v that is
+// not an object, or has a "hint" of its own, becomes {"result": v, "hint": h}.
+func withHint(v any, h hint.Hint) json.RawMessage {
 	data, err := json.Marshal(v)
 	if err != nil { // a recorded result that is not JSON
 		data = marshal(map[string]string{"error": "the recorded result is not JSON: " + err.Error()})
 	}
-	out := &mcp.CallToolResult{
-		Meta:              mcp.Meta{MetaOperation: op},
-		IsError:           isError,
-		StructuredContent: json.RawMessage(data),
-		Content:           []mcp.Content{&mcp.TextContent{Text: string(data)}},
+	var members map[string]json.RawMessage
+	if json.Unmarshal(data, &members) != nil || members == nil || members["hint"] != nil {
+		members = map[string]json.RawMessage{"result": data}
 	}
-	for _, n := range notes {
-		out.Content = append(out.Content, &mcp.TextContent{Text: n})
-	}
-	return out
+	members["hint"] = marshal(h)
+	return marshal(members)
 }
 
-// replayNote tells the model that a completed answer is a replay.
-func replayNote(res *intent.Result) string {
-	return fmt.Sprintf("Already done, not repeated: operation %s completed at %s (an earlier call ran it); this call did not run it again. The result above is the recorded one.",
-		res.Key, when(res.CompletedAt))
-}
-
-// render is the tool result of an answer for s: for a tool of an upstream
+// render is the tool result of an answer for s: a failed operation of a
+// tool with on_failure: retry says it runs again; for a tool of an upstream
 // MCP server (effect mcp) a completed operation's result is the upstream's
-// own content and structured content, with the replay note after it.
+// own content and structured content, the hint added after them.
 func (s *served) render(res *intent.Result) *mcp.CallToolResult {
-	out := render(res)
-	if res.Status == intent.StatusFailed && res.Error != nil && s.info.OnFailure == intent.OnFailureRetry && len(out.Content) > 1 {
-		out.Content[len(out.Content)-1] = &mcp.TextContent{Text: fmt.Sprintf("Failed (%s): %s. This tool runs a failed operation again: "+
-			"calling again with the same arguments runs it again, so retry only once the cause is fixed.", res.Error.Code, res.Error.Message)}
-	}
+	d := statusDoor
+	d.RetryFailed = s.info.OnFailure == intent.OnFailureRetry
+	out := render(res, d)
 	if s.info.Effect != intent.EffectMCP || res.Status != intent.StatusCompleted {
 		return out
 	}
@@ -103,52 +99,37 @@ func (s *served) render(res *intent.Result) *mcp.CallToolResult {
 	if err := json.Unmarshal(res.Result, &up); err != nil {
 		return out
 	}
-	out.Content, out.StructuredContent = up.Content, up.StructuredContent
-	if res.Replayed {
-		out.Content = append(out.Content, &mcp.TextContent{Text: replayNote(res)})
+	h := hint.For(res, d)
+	out.Content = append(up.Content, &mcp.TextContent{Text: h.Text})
+	var sc any = map[string]any{}
+	if up.StructuredContent != nil {
+		sc = up.StructuredContent
 	}
+	out.StructuredContent = withHint(sc, h)
 	return out
 }
 
-// failureText explains a final answer that is not a success.
-func failureText(res *intent.Result) string {
-	code, msg := "", ""
-	if res.Error != nil {
-		code, msg = res.Error.Code, res.Error.Message
-	}
-	switch res.Status {
-	case intent.StatusConflict:
-		prints := ""
-		if res.RecordFingerprint != "" {
-			prints = fmt.Sprintf(" (its fingerprint %s, this call's %s)", res.RecordFingerprint, res.Fingerprint)
-		}
-		return fmt.Sprintf("Conflict: nothing was done. Operation %s was first called with other arguments%s. Calling again with these arguments is refused the same way: this is not a new operation. If you meant the recorded one, it already happened; if you meant another, it must differ in its key arguments.", res.Key, prints)
-	case intent.StatusDenied:
-		return fmt.Sprintf("Denied: operation %s was refused by its approver (%s). Nothing was done and it will not run: do not call again.", res.Key, msg)
-	case intent.StatusFailed:
-		return fmt.Sprintf("Failed (%s): %s. This outcome is recorded for operation %s: calling again with the same arguments returns this failure and does not run it again. Do not retry unless the failure says the arguments were wrong.", code, msg, res.Key)
-	case intent.StatusRejected:
-		if code == intent.CodeBudgetExceeded {
-			return fmt.Sprintf("Rejected (budget_exceeded): %s. Nothing was done and nothing was recorded. Do not call again with other arguments: every distinct call counts; this one may run from %s.", msg, when(res.RetryAt))
-		}
-		if code == intent.CodeRateLimited {
-			return fmt.Sprintf("Rejected (rate_limited): %s. Nothing was done; call again later with the same arguments.", msg)
-		}
-		return fmt.Sprintf("Rejected (%s): %s. Nothing was done; fix the call before calling again.", code, msg)
-	}
-	return fmt.Sprintf("Operation %s ended %s (%s: %s).", res.Key, res.Status, code, msg)
+// toolError is the answer to a call refused before anything was done,
+// whose text tells the model what to fix: a tool error.
+func toolError(format string, args ...any) *mcp.CallToolResult {
+	return note(hint.Refused(fmt.Sprintf(format, args...)))
 }
 
-// toolError is a tool error whose text tells the model what happened.
-func toolError(format string, args ...any) *mcp.CallToolResult {
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, args...)}}}
+// note is a result that is only a hint: {"status": code, "hint": h} and its
+// text.
+func note(h hint.Hint) *mcp.CallToolResult {
+	data := withHint(map[string]string{"status": h.Code}, h)
+	return &mcp.CallToolResult{
+		IsError:           hint.Error(h.Code),
+		StructuredContent: json.RawMessage(data),
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(data)}, &mcp.TextContent{Text: h.Text}},
+	}
 }
 
 // stillRunning answers a call whose wait ran out.
 func stillRunning(key string) *mcp.CallToolResult {
-	return answer(operation{Key: key, Status: intent.StatusPending}, false,
-		map[string]any{"status": intent.StatusPending, "operation": key},
-		fmt.Sprintf("Still running: operation %s has not finished yet and goes on. Do not call the tool again; check later with %s {\"operation\": %q}.", key, StatusTool, key))
+	return answer(operation{Key: key, Status: intent.StatusPending}, hint.Still(key, statusDoor),
+		map[string]any{"status": intent.StatusPending, "operation": key})
 }
 
 // reference is the structured content of an answer that is not a result.

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/internal/hint"
 	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -160,7 +161,7 @@ func (g *Gate) call(ctx context.Context, req *mcp.CallToolRequest, s *served, p 
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case err != nil:
-		return toolError("idemgate could not submit the call (%v). It may or may not have been received; calling again with the same arguments is safe: it runs at most once.", err), nil
+		return note(hint.Unknown(fmt.Sprintf("idemgate could not submit the call (%v). It may or may not have been received; calling again with the same arguments is safe: it runs at most once.", err))), nil
 	}
 	res, err := g.wait(ctx, req, sub.Key, sub.Wait)
 	if res == nil {
@@ -223,7 +224,7 @@ func pendingOrCancelled(ctx context.Context, err error, key string) (*mcp.CallTo
 		return nil, ctx.Err()
 	}
 	if !errors.Is(err, client.ErrNoAnswer) {
-		return toolError("idemgate could not learn the outcome (%v). The operation %s may still run once; check it with %s {\"operation\": %q} rather than calling again.", err, key, StatusTool, key), nil
+		return note(hint.Unknown(fmt.Sprintf("idemgate could not learn the outcome (%v). The operation %s may still run once; check it with %s rather than calling again.", err, key, statusDoor.Check(key)))), nil
 	}
 	return stillRunning(key), nil
 }

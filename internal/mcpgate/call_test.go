@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/internal/hint"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -29,7 +30,8 @@ func TestFirstCallFiresAndARetryReplays(t *testing.T) {
 			require.Equal(t, 1, o.Attempts)
 			require.True(t, strings.HasPrefix(o.Key, "send_email."), o.Key)
 			require.EqualValues(t, 1, structuredOf(t, first)["n"])
-			require.Empty(t, jsonFirst(t, first), "a first run has no note")
+			require.Contains(t, jsonFirst(t, first), "Completed: operation "+o.Key+" ran once")
+			require.Equal(t, hint.Completed, hintOf(t, first).Code)
 
 			// The agent reconnects (a new MCP session, new request ids) and
 			// re-issues the call, the body reworded: same stable session,
@@ -42,7 +44,8 @@ func TestFirstCallFiresAndARetryReplays(t *testing.T) {
 			require.Equal(t, o.Key, ao.Key)
 			require.NotNil(t, ao.CompletedAt)
 			note := jsonFirst(t, again)
-			require.Contains(t, note, "not repeated", "the note follows the JSON")
+			require.Contains(t, note, "Already done, not repeated", "the note follows the JSON")
+			require.Equal(t, hint.Replayed, hintOf(t, again).Code)
 			require.Contains(t, note, ao.CompletedAt.Format(time.RFC3339))
 			require.EqualValues(t, 1, structuredOf(t, again)["n"], "the recorded result")
 			require.Equal(t, 1, b.count("send_email"))
@@ -87,7 +90,7 @@ func TestTheScopeIsNeverTheMCPSession(t *testing.T) {
 	require.Contains(t, text(bad), "must be a string")
 }
 
-func TestSameKeyOtherArgumentsIsAToolError(t *testing.T) {
+func TestSameKeyOtherArgumentsIsAConflict(t *testing.T) {
 	t.Parallel()
 	b := setup(t, Config{})
 	cs := b.connect(t, inMemory, nil, nil)
@@ -99,11 +102,12 @@ func TestSameKeyOtherArgumentsIsAToolError(t *testing.T) {
 	// tool keyed on some args only, with others in the fingerprint.
 	call(t, cs, "s", "set_status", map[string]any{"order_id": "42", "status": "shipped"})
 	res = call(t, cs, "s", "set_status", map[string]any{"order_id": "42", "status": "cancelled"})
-	require.True(t, res.IsError)
+	require.False(t, res.IsError, "a conflict is an outcome, not a mistake for the model to fix")
 	require.Equal(t, intent.StatusConflict, op(t, res).Status)
+	require.Equal(t, hint.Conflict, hintOf(t, res).Code)
 	note := jsonFirst(t, res)
 	require.Contains(t, note, "Conflict: nothing was done")
-	require.Contains(t, note, "not a new operation")
+	require.Contains(t, note, "Do not change the arguments to get around this")
 	require.Equal(t, 1, strings.Count(note, "other arguments"), "the conflict is said once: %s", note)
 	require.Equal(t, 1, b.count("set_status"))
 }
@@ -244,9 +248,9 @@ func TestUserApprovalThroughElicitation(t *testing.T) {
 			// Declined: denied, never fired; a retry is denied without asking.
 			other := map[string]any{"order_id": "11111", "amount": "9.00 EUR"}
 			res := call(t, b.connect(t, tr, answer("decline"), nil), "s", "user_refund", other)
-			require.True(t, res.IsError)
+			require.False(t, res.IsError, "a denial is an outcome, not a mistake to fix")
 			require.Equal(t, intent.StatusDenied, op(t, res).Status)
-			require.Contains(t, jsonFirst(t, res), "do not call again")
+			require.Contains(t, jsonFirst(t, res), "Do not call again")
 			n := len(asked)
 			res = call(t, b.connect(t, tr, answer("accept"), nil), "s", "user_refund", other)
 			require.Equal(t, intent.StatusDenied, op(t, res).Status)

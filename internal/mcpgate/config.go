@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -83,12 +84,15 @@ type Config struct {
 	// protected resource metadata and by 401 answers (behind a proxy:
 	// https://mcp.example.com/mcp). Default: http://<the request's Host>/mcp.
 	ResourceURL string
-	// MaxSessions bounds the MCP sessions open over HTTP at once, every
-	// caller's together; a request that would open another is answered 429.
-	// Default DefaultMaxSessions.
+	// MaxSessions bounds the MCP sessions (protocol 2025-11-25 and earlier)
+	// open over HTTP at once, every caller's together; a request that would
+	// open another ends the least recently used idle session of the caller
+	// holding the most, and is answered 429 only when none is idle. Default
+	// DefaultMaxSessions.
 	MaxSessions int
 	// MaxSessionsPerToken bounds one token's MCP sessions (callers without a
-	// token share one allowance); over it: 429. Default
+	// token share one allowance); over it the token's least recently used
+	// idle session ends, and only when none is idle: 429. Default
 	// DefaultMaxSessionsPerToken.
 	MaxSessionsPerToken int
 	// MaxCalls bounds the HTTP requests carrying a JSON-RPC request (a
@@ -102,6 +106,13 @@ type Config struct {
 	// this long; its client must initialize a new one. Default
 	// DefaultSessionIdle.
 	SessionIdle time.Duration
+	// AllowOrigins are the origins (scheme://host[:port]) besides the
+	// endpoint's own whose browser pages may call HTTPPath: a request with
+	// an Origin header naming any other is refused (403), as the MCP
+	// transport spec asks against DNS rebinding. A request without Origin
+	// (not sent by a browser) is served. Default none: the endpoint's own
+	// origin only (the request's Host, and ResourceURL's).
+	AllowOrigins []string
 	// Logger receives the gate's log, the MCP SDK's included. Default:
 	// discard.
 	Logger *zap.Logger
@@ -167,6 +178,14 @@ func (c *Config) validate() error {
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 			errs = append(errs, fmt.Errorf("mcpgate: resource URL %q: give the absolute URL clients reach the MCP endpoint at, e.g. https://mcp.example.com/mcp (no query, fragment or user)", c.ResourceURL))
 		}
+	}
+	for i, o := range c.AllowOrigins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("mcpgate: allowed origin %q: give scheme://host[:port], e.g. https://app.example.com", o))
+			continue
+		}
+		c.AllowOrigins[i] = u.Scheme + "://" + strings.ToLower(u.Host)
 	}
 	if c.Upstream != "" {
 		up, err := upstream.Parse(c.Upstream)

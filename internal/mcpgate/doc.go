@@ -8,19 +8,23 @@
 // scoped by a stable session (the call's io.idemgate/session _meta field,
 // else the Idem-Session HTTP header, else Config.Session), never by the MCP
 // session or request id, which change on every reconnect and retry. The call
-// returns the operation's recorded answer: a replay carries a note that it
-// did not run again; a conflict, rejection, denial or failure is a tool
-// error saying what not to do; an operation awaiting approval or uncertain
-// returns at once with a reference for the idemgate_status tool. Every
-// answer's first text item is the JSON of its structured content. A client
-// cancellation ends the wait, never the operation.
+// returns the operation's recorded answer with the hint a model reads
+// (internal/hint): what happened and what to do, in its structured content
+// and as the text item after that content's JSON. Only a failure or a call
+// refused for its input is a tool error; a conflict, denial or replay is an
+// outcome, and an operation awaiting approval or uncertain returns at once
+// with a reference for the idemgate_status tool. A client cancellation ends
+// the wait, never the operation.
 //
 // Over HTTP (HTTPHandler) the gate takes bearer tokens of the HTTP front
 // door's tokens file (internal/auth): a request without a valid one is
 // answered 401 with the MCP authorization spec's challenge, and the
 // protected resource metadata (RFC 9728) is served; the token's namespace
 // scopes every session a call names and the operations idemgate_status
-// reads. Sessions and calls held open are capped per token and in all (429),
-// and idle sessions end. stdio is the parent process's and takes no token.
+// reads. Protocol 2026-07-28 is served without sessions; earlier clients get
+// sessions, capped per token and in all: a caller at a cap ends its least
+// recently used idle session rather than being refused. Calls held open are
+// capped too (429, with when a held call ends at the latest), and idle
+// sessions end. stdio is the parent process's and takes no token.
 // docs/mcp.md is the user's guide.
 package mcpgate

@@ -72,10 +72,10 @@ const instructions = "Tools here change the world at most once per operation: id
 func (g *Gate) Server() *mcp.Server { return g.server }
 
 // HTTPHandler serves the MCP streamable HTTP transport at HTTPPath
-// (sessions, as protocol versions up to 2025-11-25 have them; a client that
-// asks for a later version is told which ones are served and falls back),
-// behind Config.Tokens and the session and call limits; the protected
-// resource metadata at MetadataPath; and HealthPath.
+// (stateless for protocol 2026-07-28 and later; with sessions, as they have
+// them, for clients of 2025-11-25 and earlier), behind Config.Tokens and the
+// session and call limits; the protected resource metadata at
+// MetadataPath; and HealthPath.
 func (g *Gate) HTTPHandler() http.Handler { return g.door.handler() }
 
 // lookup returns the tool named name as currently served.

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/idemgate/idemgate/internal/hint"
 	"github.com/idemgate/idemgate/internal/natstest"
 	"github.com/idemgate/idemgate/internal/worker"
 	"github.com/idemgate/idemgate/pkg/client"
@@ -154,11 +155,12 @@ func (b *testBundle) count(tool string) int {
 type transport string
 
 const (
-	inMemory   transport = "in-memory" // the SDK's newest protocol (stateless, multi round-trip)
-	streamable transport = "http"      // streamable HTTP with sessions (protocol 2025-11-25)
+	inMemory     transport = "in-memory"       // the SDK's newest protocol (multi round-trip)
+	streamable   transport = "http"            // streamable HTTP, stateless (protocol 2026-07-28)
+	withSessions transport = "http-2025-11-25" // streamable HTTP with sessions (protocol 2025-11-25)
 )
 
-var transports = []transport{inMemory, streamable}
+var transports = []transport{inMemory, streamable, withSessions}
 
 // connect opens a new MCP session to the gate; header is sent on every HTTP
 // request.
@@ -175,12 +177,24 @@ func (b *testBundle) connect(t *testing.T, tr transport, opts *mcp.ClientOptions
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = ss.Close() })
 		ct = cli
-	case streamable:
+	case streamable, withSessions:
 		ct = &mcp.StreamableClientTransport{Endpoint: b.http, HTTPClient: &http.Client{Transport: headerRT{header}}, MaxRetries: -1}
 	}
-	cs, err := c.Connect(ctx, ct, nil)
+	var co *mcp.ClientSessionOptions
+	if tr == withSessions {
+		co = &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"}
+	}
+	cs, err := c.Connect(ctx, ct, co)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cs.Close() })
+	switch tr {
+	case streamable:
+		require.Equal(t, "2026-07-28", cs.InitializeResult().ProtocolVersion)
+		require.Empty(t, cs.ID(), "no MCP session")
+	case withSessions:
+		require.Equal(t, "2025-11-25", cs.InitializeResult().ProtocolVersion)
+		require.NotEmpty(t, cs.ID(), "an MCP session")
+	}
 	return cs
 }
 
@@ -231,16 +245,34 @@ func op(t *testing.T, res *mcp.CallToolResult) operation {
 }
 
 // jsonFirst checks that res's first text item is the JSON of its
-// structured content, and returns the text of the items after it.
+// structured content, whose hint's text is the one item after it, and
+// returns that text.
 func jsonFirst(t *testing.T, res *mcp.CallToolResult) string {
 	t.Helper()
-	require.NotEmpty(t, res.Content)
+	require.Len(t, res.Content, 2, "the JSON, then the hint's text")
 	first, ok := res.Content[0].(*mcp.TextContent)
 	require.True(t, ok, "content[0] is text")
 	data, err := json.Marshal(res.StructuredContent)
 	require.NoError(t, err)
 	require.JSONEq(t, string(data), first.Text, "content[0].text is the JSON of structuredContent")
-	return text(&mcp.CallToolResult{Content: res.Content[1:]})
+	h := hintOf(t, res)
+	note := text(&mcp.CallToolResult{Content: res.Content[1:]})
+	require.Equal(t, h.Text, note, "the hint's text is the text item after the JSON")
+	require.Equal(t, hint.Error(h.Code), res.IsError, "isError is the hint's (%s)", h.Code)
+	return note
+}
+
+// hintOf is the hint in res's structured content.
+func hintOf(t *testing.T, res *mcp.CallToolResult) hint.Hint {
+	t.Helper()
+	data, err := json.Marshal(res.StructuredContent)
+	require.NoError(t, err)
+	var v struct {
+		Hint *hint.Hint `json:"hint"`
+	}
+	require.NoError(t, json.Unmarshal(data, &v))
+	require.NotNil(t, v.Hint, "structuredContent has a hint: %s", data)
+	return *v.Hint
 }
 
 func structuredOf(t *testing.T, res *mcp.CallToolResult) map[string]any {

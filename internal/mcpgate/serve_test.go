@@ -2,6 +2,7 @@ package mcpgate
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -169,6 +170,8 @@ func TestConfigValidation(t *testing.T) {
 		{Config{SessionIdle: -time.Second}, "session idle -1s is negative"},
 		{Config{ResourceURL: "mcp.example.com/mcp"}, "give the absolute URL"},
 		{Config{ResourceURL: "https://mcp.example.com/mcp?x=1"}, "no query"},
+		{Config{AllowOrigins: []string{"app.example.com"}}, "give scheme://host[:port]"},
+		{Config{AllowOrigins: []string{"https://app.example.com/page"}}, "give scheme://host[:port]"},
 	} {
 		_, err := New(nil, c.cfg)
 		require.ErrorContains(t, err, c.want)
@@ -203,4 +206,104 @@ func TestCheckListen(t *testing.T) {
 			require.ErrorIs(t, err, ErrNoDoor)
 		}
 	}
+}
+
+// A tool without a schema is listed with a complete one: its key args
+// typed, its volatile args named, other args allowed, the key args of an
+// unsafe tool required.
+func TestDefaultSchemaIsComplete(t *testing.T) {
+	t.Parallel()
+	var sch struct {
+		Type                 string                    `json:"type"`
+		AdditionalProperties bool                      `json:"additionalProperties"`
+		Properties           map[string]map[string]any `json:"properties"`
+		Required             []string                  `json:"required"`
+	}
+	info := intent.ToolInfo{Name: "send_email", Class: intent.ClassUnsafe, KeyArgs: []string{"to", "subject"}, VolatileArgs: []string{"body"}}
+	require.NoError(t, json.Unmarshal(defaultSchema(info), &sch))
+	require.Equal(t, "object", sch.Type)
+	require.True(t, sch.AdditionalProperties, "other args allowed")
+	require.ElementsMatch(t, []string{"to", "subject"}, sch.Required)
+	for _, name := range []string{"to", "subject", "body"} {
+		require.Contains(t, sch.Properties, name)
+		require.NotEmpty(t, sch.Properties[name]["anyOf"], "%s is typed", name)
+	}
+}
+
+// A browser page of another origin cannot call the endpoint (403), as the
+// MCP transport spec asks against DNS rebinding: only the endpoint's own
+// origin, an allowed one, or a request without Origin (not a browser's).
+func TestForeignOriginsAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{AllowOrigins: []string{"https://App.example.com"}})
+	own := strings.TrimSuffix(b.http, HTTPPath)
+	for origin, want := range map[string]int{
+		"":                           http.StatusOK,
+		own:                          http.StatusOK,
+		"https://app.example.com":    http.StatusOK,
+		"http://evil.example":        http.StatusForbidden,
+		"http://attacker.test:8081":  http.StatusForbidden,
+		"https://app.example.com:99": http.StatusForbidden,
+		"null":                       http.StatusForbidden,
+	} {
+		for _, method := range []string{http.MethodPost, http.MethodGet} {
+			req, err := http.NewRequest(method, b.http, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("MCP-Protocol-Version", "2025-11-25")
+			if origin != "" {
+				req.Header.Set("Origin", origin)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			if want == http.StatusForbidden || method == http.MethodPost {
+				require.Equal(t, want, resp.StatusCode, "%s with Origin %q", method, origin)
+			} else {
+				require.NotEqual(t, http.StatusForbidden, resp.StatusCode, "%s with Origin %q", method, origin)
+			}
+		}
+	}
+}
+
+// Sessions opened at once, far past the cap, are all served: each caller's
+// least recently used idle sessions give way (run with -race).
+func TestSessionsPastTheCapGiveWay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{MaxSessionsPerToken: 2, MaxSessions: 3})
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	open := func() (int, string, error) {
+		req, err := http.NewRequest(http.MethodPost, b.http, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`))
+		if err != nil {
+			return 0, "", err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), nil
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 50 {
+				code, sid, err := open()
+				if err != nil || code != http.StatusOK || sid == "" {
+					t.Errorf("a session past the cap answered %d (%v)", code, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Eventually(t, func() bool {
+		b.gate.door.mu.Lock()
+		defer b.gate.door.mu.Unlock()
+		return len(b.gate.door.sessions) <= 2 && b.gate.door.total.opening == 0
+	}, 30*time.Second, 10*time.Millisecond, "the sessions left are within the cap")
 }

@@ -8,9 +8,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/idemgate/idemgate/internal/hint"
 	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/dedup"
-	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // statusArgs are idemgate_status's arguments.
@@ -93,17 +93,13 @@ func statusError(key string, err error) *mcp.CallToolResult {
 	if errors.Is(err, client.ErrNotFound) {
 		return toolError("No operation %s is recorded: it was never submitted, its reference is mistyped, or its record outlived the ledger's retention.", key)
 	}
-	return toolError("idemgate could not read operation %s (%v); try again.", key, err)
+	return note(hint.Unknown(fmt.Sprintf("idemgate could not read operation %s (%v); try again.", key, err)))
 }
 
 // statusResult renders a record as idemgate_status's answer: as a call's
-// answer (the structured content's JSON first), with a note saying when a
-// completed operation ran.
+// answer, never a replay (the model asked for the record).
 func statusResult(key string, rec dedup.Record) *mcp.CallToolResult {
 	res := rec.Answer(dedup.Caller{Key: key}, false)
-	out := render(&res)
-	if rec.Status == intent.StatusCompleted {
-		out.Content = append(out.Content, &mcp.TextContent{Text: fmt.Sprintf("Completed: operation %s ran at %s; the result above is the recorded one.", key, when(res.CompletedAt))})
-	}
-	return out
+	res.Replayed = false
+	return render(&res, statusDoor)
 }

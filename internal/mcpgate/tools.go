@@ -58,22 +58,37 @@ func newServed(info intent.ToolInfo) (*served, error) {
 func (s *served) same(o *served) bool { return bytes.Equal(s.raw, o.raw) }
 
 // defaultSchema is the input schema of a tool whose tools file gives none:
-// any object, naming its key args (required for an unsafe tool, which is
-// refused without them: intent.RequiredKeyArgs).
+// an object whose key args and volatile args are typed properties (the key
+// args required for an unsafe tool, which is refused without them:
+// intent.RequiredKeyArgs) and which takes other arguments too. A key arg's
+// type is a scalar's, as the tools file says no more; a client that closes
+// the schema (the AI SDK adds additionalProperties: false) can still send
+// every argument it names.
 func defaultSchema(info intent.ToolInfo) json.RawMessage {
-	sch := map[string]any{"type": "object"}
-	if len(info.KeyArgs) > 0 {
-		props := map[string]any{}
-		for _, a := range info.KeyArgs {
-			props[a] = map[string]any{"description": "a key argument: it tells operations apart"}
-		}
+	sch := map[string]any{"type": "object", "additionalProperties": true}
+	props := map[string]any{}
+	for _, a := range info.KeyArgs {
+		props[a] = map[string]any{"anyOf": scalar, "description": "a key argument: it tells operations apart"}
+	}
+	for _, a := range info.VolatileArgs {
+		props[a] = map[string]any{"anyOf": anyJSON, "description": "not part of the operation: it may differ between repeats"}
+	}
+	if len(props) > 0 {
 		sch["properties"] = props
-		if required := intent.RequiredKeyArgs(info.Class, info.KeySpec()); len(required) > 0 {
-			sch["required"] = required
-		}
+	}
+	if required := intent.RequiredKeyArgs(info.Class, info.KeySpec()); len(required) > 0 {
+		sch["required"] = required
 	}
 	return marshal(sch)
 }
+
+// scalar is the schema of an argument known only to be a key arg; anyJSON
+// of one known only by name. Each is anyOf single types, which every
+// client's schema dialect reads (a type array is not portable).
+var (
+	scalar  = []any{map[string]any{"type": "string"}, map[string]any{"type": "number"}, map[string]any{"type": "boolean"}}
+	anyJSON = append(scalar[:len(scalar):len(scalar)], map[string]any{"type": "object", "additionalProperties": true}, map[string]any{"type": "array"})
+)
 
 // annotations are the MCP hints of a tool, from its policy.
 func annotations(info intent.ToolInfo) *mcp.ToolAnnotations {
