@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemgate/idemgate/pkg/audit"
+	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -163,4 +168,150 @@ func TestForgedAnswersDoNotReachTheVictims(t *testing.T) {
 		require.Contains(t, strings.Join(strings.Fields(o.res), ""), `"sent":true`, "%s: the real answer: %s", o.who, o.err)
 	}
 	require.Equal(t, 4, hook.count(), "each victim's operation fired once; the attacker's none")
+}
+
+// A forger who kept a run's whole answer, receipt and all, replays it to a
+// caller of a later run of the same key (forgotten and run again): on the
+// caller's inbox, bound to the caller's publish by its Idem-Intent-Seq
+// header, saying it is not replayed. Its receipt verifies for it; the Go
+// and TypeScript clients, given the workers' keys, still refuse it: an
+// answer that is not a replay must name a run (intent_seq) one of the
+// caller's own publishes started.
+func TestForgedAnswerOfAnotherRunIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := tsClient(t)
+	url := jetStream(t)
+	release := make(chan struct{})
+	var once sync.Once
+	hook := newSink(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n > 2 { // the second runs wait while the forger acts
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"sent":true,"n":%d}`, n)
+	})
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	startWorker(t, "w1", url, writeTools(t, tsTools(hook.URL)))
+	keysFile := filepath.Join(t.TempDir(), "keys.json")
+	ks := submit(t, url, "audit", "keys")
+	require.Equal(t, 0, ks.code, ks.stderr)
+	require.NoError(t, os.WriteFile(keysFile, []byte(ks.stdout), 0o644))
+	keys, err := audit.LoadKeys(keysFile)
+	require.NoError(t, err)
+	nc := connect(t, url)
+	args := func(who string) string { return fmt.Sprintf(`{"to":"%s@example.com","subject":"Welcome"}`, who) }
+
+	// Run 1 of each victim's key, whose answer the forger keeps; then an
+	// operator forgets the key.
+	kept := map[string][]byte{}
+	first := map[string]uint64{}
+	for _, who := range []string{"go", "ts"} {
+		run1 := publishRaw(t, nc, "idem.intents.send_email", []byte(`{"tool":"send_email","args":`+args(who)+`}`))(time.Minute)
+		require.Equal(t, intent.StatusCompleted, run1.Status)
+		require.False(t, run1.Replayed)
+		_, err := audit.VerifyReceipt(run1, keys)
+		require.NoError(t, err, "run 1's receipt verifies for its answer")
+		kept[who], err = run1.AppendJSON(nil)
+		require.NoError(t, err)
+		first[who] = run1.IntentSeq
+		forgot := submit(t, url, "forget", run1.Key, "--by", "ops", "--reason", "run it again")
+		require.Equal(t, 0, forgot.code, forgot.stdout+forgot.stderr)
+	}
+
+	// The forger's view of the victims' intents (in production: a leaked
+	// inbox), and of the work stream, for their sequences (which only grow).
+	spy := connect(t, url)
+	seen := make(chan *nats.Msg, 8)
+	sub, err := spy.ChanSubscribe("idem.intents.send_email", seen)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, spy.Flush())
+	sjs, err := jetstreamFor(spy)
+	require.NoError(t, err)
+	stream, err := sjs.Stream(t.Context(), "IDEM_INTENTS")
+	require.NoError(t, err)
+	sequence := func(data []byte) uint64 {
+		info, err := stream.Info(t.Context())
+		require.NoError(t, err)
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+			if m, err := stream.GetMsg(t.Context(), seq); err == nil && string(m.Data) == string(data) {
+				return seq
+			}
+		}
+		t.Fatalf("no stored intent %s", data)
+		return 0
+	}
+
+	type outcome struct {
+		who string
+		err error
+		res intent.Result // the Go client's
+		ts  submitted
+	}
+	outcomes := make(chan outcome, 2)
+	go func() {
+		o := outcome{who: "go"}
+		defer func() { outcomes <- o }()
+		cl, err := client.New(connect(t, url), client.WithReceiptKeys(keys))
+		if err != nil {
+			o.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		res, err := cl.Submit(ctx, &intent.Envelope{Tool: "send_email", Args: json.RawMessage(args("go"))})
+		if res != nil {
+			o.res = *res
+		}
+		o.err = err
+	}()
+	go func() {
+		o := outcome{who: "ts"}
+		o.ts = tsSubmit(t, dir, url, "--tool", "send_email", "--args", args("ts"), "--receipt-keys", keysFile, "--wait", "120s")
+		outcomes <- o
+	}()
+
+	forger := connect(t, url)
+	for forged := 0; forged < 2; forged++ {
+		var m *nats.Msg
+		select {
+		case m = <-seen:
+		case <-t.Context().Done():
+			t.Fatalf("only %d victims published", forged)
+		}
+		var env struct {
+			Args struct{ To string } `json:"args"`
+		}
+		require.NoError(t, json.Unmarshal(m.Data, &env))
+		who, _, _ := strings.Cut(env.Args.To, "@")
+		answer, ok := kept[who]
+		require.True(t, ok, "an intent of no victim: %s", m.Data)
+		out := nats.NewMsg(m.Header.Get(intent.HeaderReplyTo))
+		out.Data = answer
+		out.Header.Set(intent.HeaderIntentSeq, strconv.FormatUint(sequence(m.Data), 10))
+		require.NoError(t, forger.PublishMsg(out))
+	}
+	require.NoError(t, forger.Flush())
+
+	for range 2 {
+		o := <-outcomes
+		switch o.who {
+		case "go":
+			require.ErrorIs(t, o.err, client.ErrBadReceipt, "the Go client took run 1's answer for its own: %s", o.res.Result)
+			require.ErrorIs(t, o.err, audit.ErrReceiptMismatch)
+			require.ErrorContains(t, o.err, "another run's answer")
+			require.Equal(t, first["go"], o.res.IntentSeq, "the answer returned with the error is the forged one")
+		case "ts":
+			require.Equal(t, 1, o.ts.code, "the TypeScript client took run 1's answer for its own: %s %s", o.ts.stdout, o.ts.stderr)
+			require.Contains(t, o.ts.stderr, "mismatch")
+			require.Contains(t, o.ts.stderr, fmt.Sprintf("(intent_seq %d) is none of this call's publishes: another run's answer", first["ts"]))
+		}
+	}
+	unblock()
+	require.Eventually(t, func() bool { return hook.count() == 4 }, time.Minute, 50*time.Millisecond, "each run fired once")
 }

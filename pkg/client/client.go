@@ -386,7 +386,10 @@ func (s *Submission) WaitFinal(ctx context.Context) (*intent.Result, error) {
 	return s.verified(s.wait(ctx, true))
 }
 
-// verified checks the receipt of an answer wait returned.
+// verified checks the receipt of an answer wait returned, and that an
+// answer that is not a replay names a run one of the submission's own
+// publishes started: a run's whole answer, receipt and all, replayed to a
+// caller of a later run of its key verifies but for that.
 func (s *Submission) verified(res *intent.Result, err error) (*intent.Result, error) {
 	if err != nil {
 		return res, err
@@ -394,7 +397,14 @@ func (s *Submission) verified(res *intent.Result, err error) (*intent.Result, er
 	if bad, ok := s.badText.Load(res); ok && s.c.checksReceipt(res) {
 		return res, fmt.Errorf("%w: %w", ErrBadReceipt, bad.(error))
 	}
-	return res, s.c.checkReceipt(res)
+	if err := s.c.checkReceipt(res); err != nil {
+		return res, err
+	}
+	if s.c.checksReceipt(res) && !res.Replayed && !s.owns(res.IntentSeq) {
+		return res, fmt.Errorf("%w: %w: the answer is not a replay, yet its run (intent_seq %d) is none of this call's publishes: another run's answer",
+			ErrBadReceipt, audit.ErrReceiptMismatch, res.IntentSeq)
+	}
+	return res, nil
 }
 
 func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, error) {

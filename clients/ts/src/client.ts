@@ -1083,7 +1083,7 @@ export class Submission {
         stopWatch?.();
         if ("res" in outcome) {
           try {
-            resolve(this.#client.checkReceipt(outcome.res));
+            resolve(this.#checkRun(this.#client.checkReceipt(outcome.res)));
           } catch (err) {
             reject(err);
           }
@@ -1232,6 +1232,32 @@ export class Submission {
         );
       }
     });
+  }
+
+  /**
+   * Returns `res` when the client checks no receipts, `res` carries none, is
+   * a replay, or names a run (`intent_seq`) one of this submission's own
+   * publishes started: a run's whole answer, receipt and all, replayed to a
+   * caller of a later run of its key verifies but for that.
+   *
+   * @param res - an answer whose receipt verified
+   * @returns the answer
+   * @throws {@link BadReceiptError} (`mismatch`) for another run's answer that says it is not replayed
+   */
+  #checkRun(res: Result): Result {
+    if (
+      this.#client.receiptKeys === undefined ||
+      !receipted(res.status) ||
+      (res.status === "conflict" && res.receipt === undefined) ||
+      res.replayed === true ||
+      (typeof res.intent_seq === "number" && this.#own.has(res.intent_seq))
+    ) {
+      return res;
+    }
+    throw new BadReceiptError(
+      res,
+      new ReceiptError("mismatch", `the answer is not a replay, yet its run (intent_seq ${String(res.intent_seq ?? 0)}) is none of this call's publishes: another run's answer`),
+    );
   }
 
   /**
