@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -42,6 +43,9 @@ type problem struct {
 	// Answer is the operation's answer when the problem is one (a conflict,
 	// a failure, a denial, a rejection).
 	Answer *intent.Result `json:"answer,omitempty"`
+	// Record is the operation's record, as read after a decision was
+	// refused for its state (wrong_state).
+	Record *dedup.Record `json:"record,omitempty"`
 }
 
 var titles = map[string]string{
