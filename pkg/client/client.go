@@ -502,7 +502,8 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 // Idem-Intent-Seq header names one of the submission's own stored
 // publishes, and, unless it is a rejection (which a worker may give before
 // it could derive a key), its key is the submission's and its fingerprint,
-// when it has one, too. Anyone who learns the inbox can name it as the
+// when it has one, too; an answer that is not a replay names that
+// publish's run (its intent_seq, when it has one), never another run's. Anyone who learns the inbox can name it as the
 // reply subject of an intent of their own; the sequence a worker answers
 // with is that intent's, never this submission's.
 func (s *Submission) pushed(m *nats.Msg) (*intent.Result, bool) {
@@ -516,6 +517,9 @@ func (s *Submission) pushed(m *nats.Msg) (*intent.Result, bool) {
 	}
 	if res.Status != intent.StatusRejected && (res.Key != s.Key || (res.Fingerprint != "" && res.Fingerprint != s.Fingerprint)) {
 		return nil, false
+	}
+	if !res.Replayed && res.IntentSeq != 0 && res.IntentSeq != seq {
+		return nil, false // not a replay, yet of another run than this publish's: another run's answer
 	}
 	if s.c.receiptKeys != nil {
 		if err := audit.CheckAnswerText(m.Data); err != nil {
