@@ -451,6 +451,22 @@ func TestHTTPOperatorAPI(t *testing.T) {
 	again := g.call(t, agentB, "refund", `{"order_id":"o-2","amount_cents":200}`)
 	requireProblem(t, again, http.StatusForbidden, intent.CodeDenied)
 	require.Contains(t, again.str("detail"), "fraud suspected")
+	// An approval of the denied operation (from a stale page): 409
+	// wrong_state, saying who denied it and when, with the record.
+	stale := g.do(t, http.MethodPost, "/v1/operations/"+ledgerKey(t, other.str("key"))+"/approve", operator, `{"fingerprint":"`+other.str("fingerprint")+`"}`)
+	requireProblem(t, stale, http.StatusConflict, intent.CodeWrongState)
+	staleRec, _ := stale.body["record"].(map[string]any)
+	require.NotNil(t, staleRec, "the problem carries the record: %s", stale.raw)
+	require.Equal(t, "denied", staleRec["status"], stale.raw)
+	decision, _ := staleRec["decision"].(map[string]any)
+	require.Equal(t, "deny", decision["op"], stale.raw)
+	require.Equal(t, "ops", decision["by"], stale.raw)
+	deniedAt, err := time.Parse(time.RFC3339Nano, fmt.Sprint(decision["at"]))
+	require.NoError(t, err, stale.raw)
+	require.Contains(t, stale.str("detail"), "Denied by ops at "+deniedAt.UTC().Format(time.RFC3339), stale.raw)
+	require.Contains(t, stale.str("detail"), "fraud suspected", stale.raw)
+	require.Contains(t, stale.str("detail"), "the operation is denied", stale.raw)
+	require.NotContains(t, stale.raw, "dedup:", "the ledger's words stay inside")
 	refunds := 0
 	for _, h := range e.sink.all() {
 		if strings.Contains(h.Body, "order_id") {

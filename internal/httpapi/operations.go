@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemgate/idemgate/internal/auth"
@@ -216,11 +217,54 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, tok *auth.Token,
 		return
 	}
 	w.Header().Set("Location", operationPath(key))
+	if res.Status == intent.StatusRejected && res.Error != nil && res.Error.Code == intent.CodeWrongState {
+		s.wrongState(w, r, tok, op, key, res)
+		return
+	}
 	if res.Status == intent.StatusRejected {
 		writeAnswer(w, res, false, false)
 		return
 	}
 	writeJSON(w, http.StatusOK, "application/json", res)
+}
+
+// wrongState answers a decision refused for the operation's state (409
+// wrong_state): the record as read after the refusal, and who decided it
+// otherwise and when, else the state it is in.
+func (s *Server) wrongState(w http.ResponseWriter, r *http.Request, tok *auth.Token, op, key string, res *intent.Result) {
+	var after *dedup.Record
+	if rec, err := s.cl.Get(r.Context(), key); err == nil && tok.Reaches(rec.Session) {
+		after = &rec
+	}
+	p := newProblem(http.StatusConflict, intent.CodeWrongState, refusedDetail(op, after, res.Error.Message))
+	answer := *res
+	answer.Error = &intent.Error{Code: intent.CodeWrongState, Message: p.Detail}
+	p.Key, p.Answer, p.Record = key, &answer, after
+	writeProblem(w, p)
+}
+
+// refusedDetail says why decision op does not apply to an operation whose
+// record is after (nil: it could not be read): who decided it otherwise and
+// when, else its state and the workers' why (msg), when it says more.
+func refusedDetail(op string, after *dedup.Record, msg string) string {
+	not := "Not " + pastTense(op)
+	why := msg
+	if _, rest, ok := strings.Cut(msg, dedup.ErrWrongState.Error()+": "); ok {
+		why = rest
+	}
+	switch {
+	case after == nil:
+		return fmt.Sprintf("%s: the operation's state does not allow it (%s); GET the operation for its record. Nothing changed.", not, why)
+	case after.Decision != nil:
+		return refusedFor(op, after, "")
+	}
+	if why == string(after.Status) {
+		why = ""
+	} else {
+		why = " (" + why + ")"
+	}
+	a := map[string]string{intent.ControlApprove: "an approval", intent.ControlDeny: "a denial", intent.ControlResolve: "a resolution"}[op]
+	return fmt.Sprintf("%s: the operation is %s, and %s does not apply to it%s. Nothing changed.", not, statusLabel(after.Status), orElse(a, "a "+op), why)
 }
 
 // reachable answers 404 unless key has a record the token reaches.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/hint"
+	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -45,6 +46,9 @@ type problem struct {
 	Answer *intent.Result `json:"answer,omitempty"`
 	// Hint is what a model reads about the answer, when the problem is one.
 	Hint *hint.Hint `json:"hint,omitempty"`
+	// Record is the operation's record, as read after a decision was
+	// refused for its state (wrong_state).
+	Record *dedup.Record `json:"record,omitempty"`
 }
 
 var titles = map[string]string{

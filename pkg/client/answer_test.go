@@ -83,7 +83,7 @@ func (b *answerBundle) push(t *testing.T, inbox, seq string, res intent.Result) 
 // A pushed answer counts only when its Idem-Intent-Seq is the stream
 // sequence of the submission's own stored publish (docs/protocol.md 7.1):
 // without the header, with another sequence, or bound to the publish but
-// naming another operation, it is dropped, and the submission goes on
+// naming another operation or, not replayed, another run, it is dropped, and the submission goes on
 // waiting for its own. A rejection bound to the publish counts whatever
 // key it names (a worker may reject before it derives one).
 func TestPushedAnswersAreBoundToTheOwnPublish(t *testing.T) {
@@ -108,6 +108,9 @@ func TestPushedAnswersAreBoundToTheOwnPublish(t *testing.T) {
 	otherArgs := completed(`{"forged":"other arguments"}`)
 	otherArgs.Fingerprint = strings.Repeat("e", 64)
 	b.push(t, inbox, own, otherArgs)
+	otherRun := completed(`{"forged":"another run's answer, not replayed"}`)
+	otherRun.IntentSeq = s.Sequence + 100
+	b.push(t, inbox, own, otherRun)
 	require.NoError(t, b.nc.Publish(inbox, []byte("not json")))
 	b.push(t, inbox, own, completed(`{"real":true}`))
 	res, err := s.Wait(b.ctx)

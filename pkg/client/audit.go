@@ -20,7 +20,9 @@ var ErrBadReceipt = errors.New("client: bad receipt")
 // carries one (completed, failed, denied, already_done; a conflict a
 // worker answered) with keys: its signature, and that it records that
 // answer's operation, run and outcome (audit.VerifyReceipt), the answer's
-// text read as written (audit.CheckAnswerText). An answer whose receipt is missing or
+// text read as written (audit.CheckAnswerText), and, for a submission's
+// answer that is not a replay, that one of its own publishes started the
+// run (its intent_seq). An answer whose receipt is missing or
 // does not verify is returned with an error matching ErrBadReceipt.
 // Default: receipts are passed on unchecked (Result.Receipt).
 func WithReceiptKeys(keys *audit.KeySet) Option { return func(o *options) { o.receiptKeys = keys } }

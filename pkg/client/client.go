@@ -403,7 +403,10 @@ func (s *Submission) WaitFinal(ctx context.Context) (*intent.Result, error) {
 	return s.verified(s.wait(ctx, true))
 }
 
-// verified checks the receipt of an answer wait returned.
+// verified checks the receipt of an answer wait returned, and that an
+// answer that is not a replay names a run one of the submission's own
+// publishes started: a run's whole answer, receipt and all, replayed to a
+// caller of a later run of its key verifies but for that.
 func (s *Submission) verified(res *intent.Result, err error) (*intent.Result, error) {
 	if err != nil {
 		return res, err
@@ -411,7 +414,14 @@ func (s *Submission) verified(res *intent.Result, err error) (*intent.Result, er
 	if bad, ok := s.badText.Load(res); ok && s.c.checksReceipt(res) {
 		return res, fmt.Errorf("%w: %w", ErrBadReceipt, bad.(error))
 	}
-	return res, s.c.checkReceipt(res)
+	if err := s.c.checkReceipt(res); err != nil {
+		return res, err
+	}
+	if s.c.checksReceipt(res) && !res.Replayed && !s.owns(res.IntentSeq) {
+		return res, fmt.Errorf("%w: %w: the answer is not a replay, yet its run (intent_seq %d) is none of this call's publishes: another run's answer",
+			ErrBadReceipt, audit.ErrReceiptMismatch, res.IntentSeq)
+	}
+	return res, nil
 }
 
 func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, error) {
@@ -509,7 +519,8 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 // Idem-Intent-Seq header names one of the submission's own stored
 // publishes, and, unless it is a rejection (which a worker may give before
 // it could derive a key), its key is the submission's and its fingerprint,
-// when it has one, too. Anyone who learns the inbox can name it as the
+// when it has one, too; an answer that is not a replay names that
+// publish's run (its intent_seq, when it has one), never another run's. Anyone who learns the inbox can name it as the
 // reply subject of an intent of their own; the sequence a worker answers
 // with is that intent's, never this submission's.
 func (s *Submission) pushed(m *nats.Msg) (*intent.Result, bool) {
@@ -523,6 +534,9 @@ func (s *Submission) pushed(m *nats.Msg) (*intent.Result, bool) {
 	}
 	if res.Status != intent.StatusRejected && (res.Key != s.Key || (res.Fingerprint != "" && res.Fingerprint != s.Fingerprint)) {
 		return nil, false
+	}
+	if !res.Replayed && res.IntentSeq != 0 && res.IntentSeq != seq {
+		return nil, false // not a replay, yet of another run than this publish's: another run's answer
 	}
 	if s.c.receiptKeys != nil {
 		if err := audit.CheckAnswerText(m.Data); err != nil {

@@ -1028,7 +1028,9 @@ export function answerMatches(res: Partial<Result>, key: string, fingerprint: st
  * submission's own stored publishes (`own`: the sequences of its PubAcks
  * without `duplicate`; a duplicate's names another caller's message), and,
  * unless it is a rejection (which a worker may give before it could derive
- * a key), it names the submission's operation ({@link answerMatches}). The
+ * a key), it names the submission's operation ({@link answerMatches}); an
+ * answer that is not a replay names that publish's run (its `intent_seq`,
+ * when it has one), never another run's. The
  * reply subject is no proof of identity: anyone who learns an inbox can name
  * it as the reply subject of an intent of their own, and a worker answers
  * that intent with its own sequence.
@@ -1046,6 +1048,9 @@ export function answerBound(
   const seq = intentSeq !== undefined && /^[1-9][0-9]{0,19}$/.test(intentSeq) ? Number(intentSeq) : 0;
   if (!sub.own.has(seq)) {
     return false;
+  }
+  if (res.replayed !== true && typeof res.intent_seq === "number" && res.intent_seq !== 0 && res.intent_seq !== seq) {
+    return false; // not a replay, yet of another run than this publish's: another run's answer
   }
   return res.status === "rejected" || answerMatches(res, sub.key, sub.fingerprint);
 }
@@ -1159,7 +1164,7 @@ export class Submission {
         stopWatch?.();
         if ("res" in outcome) {
           try {
-            resolve(this.#client.checkReceipt(outcome.res));
+            resolve(this.#checkRun(this.#client.checkReceipt(outcome.res)));
           } catch (err) {
             reject(err);
           }
@@ -1308,6 +1313,32 @@ export class Submission {
         );
       }
     });
+  }
+
+  /**
+   * Returns `res` when the client checks no receipts, `res` carries none, is
+   * a replay, or names a run (`intent_seq`) one of this submission's own
+   * publishes started: a run's whole answer, receipt and all, replayed to a
+   * caller of a later run of its key verifies but for that.
+   *
+   * @param res - an answer whose receipt verified
+   * @returns the answer
+   * @throws {@link BadReceiptError} (`mismatch`) for another run's answer that says it is not replayed
+   */
+  #checkRun(res: Result): Result {
+    if (
+      this.#client.receiptKeys === undefined ||
+      !receipted(res.status) ||
+      (res.status === "conflict" && res.receipt === undefined) ||
+      res.replayed === true ||
+      (typeof res.intent_seq === "number" && this.#own.has(res.intent_seq))
+    ) {
+      return res;
+    }
+    throw new BadReceiptError(
+      res,
+      new ReceiptError("mismatch", `the answer is not a replay, yet its run (intent_seq ${String(res.intent_seq ?? 0)}) is none of this call's publishes: another run's answer`),
+    );
   }
 
   /**

@@ -26,6 +26,9 @@ test("an answer counts only when bound to one of the submission's own stored pub
   assert.equal(answerBound("7", { ...done, key: "send_email.other" }, sub), false, "bound, but another operation");
   assert.equal(answerBound("7", { ...done, fingerprint: "e".repeat(64) }, sub), false, "bound, but other arguments");
   assert.equal(answerBound("7", { status: "rejected", key: "" }, sub), true, "a rejection before derivation names no key");
+  assert.equal(answerBound("7", { ...done, intent_seq: 7 }, sub), true, "its own run");
+  assert.equal(answerBound("7", { ...done, intent_seq: 3, replayed: false }, sub), false, "bound, not replayed, but another run's");
+  assert.equal(answerBound("7", { ...done, intent_seq: 3, replayed: true }, sub), true, "a replay names another call's run");
   const duplicate = { key: KEY, fingerprint: FP, own: new Set<number>() };
   assert.equal(answerBound("7", done, duplicate), false, "a duplicate's ack names another caller's message");
 });
