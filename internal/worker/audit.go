@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -25,10 +26,13 @@ type auditor struct {
 	// for them all: see audit.SignBatch).
 	signer *audit.BatchSigner
 	trail  *audit.Trail // nil: no trail (Config.DisableTrail), receipts only
-	parts  int
-	holder string
-	names  intent.Names
-	log    *zap.Logger
+	// key signs checkpoints of the installation's chains.
+	key          *audit.Signer
+	installation string
+	parts        int
+	holder       string
+	names        intent.Names
+	log          *zap.Logger
 }
 
 // newAuditor loads (or makes) the worker's signing key, publishes its
@@ -59,11 +63,14 @@ func newAuditor(ctx context.Context, res *resources, cfg Config, log *zap.Logger
 		// trail and the receipts are signed all the same.
 		log.Warn("could not publish the audit key", zap.String("key_id", signer.ID()), zap.Error(err))
 	}
-	a := &auditor{signer: audit.NewBatchSigner(signer), parts: len(res.kvs), holder: cfg.Holder, names: res.names, log: log}
+	a := &auditor{signer: audit.NewBatchSigner(signer), key: signer, parts: len(res.kvs), holder: cfg.Holder, names: res.names, log: log}
 	if cfg.DisableTrail {
 		return a, nil
 	}
-	if a.trail, err = audit.NewTrail(res.js, audit.TrailConfig{Names: res.names, Partitions: len(res.kvs), Signer: signer,
+	if a.installation, err = audit.Installation(pctx, res.js, res.names); err != nil {
+		return nil, err
+	}
+	if a.trail, err = audit.NewTrail(res.js, audit.TrailConfig{Names: res.names, Installation: a.installation, Partitions: len(res.kvs), Signer: signer,
 		Holder: cfg.Holder, Queue: cfg.AuditQueue, Log: log.Sugar()}); err != nil {
 		return nil, err
 	}
@@ -273,6 +280,58 @@ func (w *Worker) serveForgotten() (*nats.Subscription, error) {
 	return sub, nil
 }
 
+// checkpoints signs a checkpoint of every partition's chain and stores
+// them (audit.StoreCheckpoints).
+func (a *auditor) checkpoints(ctx context.Context, js jetstream.JetStream) ([]audit.Checkpoint, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cps, err := audit.MakeCheckpoints(ctx, js, a.names, a.installation, a.parts, a.key)
+	if err != nil {
+		return nil, err
+	}
+	return cps, audit.StoreCheckpoints(ctx, js, a.names, cps)
+}
+
+// checkpointEvery stores the checkpoints every period until ctx ends.
+func (w *Worker) checkpointEvery(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := w.audit.checkpoints(ctx, w.res.js); err != nil && ctx.Err() == nil {
+			w.log.Warn("audit checkpoint not stored", zap.Error(err))
+		}
+	}
+}
+
+// serveCheckpoints answers requests on audit.CheckpointSubject, in a queue
+// group, with fresh checkpoints (stored too).
+func (w *Worker) serveCheckpoints() (*nats.Subscription, error) {
+	subject := audit.CheckpointSubject(w.res.names)
+	sub, err := w.nc.QueueSubscribe(subject, w.res.names.Consumer+"_CHECKPOINT", func(m *nats.Msg) {
+		if m.Reply == "" {
+			return
+		}
+		reply := nats.NewMsg(m.Reply)
+		cps, err := w.audit.checkpoints(context.Background(), w.res.js)
+		if err != nil {
+			w.log.Warn("audit checkpoint asked for, not made", zap.Error(err))
+			reply.Header.Set("Idem-Error", err.Error())
+		} else {
+			reply.Data = audit.MarshalCheckpoints(cps)
+		}
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", subject, err)
+	}
+	return sub, nil
+}
+
 // The trail's counters (audit.TrailStats), read at scrape time.
 var (
 	auditAppendedDesc = prometheus.NewDesc("idemgate_audit_events_total", "Audit events written to the trail.", nil, nil)
@@ -321,5 +380,9 @@ func (w *Worker) closeTrail() {
 	w.audit.trail.Close(ctx)
 	if lost := w.audit.trail.Stats().Dropped - before; lost > 0 {
 		w.log.Warn("audit events not written before the worker stopped", zap.Uint64("dropped", lost))
+	}
+	// A last checkpoint, of what it wrote.
+	if _, err := w.audit.checkpoints(ctx, w.res.js); err != nil {
+		w.log.Warn("audit checkpoint not stored", zap.Error(err))
 	}
 }

@@ -378,13 +378,14 @@ func decodeEvent(raw []byte) (Event, error) {
 	return ev, nil
 }
 
-// verify checks sig (base64url) over msg with key id, valid at at.
+// verify checks sig (base64url without padding, canonical: the unused
+// bits of its last character zero) over msg with key id, valid at at.
 func verify(keys *KeySet, id string, at time.Time, msg []byte, sig string) error {
 	pub, err := keys.lookup(id, at)
 	if err != nil {
 		return err
 	}
-	raw, err := b64.DecodeString(sig)
+	raw, err := b64.Strict().DecodeString(sig)
 	if err != nil || len(raw) != ed25519.SignatureSize || !ed25519.Verify(pub, msg, raw) {
 		return fmt.Errorf("%w: signer %s", ErrBadSignature, id)
 	}
