@@ -292,18 +292,19 @@ func (a *auditor) checkpoints(ctx context.Context, js jetstream.JetStream) ([]au
 	return cps, audit.StoreCheckpoints(ctx, js, a.names, cps)
 }
 
-// checkpointEvery stores the checkpoints every period until ctx ends.
+// checkpointEvery stores the checkpoints at once and then every period,
+// until ctx ends.
 func (w *Worker) checkpointEvery(ctx context.Context, period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
+		if _, err := w.audit.checkpoints(ctx, w.res.js); err != nil && ctx.Err() == nil {
+			w.log.Warn("audit checkpoint not stored", zap.Error(err))
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		if _, err := w.audit.checkpoints(ctx, w.res.js); err != nil && ctx.Err() == nil {
-			w.log.Warn("audit checkpoint not stored", zap.Error(err))
 		}
 	}
 }
