@@ -288,6 +288,7 @@ type checkAt struct {
 
 type verifier struct {
 	keys      *KeySet
+	sigs      sigCache
 	opts      verifyOptions
 	positions map[int][]uint64
 	chains    map[int]*chainState
@@ -417,7 +418,7 @@ func (v *verifier) line(n int, line []byte) *Break {
 	// The event: signed ones verify by themselves.
 	var ev Event
 	if hasMember(pe.Event, "sig") {
-		ev, err = VerifyEvent(pe.Event, v.keys)
+		ev, err = verifyEvent(pe.Event, v.keys, &v.sigs)
 		if err == nil {
 			v.signers[ev.Signer] = true
 		}
