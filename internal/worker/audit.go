@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,6 +30,10 @@ type auditor struct {
 	// key signs checkpoints of the installation's chains.
 	key          *audit.Signer
 	installation string
+	// The checkpoints made last, and when.
+	cpMu sync.Mutex
+	cps  []audit.Checkpoint
+	cpAt time.Time
 	parts        int
 	holder       string
 	names        intent.Names
@@ -280,16 +285,30 @@ func (w *Worker) serveForgotten() (*nats.Subscription, error) {
 	return sub, nil
 }
 
+// checkpointReuse is how long checkpoints made answer requests for fresh
+// ones: requests more frequent than that cost no more work.
+const checkpointReuse = time.Second
+
 // checkpoints signs a checkpoint of every partition's chain and stores
-// them (audit.StoreCheckpoints).
+// them (audit.StoreCheckpoints); within checkpointReuse of the last ones,
+// it returns those.
 func (a *auditor) checkpoints(ctx context.Context, js jetstream.JetStream) ([]audit.Checkpoint, error) {
+	a.cpMu.Lock()
+	defer a.cpMu.Unlock()
+	if time.Since(a.cpAt) < checkpointReuse {
+		return a.cps, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	cps, err := audit.MakeCheckpoints(ctx, js, a.names, a.installation, a.parts, a.key)
 	if err != nil {
 		return nil, err
 	}
-	return cps, audit.StoreCheckpoints(ctx, js, a.names, cps)
+	if err := audit.StoreCheckpoints(ctx, js, a.names, cps); err != nil {
+		return nil, err
+	}
+	a.cps, a.cpAt = cps, time.Now()
+	return cps, nil
 }
 
 // checkpointEvery stores the checkpoints at once and then every period,
@@ -383,6 +402,9 @@ func (w *Worker) closeTrail() {
 		w.log.Warn("audit events not written before the worker stopped", zap.Uint64("dropped", lost))
 	}
 	// A last checkpoint, of what it wrote.
+	w.audit.cpMu.Lock()
+	w.audit.cpAt = time.Time{}
+	w.audit.cpMu.Unlock()
 	if _, err := w.audit.checkpoints(ctx, w.res.js); err != nil {
 		w.log.Warn("audit checkpoint not stored", zap.Error(err))
 	}
