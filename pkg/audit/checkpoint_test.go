@@ -210,3 +210,23 @@ func TestVerifyCanonicalBytesOnly(t *testing.T) {
 }
 
 const b64Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+// A chain written before chains were bound to their installation (its
+// first link "") verifies, and is told apart.
+func TestVerifyUnboundChain(t *testing.T) {
+	t.Parallel()
+	s := newSigner(t)
+	keys := keysOf(t, s)
+	ev := Event{Kind: KindClaimed, Key: "k", Holder: "w", At: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
+	data, _ := buildBatch(s, 0, head{}, [][]byte{ev.Canonical(), ev.Canonical()})
+	lines := bytes.Split(data, []byte{'\n'})
+	r := verifyWith(t, keys, withCheckpoints(lines, checkpointsOf(t, s, testInstallation, 1, lines)))
+	require.Nil(t, r.Break)
+	require.True(t, r.Partitions[0].Unbound)
+	// A bound one is not.
+	data, _ = buildBatch(s, 0, head{digest: GenesisDigest(testInstallation, 0)}, [][]byte{ev.Canonical(), ev.Canonical()})
+	lines = bytes.Split(data, []byte{'\n'})
+	r = verifyWith(t, keys, withCheckpoints(lines, checkpointsOf(t, s, testInstallation, 1, lines)))
+	require.Nil(t, r.Break)
+	require.False(t, r.Partitions[0].Unbound)
+}
