@@ -417,7 +417,7 @@ func (v *verifier) line(n int, line []byte) *Break {
 	}
 	// The event: signed ones verify by themselves.
 	var ev Event
-	if hasMember(pe.Event, "sig") {
+	if bytes.Contains(pe.Event, []byte(`"sig":`)) && hasMember(pe.Event, "sig") {
 		ev, err = verifyEvent(pe.Event, v.keys, &v.sigs)
 		if err == nil {
 			v.signers[ev.Signer] = true
