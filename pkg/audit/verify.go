@@ -281,10 +281,7 @@ func indexPositions(open func() (io.ReadCloser, error)) (*trailIndex, error) {
 }
 
 // checkAt is a head a checkpoint says the chain holds at a position.
-type checkAt struct {
-	head string
-	own  bool // the trail's own checkpoint (its end), not one given
-}
+type checkAt struct{ head string }
 
 type verifier struct {
 	keys      *KeySet
@@ -353,7 +350,7 @@ func (v *verifier) checkpoints(idx *trailIndex) *Break {
 		}
 	}
 	v.report.Installation = v.installation
-	for i, set := range sets[:2] {
+	for _, set := range sets[:2] {
 		for _, c := range set.cps {
 			if c.Size == 0 {
 				continue
@@ -366,7 +363,7 @@ func (v *verifier) checkpoints(idx *trailIndex) *Break {
 			if prev, ok := m[c.Size]; ok && prev.head != c.Head {
 				return cpBreak(set.line, c, BreakCheckpoint, "%s names head %s at position %d, another names %s: they are of two chains", set.what, c.Head, c.Size, prev.head)
 			}
-			m[c.Size] = checkAt{head: c.Head, own: i == 0}
+			m[c.Size] = checkAt{head: c.Head}
 		}
 	}
 	for _, c := range v.opts.from {
