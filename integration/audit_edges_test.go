@@ -234,6 +234,8 @@ func TestAuditTrailHoldsAtItsEdges(t *testing.T) {
 	// Incremental: from the export's checkpoint, verified, only what
 	// follows is exported and verified.
 	fill(urlA, sizes[0]+4)
+	laterCP := filepath.Join(dir, "later.json")
+	require.Equal(t, 0, submit(t, urlA, "audit", "checkpoint", "-o", laterCP).code)
 	exp := submit(t, urlA, "audit", "export", "--from", copyCP, "-o", filepath.Join(dir, "next.jsonl"))
 	require.Equal(t, 0, exp.code, exp.stderr)
 	next := readExport(t, filepath.Join(dir, "next.jsonl"))
@@ -244,6 +246,16 @@ func TestAuditTrailHoldsAtItsEdges(t *testing.T) {
 	v = verify(filepath.Join(dir, "next.jsonl"), "--from", copyCP)
 	require.Equal(t, 0, v.code, v.stdout+v.stderr)
 	require.Contains(t, v.stdout, "every one reached")
+	// What follows the first export links its heads to those of a later
+	// checkpoint: the first export is a prefix of what that one commits to.
+	v = verify(filepath.Join(dir, "next.jsonl"), "--from", copyCP, "--checkpoint", laterCP)
+	require.Equal(t, 0, v.code, v.stdout+v.stderr)
+	// Installation B's later checkpoint is not.
+	laterB := filepath.Join(dir, "later-b.json")
+	require.Equal(t, 0, submit(t, urlB, "audit", "checkpoint", "-o", laterB).code)
+	v = verify(filepath.Join(dir, "next.jsonl"), "--from", copyCP, "--checkpoint", laterB)
+	require.Equal(t, 7, v.code, v.stdout)
+	require.Contains(t, v.stdout, "other_installation")
 	// A whole later export, from the same checkpoint: what it held is
 	// skipped, the rest verified.
 	later := filepath.Join(dir, "later.jsonl")
