@@ -554,7 +554,7 @@ func (v *verifier) edges(cps []Checkpoint, own bool) *Break {
 				Detail: fmt.Sprintf("the chain ends at position %d; %s commits to %d entries (head %s): the trail was cut short", c.report.Last, what, cp.Size, cp.Head)}
 		case own && cp.First > 0 && c.report.First > cp.First && !v.opts.partial && !v.verifiedBefore(cp.Partition):
 			return &Break{Partition: cp.Partition, Pos: cp.First, Kind: BreakDropped,
-				Detail: fmt.Sprintf("the chain starts at position %d; %s says the stream held it from %d: the first entries were dropped (export without --since, or verify with --partial)",
+				Detail: fmt.Sprintf("the chain starts at position %d; %s says the stream held it from %d: the first entries were dropped (an export --from a checkpoint verifies with --from; one --since, with --partial)",
 					c.report.First, what, cp.First)}
 		case own && c.report.Last > cp.Size:
 			return &Break{Line: c.line, Partition: cp.Partition, Pos: c.report.Last, Kind: BreakCheckpoint,
