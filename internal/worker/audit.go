@@ -28,12 +28,13 @@ type auditor struct {
 	signer *audit.BatchSigner
 	trail  *audit.Trail // nil: no trail (Config.DisableTrail), receipts only
 	// key signs checkpoints of the installation's chains.
-	key          *audit.Signer
+	key *audit.Signer
+	// installation is the installation's id, read on first use; the
+	// checkpoints made last, and when (all under cpMu).
+	cpMu         sync.Mutex
 	installation string
-	// The checkpoints made last, and when.
-	cpMu sync.Mutex
-	cps  []audit.Checkpoint
-	cpAt time.Time
+	cps          []audit.Checkpoint
+	cpAt         time.Time
 	parts        int
 	holder       string
 	names        intent.Names
@@ -72,10 +73,7 @@ func newAuditor(ctx context.Context, res *resources, cfg Config, log *zap.Logger
 	if cfg.DisableTrail {
 		return a, nil
 	}
-	if a.installation, err = audit.Installation(pctx, res.js, res.names); err != nil {
-		return nil, err
-	}
-	if a.trail, err = audit.NewTrail(res.js, audit.TrailConfig{Names: res.names, Installation: a.installation, Partitions: len(res.kvs), Signer: signer,
+	if a.trail, err = audit.NewTrail(res.js, audit.TrailConfig{Names: res.names, Partitions: len(res.kvs), Signer: signer,
 		Holder: cfg.Holder, Queue: cfg.AuditQueue, Log: log.Sugar()}); err != nil {
 		return nil, err
 	}
@@ -300,6 +298,13 @@ func (a *auditor) checkpoints(ctx context.Context, js jetstream.JetStream) ([]au
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if a.installation == "" {
+		id, err := audit.Installation(ctx, js, a.names)
+		if err != nil {
+			return nil, err
+		}
+		a.installation = id
+	}
 	cps, err := audit.MakeCheckpoints(ctx, js, a.names, a.installation, a.parts, a.key)
 	if err != nil {
 		return nil, err

@@ -207,8 +207,8 @@ func isKeyID(k string) bool { return k != installationKey && !strings.HasPrefix(
 
 // Installation returns the installation's id: made (128 random bits, hex)
 // and stored in the keys bucket (Names.AuditKeys) by the first worker that
-// asks — EnsureStream asks, when the stream is created, and on the first
-// start of an installation that has none — and never changed after.
+// asks — a Trail asks when it starts its first chain, a worker when it
+// signs its first checkpoints — and never changed after.
 func Installation(ctx context.Context, js jetstream.JetStream, names intent.Names) (string, error) {
 	kv, err := js.KeyValue(ctx, names.AuditKeys)
 	if err != nil {

@@ -30,8 +30,7 @@ type StreamConfig struct {
 // message deletes or purges through the API — a trail is appended to,
 // never edited (a server operator can still delete the whole stream;
 // verification shows what is missing then). It also creates the bucket of
-// public keys (Names.AuditKeys) when there is none, and the installation's
-// id in it (Installation).
+// public keys (Names.AuditKeys) when there is none.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, names intent.Names, cfg StreamConfig) (jetstream.Stream, error) {
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
@@ -64,9 +63,6 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, names intent.Name
 		return nil, fmt.Errorf("audit stream %s: %w", names.AuditStream, err)
 	}
 	if _, err := keysBucket(ctx, js, names, cfg.Replicas); err != nil {
-		return nil, err
-	}
-	if _, err := Installation(ctx, js, names); err != nil {
 		return nil, err
 	}
 	return s, nil

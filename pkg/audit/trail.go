@@ -48,9 +48,9 @@ type Logger interface {
 type TrailConfig struct {
 	// Names are the installation's (intent.NewNames). Required.
 	Names intent.Names
-	// Installation is the installation's id (Installation): the first
-	// entry of every chain the trail starts links to it (GenesisDigest).
-	// Required.
+	// Installation is the installation's id: the first entry of every
+	// chain the trail starts links to it (GenesisDigest). Default: read
+	// (or made) with Installation when the trail first starts a chain.
 	Installation string
 	// Partitions is the ledger's partition count: each has a chain of its
 	// own, on Names.AuditSubject(p). Required.
@@ -126,7 +126,7 @@ func NewTrail(js jetstream.JetStream, cfg TrailConfig) (*Trail, error) {
 		return nil, fmt.Errorf("%w: trail: no signer", ErrInvalid)
 	case cfg.Holder == "":
 		return nil, fmt.Errorf("%w: trail: no holder", ErrInvalid)
-	case !installationPat.MatchString(cfg.Installation):
+	case cfg.Installation != "" && !installationPat.MatchString(cfg.Installation):
 		return nil, fmt.Errorf("%w: trail: installation %q: give the installation's id (Installation)", ErrInvalid, cfg.Installation)
 	case cfg.Names.AuditStream == "":
 		return nil, fmt.Errorf("%w: trail: no names (intent.NewNames)", ErrInvalid)
@@ -498,10 +498,29 @@ func (w *chainWriter) readHead(ctx context.Context) error {
 		return err
 	}
 	if seq == 0 {
-		h.digest = GenesisDigest(w.t.cfg.Installation, w.p)
+		id, err := w.t.installation(ctx)
+		if err != nil {
+			return err
+		}
+		h.digest = GenesisDigest(id, w.p)
 	}
 	w.head, w.seq, w.known = h, seq, true
 	return nil
+}
+
+// installation returns the installation's id: the configured one, or the
+// one Installation reads (or makes) on first use.
+func (t *Trail) installation(ctx context.Context) (string, error) {
+	t.streamMu.Lock()
+	defer t.streamMu.Unlock()
+	if t.cfg.Installation == "" {
+		id, err := Installation(ctx, t.js, t.cfg.Names)
+		if err != nil {
+			return "", err
+		}
+		t.cfg.Installation = id
+	}
+	return t.cfg.Installation, nil
 }
 
 // boundStream returns the audit stream, binding it on first use.
