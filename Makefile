@@ -73,6 +73,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./pkg/intent/
 	$(GO) test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
 	$(GO) test -run='^$$' -fuzz='^FuzzCanonicalAlready$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
+	$(GO) test -run='^$$' -fuzz='^FuzzQuickWithout$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
 
 # The full chaos runs (docs/reliability.md): CHAOS_INTENTS intents on one
 # JetStream process, then on a 3-node cluster at R3, on the shipped defaults

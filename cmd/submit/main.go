@@ -128,9 +128,12 @@ Subcommands:
                                    (--force: an unresolved one too, once nobody can be firing it)
   migrate [--partitions N] [--layout 2]
                                    grow the ledger's partitions, or convert it to compact keys, with every worker stopped
-  audit export [--partition N] [--since T] [--until T] [-o FILE]
-                                   the audit trail as JSON lines (docs/audit.md)
-  audit verify FILE [--keys KEYS]  check every signature and every partition's chain; names the first break
+  audit export [--partition N] [--since T] [--until T] [--from CP] [-o FILE]
+                                   the audit trail as JSON lines, ending with its checkpoint (docs/audit.md)
+  audit verify FILE [--keys KEYS] [--checkpoint CP] [--from CP] [--partial]
+                                   check every signature, every partition's chain and its end; names the first break
+  audit checkpoint [--stored] [-o FILE]
+                                   signed checkpoints of every partition (size and head), as JSON
   audit show KEY [--json]          one operation's history from the audit trail
   audit keys                       the workers' published public keys, as a keys file
   help                             this text

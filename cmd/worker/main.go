@@ -112,6 +112,7 @@ func run(args []string) error {
 	fs.Float64Var(&cfg.SessionRate, "session-rate", 0, "intents per second one session may send to this worker; over it they are answered rate_limited (0: no limit)")
 	fs.IntVar(&cfg.SessionBurst, "session-burst", 0, "intents a session may send at once above --session-rate (default: the rate, at least 1)")
 	fs.DurationVar(&cfg.AuditRetention, "audit-retention", audit.DefaultRetention, "how long the audit stream keeps the trail (at least --ledger-ttl; docs/audit.md)")
+	fs.DurationVar(&cfg.AuditCheckpoint, "audit-checkpoint", audit.DefaultCheckpointEvery, "how often to sign and store a checkpoint of every partition's audit chain (docs/audit.md)")
 	fs.IntVar(&cfg.AuditQueue, "audit-queue", audit.DefaultQueue, "audit events held in memory while the trail is written or unreachable; beyond it they are dropped and the trail shows a gap")
 	fs.DurationVar(&cfg.LedgerScan, "ledger-scan", worker.DefaultLedgerScan, "how often one worker reads the whole ledger to count its unresolved records (idemgate_ledger_unresolved_*) and give records written without a TTL theirs, and to probe uncertain records whose tool has a probe (0: off)")
 	if err := fs.Parse(args); err != nil {

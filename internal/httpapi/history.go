@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/auth"
 
+	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -99,4 +100,23 @@ func (s *Server) getAuditKeys(w http.ResponseWriter, r *http.Request, _ *auth.To
 		return
 	}
 	writeJSON(w, http.StatusOK, "application/json", keys)
+}
+
+// getAuditCheckpoint answers GET /v1/audit/checkpoint: signed checkpoints
+// of every partition of the trail (a checkpoint file, audit.CheckpointFile)
+// — fresh ones a worker makes on request, else the latest stored.
+func (s *Server) getAuditCheckpoint(w http.ResponseWriter, r *http.Request, _ *auth.Token, _ []byte) {
+	cps, _, err := s.cl.Checkpoints(r.Context())
+	if err != nil {
+		s.unavailable(w, err)
+		return
+	}
+	if len(cps) == 0 {
+		fail(w, http.StatusServiceUnavailable, codeUnavailable, "no checkpoints: no worker answered and none are stored; try again")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(audit.MarshalCheckpoints(cps), '\n'))
 }

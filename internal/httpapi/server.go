@@ -157,6 +157,7 @@ func (s *Server) routes() http.Handler {
 	// POST .../history is a decision named history: no such decision (404).
 	mux.Handle("GET /v1/operations/{key}/history", s.guard(operatorOnly, s.getHistory))
 	route("GET /v1/audit/keys", anyToken, s.getAuditKeys)
+	route("GET /v1/audit/checkpoint", operatorOnly, s.getAuditCheckpoint)
 	route("GET /v1/dead-letters", operatorOnly, s.deadLetters)
 	route("POST /v1/dead-letters/{seq}/replay", operatorOnly, s.replay)
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -25,10 +27,18 @@ type auditor struct {
 	// for them all: see audit.SignBatch).
 	signer *audit.BatchSigner
 	trail  *audit.Trail // nil: no trail (Config.DisableTrail), receipts only
-	parts  int
-	holder string
-	names  intent.Names
-	log    *zap.Logger
+	// key signs checkpoints of the installation's chains.
+	key *audit.Signer
+	// installation is the installation's id, read on first use; the
+	// checkpoints made last, and when (all under cpMu).
+	cpMu         sync.Mutex
+	installation string
+	cps          []audit.Checkpoint
+	cpAt         time.Time
+	parts        int
+	holder       string
+	names        intent.Names
+	log          *zap.Logger
 }
 
 // newAuditor loads (or makes) the worker's signing key, publishes its
@@ -59,7 +69,7 @@ func newAuditor(ctx context.Context, res *resources, cfg Config, log *zap.Logger
 		// trail and the receipts are signed all the same.
 		log.Warn("could not publish the audit key", zap.String("key_id", signer.ID()), zap.Error(err))
 	}
-	a := &auditor{signer: audit.NewBatchSigner(signer), parts: len(res.kvs), holder: cfg.Holder, names: res.names, log: log}
+	a := &auditor{signer: audit.NewBatchSigner(signer), key: signer, parts: len(res.kvs), holder: cfg.Holder, names: res.names, log: log}
 	if cfg.DisableTrail {
 		return a, nil
 	}
@@ -276,6 +286,80 @@ func (w *Worker) serveForgotten() (*nats.Subscription, error) {
 	return sub, nil
 }
 
+// checkpointReuse is how long checkpoints made answer requests for fresh
+// ones: requests more frequent than that cost no more work.
+const checkpointReuse = time.Second
+
+// checkpoints signs a checkpoint of every partition's chain and stores
+// them (audit.StoreCheckpoints); within checkpointReuse of the last ones,
+// it returns those.
+func (a *auditor) checkpoints(ctx context.Context, js jetstream.JetStream) ([]audit.Checkpoint, error) {
+	a.cpMu.Lock()
+	defer a.cpMu.Unlock()
+	if time.Since(a.cpAt) < checkpointReuse {
+		return a.cps, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if a.installation == "" {
+		id, err := audit.Installation(ctx, js, a.names)
+		if err != nil {
+			return nil, err
+		}
+		a.installation = id
+	}
+	cps, err := audit.MakeCheckpoints(ctx, js, a.names, a.installation, a.parts, a.key)
+	if err != nil {
+		return nil, err
+	}
+	if err := audit.StoreCheckpoints(ctx, js, a.names, cps); err != nil {
+		return nil, err
+	}
+	a.cps, a.cpAt = cps, time.Now()
+	return cps, nil
+}
+
+// checkpointEvery stores the checkpoints at once and then every period,
+// until ctx ends.
+func (w *Worker) checkpointEvery(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		if _, err := w.audit.checkpoints(ctx, w.res.js); err != nil && ctx.Err() == nil {
+			w.log.Warn("audit checkpoint not stored", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// serveCheckpoints answers requests on audit.CheckpointSubject, in a queue
+// group, with fresh checkpoints (stored too).
+func (w *Worker) serveCheckpoints() (*nats.Subscription, error) {
+	subject := audit.CheckpointSubject(w.res.names)
+	sub, err := w.nc.QueueSubscribe(subject, w.res.names.Consumer+"_CHECKPOINT", func(m *nats.Msg) {
+		if m.Reply == "" {
+			return
+		}
+		reply := nats.NewMsg(m.Reply)
+		cps, err := w.audit.checkpoints(context.Background(), w.res.js)
+		if err != nil {
+			w.log.Warn("audit checkpoint asked for, not made", zap.Error(err))
+			reply.Header.Set("Idem-Error", err.Error())
+		} else {
+			reply.Data = audit.MarshalCheckpoints(cps)
+		}
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", subject, err)
+	}
+	return sub, nil
+}
+
 // The trail's counters (audit.TrailStats), read at scrape time.
 var (
 	auditAppendedDesc = prometheus.NewDesc("idemgate_audit_events_total", "Audit events written to the trail.", nil, nil)
@@ -324,5 +408,12 @@ func (w *Worker) closeTrail() {
 	w.audit.trail.Close(ctx)
 	if lost := w.audit.trail.Stats().Dropped - before; lost > 0 {
 		w.log.Warn("audit events not written before the worker stopped", zap.Uint64("dropped", lost))
+	}
+	// A last checkpoint, of what it wrote.
+	w.audit.cpMu.Lock()
+	w.audit.cpAt = time.Time{}
+	w.audit.cpMu.Unlock()
+	if _, err := w.audit.checkpoints(ctx, w.res.js); err != nil {
+		w.log.Warn("audit checkpoint not stored", zap.Error(err))
 	}
 }

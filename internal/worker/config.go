@@ -224,6 +224,11 @@ type Config struct {
 	// (audit.DefaultQueue).
 	AuditQueue int
 
+	// AuditCheckpoint is how often the worker signs and stores a
+	// checkpoint of every partition's chain (audit.Checkpoint; it also
+	// makes them on request). Default: 1m (audit.DefaultCheckpointEvery).
+	AuditCheckpoint time.Duration
+
 	// DisableAudit turns the audit off: no trail is written, and answers
 	// carry no receipt. DisableTrail turns only the trail off: answers
 	// carry their receipts, but no events are made or written. Both exist
@@ -297,6 +302,9 @@ func (c *Config) setDefaults() {
 	if c.AuditRetention == 0 {
 		c.AuditRetention = audit.DefaultRetention
 	}
+	if c.AuditCheckpoint == 0 {
+		c.AuditCheckpoint = audit.DefaultCheckpointEvery
+	}
 	if c.AuditQueue == 0 {
 		c.AuditQueue = audit.DefaultQueue
 	}
@@ -360,6 +368,9 @@ func (c *Config) validate() error {
 	}
 	if c.AuditRetention < c.LedgerTTL {
 		errs = append(errs, fmt.Errorf("audit retention %s: must be at least the ledger TTL (%s), so that the trail keeps the history of every record still answered", c.AuditRetention, c.LedgerTTL))
+	}
+	if c.AuditCheckpoint < time.Second {
+		errs = append(errs, fmt.Errorf("audit checkpoint every %s: must be at least 1s", c.AuditCheckpoint))
 	}
 	if c.AuditQueue < 1 {
 		errs = append(errs, fmt.Errorf("audit queue %d: must be at least 1", c.AuditQueue))

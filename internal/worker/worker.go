@@ -199,6 +199,15 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 			return fmt.Errorf("worker: %w", err)
 		}
 		defer func() { _ = forgotten.Unsubscribe() }()
+		checkpoints, err := w.serveCheckpoints()
+		if err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		defer func() { _ = checkpoints.Unsubscribe() }()
+		cpCtx, stopCheckpoints := context.WithCancel(context.WithoutCancel(ctx))
+		cpDone := make(chan struct{})
+		go func() { defer close(cpDone); w.checkpointEvery(cpCtx, w.cfg.AuditCheckpoint) }()
+		defer func() { stopCheckpoints(); <-cpDone }()
 	}
 	it, err := w.res.consumer.Messages(jetstream.PullMaxMessages(w.cfg.Concurrency))
 	if err != nil {

@@ -251,13 +251,23 @@ func TestVerifyReceipt(t *testing.T) {
 	require.Empty(t, ev.ResultDigest)
 }
 
+// testInstallation is the installation of the trails the tests build.
+const testInstallation = "inst-a"
+
 // trail builds a trail of n events per partition over parts partitions,
 // appended in batches of up to 3, and returns its lines.
 func trail(t *testing.T, s *Signer, parts, n int) [][]byte {
 	t.Helper()
+	return trailOf(t, s, testInstallation, parts, n)
+}
+
+// trailOf is trail of another installation.
+func trailOf(t *testing.T, s *Signer, installation string, parts, n int) [][]byte {
+	t.Helper()
 	var lines [][]byte
 	heads := make([]head, parts)
 	for p := range parts {
+		heads[p].digest = GenesisDigest(installation, p)
 		for i := 0; i < n; {
 			var events [][]byte
 			for j := 0; j < 3 && i < n; j, i = j+1, i+1 {
@@ -279,7 +289,7 @@ func trail(t *testing.T, s *Signer, parts, n int) [][]byte {
 func verifyLines(t *testing.T, keys *KeySet, lines [][]byte) *Report {
 	t.Helper()
 	data := append(bytes.Join(lines, []byte{'\n'}), '\n')
-	r, err := Verify(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }, keys)
+	r, err := Verify(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }, keys, Partial())
 	require.NoError(t, err)
 	return r
 }

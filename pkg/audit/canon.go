@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -126,6 +127,48 @@ func appendString(b []byte, s string) []byte {
 // ones are not in it). data is checked as intent.Canonicalize checks it: a
 // repeated member name, invalid UTF-8 or a number beyond ±2^53 is refused.
 func withoutMembers(data []byte, names ...string) (canonical []byte, removed map[string]json.RawMessage, err error) {
+	if canonical, removed, ok := quickWithout(data, names...); ok {
+		return canonical, removed, nil
+	}
+	return slowWithout(data, names...)
+}
+
+// quickWithout is withoutMembers of data that is canonical already
+// (canonicalAlready): its other members' bytes, as they are. ok is false
+// for other data.
+func quickWithout(data []byte, names ...string) (canonical []byte, removed map[string]json.RawMessage, ok bool) {
+	if len(data) < 2 || data[0] != '{' || !canonicalAlready(data) {
+		return nil, nil, false
+	}
+	removed = map[string]json.RawMessage{}
+	if data[1] == '}' {
+		return data, removed, true
+	}
+	out := make([]byte, 1, len(data))
+	out[0] = '{'
+	c := quickCanon{b: data, i: 1}
+	for {
+		start := c.i
+		name, _ := c.name()
+		c.i++ // the colon
+		valueAt := c.i
+		c.value(1)
+		if slices.Contains(names, string(name)) {
+			removed[string(name)] = data[valueAt:c.i:c.i]
+		} else {
+			if len(out) > 1 {
+				out = append(out, ',')
+			}
+			out = append(out, data[start:c.i]...)
+		}
+		if more, _ := c.next('}'); !more {
+			return append(out, '}'), removed, true
+		}
+	}
+}
+
+// slowWithout is withoutMembers of any data.
+func slowWithout(data []byte, names ...string) (canonical []byte, removed map[string]json.RawMessage, err error) {
 	if _, err := intent.Canonicalize(data); err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}

@@ -17,11 +17,15 @@
 // # The trail
 //
 // A Trail appends events to the audit stream (EnsureStream), one chain per
-// ledger partition: every entry names its predecessor's digest, and the
-// last entry of every append is sealed with the writer's signature. Read
-// reads a trail back as JSON lines, History one operation's entries, and
-// Verify checks a trail: every signature and seal, every chain's order
-// and completeness, naming the first break.
+// ledger partition: every entry names its predecessor's digest — the first
+// its installation's genesis (Installation, GenesisDigest) — and the last
+// entry of every append is sealed with the writer's signature. Workers
+// sign Checkpoints of every chain (MakeCheckpoints): its installation,
+// size and head. Read reads a trail back as JSON lines, History one
+// operation's entries, and Verify checks a trail: every signature and
+// seal, every chain's order and completeness, and its edges against its
+// checkpoints, naming the first break; From verifies only what follows
+// checkpoints verified before.
 //
 // # Guarantees
 //
@@ -33,10 +37,13 @@
 //     chain's last message and is built again on a new head when another
 //     came first, and an append whose acknowledgement was lost is looked
 //     for before it is sent again, so the chain has no fork and no repeat.
-//   - An edited, dropped or reordered entry, and a signature by a key not
-//     given or not valid then, fails Verify at its line. A chain vouches
-//     for what lies between its first and last entry read: compare heads
-//     across exports to see a trail cut short.
+//   - An edited, dropped or reordered entry, a line that is not its
+//     entry's canonical bytes, and a signature by a key not given or not
+//     valid then, fails Verify at its line. A trail that stops short of its
+//     checkpoints, lacks a partition they name, holds another head or a
+//     chain of another installation fails too, at its partition and
+//     position. A cut trail ending with an older genuine checkpoint is
+//     shown by a checkpoint kept apart (WithCheckpoints).
 //   - The set of event kinds and members is open: a verifier checks events
 //     it does not know by their signatures and their place in the chain.
 package audit

@@ -123,6 +123,9 @@ func PublishedKeys(ctx context.Context, js jetstream.JetStream, names intent.Nam
 	}
 	ks := &KeySet{}
 	for id := range ids.Keys() {
+		if !isKeyID(id) {
+			continue
+		}
 		e, err := kv.Get(ctx, id)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue

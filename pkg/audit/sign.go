@@ -338,7 +338,10 @@ func (b *BatchSigner) Stats() (events, signatures uint64) {
 // (not an event, not canonicalizable, a malformed proof), ErrBadSignature
 // (unsigned, or the bytes, proof or signature changed), ErrUnknownSigner or
 // ErrKeyNotValid.
-func VerifyEvent(raw []byte, keys *KeySet) (Event, error) {
+func VerifyEvent(raw []byte, keys *KeySet) (Event, error) { return verifyEvent(raw, keys, nil) }
+
+// verifyEvent is VerifyEvent, skipping a signature cache verified already.
+func verifyEvent(raw []byte, keys *KeySet, cache *sigCache) (Event, error) {
 	msg, removed, err := withoutMembers(raw, "sig", "proof")
 	if err != nil {
 		return Event{}, fmt.Errorf("event: %w", err)
@@ -360,7 +363,7 @@ func VerifyEvent(raw []byte, keys *KeySet) (Event, error) {
 	if err != nil {
 		return ev, fmt.Errorf("event: %w", err)
 	}
-	if err := verify(keys, ev.Signer, ev.At, root[:], ev.Sig); err != nil {
+	if err := cache.verify(keys, ev.Signer, ev.At, root[:], ev.Sig); err != nil {
 		return ev, fmt.Errorf("event: %w", err)
 	}
 	return ev, nil
@@ -383,13 +386,46 @@ func decodeEvent(raw []byte) (Event, error) {
 // signature's one text: 86 characters of base64url without padding, whose
 // unused last bits are zero (sigText).
 func verify(keys *KeySet, id string, at time.Time, msg []byte, sig string) error {
+	return (*sigCache)(nil).verify(keys, id, at, msg, sig)
+}
+
+// sigCache holds the signatures a verification checked lately (receipts
+// signed together share one: see SignBatch), so that each is checked once.
+// A nil cache holds none.
+type sigCache struct{ seen map[[32]byte]struct{} }
+
+// sigCacheSize bounds a sigCache: signatures shared are those of events
+// made at once, which lie close together in a trail.
+const sigCacheSize = 4096
+
+// verify is the package's verify, skipping the Ed25519 check of a
+// signature of the same key, message and bytes checked before (the key's
+// validity at at is checked every time).
+func (c *sigCache) verify(keys *KeySet, id string, at time.Time, msg []byte, sig string) error {
 	pub, err := keys.lookup(id, at)
 	if err != nil {
 		return err
 	}
+	var k [32]byte
+	if c != nil {
+		h := sha256.New()
+		h.Write(pub)
+		h.Write(msg)
+		h.Write([]byte(sig))
+		h.Sum(k[:0])
+		if _, ok := c.seen[k]; ok {
+			return nil
+		}
+	}
 	raw, ok := sigText(sig)
 	if !ok || !ed25519.Verify(pub, msg, raw) {
 		return fmt.Errorf("%w: signer %s", ErrBadSignature, id)
+	}
+	if c != nil {
+		if c.seen == nil || len(c.seen) >= sigCacheSize {
+			c.seen = make(map[[32]byte]struct{}, sigCacheSize)
+		}
+		c.seen[k] = struct{}{}
 	}
 	return nil
 }

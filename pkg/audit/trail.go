@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,6 +48,10 @@ type Logger interface {
 type TrailConfig struct {
 	// Names are the installation's (intent.NewNames). Required.
 	Names intent.Names
+	// Installation is the installation's id: the first entry of every
+	// chain the trail starts links to it (GenesisDigest). Default: read
+	// (or made) with Installation when the trail first starts a chain.
+	Installation string
 	// Partitions is the ledger's partition count: each has a chain of its
 	// own, on Names.AuditSubject(p). Required.
 	Partitions int
@@ -123,6 +126,8 @@ func NewTrail(js jetstream.JetStream, cfg TrailConfig) (*Trail, error) {
 		return nil, fmt.Errorf("%w: trail: no signer", ErrInvalid)
 	case cfg.Holder == "":
 		return nil, fmt.Errorf("%w: trail: no holder", ErrInvalid)
+	case cfg.Installation != "" && !installationPat.MatchString(cfg.Installation):
+		return nil, fmt.Errorf("%w: trail: installation %q: give the installation's id (Installation)", ErrInvalid, cfg.Installation)
 	case cfg.Names.AuditStream == "":
 		return nil, fmt.Errorf("%w: trail: no names (intent.NewNames)", ErrInvalid)
 	case cfg.Queue < 0 || cfg.MaxBatch < 0 || cfg.QueueBytes < 0:
@@ -481,32 +486,41 @@ func (w *chainWriter) landed(ctx context.Context) (bool, error) {
 	return ok, nil
 }
 
-// readHead reads the chain's last message: its sequence and last entry.
+// readHead reads the chain's last message: its sequence and last entry. A
+// chain without one starts at its genesis (GenesisDigest).
 func (w *chainWriter) readHead(ctx context.Context) error {
 	s, err := w.t.boundStream(ctx)
 	if err != nil {
 		return err
 	}
-	m, err := s.GetLastMsgForSubject(ctx, w.subject)
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		w.head, w.seq, w.known = head{}, 0, true
-		return nil
-	case err != nil:
-		return fmt.Errorf("read the head of %s: %w", w.subject, err)
-	}
-	data, err := appendLines(m.Header, m.Data)
+	h, seq, err := lastEntry(ctx, s, w.subject)
 	if err != nil {
-		return fmt.Errorf("the head of %s (sequence %d): %w", w.subject, m.Sequence, err)
+		return err
 	}
-	data = bytes.TrimSpace(data)
-	last := data[bytes.LastIndexByte(data, '\n')+1:]
-	pe, err := parseEntry(last)
-	if err != nil {
-		return fmt.Errorf("the head of %s (sequence %d): %w", w.subject, m.Sequence, err)
+	if seq == 0 {
+		id, err := w.t.installation(ctx)
+		if err != nil {
+			return err
+		}
+		h.digest = GenesisDigest(id, w.p)
 	}
-	w.head, w.seq, w.known = head{pos: pe.Pos, digest: pe.digest}, m.Sequence, true
+	w.head, w.seq, w.known = h, seq, true
 	return nil
+}
+
+// installation returns the installation's id: the configured one, or the
+// one Installation reads (or makes) on first use.
+func (t *Trail) installation(ctx context.Context) (string, error) {
+	t.streamMu.Lock()
+	defer t.streamMu.Unlock()
+	if t.cfg.Installation == "" {
+		id, err := Installation(ctx, t.js, t.cfg.Names)
+		if err != nil {
+			return "", err
+		}
+		t.cfg.Installation = id
+	}
+	return t.cfg.Installation, nil
 }
 
 // boundStream returns the audit stream, binding it on first use.

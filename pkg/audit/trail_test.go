@@ -46,7 +46,7 @@ func setup(t *testing.T) bundle {
 
 func (b bundle) trail(t *testing.T, s *audit.Signer, holder string, partitions, queue int) *audit.Trail {
 	t.Helper()
-	tr, err := audit.NewTrail(b.js, audit.TrailConfig{Names: b.names, Partitions: partitions, Signer: s, Holder: holder, Queue: queue, MaxBatch: 7})
+	tr, err := audit.NewTrail(b.js, audit.TrailConfig{Names: b.names, Installation: "test-installation", Partitions: partitions, Signer: s, Holder: holder, Queue: queue, MaxBatch: 7})
 	require.NoError(t, err)
 	tr.Start()
 	return tr
@@ -66,7 +66,7 @@ func (b bundle) export(t *testing.T, f audit.Filter) []byte {
 
 func verify(t *testing.T, data []byte, keys *audit.KeySet) *audit.Report {
 	t.Helper()
-	r, err := audit.Verify(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }, keys)
+	r, err := audit.Verify(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }, keys, audit.Partial())
 	require.NoError(t, err)
 	return r
 }
@@ -207,4 +207,59 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// An installation's id is made once and kept; a trail's chains start at
+// its genesis; a worker's checkpoints hold each chain's first position,
+// size and head, and the latest stored is the longest; the keys bucket's
+// other entries are not keys.
+func TestCheckpointsOfATrail(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s, err := audit.GenerateSigner()
+	require.NoError(t, err)
+	require.NoError(t, audit.PublishKey(b.ctx, b.js, b.names, s.Public("w", time.Now().Add(-time.Hour))))
+	// The trail reads (here: makes) the installation's id itself.
+	tr, err := audit.NewTrail(b.js, audit.TrailConfig{Names: b.names, Partitions: 2, Signer: s, Holder: "w", MaxBatch: 4})
+	require.NoError(t, err)
+	tr.Start()
+	for i := range 10 {
+		tr.Append(0, audit.Event{Kind: audit.KindClaimed, Key: fmt.Sprint("k", i), Holder: "w", At: time.Now()})
+	}
+	tr.Close(b.ctx)
+	id, err := audit.Installation(b.ctx, b.js, b.names)
+	require.NoError(t, err)
+	again, err := audit.Installation(b.ctx, b.js, b.names)
+	require.NoError(t, err)
+	require.Equal(t, id, again, "made once")
+
+	cps, err := audit.MakeCheckpoints(b.ctx, b.js, b.names, id, 2, s)
+	require.NoError(t, err)
+	require.Len(t, cps, 2)
+	require.Equal(t, uint64(10), cps[0].Size)
+	require.Equal(t, uint64(1), cps[0].First)
+	require.Zero(t, cps[1].Size, "partition 1 holds nothing")
+	require.Empty(t, cps[1].Head)
+	keys, err := audit.PublishedKeys(b.ctx, b.js, b.names)
+	require.NoError(t, err)
+	for _, c := range cps {
+		require.NoError(t, c.Verify(keys))
+	}
+	data := append(b.export(t, audit.Filter{Partition: audit.AllPartitions}), audit.MarshalCheckpoints(cps)...)
+	r, err := audit.Verify(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }, keys)
+	require.NoError(t, err)
+	require.Nil(t, r.Break)
+	require.Equal(t, id, r.Installation)
+	require.False(t, r.Partitions[0].Unbound, "the chain starts at its genesis")
+
+	// Stored: a shorter one does not replace a longer one.
+	require.NoError(t, audit.StoreCheckpoints(b.ctx, b.js, b.names, cps))
+	older := cps[0]
+	older.Size, older.Head = 4, "0000000000000000000000000000000000000000000000000000000000000000"
+	require.NoError(t, audit.StoreCheckpoints(b.ctx, b.js, b.names, []audit.Checkpoint{s.SignCheckpoint(older)}))
+	stored, err := audit.LatestCheckpoints(b.ctx, b.js, b.names)
+	require.NoError(t, err)
+	require.Equal(t, string(audit.MarshalCheckpoints(cps)), string(audit.MarshalCheckpoints(stored)))
+	// The id and the checkpoints are in the keys bucket, but not keys.
+	require.Equal(t, 1, keys.Len())
 }

@@ -129,3 +129,34 @@ func (c *Client) WatchAudit(ctx context.Context) (<-chan audit.Event, error) {
 	}
 	return ch, nil
 }
+
+// Checkpoints returns signed checkpoints of every partition of the audit
+// trail (audit.Checkpoint): fresh ones a worker makes on request, or —
+// when no worker answers within a few seconds — the latest ones the workers
+// stored (fresh is false then).
+func (c *Client) Checkpoints(ctx context.Context) (cps []audit.Checkpoint, fresh bool, err error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	cps, err = audit.RequestCheckpoints(rctx, c.nc, c.names)
+	cancel()
+	if err == nil {
+		return cps, true, nil
+	}
+	if ctx.Err() != nil {
+		return nil, false, fmt.Errorf("client: %w", ctx.Err())
+	}
+	cps, err = audit.LatestCheckpoints(ctx, c.js, c.names)
+	if err != nil {
+		return nil, false, fmt.Errorf("client: %w", err)
+	}
+	return cps, false, nil
+}
+
+// StoredCheckpoints returns the latest checkpoints the workers stored,
+// without asking for fresh ones (audit.LatestCheckpoints).
+func (c *Client) StoredCheckpoints(ctx context.Context) ([]audit.Checkpoint, error) {
+	cps, err := audit.LatestCheckpoints(ctx, c.js, c.names)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return cps, nil
+}
