@@ -1092,12 +1092,11 @@ type helmValues struct {
 }
 
 // helmUsers are the NATS users the Helm values must define, with the role
-// (a block of nats/secure/permissions.conf) each has. The MCP server acts
-// for agents: the agent role, with its own inbox.
+// (a block of nats/secure/permissions.conf) each has.
 var helmUsers = map[string]string{
 	"worker":  "IDEMGATE_WORKER",
 	"gateway": "IDEMGATE_GATEWAY",
-	"mcp":     "IDEMGATE_AGENT_PUBLISH",
+	"mcp":     "IDEMGATE_MCP",
 }
 
 // envToken is how the chart writes a bare NATS config token, such as a
@@ -1121,6 +1120,33 @@ func TestHelmValues(t *testing.T) {
 	maxPayload, _ := v.Config.Merge["max_payload"].(int)
 	require.GreaterOrEqual(t, maxPayload, 2*maxIntentBytes, "config.merge.max_payload")
 	checkHelmSecured(t, v)
+	checkMCPRole(t, shippedRoles(t))
+}
+
+// checkMCPRole fails t unless the MCP server's role is an agent's (its
+// publish list) plus exactly the decisions of the person at the client:
+// approve and deny, never resolve or probe.
+func checkMCPRole(t *testing.T, roles map[string]any) {
+	t.Helper()
+	mcpRole, _ := roles["IDEMGATE_MCP"].(map[string]any)
+	pub, _ := mcpRole["publish"].(map[string]any)
+	got, _ := pub["allow"].([]any)
+	agent, _ := roles["IDEMGATE_AGENT_PUBLISH"].(map[string]any)
+	want, _ := agent["allow"].([]any)
+	require.NotEmpty(t, want, "permissions.conf IDEMGATE_AGENT_PUBLISH")
+	var extra []any
+	for _, s := range got {
+		if !slices.Contains(want, s) {
+			extra = append(extra, s)
+		}
+	}
+	for _, s := range want {
+		require.Contains(t, got, s, "the MCP server publishes all an agent does")
+	}
+	require.ElementsMatch(t, []any{"idem.control.approve", "idem.control.deny"}, extra,
+		"the MCP server publishes an agent's subjects and the two decisions of a user approval, no other")
+	require.Equal(t, map[string]any{"allow": []any{"_INBOX.mcp.>", "$KV.IDEM_LEDGER.>"}}, mcpRole["subscribe"],
+		"the MCP server subscribes to its own inbox and the ledger keys' subjects only")
 }
 
 // checkHelmSecured fails t unless v serves TLS and the shipped roles only.
@@ -1160,14 +1186,7 @@ func checkHelmSecured(t *testing.T, v helmValues) {
 
 		perms, ok := user["permissions"].(map[string]any)
 		require.True(t, ok, "user %s has permissions", name)
-		if role == "IDEMGATE_AGENT_PUBLISH" {
-			require.Equal(t, roles[role], perms["publish"], "user %s publishes as an agent (permissions.conf %s)", name, role)
-			require.Equal(t, map[string]any{"allow": []any{"_INBOX." + name + ".>", "$KV.IDEM_LEDGER.>"}}, perms["subscribe"],
-				"user %s subscribes to its own inbox and the ledger keys' subjects only", name)
-			require.Len(t, perms, 2, "user %s: publish and subscribe only", name)
-		} else {
-			require.Equal(t, roles[role], any(perms), "user %s has the role %s of permissions.conf", name, role)
-		}
+		require.Equal(t, roles[role], any(perms), "user %s has the role %s of permissions.conf", name, role)
 	}
 	require.Len(t, seen, len(helmUsers), "users %v", helmUsers)
 
