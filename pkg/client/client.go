@@ -178,8 +178,12 @@ type Submission struct {
 	badText sync.Map
 	// republished counts the publishes under the retry rule.
 	republished int
-	ch          chan *nats.Msg
-	sub         *nats.Subscription
+	// name is the call's (intent.HeaderSubmission): a copy of the call
+	// published by another submission (each request of a front door's
+	// caller that names the call) finds the call's failure as its own.
+	name string
+	ch   chan *nats.Msg
+	sub  *nats.Subscription
 }
 
 // Republished is how often the submission published its intent again under
@@ -294,7 +298,7 @@ func (c *Client) PublishPrepared(ctx context.Context, p *Prepared) (*Submission,
 	case !intent.ValidSubmission(call):
 		return nil, fmt.Errorf("client: %w: submission %q: 8 to 64 characters of [A-Za-z0-9_-]", intent.ErrInvalid, call)
 	}
-	s := &Submission{Key: id.Key, Fingerprint: id.Fingerprint, c: c, tool: env.Tool, call: env.CallID, spec: ts, decoded: p.Decoded, ch: make(chan *nats.Msg, inboxBuffer)}
+	s := &Submission{Key: id.Key, Fingerprint: id.Fingerprint, c: c, tool: env.Tool, call: env.CallID, spec: ts, decoded: p.Decoded, name: call, ch: make(chan *nats.Msg, inboxBuffer)}
 	inbox := c.nc.NewRespInbox()
 	var err error
 	s.sub, err = c.nc.ChanSubscribe(inbox, s.ch)
@@ -442,10 +446,10 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 		ch := make(chan ledgerAnswer, 1)
 		fromLedger, stopWatch = ch, stop
 		key, fp := s.Key, s.Fingerprint // the watch must not read what relearn changes
-		own, retryFailed := slices.Clone(s.own), s.spec.retryFailed
+		own, retryFailed, name := slices.Clone(s.own), s.spec.retryFailed, s.name
 		go func() {
 			rec, err := s.c.waitLedger(wctx, key, func(rec dedup.Record) bool {
-				if retryFailed && rec.Status == intent.StatusFailed && !slices.Contains(own, rec.IntentSeq) {
+				if retryFailed && rec.Status == intent.StatusFailed && !slices.Contains(own, rec.IntentSeq) && !rec.CausedBy(0, name) {
 					return false // an earlier call's failure: this call runs it again
 				}
 				return enough(recordStatus(rec, fp))
@@ -519,8 +523,10 @@ func (s *Submission) wait(ctx context.Context, final bool) (*intent.Result, erro
 // Idem-Intent-Seq header names one of the submission's own stored
 // publishes, and, unless it is a rejection (which a worker may give before
 // it could derive a key), its key is the submission's and its fingerprint,
-// when it has one, too; an answer that is not a replay names that
-// publish's run (its intent_seq, when it has one), never another run's. Anyone who learns the inbox can name it as the
+// when it has one, too; an answer that is not a replay names the run of one
+// of the submission's publishes (its intent_seq, when it has one), never
+// another run's (a copy of the call published by another submission is
+// answered from the ledger). Anyone who learns the inbox can name it as the
 // reply subject of an intent of their own; the sequence a worker answers
 // with is that intent's, never this submission's.
 func (s *Submission) pushed(m *nats.Msg) (*intent.Result, bool) {
@@ -535,8 +541,8 @@ func (s *Submission) pushed(m *nats.Msg) (*intent.Result, bool) {
 	if res.Status != intent.StatusRejected && (res.Key != s.Key || (res.Fingerprint != "" && res.Fingerprint != s.Fingerprint)) {
 		return nil, false
 	}
-	if !res.Replayed && res.IntentSeq != 0 && res.IntentSeq != seq {
-		return nil, false // not a replay, yet of another run than this publish's: another run's answer
+	if !res.Replayed && res.IntentSeq != 0 && res.IntentSeq != seq && !s.owns(res.IntentSeq) {
+		return nil, false // not a replay, yet of a run none of this call's publishes made: another run's answer
 	}
 	if s.c.receiptKeys != nil {
 		if err := audit.CheckAnswerText(m.Data); err != nil {

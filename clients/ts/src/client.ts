@@ -1029,8 +1029,8 @@ export function answerMatches(res: Partial<Result>, key: string, fingerprint: st
  * without `duplicate`; a duplicate's names another caller's message), and,
  * unless it is a rejection (which a worker may give before it could derive
  * a key), it names the submission's operation ({@link answerMatches}); an
- * answer that is not a replay names that publish's run (its `intent_seq`,
- * when it has one), never another run's. The
+ * answer that is not a replay names the run of one of the submission's
+ * publishes (its `intent_seq`, when it has one), never another run's. The
  * reply subject is no proof of identity: anyone who learns an inbox can name
  * it as the reply subject of an intent of their own, and a worker answers
  * that intent with its own sequence.
@@ -1049,7 +1049,7 @@ export function answerBound(
   if (!sub.own.has(seq)) {
     return false;
   }
-  if (res.replayed !== true && typeof res.intent_seq === "number" && res.intent_seq !== 0 && res.intent_seq !== seq) {
+  if (res.replayed !== true && typeof res.intent_seq === "number" && res.intent_seq !== 0 && !sub.own.has(res.intent_seq)) {
     return false; // not a replay, yet of another run than this publish's: another run's answer
   }
   return res.status === "rejected" || answerMatches(res, sub.key, sub.fingerprint);
