@@ -1124,8 +1124,9 @@ func TestHelmValues(t *testing.T) {
 }
 
 // checkMCPRole fails t unless the MCP server's role is an agent's (its
-// publish list) plus exactly the decisions of the person at the client:
-// approve and deny, never resolve or probe.
+// publish list) plus exactly the decisions of the person at the client on
+// the user's decision subjects: approve and deny, never an operator's
+// decision, resolve or probe.
 func checkMCPRole(t *testing.T, roles map[string]any) {
 	t.Helper()
 	mcpRole, _ := roles["IDEMGATE_MCP"].(map[string]any)
@@ -1143,8 +1144,8 @@ func checkMCPRole(t *testing.T, roles map[string]any) {
 	for _, s := range want {
 		require.Contains(t, got, s, "the MCP server publishes all an agent does")
 	}
-	require.ElementsMatch(t, []any{"idem.control.approve", "idem.control.deny"}, extra,
-		"the MCP server publishes an agent's subjects and the two decisions of a user approval, no other")
+	require.ElementsMatch(t, []any{"idem.control.user.approve", "idem.control.user.deny"}, extra,
+		"the MCP server publishes an agent's subjects and the two decisions of a user approval on the user's subjects, no other")
 	require.Equal(t, map[string]any{"allow": []any{"_INBOX.mcp.>", "$KV.IDEM_LEDGER.>"}}, mcpRole["subscribe"],
 		"the MCP server subscribes to its own inbox and the ledger keys' subjects only")
 }

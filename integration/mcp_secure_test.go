@@ -24,7 +24,7 @@ import (
 func TestSecureMCPUserApproval(t *testing.T) {
 	t.Parallel()
 	s := startSecure(t, "users.conf")
-	hook := newSink(t, nil)
+	hook, payouts := newSink(t, nil), newSink(t, nil)
 	tools := writeTools(t, fmt.Sprintf(`tools:
   refund:
     effect: webhook
@@ -32,7 +32,12 @@ func TestSecureMCPUserApproval(t *testing.T) {
     approval: required
     approver: user
     webhook: {url: %s/refunds}
-`, hook.URL))
+  payout:
+    effect: webhook
+    key_args: [order_id]
+    approval: required
+    webhook: {url: %s/payouts}
+`, hook.URL, payouts.URL))
 	w := launchWorker(t, "worker", []string{
 		"--tools", tools, "--holder", "worker", "--log-level", "debug", "--webhook-allow", "127.0.0.0/8",
 		"--nats-url", s.url, "--nats-tls-ca", s.ca.certPEM, "--nats-user", "worker", "--nats-inbox-prefix", "_INBOX.worker",
@@ -65,9 +70,9 @@ func TestSecureMCPUserApproval(t *testing.T) {
 		t.Cleanup(func() { _ = cs.Close() })
 		return cs
 	}
-	refund := func(cs *mcp.ClientSession, order string) (mcpOp, string) {
+	call := func(cs *mcp.ClientSession, tool, order string) (mcpOp, string) {
 		t.Helper()
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "refund", Arguments: map[string]any{"order_id": order},
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"order_id": order},
 			Meta: mcp.Meta{"io.idemgate/session": "run-1"}})
 		require.NoError(t, err)
 		require.False(t, res.IsError, mcpText(res))
@@ -76,6 +81,10 @@ func TestSecureMCPUserApproval(t *testing.T) {
 			o = opOf(t, res.Meta)
 		}
 		return o, mcpText(res)
+	}
+	refund := func(cs *mcp.ClientSession, order string) (mcpOp, string) {
+		t.Helper()
+		return call(cs, "refund", order)
 	}
 	mc := s.connect(t, "mcp")
 	cl, err := client.New(mc.Conn)
@@ -119,4 +128,25 @@ func TestSecureMCPUserApproval(t *testing.T) {
 		})
 	}
 	require.Equal(t, intent.StatusDenied, recorded(got.Key), "nothing the refused publishes named changed")
+
+	// An operator-approved tool's operation: the MCP server's user may not
+	// decide it, neither on an operator's subjects (NATS refuses them) nor
+	// on the user's (the worker refuses them).
+	parked, text := call(accept, "payout", "o-3")
+	require.Equal(t, "awaiting_approval", parked.Status, text)
+	for _, subject := range []string{"idem.control.approve", "idem.control.deny"} {
+		refused(t, mc, subject, func(ctx context.Context) error {
+			_, err := js.Publish(ctx, subject, []byte(`{"key":"`+parked.Key+`","by":"mcp"}`))
+			return err
+		})
+	}
+	for _, op := range []string{intent.ControlUserApprove, intent.ControlUserDeny} {
+		res, err := cl.Decide(ctx, op, intent.Control{Key: parked.Key, By: "the user at agent"})
+		require.NoError(t, err, "%s is published (NATS refused: %v)", op, s.violations())
+		require.Equal(t, intent.StatusRejected, res.Status, "%s of an operator-approved operation is refused", op)
+		require.Equal(t, intent.CodeInvalidIntent, res.Error.Code, res.Error.Message)
+		require.Contains(t, res.Error.Message, "approved by an operator")
+	}
+	require.Equal(t, intent.StatusAwaitingApproval, recorded(parked.Key), "no decision of the MCP server's user was recorded")
+	require.Zero(t, payouts.count(), "the operator-approved operation never fired")
 }

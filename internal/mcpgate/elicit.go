@@ -16,9 +16,9 @@ import (
 // asked — as a multi round-trip input request, which the SDK turns into an
 // elicitation/create request for clients of earlier protocol versions —
 // showing exactly the args the decision binds to (their fingerprint). The
-// answer is decided on the same compare-and-set path as an operator's: an
-// approval fires the operation once however many calls are approved, a
-// decline denies it. A client that cannot elicit, or a person who dismisses
+// answer is published on the user's decision subjects and decided on the
+// same compare-and-set path as an operator's: an approval fires the
+// operation once however many calls are approved, a decline denies it. A client that cannot elicit, or a person who dismisses
 // the question, leaves the operation to an operator.
 func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, s *served, cl *client.Client, p *client.Prepared, sub *client.Submission, res *intent.Result) (*mcp.CallToolResult, error) {
 	resp, answered := req.Params.InputResponses[approveInput]
@@ -44,9 +44,9 @@ func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, s *se
 	d := intent.Control{Key: sub.Key, Fingerprint: sub.Fingerprint, By: by}
 	switch er.Action {
 	case "accept":
-		op = intent.ControlApprove
+		op = intent.ControlUserApprove
 	case "decline":
-		op, d.Reason = intent.ControlDeny, "declined by "+by
+		op, d.Reason = intent.ControlUserDeny, "declined by "+by
 	default: // dismissed: no decision
 		return s.render(res), nil
 	}

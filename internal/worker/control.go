@@ -17,15 +17,24 @@ import (
 // approvals and workers see it), deny, resolve an uncertain outcome, or
 // probe one (ask its downstream through the tool's probe). The
 // decision's caller is answered with the operation's resulting record;
-// callers waiting on the key see it on the ledger.
-func (w *Worker) control(stop, work context.Context, j *job, op string) (handled, *firing) {
-	c, err := intent.DecodeControl(op, j.msg.Data())
+// callers waiting on the key see it on the ledger. A user's decision
+// (intent.ControlUserApprove, ControlUserDeny) applies only to an operation
+// whose tool names the user as its approver: any other is refused, nothing
+// recorded and nothing fired.
+func (w *Worker) control(stop, work context.Context, j *job, subjectOp string) (handled, *firing) {
+	c, err := intent.DecodeControl(subjectOp, j.msg.Data())
 	if err != nil {
 		return w.reject(j, "", intent.CodeInvalidIntent, err), nil
 	}
 	j.id = intent.Identity{Key: c.Key}
-	w.log.Info("operator decision", zap.String("op", op), zap.String("key", c.Key), zap.String("by", c.By))
-	w.m.decisions.WithLabelValues(op).Inc()
+	op, byUser := intent.UserDecision(subjectOp)
+	w.log.Info("operator decision", zap.String("op", subjectOp), zap.String("key", c.Key), zap.String("by", c.By))
+	w.m.decisions.WithLabelValues(subjectOp).Inc()
+	if byUser {
+		if err := w.userDecides(stop, c.Key); err != nil {
+			return w.undecided(j, err), nil
+		}
+	}
 	var rec dedup.Record
 	dctx, wrote := captureReceipt(stop)
 	// A decision that changes nothing (approved or denied already) is
@@ -96,6 +105,24 @@ func (w *Worker) control(stop, work context.Context, j *job, op string) (handled
 		w.audit.decided(op, c, rec, wrote)
 	}
 	return answered(w.fromRecord(j, rec, false), ack()), nil // the decision's own outcome
+}
+
+// userDecides returns nil when the operation of key belongs to a tool whose
+// approver is the user at the agent's client, else why a user's decision
+// does not apply to it. The decision's subject is all that tells a user's
+// decision from an operator's (NATS does not tell the worker who
+// published), so the tool's approver is checked here, before anything is
+// recorded.
+func (w *Worker) userDecides(ctx context.Context, key string) error {
+	cur, _, err := w.ledger.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	if tool, known := w.tools.Lookup(cur.Tool); !known || !tool.Policy.UserApproves {
+		return fmt.Errorf("%w: %s: tool %q is approved by an operator, not by the user at the client: "+
+			"a user's decision does not apply to it (an operator approves or denies it)", dedup.ErrInvalid, key, cur.Tool)
+	}
+	return nil
 }
 
 // undecided answers a decision that could not be applied. A decision that

@@ -560,6 +560,51 @@ func TestStagesApprovalParksThenFires(t *testing.T) {
 	require.EqualValues(t, 1, calls.Load(), "approved twice, fired once")
 }
 
+// A user's decision (the subjects the MCP server may publish on) applies
+// only to a tool whose approver is the user: on an operator's tool it is
+// refused, nothing is recorded and nothing fires; an operator's approval
+// of it still fires it.
+func TestStagesUserDecisionOnOperatorTool(t *testing.T) {
+	t.Parallel()
+	var calls, userCalls atomic.Int32
+	b := newStages(t, Config{},
+		&effects.Tool{Name: "refund", Effect: counted(&calls, sent),
+			Policy: effects.Policy{Class: intent.ClassUnsafe, Ledger: true, Approval: true, ApprovalTTL: time.Hour, OnAbandoned: intent.AbandonRetry}},
+		&effects.Tool{Name: "tip", Effect: counted(&userCalls, sent),
+			Policy: effects.Policy{Class: intent.ClassUnsafe, Ledger: true, Approval: true, UserApproves: true, ApprovalTTL: time.Hour, OnAbandoned: intent.AbandonRetry}})
+	parked := b.send(b.intent("refund", `{"order":1}`))
+	res := b.answer(t, parked)
+	require.Equal(t, intent.StatusAwaitingApproval, res.Status)
+
+	for _, op := range []string{intent.ControlUserApprove, intent.ControlUserDeny} {
+		m := b.send(b.message(b.names.ControlSubject(op), fmt.Sprintf(`{"key":%q,"by":"the user at agent"}`, res.Key)))
+		require.Equal(t, verbAck, m.settlement(t).verb)
+		refused := b.answer(t, m)
+		require.Equal(t, intent.StatusRejected, refused.Status, "%s of an operator's tool", op)
+		require.Equal(t, intent.CodeInvalidIntent, refused.Error.Code, "%s of an operator's tool", op)
+		require.Contains(t, refused.Error.Message, "approved by an operator")
+		rec := b.record(t, res.Key)
+		require.Equal(t, intent.StatusAwaitingApproval, rec.Status, "%s of an operator's tool recorded nothing", op)
+		require.Nil(t, rec.Decision, "%s of an operator's tool recorded nothing", op)
+		require.Zero(t, calls.Load(), "%s of an operator's tool fired nothing", op)
+	}
+
+	approve := b.send(b.message(b.names.ControlSubject(intent.ControlApprove), fmt.Sprintf(`{"key":%q,"by":"ops"}`, res.Key)))
+	require.Equal(t, intent.StatusCompleted, b.answer(t, approve).Status)
+	require.EqualValues(t, 1, calls.Load(), "the operator's approval fired it")
+
+	// The user's approval of a tool the user approves fires it, recorded
+	// as an approval by the user.
+	tip := b.answer(t, b.send(b.intent("tip", `{"n":1}`)))
+	require.Equal(t, intent.StatusAwaitingApproval, tip.Status)
+	user := b.send(b.message(b.names.ControlSubject(intent.ControlUserApprove), fmt.Sprintf(`{"key":%q,"by":"the user at agent"}`, tip.Key)))
+	require.Equal(t, intent.StatusCompleted, b.answer(t, user).Status)
+	require.EqualValues(t, 1, userCalls.Load())
+	rec := b.record(t, tip.Key)
+	require.Equal(t, intent.ControlApprove, rec.Decision.Op)
+	require.Equal(t, "the user at agent", rec.Decision.By)
+}
+
 // A holder whose lease was taken over while its effect ran never
 // overwrites the new holder's record: it answers with its outcome.
 func TestStagesLeaseLostBeforeRecording(t *testing.T) {

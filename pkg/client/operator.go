@@ -15,8 +15,9 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// Decide publishes an operator decision (intent.ControlApprove,
-// ControlDeny or ControlResolve) on the control subjects and waits for the
+// Decide publishes a decision (an operator's intent.ControlApprove,
+// ControlDeny, ControlResolve or ControlProbe; a user's ControlUserApprove
+// or ControlUserDeny) on its control subject and waits for the
 // worker's answer: for an approval, the result of the firing it let happen;
 // for the others, the operation's new state. A decision that does not apply
 // (no such key, wrong state, other arguments) is answered with status

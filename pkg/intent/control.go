@@ -16,7 +16,28 @@ const (
 	// decision; it is not a control request (a forget goes through the
 	// ledger and intent.Names.ForgetSubject).
 	ControlForget = "forget"
+	// ControlUserApprove and ControlUserDeny are the decisions of the
+	// person at an agent's client (approver: user), published on subjects
+	// of their own ("idem.control.user.approve", ".deny") so that NATS
+	// permissions can grant them apart from an operator's: a worker applies
+	// them only to an operation whose tool names the user as its approver,
+	// and records them as an approval or a denial.
+	ControlUserApprove = "user." + ControlApprove
+	ControlUserDeny    = "user." + ControlDeny
 )
+
+// UserDecision returns the decision op stands for (ControlApprove for
+// ControlUserApprove, ControlDeny for ControlUserDeny, op itself otherwise)
+// and whether op is a user's decision.
+func UserDecision(op string) (string, bool) {
+	switch op {
+	case ControlUserApprove:
+		return ControlApprove, true
+	case ControlUserDeny:
+		return ControlDeny, true
+	}
+	return op, false
+}
 
 // Outcomes an operator may settle an uncertain operation with.
 const (
@@ -44,6 +65,7 @@ type Control struct {
 // DecodeControl decodes and checks a decision for op.
 func DecodeControl(op string, data []byte) (Control, error) {
 	var c Control
+	op, _ = UserDecision(op)
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
@@ -51,7 +73,7 @@ func DecodeControl(op string, data []byte) (Control, error) {
 	}
 	switch {
 	case op != ControlApprove && op != ControlDeny && op != ControlResolve && op != ControlProbe:
-		return c, fmt.Errorf("%w: unknown decision %q: use approve, deny, resolve or probe", ErrInvalid, op)
+		return c, fmt.Errorf("%w: unknown decision %q: use approve, deny, resolve, probe, user.approve or user.deny", ErrInvalid, op)
 	case c.Key == "":
 		return c, fmt.Errorf("%w: %s decision: no key", ErrInvalid, op)
 	case op == ControlResolve && c.Outcome != OutcomeSucceeded && c.Outcome != OutcomeFailed:

@@ -64,7 +64,7 @@ type Names struct {
 	Prefix        string // as given, e.g. "IDEM"
 	Stream        string // "IDEM_INTENTS"
 	Subjects      string // "idem.intents.>"
-	Control       string // "idem.control.>": operator decisions (approve, deny, resolve)
+	Control       string // "idem.control.>": operator decisions (approve, deny, resolve, probe) and users' (user.approve, user.deny)
 	Consumer      string // "IDEM_WORKERS"
 	Bucket        string // "IDEM_LEDGER"
 	DLQStream     string // "IDEM_DLQ"
@@ -124,8 +124,9 @@ func (n Names) ToolFromSubject(subject string) string {
 // DLQSubjects is the subject filter of the dead-letter stream.
 func (n Names) DLQSubjects() string { return n.dlqPrefix + ">" }
 
-// ControlSubject is the subject an operator decision op (ControlApprove,
-// ControlDeny, ControlResolve) is published on.
+// ControlSubject is the subject a decision op (ControlApprove, ControlDeny,
+// ControlResolve, ControlProbe, ControlUserApprove, ControlUserDeny) is
+// published on: "idem.control.approve", "idem.control.user.approve".
 func (n Names) ControlSubject(op string) string { return n.controlPrefix + op }
 
 // ControlOp returns the operation of a control subject ("" when subject is
