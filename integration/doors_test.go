@@ -29,7 +29,7 @@ func TestDoorsRefuseTheSameInput(t *testing.T) {
 		name, args string
 		fault      string // what both answers name
 	}{
-		{"a key arg of an unsafe tool missing", `{"to":"ada@example.com"}`, `key arg "subject" is missing`},
+		{"a key arg of an unsafe tool missing", `{"to":"ada@example.com"}`, `"subject"`}, // the gateway: key arg "subject" is missing; the MCP server, by the tool's schema: missing properties: ["subject"]
 		{"a repeated member", `{"to":"ada@example.com","subject":"hi","to":"bob@example.com"}`, `member name "to" repeated`},
 		{"a number beyond 2^53", `{"to":"ada@example.com","subject":"hi","n":9007199254740993}`, `is beyond ±2^53`},
 		{"a lone surrogate", `{"to":"ada@example.com","subject":"\ud800"}`, `lone surrogate escape`},

@@ -175,11 +175,12 @@ func TestEffectBudget(t *testing.T) {
 	require.Equal(t, intent.StatusCompleted, other.Status, "another session has its own count: %+v", other)
 	require.Equal(t, 4, sink.requests(t))
 
-	// MCP: the same session's next distinct call is a tool error carrying
-	// the code and retry_at.
+	// MCP: the same session's next distinct call is an outcome (not a tool
+	// error, which a framework would answer with "fix your arguments")
+	// carrying the code and retry_at.
 	cs := stdioSession(t, url, []string{"--session", "run-1"})
 	res := mcpCall(t, cs, "capped", map[string]any{"n": 200})
-	require.True(t, res.IsError, mcpText(res))
+	require.False(t, res.IsError, mcpText(res))
 	require.Contains(t, mcpText(res), "budget_exceeded")
 	data, err := json.Marshal(res.StructuredContent)
 	require.NoError(t, err)
