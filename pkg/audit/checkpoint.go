@@ -205,6 +205,27 @@ func checkpointKey(p int) string { return "checkpoint." + strconv.Itoa(p) }
 // isKeyID reports whether a key of the keys bucket is a public key's.
 func isKeyID(k string) bool { return k != installationKey && !strings.HasPrefix(k, "checkpoint.") }
 
+// ReadInstallation returns the installation's id as stored in the keys
+// bucket, "" when none is stored yet; it never makes one.
+func ReadInstallation(ctx context.Context, js jetstream.JetStream, names intent.Names) (string, error) {
+	kv, err := js.KeyValue(ctx, names.AuditKeys)
+	if err != nil {
+		return "", fmt.Errorf("audit keys bucket %s: %w", names.AuditKeys, err)
+	}
+	e, err := kv.Get(ctx, installationKey)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("the installation id in %s: %w", names.AuditKeys, err)
+	}
+	id := string(e.Value())
+	if !installationPat.MatchString(id) {
+		return "", fmt.Errorf("%w: the installation id in %s is %q", ErrInvalid, names.AuditKeys, id)
+	}
+	return id, nil
+}
+
 // Installation returns the installation's id: made (128 random bits, hex)
 // and stored in the keys bucket (Names.AuditKeys) by the first worker that
 // asks — a Trail asks when it starts its first chain, a worker when it

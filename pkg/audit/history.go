@@ -61,6 +61,9 @@ type HistoryChecker struct {
 	last    uint64
 	head    string
 	pending []int // entries of out that wait for a seal
+	// installation is the id whose genesis a chain's first entry names
+	// (GenesisDigest); "" when it was not read.
+	installation string
 }
 
 // NewHistoryChecker checks the history of key with keys. key is the full
@@ -68,6 +71,14 @@ type HistoryChecker struct {
 // naming either are its.
 func NewHistoryChecker(key string, keys *KeySet) *HistoryChecker {
 	return &HistoryChecker{op: newKeyMatcher(key), keys: keys}
+}
+
+// WithInstallation has h check a chain's first entry against the genesis
+// of installation (GenesisDigest); without it, a first entry that names
+// a genesis is not checked (CheckUnknown). It returns h.
+func (h *HistoryChecker) WithInstallation(installation string) *HistoryChecker {
+	h.installation = installation
+	return h
 }
 
 // keyMatcher tells the events of one operation, named by its full key or
@@ -136,9 +147,13 @@ func (h *HistoryChecker) Add(line []byte) {
 	case !h.started && h.broken != "":
 		c.Link, c.LinkDetail = CheckFailed, h.broken
 	case !h.started && pe.Pos == 1 && pe.Prev == "":
-		c.Link = CheckVerified // the chain's first entry
+		c.Link = CheckVerified // the first entry of a chain bound to no installation
+	case !h.started && pe.Pos == 1 && h.installation != "" && pe.Prev == GenesisDigest(h.installation, pe.Partition):
+		c.Link = CheckVerified // the chain's first entry, bound to its installation
+	case !h.started && pe.Pos == 1 && h.installation == "":
+		c.Link, c.LinkDetail = CheckUnknown, "the chain's first entry names a genesis; the installation's id was not read"
 	case !h.started && pe.Pos == 1:
-		c.Link, c.LinkDetail = CheckFailed, "the chain's first entry names a predecessor"
+		c.Link, c.LinkDetail = CheckFailed, "the chain's first entry names neither this installation's genesis nor none"
 	case !h.started:
 		c.Link, c.LinkDetail = CheckUnknown, "the first entry read (the trail read starts here)"
 	case pe.Pos == h.last+1 && pe.Prev == h.head:
@@ -207,6 +222,9 @@ func (h *HistoryChecker) Entries() []Checked {
 // partition read, with what its signature and its link came to.
 func CheckedHistory(ctx context.Context, js jetstream.JetStream, names intent.Names, partitions int, key string, since time.Time, keys *KeySet) ([]Checked, error) {
 	h := NewHistoryChecker(key, keys)
+	if id, err := ReadInstallation(ctx, js, names); err == nil {
+		h.WithInstallation(id)
+	}
 	err := Read(ctx, js, names, Filter{Partition: intent.Partition(key, partitions), Since: since}, func(line []byte) error {
 		h.Add(line)
 		return nil

@@ -143,3 +143,32 @@ func TestHistoryChecker(t *testing.T) {
 	got, _ = checkHistory(keys, junk)
 	require.Equal(t, []verdict{{KindClaimed, 2, V, V}, {"", 0, F, F}, {KindGap, 5, V, F}, {KindOutcome, 6, V, V}}, got)
 }
+
+// A chain bound to its installation starts with that installation's
+// genesis: its first entry's link verifies for that installation, fails
+// for another, and is unknown when the id was not read.
+func TestHistoryCheckerGenesis(t *testing.T) {
+	t.Parallel()
+	s := newSigner(t)
+	keys := keysOf(t, s)
+	ev := (&Event{Kind: KindClaimed, Key: opKey, Holder: "w1", Attempt: 1, At: at0}).Canonical()
+	data, _ := buildBatch(s, 0, head{digest: GenesisDigest("inst-a", 0)}, [][]byte{ev})
+	lines := bytes.Split(data, []byte{'\n'})
+
+	check := func(installation string) Checked {
+		h := NewHistoryChecker(opKey, keys).WithInstallation(installation)
+		for _, l := range lines {
+			h.Add(l)
+		}
+		out := h.Entries()
+		require.Len(t, out, 1)
+		return out[0]
+	}
+	require.Equal(t, CheckVerified, check("inst-a").Link)
+	other := check("inst-b")
+	require.Equal(t, CheckFailed, other.Link)
+	require.Contains(t, other.LinkDetail, "neither this installation's genesis")
+	unread := check("")
+	require.Equal(t, CheckUnknown, unread.Link)
+	require.Contains(t, unread.LinkDetail, "was not read")
+}
