@@ -163,6 +163,12 @@ func TestDecisionAnswerIsBoundToTheDecision(t *testing.T) {
 	_, err := b.nc.ChanSubscribe("idem.control.>", decisions)
 	require.NoError(t, err)
 	require.NoError(t, b.nc.Flush())
+	meta, err := jetstream.New(b.nc)
+	require.NoError(t, err)
+	stream, err := meta.Stream(b.ctx, "IDEM_INTENTS")
+	require.NoError(t, err)
+	before, err := stream.Info(b.ctx)
+	require.NoError(t, err)
 	answered := make(chan *intent.Result, 1)
 	go func() {
 		res, err := b.cl.Decide(b.ctx, intent.ControlDeny, intent.Control{Key: "send." + strings.Repeat("a", 64), By: "ops"})
@@ -177,13 +183,19 @@ func TestDecisionAnswerIsBoundToTheDecision(t *testing.T) {
 	case <-b.ctx.Done():
 		t.Fatal("no decision published")
 	}
-	meta, err := jetstream.New(b.nc)
-	require.NoError(t, err)
-	stream, err := meta.Stream(b.ctx, "IDEM_INTENTS")
-	require.NoError(t, err)
-	info, err := stream.Info(b.ctx)
-	require.NoError(t, err)
-	own := strconv.FormatUint(info.State.LastSeq, 10) // the decision is the stream's last message
+	// The subscription may see the decision before the stream stores it:
+	// its sequence is the stream's next once the stream has it.
+	var info *jetstream.StreamInfo
+	wait := time.Minute
+	if dl, ok := t.Deadline(); ok {
+		wait = time.Until(dl) * 9 / 10
+	}
+	require.Eventually(t, func() bool {
+		info, err = stream.Info(b.ctx)
+		return err == nil && info.State.LastSeq > before.State.LastSeq
+	}, wait, 10*time.Millisecond, "the decision is stored")
+	require.Equal(t, before.State.LastSeq+1, info.State.LastSeq, "the decision is the only message stored")
+	own := strconv.FormatUint(info.State.LastSeq, 10)
 	inbox := m.Header.Get(intent.HeaderReplyTo)
 	denied := func(msg string) intent.Result {
 		return intent.Result{Status: intent.StatusDenied, Error: &intent.Error{Code: intent.CodeDenied, Message: msg}}
