@@ -590,7 +590,7 @@ func TestMCPBusySessionsSayWhenToComeBack(t *testing.T) {
 
 	unblock()
 	require.NoError(t, <-done)
-	code, h, body = rawInit(t, hc, endpoint, a)
+	code, _, body = rawInit(t, hc, endpoint, a)
 	require.Equal(t, http.StatusOK, code, body)
 	require.False(t, alive(t, hc, endpoint, a, cs.ID()), "the idle session gave way")
 }

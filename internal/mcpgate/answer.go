@@ -160,10 +160,3 @@ func resultJSON(result json.RawMessage) json.RawMessage {
 	}
 	return result
 }
-
-func when(t time.Time) string {
-	if t.IsZero() {
-		return "an earlier time"
-	}
-	return t.UTC().Format(time.RFC3339)
-}
