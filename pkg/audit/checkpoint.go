@@ -212,18 +212,7 @@ func ReadInstallation(ctx context.Context, js jetstream.JetStream, names intent.
 	if err != nil {
 		return "", fmt.Errorf("audit keys bucket %s: %w", names.AuditKeys, err)
 	}
-	e, err := kv.Get(ctx, installationKey)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return "", nil
-	case err != nil:
-		return "", fmt.Errorf("the installation id in %s: %w", names.AuditKeys, err)
-	}
-	id := string(e.Value())
-	if !installationPat.MatchString(id) {
-		return "", fmt.Errorf("%w: the installation id in %s is %q", ErrInvalid, names.AuditKeys, id)
-	}
-	return id, nil
+	return storedInstallation(ctx, kv, names)
 }
 
 // Installation returns the installation's id: made (128 random bits, hex)
@@ -235,19 +224,33 @@ func Installation(ctx context.Context, js jetstream.JetStream, names intent.Name
 	if err != nil {
 		return "", fmt.Errorf("audit keys bucket %s: %w", names.AuditKeys, err)
 	}
-	e, err := kv.Get(ctx, installationKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		var raw [16]byte
-		_, _ = rand.Read(raw[:])
-		id := hex.EncodeToString(raw[:])
-		if _, err = kv.Create(ctx, installationKey, []byte(id)); err == nil {
-			return id, nil
-		}
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			e, err = kv.Get(ctx, installationKey) // another worker's came first
-		}
+	if id, err := storedInstallation(ctx, kv, names); id != "" || err != nil {
+		return id, err
 	}
-	if err != nil {
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	id := hex.EncodeToString(raw[:])
+	_, err = kv.Create(ctx, installationKey, []byte(id))
+	switch {
+	case err == nil:
+		return id, nil
+	case errors.Is(err, jetstream.ErrKeyExists): // another worker's came first
+		if id, err = storedInstallation(ctx, kv, names); id != "" || err != nil {
+			return id, err
+		}
+		err = jetstream.ErrKeyNotFound // stored by another, then not found
+	}
+	return "", fmt.Errorf("the installation id in %s: %w", names.AuditKeys, err)
+}
+
+// storedInstallation reads the installation's id from the keys bucket kv,
+// "" when none is stored, and checks its form.
+func storedInstallation(ctx context.Context, kv jetstream.KeyValue, names intent.Names) (string, error) {
+	e, err := kv.Get(ctx, installationKey)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return "", nil
+	case err != nil:
 		return "", fmt.Errorf("the installation id in %s: %w", names.AuditKeys, err)
 	}
 	id := string(e.Value())
