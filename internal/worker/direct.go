@@ -62,9 +62,10 @@ type coalescer struct {
 }
 
 type flight struct {
-	done chan struct{}
-	out  effects.Outcome
-	err  error
+	done    chan struct{}
+	out     effects.Outcome
+	err     error
+	waiting int // callers sharing this call; guarded by coalescer.mu
 }
 
 var errFlightAborted = errors.New("worker: coalesced call did not finish")
@@ -74,6 +75,7 @@ var errFlightAborted = errors.New("worker: coalesced call did not finish")
 func (c *coalescer) do(key string, fn func() (effects.Outcome, error)) (out effects.Outcome, err error, shared bool) {
 	c.mu.Lock()
 	if f, ok := c.calls[key]; ok {
+		f.waiting++
 		c.mu.Unlock()
 		<-f.done
 		return f.out, f.err, true
@@ -92,4 +94,15 @@ func (c *coalescer) do(key string, fn func() (effects.Outcome, error)) (out effe
 	}()
 	f.out, f.err = fn()
 	return f.out, f.err, false
+}
+
+// sharing reports how many callers wait on calls in flight.
+func (c *coalescer) sharing() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, f := range c.calls {
+		n += f.waiting
+	}
+	return n
 }
