@@ -83,4 +83,19 @@ func TestBenchShort(t *testing.T) {
 	}
 	require.Len(t, b.res.stages, len(stageNames))
 	require.Contains(t, out.String(), "targets:")
+	require.Contains(t, out.String(), "the stage that dominates the slowest 1%")
+}
+
+// The stage named for the slowest 1 % is the one with the longest mean
+// there, never the total.
+func TestDominantStage(t *testing.T) {
+	t.Parallel()
+	st := []stageFigures{{name: "publish", tailMean: 2}, {name: "claim", tailMean: 9}, {name: "record", tailMean: 7}, {name: "total", tailMean: 20}}
+	f, ok := dominantStage(st)
+	require.True(t, ok)
+	require.Equal(t, "claim", f.name)
+	require.Equal(t, "claim", tailStage(st))
+	_, ok = dominantStage([]stageFigures{{name: "total", tailMean: 1}})
+	require.False(t, ok)
+	require.Equal(t, "(no stages)", tailStage(nil))
 }

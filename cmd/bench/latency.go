@@ -70,8 +70,8 @@ func (b *bench) latency(ctx context.Context) error {
 	r.rate, r.haveLatency = float64(n)/sent.Seconds(), true
 	r.p50, r.p90, r.p99, r.pmax = percentile(sorted, .50), percentile(sorted, .90), percentile(sorted, .99), sorted[len(sorted)-1]
 	b.add(row{name: "latency", ops: r.rate, cpu: cpu / time.Duration(n), ref: "unique",
-		detail: fmt.Sprintf("%d intents, open loop at %.0f/s: p50 %s p90 %s p99 %s max %s; %d GCs (longest pause %s), goroutine run-queue wait p99 %s",
-			n, rate, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.pmax), r.gcs, ms(r.gcPauseMax), ms(histQuantile(sched0, sched1, .99))),
+		detail: fmt.Sprintf("%d intents, open loop at %.0f/s: p50 %s p90 %s p99 %s max %s; slowest 1%%: most in %s; %d GCs (longest pause %s), goroutine run-queue wait p99 %s",
+			n, rate, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.pmax), tailStage(r.stages), r.gcs, ms(r.gcPauseMax), ms(histQuantile(sched0, sched1, .99))),
 		extra: []float64{r.p50.Seconds(), r.p90.Seconds(), r.p99.Seconds(), r.pmax.Seconds()}})
 	return nil
 }
@@ -139,6 +139,27 @@ func (l *stageLog) figures(keys []string, lat []time.Duration, received []time.T
 			tailMean: tail / time.Duration(max(tailN, 1))}
 	}
 	return out
+}
+
+// tailStage names the stage that dominates the slowest 1 %.
+func tailStage(st []stageFigures) string {
+	if f, ok := dominantStage(st); ok {
+		return f.name
+	}
+	return "(no stages)"
+}
+
+// dominantStage is the stage (not the total) with the longest mean among
+// the slowest 1 % of intents.
+func dominantStage(st []stageFigures) (stageFigures, bool) {
+	var top stageFigures
+	found := false
+	for _, f := range st {
+		if f.name != "total" && (!found || f.tailMean > top.tailMean) {
+			top, found = f, true
+		}
+	}
+	return top, found
 }
 
 func sortedCopy(xs []time.Duration) []time.Duration {
