@@ -99,10 +99,10 @@ func derive(env *Envelope, parsed *value, spec KeySpec, msgTime time.Time) (Iden
 		member{"session", str(env.Session)},
 		member{"args", kept},
 	)
-	return Identity{
-		Key:         env.Tool + "." + digest(appendCanonical(nil, &material)),
-		Fingerprint: digest(appendCanonical(nil, &fp)),
-	}, nil
+	// One buffer for both encodings: each is hashed before the next.
+	buf := appendCanonical(make([]byte, 0, len(env.Args)+len(env.Tool)+len(env.Session)+len(env.Key)+96), &material)
+	key := env.Tool + "." + digest(buf)
+	return Identity{Key: key, Fingerprint: digest(appendCanonical(buf[:0], &fp))}, nil
 }
 
 // Material returns the key material of env under spec, in its RFC 8785
@@ -178,13 +178,14 @@ func buildMaterial(env *Envelope, args *value, spec KeySpec, msgTime time.Time) 
 	if err := spec.Validate(); err != nil {
 		return value{}, err
 	}
-	base := []member{
-		{"v", num(materialVersion)},
-		{"tool", str(env.Tool)},
-		{"session", str(env.Session)},
-	}
+	base := make([]member, 0, 4) // a window tool's fifth member grows it
+	base = append(base,
+		member{"v", num(materialVersion)},
+		member{"tool", str(env.Tool)},
+		member{"session", str(env.Session)},
+	)
 	if env.Key != "" {
-		return object(append(base, member{"key", str(env.Key)})...), nil
+		return value{kind: kindObject, members: append(base, member{"key", str(env.Key)})}, nil
 	}
 	a := *args
 	if len(spec.KeyArgs) > 0 {
@@ -208,7 +209,7 @@ func buildMaterial(env *Envelope, args *value, spec KeySpec, msgTime time.Time) 
 		}
 		m = append(m, member{"window", num(float64(w))})
 	}
-	return object(m...), nil
+	return value{kind: kindObject, members: m}, nil
 }
 
 // floorDiv is a / b rounded toward negative infinity (b > 0).

@@ -130,7 +130,7 @@ func decode(data []byte, lim Limits) (*Envelope, *value, error) {
 			if m.val.kind != kindObject {
 				return nil, nil, invalidf(`field "args" must be an object, got %s`, m.val.kind)
 			}
-			env.Args = appendCanonical(nil, &m.val)
+			env.Args = appendCanonical(make([]byte, 0, len(data)), &m.val)
 			args = &m.val
 			continue
 		}

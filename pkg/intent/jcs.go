@@ -56,8 +56,11 @@ func appendCanonical(b []byte, v *value) []byte {
 		}
 		return append(b, ']')
 	default:
-		members := slices.Clone(v.members)
-		slices.SortFunc(members, func(x, y member) int { return compareUTF16(x.name, y.name) })
+		members := v.members
+		if !slices.IsSortedFunc(members, byName) {
+			members = slices.Clone(members)
+			slices.SortFunc(members, byName)
+		}
 		b = append(b, '{')
 		for i := range members {
 			if i > 0 {
@@ -70,6 +73,9 @@ func appendCanonical(b []byte, v *value) []byte {
 		return append(b, '}')
 	}
 }
+
+// byName orders members as RFC 8785 does.
+func byName(x, y member) int { return compareUTF16(x.name, y.name) }
 
 // compareUTF16 orders two valid UTF-8 strings by their UTF-16 code units,
 // as RFC 8785 sorts member names. It differs from byte (code point) order

@@ -3,8 +3,10 @@ package intent
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -74,7 +76,27 @@ type parser struct {
 	// anyMagnitude turns off the ±2^53 rule, to check plain RFC 8785
 	// samples in tests.
 	anyMagnitude bool
+	// members is a stack of the members of the objects being parsed, each
+	// object's copied out once complete: one allocation per object.
+	members []member
 }
+
+// parsers keeps parsers for their member stacks.
+var parsers = sync.Pool{New: func() any { return new(parser) }}
+
+// release puts p back in parsers, holding nothing of what it parsed.
+func (p *parser) release() {
+	clear(p.members[:cap(p.members)])
+	if cap(p.members) > 1024 {
+		p.members = nil
+	}
+	*p = parser{members: p.members[:0]}
+	parsers.Put(p)
+}
+
+// dupAfter is the member count past which an object's names are checked
+// for a repeat by a map rather than by a scan of those before.
+const dupAfter = 16
 
 // parseJSON parses data as exactly one JSON text, with containers nested at
 // most maxDepth deep (the outermost object or array is depth 1).
@@ -85,7 +107,9 @@ func parseJSON(data []byte, maxDepth int) (value, error) {
 // parseJSONAt is parseJSON for a text nested depth deep in another (the
 // args, at depth 1 in their envelope): its outermost container is depth+1.
 func parseJSONAt(data []byte, maxDepth, depth int) (value, error) {
-	p := &parser{data: data, maxDepth: maxDepth}
+	p := parsers.Get().(*parser)
+	p.data, p.pos, p.maxDepth = data, 0, maxDepth
+	defer p.release()
 	p.skipSpace()
 	v, err := p.value(depth)
 	if err != nil {
@@ -163,12 +187,13 @@ func (p *parser) object(depth int) (value, error) {
 		return value{}, p.errorf("nesting deeper than %d", p.maxDepth)
 	}
 	p.pos++ // '{'
-	v := value{kind: kindObject, members: []member{}}
 	p.skipSpace()
 	if p.pos < len(p.data) && p.data[p.pos] == '}' {
 		p.pos++
-		return v, nil
+		return value{kind: kindObject, members: []member{}}, nil
 	}
+	start := len(p.members)
+	defer func() { p.members = p.members[:start] }()
 	var seen map[string]struct{}
 	for {
 		if p.pos >= len(p.data) || p.data[p.pos] != '"' {
@@ -179,13 +204,9 @@ func (p *parser) object(depth int) (value, error) {
 		if err != nil {
 			return value{}, err
 		}
-		if seen == nil {
-			seen = make(map[string]struct{})
-		}
-		if _, dup := seen[name]; dup {
+		if p.repeated(start, &seen, name) {
 			return value{}, &SyntaxError{Offset: at, Msg: fmt.Sprintf("member name %q repeated", name)}
 		}
-		seen[name] = struct{}{}
 		p.skipSpace()
 		if p.pos >= len(p.data) || p.data[p.pos] != ':' {
 			return value{}, p.errorf("unexpected %s, expected ':' after a member name", p.describe())
@@ -196,7 +217,7 @@ func (p *parser) object(depth int) (value, error) {
 		if err != nil {
 			return value{}, err
 		}
-		v.members = append(v.members, member{name: name, val: val})
+		p.members = append(p.members, member{name: name, val: val})
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return value{}, p.errorf("unexpected end of input, expected ',' or '}'")
@@ -207,11 +228,37 @@ func (p *parser) object(depth int) (value, error) {
 			p.skipSpace()
 		case '}':
 			p.pos++
-			return v, nil
+			return value{kind: kindObject, members: slices.Clone(p.members[start:])}, nil
 		default:
 			return value{}, p.errorf("unexpected %s, expected ',' or '}'", p.describe())
 		}
 	}
+}
+
+// repeated reports whether the object whose members start at start on the
+// stack already has a member name; seen is its map of names once it has
+// more than dupAfter.
+func (p *parser) repeated(start int, seen *map[string]struct{}, name string) bool {
+	before := p.members[start:]
+	if len(before) < dupAfter {
+		for i := range before {
+			if before[i].name == name {
+				return true
+			}
+		}
+		return false
+	}
+	if *seen == nil {
+		*seen = make(map[string]struct{}, 2*len(before))
+		for i := range before {
+			(*seen)[before[i].name] = struct{}{}
+		}
+	}
+	if _, dup := (*seen)[name]; dup {
+		return true
+	}
+	(*seen)[name] = struct{}{}
+	return false
 }
 
 func (p *parser) array(depth int) (value, error) {

@@ -2,6 +2,8 @@ package intent
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,6 +25,8 @@ func TestParseRejects(t *testing.T) {
 		{"repeated member name", `{"a":1,"b":2,"a":3}`, 13, `member name "a" repeated`},
 		{"repeated name via escape", `{"a":1,"\u0061":2}`, 7, `member name "a" repeated`},
 		{"repeated name nested", `{"x":{"k":1,"k":1}}`, 12, `member name "k" repeated`},
+		{"repeated name in a large object", manyMembers(20) + `,"m2":0}`, len(manyMembers(20)) + 1, `member name "m2" repeated`},
+		{"repeated name past the scan", manyMembers(40) + `,"m39":0}`, len(manyMembers(40)) + 1, `member name "m39" repeated`},
 		{"invalid UTF-8", "\"ab\xffc\"", 3, "invalid UTF-8 (byte 0xff)"},
 		{"invalid UTF-8 in a name", "{\"\xc3\":1}", 2, "invalid UTF-8"},
 		{"UTF-8 encoded surrogate", "\"\xed\xa0\x80\"", 1, "invalid UTF-8"},
@@ -82,4 +86,56 @@ func TestParseDepth(t *testing.T) {
 	require.NoError(t, err)
 	_, err = parseJSON([]byte("["+ok+"]"), 32)
 	require.ErrorContains(t, err, "nesting deeper than 32")
+}
+
+// manyMembers is the start of an object of n members m0...m(n-1), without
+// its closing brace.
+func manyMembers(n int) string {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"m%d":%d`, i, i)
+	}
+	return b.String()
+}
+
+// Objects nested in objects keep their own members, each object's in its
+// order, and a parse that failed leaves nothing behind for the next.
+func TestParseObjectsKeepTheirMembers(t *testing.T) {
+	t.Parallel()
+	_, err := parseJSON([]byte(`{"a":{"b":1,"c":{"d":2,"d":3}}}`), 32)
+	require.Error(t, err)
+	in := `{"z":1,"y":{"x":[{"w":2,"v":{}}],"u":3},"t":` + manyMembers(20) + `}}`
+	v, err := parseJSON([]byte(in), 32)
+	require.NoError(t, err)
+	require.Len(t, v.members, 3)
+	require.Equal(t, []string{"z", "y", "t"}, []string{v.members[0].name, v.members[1].name, v.members[2].name})
+	y := v.members[1].val
+	require.Len(t, y.members, 2)
+	require.Equal(t, "u", y.members[1].name)
+	require.Len(t, y.members[0].val.array[0].members, 2)
+	require.Len(t, v.members[2].val.members, 20)
+	require.Equal(t, `{"t":`+canonicalMany(20)+`,"y":{"u":3,"x":[{"v":{},"w":2}]},"z":1}`, string(appendCanonical(nil, &v)))
+}
+
+// canonicalMany is manyMembers(n) closed and in RFC 8785 order.
+func canonicalMany(n int) string {
+	names := make([]string, n)
+	for i := range n {
+		names[i] = fmt.Sprintf("m%d", i)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	b.WriteString("{")
+	for i, name := range names {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"%s":%s`, name, name[1:])
+	}
+	b.WriteString("}")
+	return b.String()
 }
