@@ -57,8 +57,9 @@ func RunServer(t testing.TB, opts ...func(*server.Options)) *server.Server {
 // RunCluster starts an n-node JetStream cluster in this process, on loopback
 // ports, and returns once a meta leader is elected and sees all n peers — that
 // is, once a stream with up to n replicas can be created. Every server is shut
-// down in t.Cleanup. Clients may connect to any of the servers.
-func RunCluster(t testing.TB, n int) []*server.Server {
+// down in t.Cleanup. Clients may connect to any of the servers. Each opt may
+// adjust every server's options before it starts.
+func RunCluster(t testing.TB, n int, opts ...func(*server.Options)) []*server.Server {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("natstest: cluster size %d: need at least one server", n)
@@ -74,6 +75,9 @@ func RunCluster(t testing.TB, n int) []*server.Server {
 		o.ServerName = fmt.Sprintf("n%d", i+1)
 		o.Cluster = server.ClusterOpts{Name: "natstest", Host: "127.0.0.1", Port: ports[i]}
 		o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		for _, opt := range opts {
+			opt(o)
+		}
 		servers[i] = start(t, o)
 	}
 	waitClusterReady(t, servers)
