@@ -56,6 +56,7 @@ func (b *bench) latency(ctx context.Context) error {
 		return err
 	}
 	gc1, sched1 := gcNow(), schedLatencies()
+	audit := g.auditDetail()
 	if err := g.stop(); err != nil {
 		return err
 	}
@@ -70,8 +71,8 @@ func (b *bench) latency(ctx context.Context) error {
 	r.rate, r.haveLatency = float64(n)/sent.Seconds(), true
 	r.p50, r.p90, r.p99, r.pmax = percentile(sorted, .50), percentile(sorted, .90), percentile(sorted, .99), sorted[len(sorted)-1]
 	b.add(row{name: "latency", ops: r.rate, cpu: cpu / time.Duration(n), ref: "unique",
-		detail: fmt.Sprintf("%d intents, open loop at %.0f/s: p50 %s p90 %s p99 %s max %s; slowest 1%%: most in %s; %d GCs (longest pause %s), goroutine run-queue wait p99 %s",
-			n, rate, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.pmax), tailStage(r.stages), r.gcs, ms(r.gcPauseMax), ms(histQuantile(sched0, sched1, .99))),
+		detail: fmt.Sprintf("%d intents, open loop at %.0f/s: p50 %s p90 %s p99 %s max %s; slowest 1%%: most in %s; %d GCs (longest pause %s), goroutine run-queue wait p99 %s%s",
+			n, rate, ms(r.p50), ms(r.p90), ms(r.p99), ms(r.pmax), tailStage(r.stages), r.gcs, ms(r.gcPauseMax), ms(histQuantile(sched0, sched1, .99)), audit),
 		extra: []float64{r.p50.Seconds(), r.p90.Seconds(), r.p99.Seconds(), r.pmax.Seconds()}})
 	return nil
 }

@@ -28,6 +28,9 @@ const (
 	// DefaultQueueBytes bounds the bytes of the events a trail holds in
 	// memory (events of a tool with audit_args carry its args).
 	DefaultQueueBytes = 64 << 20
+	// DefaultLinger is how long after an append a partition's next one
+	// waits for more events, unless a full batch is queued.
+	DefaultLinger = 10 * time.Millisecond
 )
 
 // maxBatchBytes bounds the data of one append (under the server's
@@ -66,6 +69,12 @@ type TrailConfig struct {
 	QueueBytes int64
 	// MaxBatch bounds the events of one append. Default: DefaultMaxBatch.
 	MaxBatch int
+	// Linger is how long after an append a partition's next append waits
+	// for more events, unless MaxBatch are queued: at low rates each
+	// append (and its seal) then carries more than a few events, and
+	// events wait that much longer in memory. Under load appends follow
+	// each other without waiting. Default: DefaultLinger; negative: none.
+	Linger time.Duration
 	// Log receives warnings and notices. Default: none.
 	Log Logger
 }
@@ -141,6 +150,9 @@ func NewTrail(js jetstream.JetStream, cfg TrailConfig) (*Trail, error) {
 	}
 	if cfg.MaxBatch == 0 {
 		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.Linger == 0 {
+		cfg.Linger = DefaultLinger
 	}
 	t := &Trail{js: js, cfg: cfg, id: nuid.Next(), stop: make(chan struct{})}
 	t.life, t.endLife = context.WithCancel(context.Background())
@@ -280,22 +292,53 @@ func (w *chainWriter) drop(n uint64, from, to time.Time) {
 
 func (w *chainWriter) run() {
 	defer w.t.wg.Done()
+	defer w.finish()
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	var last time.Time // when the last flush ended
 	for {
 		select {
 		case <-w.wake:
-			w.flush()
 		case <-w.t.stop:
-			w.flush()
-			w.mu.Lock()
-			lost := w.queue
-			w.queue = nil
-			w.mu.Unlock()
-			if len(lost) > 0 {
-				w.t.release(lost)
-				w.t.dropped.Add(uint64(len(lost)))
-			}
 			return
 		}
+		if wait := w.t.cfg.Linger - time.Since(last); wait > 0 {
+			linger.Reset(wait)
+			for lingering := true; lingering && !w.full(); {
+				select {
+				case <-linger.C:
+					lingering = false
+				case <-w.wake:
+				case <-w.t.stop:
+					linger.Stop()
+					return
+				}
+			}
+			linger.Stop()
+		}
+		w.flush()
+		last = time.Now()
+	}
+}
+
+// full reports whether a whole batch is queued.
+func (w *chainWriter) full() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queue) >= w.t.cfg.MaxBatch
+}
+
+// finish writes what is queued as the trail closes, and counts what it
+// could not write as dropped.
+func (w *chainWriter) finish() {
+	w.flush()
+	w.mu.Lock()
+	lost := w.queue
+	w.queue = nil
+	w.mu.Unlock()
+	if len(lost) > 0 {
+		w.t.release(lost)
+		w.t.dropped.Add(uint64(len(lost)))
 	}
 }
 

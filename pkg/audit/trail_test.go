@@ -263,3 +263,35 @@ func TestCheckpointsOfATrail(t *testing.T) {
 	// The id and the checkpoints are in the keys bucket, but not keys.
 	require.Equal(t, 1, keys.Len())
 }
+
+// At low rates a partition's next append waits its linger for more
+// events; a full batch goes at once, and Close writes what waits.
+func TestTrailLingersAtLowRates(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s, err := audit.GenerateSigner()
+	require.NoError(t, err)
+	tr, err := audit.NewTrail(b.js, audit.TrailConfig{Names: b.names, Installation: "test-installation", Partitions: 1, Signer: s,
+		Holder: "w", MaxBatch: 5, Linger: time.Hour})
+	require.NoError(t, err)
+	tr.Start()
+	ev := func(i int) audit.Event {
+		return audit.Event{Kind: audit.KindClaimed, Key: fmt.Sprint("k", i), Holder: "w", At: time.Now()}
+	}
+	tr.Append(0, ev(1)) // no append before it: written at once
+	waitFor(t, func() bool { return tr.Stats().Appended == 1 })
+	for i := 2; i <= 4; i++ {
+		tr.Append(0, ev(i))
+	}
+	require.Never(t, func() bool { return tr.Stats().Appends > 1 }, 300*time.Millisecond, 10*time.Millisecond, "the next append lingers")
+	tr.Append(0, ev(5))
+	tr.Append(0, ev(6)) // five queued: a full batch
+	waitFor(t, func() bool { return tr.Stats().Appended == 6 })
+	require.EqualValues(t, 2, tr.Stats().Appends)
+	tr.Append(0, ev(7))
+	tr.Close(b.ctx)
+	st := tr.Stats()
+	require.EqualValues(t, 7, st.Appended, "Close writes what lingers")
+	require.EqualValues(t, 3, st.Appends)
+	require.Zero(t, st.Dropped)
+}
