@@ -23,18 +23,21 @@
 #
 # Settings (environment): N (jobs, default 20000), BATCH (jobs per
 # InsertMany, default 1000), INSERTERS (InsertMany calls in parallel,
-# default 2), WORKERS (the queue's MaxWorkers, default 256, the idemgate
+# default 1: 2 or 4 were no faster on 2 cores), WORKERS (the queue's MaxWorkers, default 256, the idemgate
 # worker's concurrency), FSYNC (default "off"; "on off" runs both), PGBIN
-# (default the newest /usr/lib/postgresql/*/bin), GO (default go).
+# (default the newest /usr/lib/postgresql/*/bin), GO (default go),
+# RIVERFLAGS (more flags of the Go program, e.g. '-fetch-cooldown 5ms'; see
+# its -h).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
 N=${N:-20000}
 BATCH=${BATCH:-1000}
-INSERTERS=${INSERTERS:-2}
+INSERTERS=${INSERTERS:-1}
 WORKERS=${WORKERS:-256}
 FSYNC=${FSYNC:-off}
 GO=${GO:-go}
+RIVERFLAGS=${RIVERFLAGS:-}
 [ -x "$PGBIN/initdb" ] || { echo "river: no PostgreSQL server binaries (set PGBIN)" >&2; exit 2; }
 
 dir=$(mktemp -d /tmp/riverbench.XXXXXX)
@@ -50,13 +53,16 @@ trap cleanup EXIT INT TERM
 as_pg "$PGBIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 >/dev/null
 (cd "$here/river" && "$GO" build -o "$dir/river" .)
 
+run=0
 for fsync in $FSYNC; do
+	run=$((run + 1))
 	durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	[ "$fsync" = on ] && durability="-c fsync=on -c synchronous_commit=on -c full_page_writes=on"
 	as_pg "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o "$durability -c max_connections=$((INSERTERS + 30)) \
 		-c shared_buffers=256MB -c max_wal_size=4GB -c listen_addresses='' -c unix_socket_directories=$dir" start >/dev/null
-	line=$(DATABASE_URL="postgres://postgres@/postgres?host=$dir" "$dir/river" -n "$N" -batch "$BATCH" \
-		-inserters "$INSERTERS" -workers "$WORKERS" -pg-pid "$(head -n 1 "$dir/data/postmaster.pid")")
+	as_pg "$PGBIN/createdb" -h "$dir" -U postgres "river$run" # fresh each run, as River's tables' statistics count
+	line=$(DATABASE_URL="postgres://postgres@/river$run?host=$dir" "$dir/river" -n "$N" -batch "$BATCH" \
+		-inserters "$INSERTERS" -workers "$WORKERS" -pg-pid "$(head -n 1 "$dir/data/postmaster.pid")" $RIVERFLAGS)
 	echo "$line" | sed "s/^river unique-jobs /&fsync=$fsync /"
 	as_pg "$PGBIN/pg_ctl" -D "$dir/data" -w stop >/dev/null
 done

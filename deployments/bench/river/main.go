@@ -8,7 +8,7 @@
 //	river unique-jobs n=20000 batch=1000 workers=256: 11058 jobs/s (cpu: river process 85 µs/job)
 //
 // It runs River's migrations and empties river_job first, so run it on a
-// throwaway database: deployments/bench/river.sh does.
+// fresh throwaway database: deployments/bench/river.sh does.
 package main
 
 import (
@@ -44,19 +44,21 @@ func main() {
 type options struct {
 	n, batch, inserters, workers, payload, pgPID int
 	cooldown, poll, timeout                      time.Duration
+	verbose                                      bool
 }
 
 func run() error {
 	var o options
 	flag.IntVar(&o.n, "n", 20000, "jobs")
 	flag.IntVar(&o.batch, "batch", 1000, "jobs per InsertMany")
-	flag.IntVar(&o.inserters, "inserters", 2, "InsertMany calls in parallel")
+	flag.IntVar(&o.inserters, "inserters", 1, "InsertMany calls in parallel")
 	flag.IntVar(&o.workers, "workers", 256, "the queue's MaxWorkers (the idemgate worker's concurrency is 256)")
 	flag.IntVar(&o.payload, "payload", 256, "bytes of each job's args besides its key (idemgate's bench: 256 bytes of args)")
 	flag.DurationVar(&o.cooldown, "fetch-cooldown", 2*time.Millisecond, "the client's FetchCooldown (River's default: 100ms)")
 	flag.DurationVar(&o.poll, "fetch-poll", 20*time.Millisecond, "the client's FetchPollInterval (River's default: 1s)")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound of the run")
 	flag.IntVar(&o.pgPID, "pg-pid", 0, "the postmaster's process id, on this machine: the line adds Postgres's CPU per job (its processes')")
+	flag.BoolVar(&o.verbose, "v", false, "also print to stderr when the last batch was inserted and the first job completed")
 	flag.Parse()
 	if o.n < 1 || o.batch < 1 || o.inserters < 1 || o.workers < 1 || o.payload < 0 {
 		return errors.New("-n, -batch, -inserters and -workers must be at least 1, -payload not negative")
@@ -90,10 +92,10 @@ func run() error {
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	for _, q := range []string{"TRUNCATE river_job", "VACUUM ANALYZE river_job"} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			return err
-		}
+	// Not analyzed empty: statistics of an empty table would plan the
+	// fetches as scans of the whole table (give each run a fresh database).
+	if _, err := pool.Exec(ctx, "TRUNCATE river_job"); err != nil {
+		return err
 	}
 
 	m, err := measure(ctx, driver, o)
@@ -150,6 +152,21 @@ func measure(ctx context.Context, driver *riverpgxv5.Driver, o options) (m measu
 		}
 	}()
 
+	// One job first, unmeasured, so that the clock starts on a client that is
+	// fetching.
+	if _, err := client.Insert(ctx, uniqueArgs{Key: "warmup"}, nil); err != nil {
+		return m, err
+	}
+	select {
+	case ev := <-events:
+		if ev == nil || ev.Kind != river.EventKindJobCompleted {
+			return m, errors.New("the warm-up job did not complete")
+		}
+	case <-ctx.Done():
+		return m, fmt.Errorf("the warm-up job: %w", ctx.Err())
+	}
+	worked.Store(0)
+
 	pad := strings.Repeat("x", o.payload)
 	batches := make([][]river.InsertManyParams, 0, (o.n+o.batch-1)/o.batch)
 	for i := 0; i < o.n; i += o.batch {
@@ -177,11 +194,17 @@ func measure(ctx context.Context, driver *riverpgxv5.Driver, o options) (m measu
 			}
 			done++
 			last = time.Now()
+			if done == 1 && o.verbose {
+				fmt.Fprintf(os.Stderr, "river: first job completed after %s\n", last.Sub(start).Round(time.Millisecond))
+			}
 		case err := <-insertErr:
 			if err != nil {
 				return m, err
 			}
 			insertErr = nil
+			if o.verbose {
+				fmt.Fprintf(os.Stderr, "river: %d jobs inserted after %s, %d completed\n", o.n, time.Since(start).Round(time.Millisecond), done)
+			}
 		case <-ctx.Done():
 			return m, fmt.Errorf("%d of %d jobs completed: %w", worked.Load(), o.n, ctx.Err())
 		}
