@@ -4,7 +4,7 @@ GO      ?= go
 BIN     ?= bin
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test test-short lint fuzz clean bench bench-short bench-ledger-size bench-ledger-expiry bench-postgres chaos
+.PHONY: all build run test test-short lint fuzz clean bench bench-short bench-ledger-size bench-ledger-expiry bench-postgres bench-river chaos
 
 all: build
 
@@ -121,6 +121,12 @@ bench-ledger-size:
 # the durable rows (docs/performance.md). Needs PostgreSQL's server binaries.
 bench-postgres:
 	deployments/bench/pgledger.sh
+
+# River (the Postgres job queue) tuned for throughput: unique jobs, batched
+# inserts, a noop worker, fsync off, on a throwaway cluster: the yardstick of
+# the unique row (docs/performance.md). Needs PostgreSQL's server binaries.
+bench-river:
+	GO=$(GO) deployments/bench/river.sh
 
 # Expiry at scale (docs/operations.md, sizing): fill a ledger with
 # EXPIRY_KEYS keys of retention EXPIRY_TTL, then offer EXPIRY_RATE new keys/s

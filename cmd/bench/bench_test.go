@@ -84,6 +84,7 @@ func TestBenchShort(t *testing.T) {
 	require.Len(t, b.res.stages, len(stageNames))
 	require.Contains(t, out.String(), "targets:")
 	require.Contains(t, out.String(), "the stage that dominates the slowest 1%")
+	require.Contains(t, out.String(), "pass -river-rate RATE") // without the River yardstick's rate, how to get it
 }
 
 // The stage named for the slowest 1 % is the one with the longest mean

@@ -36,6 +36,7 @@ type config struct {
 	MemInflight     int             // memory: intents held in flight
 	MemDelay        time.Duration   // memory: how long each held effect would take
 	PGRates         map[int]float64 // a Postgres ledger's rate (fsync on) measured beside, by connections (intents in flight), for the durable targets
+	RiverRate       float64         // a tuned River's jobs/s measured beside, for the unique target; 0: none
 	DurableRows     []string        // the durable rows to run, by name without @N; none: all
 	StoreDir        string          // parent of each scenario's fresh store dir
 	CPUProfile      string          // prefix of per-row CPU profiles
@@ -61,6 +62,9 @@ func (c *config) validate() error {
 	}
 	if c.Rate < 0 || c.LatencyFor <= 0 || c.DurableFor <= 0 || c.Timeout <= 0 || c.MemDelay <= 0 {
 		errs = append(errs, errors.New("-rate must not be negative; -latency-duration, -durable-duration, -mem-delay and -timeout must be positive"))
+	}
+	if c.RiverRate != 0 && !finitePositive(c.RiverRate) {
+		errs = append(errs, fmt.Errorf("-river-rate %v: give River's jobs/s, e.g. 11058", c.RiverRate))
 	}
 	for _, s := range c.Scenarios {
 		if !slices.Contains(allScenarios, s) {

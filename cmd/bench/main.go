@@ -56,6 +56,7 @@ func mainErr(args []string) error {
 	fs.DurationVar(&cfg.DurableFor, "durable-duration", 10*time.Second, "durable: how long each row's measured run lasts, at least (sized by a first run)")
 	fs.IntVar(&cfg.DurableWarmup, "durable-warmup", 2000, "durable: intents of each row's unmeasured first run")
 	pgRate := fs.String("pg-rate", "", "durable: the rates of a Postgres ledger table with fsync on measured beside (deployments/bench/pgledger.sh), by connections, as N=rate,...: e.g. 64=3615,256=2006; the durable targets compare the defaults' row at N in flight with it")
+	fs.Float64Var(&cfg.RiverRate, "river-rate", 0, "unique: the jobs/s of a tuned River (unique jobs, batched inserts, fsync off) measured beside (deployments/bench/river.sh); the unique target compares the unique row with it")
 	durableRows := fs.String("durable-rows", "", "durable: comma-separated rows to run, named without @N (e.g. durable,durable-async-1,baseline-always,ledger-always,durable-half); empty: all")
 	fs.BoolVar(&cfg.WorkerInProcess, "worker-inprocess", false, "the workers' own connections (and the baseline handlers') in-process instead of over TCP loopback, which the embedded worker uses")
 	fs.IntVar(&cfg.Inflight, "inflight", 1024, "unanswered intents the publisher keeps in flight (closed loop)")

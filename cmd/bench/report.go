@@ -128,6 +128,14 @@ func (b *bench) print() {
 	if x, ok := b.ratio("unique", "baseline"); ok {
 		fmt.Fprintf(b.out, "  %-48s %.2f\n", "unique / baseline (rate)", x)
 	}
+	if u, ok := b.row("unique"); ok {
+		if river := b.cfg.RiverRate; river > 0 {
+			b.atLeast(fmt.Sprintf("unique >= 2 x River (%.0f/s)", river), u.ops/river, 2)
+		} else {
+			fmt.Fprintf(b.out, "  %-48s %.0f/s: against 2 x a tuned River (unique jobs, batched inserts, fsync off): run deployments/bench/river.sh beside and pass -river-rate RATE\n",
+				u.name, u.ops)
+		}
+	}
 	if x, ok := b.ratio("unique", "unique-no-audit"); ok {
 		b.atLeast("unique >= 0.90 x unique-no-audit (trail, receipts)", x, 0.90)
 		b.cpuBound("unique", "unique-no-audit")
