@@ -17,24 +17,12 @@
 # the newest /usr/lib/postgresql/*/bin).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
 CLIENTS=${CLIENTS:-64}
 DURATION=${DURATION:-10}
 FSYNC=${FSYNC:-on off}
-[ -x "$PGBIN/initdb" ] || { echo "pgledger: no PostgreSQL server binaries (set PGBIN)" >&2; exit 2; }
-
-dir=$(mktemp -d /tmp/pgledger.XXXXXX)
-as_pg() {
-	if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
-cleanup() {
-	as_pg "$PGBIN/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
-	rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-[ "$(id -u)" = 0 ] && chown postgres "$dir"
+. "$here/pgcluster.sh"
+pg_cluster pgledger
 cp "$here/pgledger.sql" "$dir/ledger.sql"
-as_pg "$PGBIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 >/dev/null
 
 for fsync in $FSYNC; do
 	for clients in $CLIENTS; do

@@ -30,7 +30,6 @@
 # its -h).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
 N=${N:-20000}
 BATCH=${BATCH:-1000}
 INSERTERS=${INSERTERS:-1}
@@ -38,19 +37,8 @@ WORKERS=${WORKERS:-256}
 FSYNC=${FSYNC:-off}
 GO=${GO:-go}
 RIVERFLAGS=${RIVERFLAGS:-}
-[ -x "$PGBIN/initdb" ] || { echo "river: no PostgreSQL server binaries (set PGBIN)" >&2; exit 2; }
-
-dir=$(mktemp -d /tmp/riverbench.XXXXXX)
-as_pg() {
-	if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
-cleanup() {
-	as_pg "$PGBIN/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
-	rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-[ "$(id -u)" = 0 ] && chown postgres "$dir"
-as_pg "$PGBIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 >/dev/null
+. "$here/pgcluster.sh"
+pg_cluster riverbench
 (cd "$here/river" && "$GO" build -o "$dir/river" .)
 
 run=0
