@@ -55,7 +55,7 @@ func BenchmarkOperationEvents(b *testing.B) {
 // writes it (each a fired event and a receipt, receipts signed 16 at once,
 // appends of up to 200 events), its checkpoints, and the checkpoints at
 // the operation before the last tail.
-func benchTrail(b *testing.B, s *Signer, ops, tail int) (trail []byte, cps, before []Checkpoint) {
+func benchTrail(b testing.TB, s *Signer, ops, tail int) (trail []byte, cps, before []Checkpoint) {
 	key := "bench_noop." + strings.Repeat("ab", 32)
 	fp := strings.Repeat("cd", 32)
 	result := json.RawMessage(`{"echo":{"n":1}}`)
