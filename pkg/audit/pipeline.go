@@ -67,7 +67,10 @@ func (v *verifier) verifyLines(r io.Reader, skip int) error {
 				select {
 				case <-stop:
 				default:
-					b.res = append(b.res[:0], make([]lineResult, len(b.lines))...)
+					if cap(b.res) < len(b.lines) {
+						b.res = make([]lineResult, len(b.lines), batchLines)
+					}
+					b.res = b.res[:len(b.lines)]
 					for i, l := range b.lines {
 						w.prepare(l.n, b.buf[l.start:l.end], &b.res[i])
 					}

@@ -53,8 +53,8 @@ func newScanFixture(tb testing.TB) scanFixture {
 // describe is all a prepared line says, errors by their text.
 func describe(r *lineResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "n=%d skip=%v part=%d pos=%d prev=%q digest=%s before=%v kind=%q at=%s signer=%q holder=%q dropped=%d from=%s to=%s sealed=%v sealSigner=%q",
-		r.n, r.skip, r.partition, r.pos, r.prev, r.digest, r.verifiedBefore, r.kind, r.at.Format(time.RFC3339Nano), r.signer, r.holder, r.dropped,
+	fmt.Fprintf(&b, "n=%d skip=%v part=%d pos=%d prev=%q digest=%s before=%v gap=%v signer=%q holder=%q dropped=%d from=%s to=%s sealed=%v sealSigner=%q",
+		r.n, r.skip, r.partition, r.pos, r.prev, r.digest, r.verifiedBefore, r.gap, r.signer, r.holder, r.dropped,
 		r.gapFrom.Format(time.RFC3339Nano), r.gapTo.Format(time.RFC3339Nano), r.sealed, r.sealSigner)
 	if r.malformed != nil {
 		fmt.Fprintf(&b, " malformed=%v", r.malformed)

@@ -411,11 +411,8 @@ func (c *sigCache) verify(keys *KeySet, id string, at time.Time, msg []byte, sig
 	}
 	var k [32]byte
 	if c != nil {
-		h := sha256.New()
-		h.Write(pub)
-		h.Write(msg)
-		h.Write([]byte(sig))
-		h.Sum(k[:0])
+		var buf [256]byte
+		k = sha256.Sum256(append(append(append(buf[:0], pub...), msg...), sig...))
 		c.mu.Lock()
 		_, ok := c.seen[k]
 		c.mu.Unlock()

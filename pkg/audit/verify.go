@@ -449,8 +449,7 @@ type lineResult struct {
 	// From (its event and seal are not read).
 	verifiedBefore bool
 	evErr          error
-	kind           Kind
-	at             time.Time
+	gap            bool // the event is a gap
 	// signer is the event's, when it is signed and verified.
 	signer         string
 	holder         string
@@ -473,6 +472,15 @@ type lineWorker struct {
 	scan     lineScan
 	leaf     []byte
 	unsealed []byte
+	signer   string // the last signer read: most lines name one of a few
+}
+
+// signerID is id as a string, the last one's when it is the same.
+func (w *lineWorker) signerID(id []byte) string {
+	if string(id) != w.signer {
+		w.signer = string(id)
+	}
+	return w.signer
 }
 
 func (v *verifier) worker() *lineWorker {
@@ -546,17 +554,16 @@ func (w *lineWorker) quick(line []byte, e *quickEntry, r *lineResult) bool {
 		var leaf [32]byte
 		leaf, w.leaf = quickLeaf(line, e.event, &ev, w.leaf)
 		root, ok := quickFold(leaf, ev.proof)
-		if !ok || w.sigs.verify(w.keys, string(ev.signer), ev.at, root[:], string(ev.sig)) != nil {
+		r.signer = w.signerID(ev.signer)
+		if !ok || w.sigs.verify(w.keys, r.signer, ev.at, root[:], string(ev.sig)) != nil {
 			return false
 		}
-		r.signer = string(ev.signer)
 	}
-	r.kind, r.at = Kind(ev.kind), ev.at
-	if r.kind == KindGap {
+	if r.gap = string(ev.kind) == string(KindGap); r.gap {
 		r.holder, r.dropped, r.gapFrom, r.gapTo = string(ev.holder), ev.dropped, ev.from, ev.to
 	}
 	if e.sealAt > 0 {
-		r.sealed, r.sealSigner = true, string(e.sealSigner)
+		r.sealed, r.sealSigner = true, w.signerID(e.sealSigner)
 		r.sealErr = verify(w.keys, r.sealSigner, ev.at, unsealed, string(e.sealSig))
 	}
 	return true
@@ -595,8 +602,7 @@ func (w *lineWorker) slowLine(n int, line []byte, r *lineResult) {
 		r.evErr = err
 		return
 	}
-	r.kind, r.at = ev.Kind, ev.At
-	if ev.Kind == KindGap {
+	if r.gap = ev.Kind == KindGap; r.gap {
 		r.holder, r.dropped, r.gapFrom, r.gapTo = ev.Holder, ev.Dropped, ev.From, ev.To
 	}
 	if pe.Seal != nil {
@@ -693,7 +699,7 @@ func (v *verifier) apply(r *lineResult) *Break {
 		return at(BreakCheckpoint, "the entry's digest is %s, but the checkpoint names %s at this position: the chain is not the one the checkpoint's signer saw",
 			r.digest, want.head)
 	}
-	if r.kind == KindGap {
+	if r.gap {
 		v.report.Gaps = append(v.report.Gaps, Gap{Partition: r.partition, Pos: r.pos, Holder: r.holder, Dropped: r.dropped, From: r.gapFrom, To: r.gapTo})
 	}
 	c.report.Last, c.report.Head, c.line = r.pos, r.digest, n
