@@ -3,7 +3,6 @@ package audit
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/hex"
 	"time"
 )
 
@@ -362,8 +361,9 @@ func quickLeaf(line []byte, ms []span, e *quickEvent, buf []byte) ([32]byte, []b
 }
 
 // quickFold is fold of the leaf with the proof (a canonical JSON array):
-// ok only for an array of strings that are each a proof step.
-func quickFold(leaf [32]byte, proof []byte) (root [32]byte, ok bool) {
+// ok only for an array of strings that are each a proof step. Its nodes
+// are hashed through memo.
+func quickFold(leaf [32]byte, proof []byte, memo *nodeMemo) (root [32]byte, ok bool) {
 	h := leaf
 	if proof == nil {
 		return h, true
@@ -380,19 +380,18 @@ func quickFold(leaf [32]byte, proof []byte) (root [32]byte, ok bool) {
 			return h, false
 		}
 		var sib [32]byte
-		for _, c := range rest[2 : quoted-1] {
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+		for i, j := 0, 2; i < len(sib); i, j = i+1, j+2 {
+			hi, lo := lowerHex[rest[j]], lowerHex[rest[j+1]]
+			if hi > 0xf || lo > 0xf {
 				return h, false
 			}
-		}
-		if _, err := hex.Decode(sib[:], rest[2:quoted-1]); err != nil {
-			return h, false
+			sib[i] = hi<<4 | lo
 		}
 		switch rest[1] {
 		case 'L':
-			h = nodeHash(sib, h)
+			h = memo.node(sib, h)
 		case 'R':
-			h = nodeHash(h, sib)
+			h = memo.node(h, sib)
 		default:
 			return h, false
 		}
@@ -405,4 +404,45 @@ func quickFold(leaf [32]byte, proof []byte) (root [32]byte, ok bool) {
 			return h, false
 		}
 	}
+}
+
+// lowerHex is the value of each lowercase hex digit; 0xff for other bytes.
+var lowerHex = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for c := byte('0'); c <= '9'; c++ {
+		t[c] = c - '0'
+	}
+	for c := byte('a'); c <= 'f'; c++ {
+		t[c] = c - 'a' + 10
+	}
+	return t
+}()
+
+// nodeMemo holds the Merkle nodes a worker hashed lately: receipts signed
+// together share the nodes above their leaves, and lie close together in
+// a trail. A nil memo holds none.
+type nodeMemo struct{ nodes map[[64]byte][32]byte }
+
+// nodeMemoSize bounds a nodeMemo.
+const nodeMemoSize = 4096
+
+// node is nodeHash(left, right).
+func (m *nodeMemo) node(left, right [32]byte) [32]byte {
+	if m == nil {
+		return nodeHash(left, right)
+	}
+	var k [64]byte
+	copy(k[:32], left[:])
+	copy(k[32:], right[:])
+	if h, ok := m.nodes[k]; ok {
+		return h
+	}
+	h := nodeHash(left, right)
+	if m.nodes == nil || len(m.nodes) >= nodeMemoSize {
+		m.nodes = make(map[[64]byte][32]byte, nodeMemoSize)
+	}
+	m.nodes[k] = h
+	return h
 }

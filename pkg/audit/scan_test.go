@@ -145,7 +145,18 @@ func TestQuickLineAgreesOnOddLines(t *testing.T) {
 			}
 		}
 	}
+	// Names another case of a field's sort before the lowercase ones, so
+	// these lines are canonical.
 	for _, line := range []string{``, `{}`, `null`, `[]`, `{"partition":1,"pos":1}`, `{"pos":2}`, `{"partition":0,"pos":1,"x":{"y":[`,
+		`{"Pos":1,"event":{"at":"2026-01-02T03:04:05Z","kind":"k"},"partition":0,"prev":""}`,
+		`{"Partition":1,"event":{"at":"2026-01-02T03:04:05Z","kind":"k"},"pos":1,"prev":""}`,
+		`{"event":{"Dropped":"x","at":"2026-01-02T03:04:05Z","kind":"k"},"partition":0,"pos":1,"prev":""}`,
+		`{"event":{"Holder":"h","at":"2026-01-02T03:04:05Z","kind":"gap"},"partition":0,"pos":1,"prev":""}`,
+		`{"event":{"Kind":"x","at":"2026-01-02T03:04:05Z","kind":"k"},"partition":0,"pos":1,"prev":""}`,
+		`{"event":{"at":"2026-01-02T03:04:05Z","kind":"k"},"partition":0,"pos":0,"prev":""}`,
+		`{"event":{"at":"2026-01-02T03:04:05Z","kind":"k"},"partition":0,"pos":1,"prev":"","seal":{"sig":"","signer":"w"}}`,
+		`{"event":{"at":"2026-01-02T03:04:05Z","dropped":-1,"kind":"k"},"partition":0,"pos":1,"prev":""}`,
+		`{"event":{"at":"2026-01-02T03:04:05Z","kind":"k","proof":[],"sig":"x","signer":"w"},"partition":0,"pos":1,"prev":""}`,
 		`{"event":{"at":"2026-01-02T03:04:05Z","kind":"k"},"partition":0,"pos":1,"prev":""}`,
 		`{"event":{"at":"2026-01-02T03:04:05Z","kind":"k","sig":"x"},"partition":0,"pos":1,"prev":""}`} {
 		fx.agree(t, []byte(line))
@@ -163,4 +174,25 @@ func FuzzQuickLine(f *testing.F) {
 	f.Fuzz(func(t *testing.T, line []byte) {
 		fx.agree(t, line)
 	})
+}
+
+// A node the memo holds is the node hashed.
+func TestNodeMemo(t *testing.T) {
+	var m nodeMemo
+	var a, b, c [32]byte
+	a[0], b[0], c[31] = 1, 2, 3
+	for range 2 {
+		for _, pair := range [][2][32]byte{{a, b}, {b, a}, {a, c}, {c, b}, {a, a}} {
+			if got, want := m.node(pair[0], pair[1]), nodeHash(pair[0], pair[1]); got != want {
+				t.Fatalf("node(%x, %x) = %x, want %x", pair[0][:2], pair[1][:2], got[:4], want[:4])
+			}
+		}
+	}
+	for i := range nodeMemoSize + 10 { // past its bound
+		var x [32]byte
+		x[0], x[1] = byte(i), byte(i>>8)
+		if m.node(x, a) != nodeHash(x, a) {
+			t.Fatal(i)
+		}
+	}
 }

@@ -473,6 +473,7 @@ type lineWorker struct {
 	leaf     []byte
 	unsealed []byte
 	signer   string // the last signer read: most lines name one of a few
+	nodes    nodeMemo
 }
 
 // signerID is id as a string, the last one's when it is the same.
@@ -553,7 +554,7 @@ func (w *lineWorker) quick(line []byte, e *quickEntry, r *lineResult) bool {
 		}
 		var leaf [32]byte
 		leaf, w.leaf = quickLeaf(line, e.event, &ev, w.leaf)
-		root, ok := quickFold(leaf, ev.proof)
+		root, ok := quickFold(leaf, ev.proof, &w.nodes)
 		r.signer = w.signerID(ev.signer)
 		if !ok || w.sigs.verify(w.keys, r.signer, ev.at, root[:], string(ev.sig)) != nil {
 			return false
