@@ -137,6 +137,11 @@ func TestQuickLineAgreesOnOddLines(t *testing.T) {
 		{`"signer":"`, `"signer":"","t":"`}, {`"status":"completed"`, `"status":7`}, {`"v":1`, `"v":true`},
 		{`}`, ` }`}, {`{`, `{"a":1,`}, {`"v":1}`, `"v":1}}`}, {`"event"`, `"eveNt"`},
 	}
+	// A proof step of uppercase hex: the same sibling, but not its one
+	// text.
+	i := strings.Index(receipt, `"proof":["`) + len(`"proof":["L`)
+	i += strings.IndexAny(receipt[i:], "abcdef")
+	fx.agree(t, []byte(receipt[:i]+strings.ToUpper(receipt[i:i+1])+receipt[i+1:]))
 	for _, base := range []string{sealed, receipt, string(fx.lines[0]), string(fx.lines[4])} {
 		fx.agree(t, []byte(base))
 		for _, e := range edits {
