@@ -160,9 +160,10 @@ type chainState struct {
 // that each partition they name reaches their size with their head. Lines
 // of different partitions may interleave. It stops at the first break and
 // reports it in Report.Break; an error is returned only when the trail
-// cannot be read. open is called twice (a third time where a chain skips
-// positions, to tell a missing position from one out of its place), and
-// must give the same lines each time.
+// cannot be read. Lines are read on GOMAXPROCS goroutines, and checked
+// against their chains in the trail's order. open is called twice (a
+// third time where a chain skips positions, to tell a missing position
+// from one out of its place), and must give the same lines each time.
 func Verify(open func() (io.ReadCloser, error), keys *KeySet, opts ...VerifyOption) (*Report, error) {
 	var o verifyOptions
 	for _, opt := range opts {
