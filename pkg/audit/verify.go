@@ -242,7 +242,7 @@ type errReader struct {
 
 func (e *errReader) Read(p []byte) (int, error) {
 	n, err := e.r.Read(p)
-	if err != nil && err != io.EOF {
+	if err != nil && !errors.Is(err, io.EOF) {
 		e.err = err
 	}
 	return n, err
