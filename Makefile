@@ -65,13 +65,14 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 
 # Fuzz the envelope decoder, the canonicalizer and key derivation, the
-# audit trail's verifier and its quick check of canonical results (FUZZTIME
-# each).
+# audit trail's verifier, its fast reading of a line and its quick check of
+# canonical results (FUZZTIME each).
 FUZZTIME ?= 2m
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzCanonicalize$$' -fuzztime=$(FUZZTIME) ./pkg/intent/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./pkg/intent/
 	$(GO) test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
+	$(GO) test -run='^$$' -fuzz='^FuzzQuickLine$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
 	$(GO) test -run='^$$' -fuzz='^FuzzCanonicalAlready$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
 	$(GO) test -run='^$$' -fuzz='^FuzzQuickWithout$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
 

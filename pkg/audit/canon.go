@@ -329,7 +329,20 @@ func (c *quickCanon) array(depth int) bool {
 func (c *quickCanon) string() bool {
 	c.i++
 	for c.i < len(c.b) {
-		switch ch := c.b[c.i]; {
+		// Most of a string is a run of printable ASCII, read 4 bytes at a
+		// time.
+		b := c.b
+		i := c.i
+		for i+4 <= len(b) && plainByte[b[i]] && plainByte[b[i+1]] && plainByte[b[i+2]] && plainByte[b[i+3]] {
+			i += 4
+		}
+		for i < len(b) && plainByte[b[i]] {
+			i++
+		}
+		if c.i = i; i >= len(b) {
+			return false
+		}
+		switch ch := b[i]; {
 		case ch == '"':
 			c.i++
 			return true
@@ -377,6 +390,15 @@ func (c *quickCanon) string() bool {
 	}
 	return false
 }
+
+// plainByte tells the bytes a canonical string holds as they are, alone:
+// printable ASCII but '"' and '\\'.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // integer reads an integer of at most 15 digits without a leading zero
 // (nor -0): as RFC 8785 writes it, and within ±2^53.

@@ -391,8 +391,11 @@ func verify(keys *KeySet, id string, at time.Time, msg []byte, sig string) error
 
 // sigCache holds the signatures a verification checked lately (receipts
 // signed together share one: see SignBatch), so that each is checked once.
-// A nil cache holds none.
-type sigCache struct{ seen map[[32]byte]struct{} }
+// A nil cache holds none. It is safe for concurrent use.
+type sigCache struct {
+	mu   sync.Mutex
+	seen map[[32]byte]struct{}
+}
 
 // sigCacheSize bounds a sigCache: signatures shared are those of events
 // made at once, which lie close together in a trail.
@@ -408,12 +411,12 @@ func (c *sigCache) verify(keys *KeySet, id string, at time.Time, msg []byte, sig
 	}
 	var k [32]byte
 	if c != nil {
-		h := sha256.New()
-		h.Write(pub)
-		h.Write(msg)
-		h.Write([]byte(sig))
-		h.Sum(k[:0])
-		if _, ok := c.seen[k]; ok {
+		var buf [256]byte
+		k = sha256.Sum256(append(append(append(buf[:0], pub...), msg...), sig...))
+		c.mu.Lock()
+		_, ok := c.seen[k]
+		c.mu.Unlock()
+		if ok {
 			return nil
 		}
 	}
@@ -422,10 +425,12 @@ func (c *sigCache) verify(keys *KeySet, id string, at time.Time, msg []byte, sig
 		return fmt.Errorf("%w: signer %s", ErrBadSignature, id)
 	}
 	if c != nil {
+		c.mu.Lock()
 		if c.seen == nil || len(c.seen) >= sigCacheSize {
 			c.seen = make(map[[32]byte]struct{}, sigCacheSize)
 		}
 		c.seen[k] = struct{}{}
+		c.mu.Unlock()
 	}
 	return nil
 }

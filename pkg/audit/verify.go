@@ -3,6 +3,8 @@ package audit
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,6 +64,8 @@ type verifyOptions struct {
 	checkpoints []Checkpoint
 	from        []Checkpoint
 	partial     bool
+	slow        bool // every line the long way: the fast path's reference
+	workers     int  // goroutines preparing lines; 0: GOMAXPROCS
 }
 
 // WithCheckpoints checks the trail against checkpoints kept apart from it
@@ -156,19 +160,20 @@ type chainState struct {
 // that each partition they name reaches their size with their head. Lines
 // of different partitions may interleave. It stops at the first break and
 // reports it in Report.Break; an error is returned only when the trail
-// cannot be read. open is called twice, and must give the same lines each
-// time: the first pass indexes positions, so that a missing position is
-// told from one out of its place.
+// cannot be read. Lines are read on GOMAXPROCS goroutines, and checked
+// against their chains in the trail's order. open is called twice (a
+// third time where a chain skips positions, to tell a missing position
+// from one out of its place), and must give the same lines each time.
 func Verify(open func() (io.ReadCloser, error), keys *KeySet, opts ...VerifyOption) (*Report, error) {
 	var o verifyOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	idx, err := indexPositions(open)
+	idx, err := indexTrail(open)
 	if err != nil {
 		return nil, err
 	}
-	v := &verifier{keys: keys, opts: o, positions: idx.positions, chains: map[int]*chainState{}, signers: map[string]bool{},
+	v := &verifier{keys: keys, opts: o, open: open, chains: map[int]*chainState{}, signers: map[string]bool{},
 		report: &Report{}, at: map[int]map[uint64]checkAt{}, from: map[int]Checkpoint{}}
 	v.report.Break = v.checkpoints(idx)
 	if v.report.Break == nil {
@@ -177,16 +182,12 @@ func Verify(open func() (io.ReadCloser, error), keys *KeySet, opts ...VerifyOpti
 			return nil, err
 		}
 		defer func() { _ = rc.Close() }()
-		err = eachLine(rc, func(n int, line []byte) bool {
-			if n == idx.cpLine {
-				return true
-			}
-			v.report.Break = v.line(n, line)
-			return v.report.Break == nil
-		})
-		if err != nil {
+		if err := v.verifyLines(rc, idx.cpLine); err != nil {
 			return nil, err
 		}
+	}
+	if v.err != nil {
+		return nil, v.err
 	}
 	if v.report.Break == nil {
 		v.report.Break = v.finish()
@@ -206,11 +207,18 @@ func Verify(open func() (io.ReadCloser, error), keys *KeySet, opts ...VerifyOpti
 const maxLine = 4 << 20
 
 // eachLine calls f with each non-empty line of r (as it is: a line ends at
-// "\n") and its 1-based number, until f returns false.
+// "\n") and its 1-based number, until f returns false. A read error is
+// returned, and what was read of a line before it is no line.
 func eachLine(r io.Reader, f func(n int, line []byte) bool) error {
-	sc := bufio.NewScanner(r)
+	er := &errReader{r: r}
+	sc := bufio.NewScanner(er)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
-	sc.Split(splitLines)
+	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		if atEOF && er.err != nil && bytes.IndexByte(data, '\n') < 0 {
+			return 0, nil, er.err
+		}
+		return splitLines(data, atEOF)
+	})
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Bytes()
 		if len(line) == 0 {
@@ -226,6 +234,20 @@ func eachLine(r io.Reader, f func(n int, line []byte) bool) error {
 	return nil
 }
 
+// errReader is r, keeping its error other than io.EOF.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		e.err = err
+	}
+	return n, err
+}
+
 // splitLines is bufio.ScanLines without its dropping of a "\r" before
 // the "\n": a line is its bytes as they are.
 func splitLines(data []byte, atEOF bool) (int, []byte, error) {
@@ -238,24 +260,21 @@ func splitLines(data []byte, atEOF bool) (int, []byte, error) {
 	return 0, nil, nil
 }
 
-// trailIndex is what the first pass reads: every line's partition and
-// position (lines that do not parse are left to the second pass), sorted
-// per partition, and the checkpoint line.
+// trailIndex is what the first pass reads: where the checkpoint line is.
 type trailIndex struct {
-	positions map[int][]uint64
-	cpLine    int    // 0: none
-	cp        []byte // its bytes
-	lastLine  int    // of an entry
-	cpTwice   int    // a second checkpoint line
+	cpLine   int    // 0: none
+	cp       []byte // its bytes
+	lastLine int    // of an entry
+	cpTwice  int    // a second checkpoint line
 }
 
-func indexPositions(open func() (io.ReadCloser, error)) (*trailIndex, error) {
+func indexTrail(open func() (io.ReadCloser, error)) (*trailIndex, error) {
 	rc, err := open()
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = rc.Close() }()
-	idx := &trailIndex{positions: map[int][]uint64{}}
+	idx := &trailIndex{}
 	err = eachLine(rc, func(n int, line []byte) bool {
 		if isCheckpointLine(line) {
 			if idx.cpLine != 0 && idx.cpTwice == 0 {
@@ -265,32 +284,62 @@ func indexPositions(open func() (io.ReadCloser, error)) (*trailIndex, error) {
 			return true
 		}
 		idx.lastLine = n
-		var at struct {
-			Partition int    `json:"partition"`
-			Pos       uint64 `json:"pos"`
-		}
-		if json.Unmarshal(line, &at) == nil {
-			idx.positions[at.Partition] = append(idx.positions[at.Partition], at.Pos)
-		}
 		return true
 	})
-	for _, ps := range idx.positions {
-		slices.Sort(ps)
-	}
 	return idx, err
+}
+
+// present reports whether the trail has position pos of partition p: a
+// line other than a checkpoint line that reads (as json.Unmarshal reads a
+// partition and a position) as that. It reads the trail again: it is
+// asked once, where a chain skips positions, to tell a missing position
+// from one out of its place.
+func (v *verifier) present(p int, pos uint64) bool {
+	rc, err := v.open()
+	if err != nil {
+		v.err = err
+		return false
+	}
+	defer func() { _ = rc.Close() }()
+	var s lineScan
+	found := false
+	err = eachLine(rc, func(n int, line []byte) bool {
+		if isCheckpointLine(line) {
+			return true
+		}
+		lp, lpos, ok := 0, uint64(0), false
+		if !v.opts.slow && s.scan(line) {
+			lp, lpos, ok = s.quickLoc(line)
+		}
+		if !ok {
+			var loc struct {
+				Partition int    `json:"partition"`
+				Pos       uint64 `json:"pos"`
+			}
+			ok = json.Unmarshal(line, &loc) == nil
+			lp, lpos = loc.Partition, loc.Pos
+		}
+		found = ok && lp == p && lpos == pos
+		return !found
+	})
+	if err != nil {
+		v.err = err
+	}
+	return found
 }
 
 // checkAt is a head a checkpoint says the chain holds at a position.
 type checkAt struct{ head string }
 
 type verifier struct {
-	keys      *KeySet
-	sigs      sigCache
-	opts      verifyOptions
-	positions map[int][]uint64
-	chains    map[int]*chainState
-	signers   map[string]bool
-	report    *Report
+	keys    *KeySet
+	sigs    sigCache
+	opts    verifyOptions
+	open    func() (io.ReadCloser, error)
+	err     error // reading the trail again (present)
+	chains  map[int]*chainState
+	signers map[string]bool
+	report  *Report
 	// installation is the checkpoints' ("" without any).
 	installation string
 	// own are the trail's checkpoints, given those passed WithCheckpoints.
@@ -298,6 +347,7 @@ type verifier struct {
 	// at are the heads the checkpoints name, by partition and position.
 	at   map[int]map[uint64]checkAt
 	from map[int]Checkpoint
+	w    *lineWorker // of the sequential pass
 }
 
 // checkpoints checks the trail's checkpoints and those given: their
@@ -375,118 +425,286 @@ func (v *verifier) checkpoints(idx *trailIndex) *Break {
 
 // line verifies one entry; the break it finds, if any.
 func (v *verifier) line(n int, line []byte) *Break {
-	if len(v.from) > 0 {
+	var r lineResult
+	v.worker().prepare(n, line, &r)
+	return v.apply(&r)
+}
+
+// lineResult is what an entry's line says by itself, read without the
+// chains (prepare, in any order, on any goroutine): what apply then
+// checks, in order, against its partition's chain.
+type lineResult struct {
+	n int
+	// skip: the line is before a checkpoint given to From (read as
+	// json.Unmarshal reads a partition and a position).
+	skip bool
+	// malformed is the line's break of BreakMalformed, found before its
+	// place in the chain is looked at; partition -1 when it is not an
+	// entry.
+	malformed *Break
+	partition int
+	pos       uint64
+	prev      string
+	digest    string
+	// verifiedBefore: the entry is at or before a checkpoint given to
+	// From (its event and seal are not read).
+	verifiedBefore bool
+	evErr          error
+	gap            bool // the event is a gap
+	// signer is the event's, when it is signed and verified.
+	signer         string
+	holder         string
+	dropped        uint64
+	gapFrom, gapTo time.Time
+	sealed         bool
+	sealSigner     string
+	sealErr        error
+}
+
+// lineWorker prepares lines: what it shares with other workers is read
+// only (but the signature cache); its scratch space is its own.
+type lineWorker struct {
+	keys *KeySet
+	sigs *sigCache
+	from map[int]Checkpoint
+	// slow reads every line the long way (parseEntry, decodeEvent,
+	// verifyEvent): what the fast path is tested against.
+	slow     bool
+	scan     lineScan
+	leaf     []byte
+	unsealed []byte
+	signer   string // the last signer read: most lines name one of a few
+	nodes    nodeMemo
+}
+
+// signerID is id as a string, the last one's when it is the same.
+func (w *lineWorker) signerID(id []byte) string {
+	if string(id) != w.signer {
+		w.signer = string(id)
+	}
+	return w.signer
+}
+
+func (v *verifier) worker() *lineWorker {
+	if v.w == nil {
+		v.w = v.newWorker()
+	}
+	return v.w
+}
+
+func (v *verifier) newWorker() *lineWorker {
+	return &lineWorker{keys: v.keys, sigs: &v.sigs, from: v.from, slow: v.opts.slow}
+}
+
+// prepare reads line n into r: everything about the line that does not
+// depend on the lines before it.
+func (w *lineWorker) prepare(n int, line []byte, r *lineResult) {
+	*r = lineResult{n: n}
+	scanned := !w.slow && w.scan.scan(line)
+	if len(w.from) > 0 {
 		// Entries a checkpoint verified before vouches for: skipped, but
 		// for the one at its size.
-		var loc struct {
-			Partition int    `json:"partition"`
-			Pos       uint64 `json:"pos"`
+		p, pos, ok := 0, uint64(0), false
+		if scanned {
+			p, pos, ok = w.scan.quickLoc(line)
 		}
-		if json.Unmarshal(line, &loc) == nil {
-			if f, ok := v.from[loc.Partition]; ok && loc.Pos < f.Size {
-				v.fromChain(loc.Partition, f, n).report.Skipped++
-				return nil
+		if !ok {
+			var loc struct {
+				Partition int    `json:"partition"`
+				Pos       uint64 `json:"pos"`
 			}
+			ok = json.Unmarshal(line, &loc) == nil
+			p, pos = loc.Partition, loc.Pos
+		}
+		if f, found := w.from[p]; ok && found && pos < f.Size {
+			r.skip, r.partition, r.pos = true, p, pos
+			return
 		}
 	}
+	if scanned {
+		if e, ok := w.scan.quickEntry(line); ok && w.quick(line, &e, r) {
+			return
+		}
+		*r = lineResult{n: n}
+	}
+	w.slowLine(n, line, r)
+}
+
+// quick is prepare of an entry quickEntry read; false where the fast path
+// is not sure, r then to be prepared the long way.
+func (w *lineWorker) quick(line []byte, e *quickEntry, r *lineResult) bool {
+	r.partition, r.pos, r.prev = e.partition, e.pos, string(e.prev)
+	unsealed := line
+	if e.sealAt > 0 {
+		w.unsealed = append(append(w.unsealed[:0], line[:e.sealAt]...), '}')
+		unsealed = w.unsealed
+	}
+	sum := sha256.Sum256(unsealed)
+	r.digest = hex.EncodeToString(sum[:])
+	if f, ok := w.from[r.partition]; ok && r.pos <= f.Size {
+		r.verifiedBefore = true
+		return true
+	}
+	ev, ok := quickDecode(line, e.event)
+	if !ok {
+		return false
+	}
+	if ev.signed {
+		if len(ev.signer) == 0 {
+			return false
+		}
+		var leaf [32]byte
+		leaf, w.leaf = quickLeaf(line, e.event, &ev, w.leaf)
+		root, ok := quickFold(leaf, ev.proof, &w.nodes)
+		r.signer = w.signerID(ev.signer)
+		if !ok || w.sigs.verify(w.keys, r.signer, ev.at, root[:], string(ev.sig)) != nil {
+			return false
+		}
+	}
+	if r.gap = string(ev.kind) == string(KindGap); r.gap {
+		r.holder, r.dropped, r.gapFrom, r.gapTo = string(ev.holder), ev.dropped, ev.from, ev.to
+	}
+	if e.sealAt > 0 {
+		r.sealed, r.sealSigner = true, w.signerID(e.sealSigner)
+		r.sealErr = verify(w.keys, r.sealSigner, ev.at, unsealed, string(e.sealSig))
+	}
+	return true
+}
+
+// slowLine is prepare of any line, the long way.
+func (w *lineWorker) slowLine(n int, line []byte, r *lineResult) {
 	pe, err := parseEntry(line)
 	if err != nil {
-		return &Break{Line: n, Partition: -1, Kind: BreakMalformed, Detail: err.Error()}
+		r.malformed = &Break{Line: n, Partition: -1, Kind: BreakMalformed, Detail: err.Error()}
+		return
 	}
+	r.partition, r.pos, r.prev, r.digest = pe.Partition, pe.Pos, pe.Prev, pe.digest
 	if !canonicalAlready(line) {
 		if canon, err := intent.Canonicalize(line); err != nil || !bytes.Equal(canon, line) {
-			return &Break{Line: n, Partition: pe.Partition, Pos: pe.Pos, Kind: BreakMalformed,
+			r.malformed = &Break{Line: n, Partition: pe.Partition, Pos: pe.Pos, Kind: BreakMalformed,
 				Detail: "the line is not the canonical bytes of its entry (RFC 8785): its digest and seal are of those bytes only"}
+			return
 		}
 	}
-	at := func(kind BreakKind, format string, args ...any) *Break {
-		return &Break{Line: n, Partition: pe.Partition, Pos: pe.Pos, Kind: kind, Detail: fmt.Sprintf(format, args...)}
-	}
-	c := v.chains[pe.Partition]
-	if f, ok := v.from[pe.Partition]; ok && pe.Pos <= f.Size {
-		c = v.fromChain(pe.Partition, f, n)
-		if pe.Pos == f.Size && pe.digest != f.Head {
-			return at(BreakCheckpoint, "the entry's digest is %s, but the checkpoint verified before (of %s) names %s at this position: the chain was rewritten since",
-				pe.digest, f.At.UTC().Format(time.RFC3339Nano), f.Head)
-		}
-		c.report.Skipped++
-		return nil
+	if f, ok := w.from[pe.Partition]; ok && pe.Pos <= f.Size {
+		r.verifiedBefore = true
+		return
 	}
 	// The event: signed ones verify by themselves.
 	var ev Event
 	if bytes.Contains(pe.Event, []byte(`"sig":`)) && hasMember(pe.Event, "sig") {
-		ev, err = verifyEvent(pe.Event, v.keys, &v.sigs)
+		ev, err = verifyEvent(pe.Event, w.keys, w.sigs)
 		if err == nil {
-			v.signers[ev.Signer] = true
+			r.signer = ev.Signer
 		}
 	} else {
 		ev, err = decodeEvent(pe.Event)
 	}
 	if err != nil {
-		return at(breakKind(err), "event: %v", err)
+		r.evErr = err
+		return
+	}
+	if r.gap = ev.Kind == KindGap; r.gap {
+		r.holder, r.dropped, r.gapFrom, r.gapTo = ev.Holder, ev.Dropped, ev.From, ev.To
+	}
+	if pe.Seal != nil {
+		r.sealed, r.sealSigner = true, pe.Seal.Signer
+		r.sealErr = verify(w.keys, pe.Seal.Signer, ev.At, pe.unsealed, pe.Seal.Sig)
+	}
+}
+
+// apply checks a prepared line against its partition's chain, in the
+// trail's order; the break it finds, if any.
+func (v *verifier) apply(r *lineResult) *Break {
+	n := r.n
+	if r.skip {
+		v.fromChain(r.partition, v.from[r.partition], n).report.Skipped++
+		return nil
+	}
+	if r.malformed != nil {
+		return r.malformed
+	}
+	at := func(kind BreakKind, format string, args ...any) *Break {
+		return &Break{Line: n, Partition: r.partition, Pos: r.pos, Kind: kind, Detail: fmt.Sprintf(format, args...)}
+	}
+	c := v.chains[r.partition]
+	if f, ok := v.from[r.partition]; ok && r.pos <= f.Size {
+		c = v.fromChain(r.partition, f, n)
+		if r.pos == f.Size && r.digest != f.Head {
+			return at(BreakCheckpoint, "the entry's digest is %s, but the checkpoint verified before (of %s) names %s at this position: the chain was rewritten since",
+				r.digest, f.At.UTC().Format(time.RFC3339Nano), f.Head)
+		}
+		c.report.Skipped++
+		return nil
+	}
+	if r.evErr != nil {
+		return at(breakKind(r.evErr), "event: %v", r.evErr)
+	}
+	if r.signer != "" {
+		v.signers[r.signer] = true
 	}
 	// Its place in the chain.
 	if c == nil {
-		if f, ok := v.from[pe.Partition]; ok {
-			c = &chainState{report: PartitionReport{Partition: pe.Partition, First: f.Size + 1, Last: f.Size, Head: f.Head}}
+		if f, ok := v.from[r.partition]; ok {
+			c = &chainState{report: PartitionReport{Partition: r.partition, First: f.Size + 1, Last: f.Size, Head: f.Head}}
 		} else {
-			c = &chainState{report: PartitionReport{Partition: pe.Partition, First: pe.Pos}}
+			c = &chainState{report: PartitionReport{Partition: r.partition, First: r.pos}}
 		}
-		v.chains[pe.Partition] = c
+		v.chains[r.partition] = c
 	}
-	if c.report.Entries == 0 && c.report.Last == 0 && pe.Pos == c.report.First {
+	if c.report.Entries == 0 && c.report.Last == 0 && r.pos == c.report.First {
 		// The chain's first entry read: at position 1, its first link.
-		if pe.Pos == 1 {
-			switch genesis := GenesisDigest(v.installation, pe.Partition); {
-			case pe.Prev == "":
+		if r.pos == 1 {
+			switch genesis := GenesisDigest(v.installation, r.partition); {
+			case r.prev == "":
 				c.report.Unbound = true
 			case v.installation == "":
-			case pe.Prev != genesis:
-				return at(BreakInstallation, "the chain's first link is %s, not installation %s's (%s): the partition is another installation's", pe.Prev, v.installation, genesis)
+			case r.prev != genesis:
+				return at(BreakInstallation, "the chain's first link is %s, not installation %s's (%s): the partition is another installation's", r.prev, v.installation, genesis)
 			}
 		}
 	} else {
 		want := c.report.Last + 1
 		switch {
-		case pe.Pos < want:
-			return at(BreakReordered, "position %d comes after position %d (line %d): entries were moved or repeated", pe.Pos, c.report.Last, c.line)
-		case pe.Pos > want && v.present(pe.Partition, want):
-			return at(BreakReordered, "position %d comes before position %d, which is later in the trail: entries were moved", pe.Pos, want)
-		case pe.Pos > want:
+		case r.pos < want:
+			return at(BreakReordered, "position %d comes after position %d (line %d): entries were moved or repeated", r.pos, c.report.Last, c.line)
+		case r.pos > want && v.present(r.partition, want):
+			return at(BreakReordered, "position %d comes before position %d, which is later in the trail: entries were moved", r.pos, want)
+		case r.pos > want:
 			missing := fmt.Sprintf("position %d is", want)
-			if pe.Pos-want > 1 {
-				missing = fmt.Sprintf("positions %d to %d are", want, pe.Pos-1)
+			if r.pos-want > 1 {
+				missing = fmt.Sprintf("positions %d to %d are", want, r.pos-1)
 			}
-			return at(BreakDropped, "%s missing: the chain goes from %d (line %d) to %d", missing, c.report.Last, c.line, pe.Pos)
-		case pe.Prev != c.report.Head:
+			return at(BreakDropped, "%s missing: the chain goes from %d (line %d) to %d", missing, c.report.Last, c.line, r.pos)
+		case r.prev != c.report.Head:
 			if c.report.Entries == 0 {
 				return at(BreakCheckpoint, "the entry names %s as its predecessor's digest, but the checkpoint verified before names %s at position %d: the chain was rewritten since",
-					pe.Prev, c.report.Head, c.report.Last)
+					r.prev, c.report.Head, c.report.Last)
 			}
-			return &Break{Line: c.line, Partition: pe.Partition, Pos: c.report.Last, Kind: BreakEdited,
+			return &Break{Line: c.line, Partition: r.partition, Pos: c.report.Last, Kind: BreakEdited,
 				Detail: fmt.Sprintf("the entry's digest is %s, but position %d (line %d) names %s as its predecessor's: the entry (or that prev) was changed",
-					c.report.Head, pe.Pos, n, pe.Prev)}
+					c.report.Head, r.pos, n, r.prev)}
 		}
 	}
 	// The seal vouches for it and every unsealed entry before it.
-	if pe.Seal != nil {
-		if err := verify(v.keys, pe.Seal.Signer, ev.At, pe.unsealed, pe.Seal.Sig); err != nil {
-			return at(breakKind(err), "seal: %v", err)
+	if r.sealed {
+		if r.sealErr != nil {
+			return at(breakKind(r.sealErr), "seal: %v", r.sealErr)
 		}
-		v.signers[pe.Seal.Signer] = true
+		v.signers[r.sealSigner] = true
 		c.unsealedFrom = 0
 	} else if c.unsealedFrom == 0 {
-		c.unsealedFrom = pe.Pos
+		c.unsealedFrom = r.pos
 	}
 	// A head a checkpoint names here.
-	if want, ok := v.at[pe.Partition][pe.Pos]; ok && want.head != pe.digest {
+	if want, ok := v.at[r.partition][r.pos]; ok && want.head != r.digest {
 		return at(BreakCheckpoint, "the entry's digest is %s, but the checkpoint names %s at this position: the chain is not the one the checkpoint's signer saw",
-			pe.digest, want.head)
+			r.digest, want.head)
 	}
-	if ev.Kind == KindGap {
-		v.report.Gaps = append(v.report.Gaps, Gap{Partition: pe.Partition, Pos: pe.Pos, Holder: ev.Holder, Dropped: ev.Dropped, From: ev.From, To: ev.To})
+	if r.gap {
+		v.report.Gaps = append(v.report.Gaps, Gap{Partition: r.partition, Pos: r.pos, Holder: r.holder, Dropped: r.dropped, From: r.gapFrom, To: r.gapTo})
 	}
-	c.report.Last, c.report.Head, c.line = pe.Pos, pe.digest, n
+	c.report.Last, c.report.Head, c.line = r.pos, r.digest, n
 	c.report.Entries++
 	v.report.Entries++
 	return nil
@@ -577,12 +795,6 @@ func (v *verifier) edges(cps []Checkpoint, own bool) *Break {
 		}
 	}
 	return nil
-}
-
-// present reports whether the trail has position pos of partition p.
-func (v *verifier) present(p int, pos uint64) bool {
-	_, found := slices.BinarySearch(v.positions[p], pos)
-	return found
 }
 
 // hasMember reports whether the JSON object obj has a top-level member
