@@ -155,6 +155,9 @@ func (g *Gate) arguments(s *served, raw json.RawMessage) (json.RawMessage, strin
 
 // call submits p and answers with its outcome.
 func (g *Gate) call(ctx context.Context, req *mcp.CallToolRequest, s *served, p *client.Prepared) (*mcp.CallToolResult, error) {
+	if res, ok := g.approvalAnswered(ctx, req, s, p); ok {
+		return g.userApproval(ctx, req, s, p, res)
+	}
 	cl := g.cl
 	sub, err := cl.PublishPrepared(ctx, p)
 	switch {
@@ -168,7 +171,7 @@ func (g *Gate) call(ctx context.Context, req *mcp.CallToolRequest, s *served, p 
 		return pendingOrCancelled(ctx, err, sub.Key)
 	}
 	if res.Status == intent.StatusAwaitingApproval && s.info.Approver == intent.ApproverUser {
-		return g.userApproval(ctx, req, s, cl, p, sub, res)
+		return g.userApproval(ctx, req, s, p, res)
 	}
 	return s.render(res), nil
 }

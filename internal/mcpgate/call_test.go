@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemgate/idemgate/internal/hint"
+	"github.com/idemgate/idemgate/internal/natstest"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -261,6 +263,33 @@ func TestUserApprovalThroughElicitation(t *testing.T) {
 			third := map[string]any{"order_id": "22222", "amount": "1.00 EUR"}
 			res = call(t, b.connect(t, tr, nil, nil), "s", "user_refund", third)
 			require.Equal(t, intent.StatusAwaitingApproval, op(t, res).Status, text(res))
+		})
+	}
+}
+
+// A call approved through an input request publishes its intent once: the
+// answered round reads the record it left and decides, without publishing
+// it again.
+func TestUserApprovalPublishesOnce(t *testing.T) {
+	t.Parallel()
+	for _, tr := range transports {
+		t.Run(string(tr), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, Config{})
+			nc := natstest.Connect(t, b.gate.nc.ConnectedUrl())
+			published := make(chan *nats.Msg, 16)
+			sub, err := nc.ChanSubscribe(b.client.Names().IntentSubject("user_refund"), published)
+			require.NoError(t, err)
+			require.NoError(t, nc.Flush())
+			t.Cleanup(func() { _ = sub.Unsubscribe() })
+			cs := b.connect(t, tr, &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				return &mcp.ElicitResult{Action: "accept"}, nil
+			}}, nil)
+			res := call(t, cs, "s", "user_refund", map[string]any{"order_id": "31337", "amount": "5.00 EUR"})
+			require.Equal(t, intent.StatusCompleted, op(t, res).Status, text(res))
+			require.Equal(t, 1, b.count("user_refund"))
+			require.NoError(t, nc.Flush())
+			require.Len(t, published, 1, "the intent is published once")
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/pkg/client"
+	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -20,7 +21,8 @@ import (
 // same compare-and-set path as an operator's: an approval fires the
 // operation once however many calls are approved, a decline denies it. A client that cannot elicit, or a person who dismisses
 // the question, leaves the operation to an operator.
-func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, s *served, cl *client.Client, p *client.Prepared, sub *client.Submission, res *intent.Result) (*mcp.CallToolResult, error) {
+func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, s *served, p *client.Prepared, res *intent.Result) (*mcp.CallToolResult, error) {
+	cl, id := g.cl, p.ID
 	resp, answered := req.Params.InputResponses[approveInput]
 	if !answered {
 		if caps := req.ClientCapabilities(); caps == nil || caps.Elicitation == nil {
@@ -28,7 +30,7 @@ func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, s *se
 		}
 		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{approveInput: &mcp.ElicitParams{
 			Mode:            "form",
-			Message:         approvalQuestion(p.Envelope, sub.Key),
+			Message:         approvalQuestion(p.Envelope, id.Key),
 			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
 		}}}, nil
 	}
@@ -41,7 +43,7 @@ func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, s *se
 		by = "the user at " + info.Name
 	}
 	var op string
-	d := intent.Control{Key: sub.Key, Fingerprint: sub.Fingerprint, By: by}
+	d := intent.Control{Key: id.Key, Fingerprint: id.Fingerprint, By: by}
 	switch er.Action {
 	case "accept":
 		op = intent.ControlUserApprove
@@ -50,11 +52,11 @@ func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, s *se
 	default: // dismissed: no decision
 		return s.render(res), nil
 	}
-	ans, err := g.wait(ctx, req, sub.Key, func(ctx context.Context) (*intent.Result, error) {
+	ans, err := g.wait(ctx, req, id.Key, func(ctx context.Context) (*intent.Result, error) {
 		return cl.Decide(ctx, op, d)
 	})
 	if ans == nil {
-		return pendingOrCancelled(ctx, err, sub.Key)
+		return pendingOrCancelled(ctx, err, id.Key)
 	}
 	if ans.Status != intent.StatusRejected && ans.Status.Final() {
 		ans.Replayed = false // this call's decision caused the outcome
@@ -64,13 +66,30 @@ func (g *Gate) userApproval(ctx context.Context, req *mcp.CallToolRequest, s *se
 	// the operation's final outcome.
 	again, err := cl.PublishPrepared(ctx, p)
 	if err != nil {
-		return pendingOrCancelled(ctx, err, sub.Key)
+		return pendingOrCancelled(ctx, err, id.Key)
 	}
-	final, err := g.wait(ctx, req, sub.Key, again.WaitFinal)
+	final, err := g.wait(ctx, req, id.Key, again.WaitFinal)
 	if final == nil {
-		return pendingOrCancelled(ctx, err, sub.Key)
+		return pendingOrCancelled(ctx, err, id.Key)
 	}
 	return s.render(final), nil
+}
+
+// approvalAnswered is the answer the record gives a call that answers the
+// approval question (its input response carries it), when the record its
+// first round left still awaits this call's approval: that round's intent
+// is not published again. ok is false otherwise (no record, decided since,
+// another call's arguments), and the call goes the whole way.
+func (g *Gate) approvalAnswered(ctx context.Context, req *mcp.CallToolRequest, s *served, p *client.Prepared) (*intent.Result, bool) {
+	if _, answered := req.Params.InputResponses[approveInput]; !answered || s.info.Approver != intent.ApproverUser {
+		return nil, false
+	}
+	rec, err := g.cl.Get(ctx, p.ID.Key)
+	if err != nil || rec.Status != intent.StatusAwaitingApproval || rec.Fingerprint != p.ID.Fingerprint {
+		return nil, false
+	}
+	res := rec.Answer(dedup.Caller{Key: p.ID.Key, Fingerprint: p.ID.Fingerprint, Tool: p.Envelope.Tool, CallID: p.Envelope.CallID}, true)
+	return &res, true
 }
 
 // approvalQuestion asks the person at the client to approve one operation,
