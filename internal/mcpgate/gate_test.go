@@ -84,22 +84,12 @@ func setup(t *testing.T, cfg Config) *testBundle {
 	t.Helper()
 	b := &testBundle{fired: map[string]int{}}
 	srv := natstest.RunServer(t)
-	reg := b.counted(t, testTools)
+	b.runWorker(t, srv.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	w, err := worker.New(ctx, natstest.Connect(t, srv.ClientURL()), reg, zaptest.NewLogger(t), worker.Config{})
-	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(runCtx, 5*time.Second) }()
-	t.Cleanup(func() { stop(); require.NoError(t, <-done) })
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		t.Fatalf("worker stopped: %v", err)
-	}
 
 	nc := natstest.Connect(t, srv.ClientURL())
+	var err error
 	b.gate, err = New(nc, cfg)
 	require.NoError(t, err)
 	require.NoError(t, b.gate.Refresh(ctx))
@@ -111,6 +101,26 @@ func setup(t *testing.T, cfg Config) *testBundle {
 	t.Cleanup(hs.Close)
 	b.http = hs.URL + HTTPPath
 	return b
+}
+
+// runWorker runs a worker serving testTools on the JetStream at url until
+// the test ends, and returns once it is ready.
+func (b *testBundle) runWorker(t *testing.T, url string) {
+	t.Helper()
+	reg := b.counted(t, testTools)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w, err := worker.New(ctx, natstest.Connect(t, url), reg, zaptest.NewLogger(t), worker.Config{})
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx, 5*time.Second) }()
+	t.Cleanup(func() { stop(); require.NoError(t, <-done) })
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		t.Fatalf("worker stopped: %v", err)
+	}
 }
 
 // counted builds the registry of a tools file whose tools are all noops,

@@ -17,6 +17,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/internal/retry"
 )
 
 // HTTPPath is where ServeHTTP serves the streamable HTTP transport.
@@ -26,18 +28,15 @@ const HTTPPath = "/mcp"
 // gate may start before the workers. It returns the last error when ctx
 // ends first; the gate still serves (Run keeps trying).
 func (g *Gate) Load(ctx context.Context) error {
-	pause := 100 * time.Millisecond
+	pauses := retry.Doubling(ctx, 100*time.Millisecond, 2*time.Second)
 	for {
 		err := g.Refresh(ctx)
 		if err == nil {
 			return nil
 		}
 		g.cfg.Logger.Info("waiting for the workers' tool catalogue", zap.Error(err))
-		select {
-		case <-ctx.Done():
+		if !retry.Wait(ctx, pauses) {
 			return err
-		case <-time.After(pause):
-			pause = min(2*pause, 2*time.Second)
 		}
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/internal/retry"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -211,12 +213,12 @@ func (w *Worker) await(stop context.Context, j *job, until time.Time) (dedup.Rec
 // handler pauses between tries, backing off, while the intent's keep-alive
 // holds its message.
 type ledgerOutage struct {
-	w     *Worker
-	stop  context.Context
-	j     *job
-	pause time.Duration
-	since time.Time
-	on    bool // in an outage
+	w      *Worker
+	stop   context.Context
+	j      *job
+	pauses backoff.BackOff // of this outage: 100ms doubling up to 2s
+	since  time.Time
+	on     bool // in an outage
 }
 
 func (w *Worker) outage(stop context.Context, j *job) *ledgerOutage {
@@ -232,18 +234,11 @@ func (o *ledgerOutage) wait(err error) bool {
 	}
 	if !o.on {
 		o.j.detach()
-		o.since, o.pause, o.on = time.Now(), 100*time.Millisecond, true
+		o.since, o.on = time.Now(), true
+		o.pauses = retry.Doubling(o.stop, 100*time.Millisecond, 2*time.Second)
 		o.w.log.Warn("ledger unreachable; holding the intent until it is back", zap.String("key", o.j.id.Key), zap.Error(err))
 	}
-	t := time.NewTimer(o.pause)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		o.pause = min(2*o.pause, 2*time.Second)
-		return true
-	case <-o.stop.Done():
-		return false
-	}
+	return retry.Wait(o.stop, o.pauses)
 }
 
 // giveUp is the verdict of an intent whose claim ended on a ledger error:

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/internal/retry"
 	"github.com/idemgate/idemgate/pkg/dedup"
 )
 
@@ -74,7 +75,7 @@ func (w *Worker) conclude(f *firing) handled {
 // holder gone.
 func (w *Worker) record(ctx context.Context, j *job, write func(context.Context) (dedup.Record, error)) (dedup.Record, error) {
 	per := min(max(j.tool.Lease/4, 250*time.Millisecond), 5*time.Second)
-	pause := 50 * time.Millisecond
+	pauses := retry.Doubling(ctx, 50*time.Millisecond, 500*time.Millisecond)
 	var since, logged time.Time
 	for {
 		actx, cancel := context.WithTimeout(ctx, per)
@@ -100,13 +101,8 @@ func (w *Worker) record(ctx context.Context, j *job, write func(context.Context)
 			w.log.Warn("ledger unreachable; keeping the outcome until it can be recorded", zap.String("key", j.id.Key),
 				zap.Duration("for", now.Sub(since)), zap.Error(err))
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if !retry.Wait(ctx, pauses) {
 			return rec, err
 		}
-		pause = min(2*pause, 500*time.Millisecond)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/idemgate/idemgate/internal/retry"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -409,7 +410,7 @@ var errMoved = errors.New("audit: the chain moved on")
 // new head when another writer came first, after a pause while the stream
 // cannot be reached — until it is written or the trail's life ends.
 func (w *chainWriter) append(events [][]byte) error {
-	pause := 100 * time.Millisecond
+	pauses := retry.Doubling(w.t.life, 100*time.Millisecond, 2*time.Second)
 	for {
 		err := w.try(events)
 		switch {
@@ -428,13 +429,9 @@ func (w *chainWriter) append(events [][]byte) error {
 			w.down = time.Now()
 			w.notice(false, err)
 		}
-		t := time.NewTimer(pause)
-		select {
-		case <-t.C:
-		case <-w.t.life.Done():
-			t.Stop()
-		}
-		pause = min(2*pause, 2*time.Second)
+		// Once the trail's life ends, the pause does too: one last try
+		// writes the events or returns its error.
+		retry.Wait(w.t.life, pauses)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/idemgate/idemgate/internal/retry"
 	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -364,17 +365,14 @@ const errCodeMsgIDInProcess = 10158
 // JetStream answers that a publish with the same Nats-Msg-Id is in process:
 // the retry is then acknowledged as a duplicate.
 func (c *Client) publish(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	pause := 5 * time.Millisecond
+	pauses := retry.Doubling(ctx, 5*time.Millisecond, 500*time.Millisecond)
 	for {
 		ack, err := c.js.PublishMsg(ctx, msg, opts...)
 		var apiErr *jetstream.APIError
 		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeMsgIDInProcess {
 			return ack, err
 		}
-		select {
-		case <-time.After(pause):
-			pause = min(2*pause, 500*time.Millisecond)
-		case <-ctx.Done():
+		if !retry.Wait(ctx, pauses) {
 			return nil, err
 		}
 	}
@@ -699,7 +697,7 @@ func forgottenErr(key string, rec dedup.Record) error {
 // the key's new place once it is done. A ledger whose key layout this client
 // does not know is reported at once.
 func (c *Client) waitLedger(ctx context.Context, key string, accept func(dedup.Record) bool) (dedup.Record, error) {
-	pause := 250 * time.Millisecond
+	pauses := retry.Doubling(ctx, 250*time.Millisecond, 5*time.Second)
 	for {
 		r, err := c.reader(ctx)
 		if errors.Is(err, dedup.ErrLayout) {
@@ -718,11 +716,8 @@ func (c *Client) waitLedger(ctx context.Context, key string, accept func(dedup.R
 				continue // opened again in its new shape: watch there at once
 			}
 		}
-		select {
-		case <-ctx.Done():
+		if !retry.Wait(ctx, pauses) {
 			return dedup.Record{}, ctx.Err()
-		case <-time.After(pause):
-			pause = min(2*pause, 5*time.Second)
 		}
 	}
 }

@@ -10,9 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/idemgate/idemgate/internal/retry"
 )
 
 // Atomic batch publish headers (JetStream 2.12 and later).
@@ -33,6 +36,12 @@ const (
 // names no write (a key still being written, too many batches in flight)
 // before its writes are sent one by one.
 const maxBatchPauses = 4
+
+// batchPauses are the pauses before a batch is sent again: 1ms, doubling
+// (2, 4, 8ms), maxBatchPauses of them.
+func batchPauses() backoff.BackOff {
+	return backoff.WithMaxRetries(retry.Doubling(context.Background(), time.Millisecond, time.Millisecond<<(maxBatchPauses-1)), maxBatchPauses)
+}
 
 // Batching is how a Bucket group-commits its writes (dedup.BatchConfig
 // says what each field means); every field is set and valid.
@@ -251,7 +260,8 @@ func answer(w *write, rev uint64, err error) {
 // by one. A lost acknowledgement is answered with the error to every write:
 // each caller settles its own write by a leader read, as without batching.
 func (b *batcher) atomic(ws []*write) {
-	pauses, refusals := 0, 0
+	var pauses backoff.BackOff // made at the first pause: most batches need none
+	refusals := 0
 	for {
 		ws = b.live(ws)
 		if len(ws) == 0 {
@@ -316,12 +326,13 @@ func (b *batcher) atomic(ws []*write) {
 			// A key of the batch is still being written (by another writer,
 			// or just acknowledged), or the batch was cut: nothing was
 			// written; send it again shortly.
-			if pauses == maxBatchPauses {
+			if pauses == nil {
+				pauses = batchPauses()
+			}
+			if !retry.Wait(context.Background(), pauses) {
 				b.fallback(ws)
 				return
 			}
-			time.Sleep(time.Millisecond << pauses)
-			pauses++
 		default:
 			// Refused as a whole (atomic publish disabled, limits, ...):
 			// nothing was written; each write gets its own answer.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemgate/idemgate/internal/retry"
 )
 
 // expiryMarkerTTL is how long the delete marker of an expired record stays.
@@ -93,7 +95,8 @@ func Create(ctx context.Context, js jetstream.JetStream, s Settings) (jetstream.
 	if info.API.Level < 1 {
 		return nil, fmt.Errorf("ensure bucket %s: %w", s.Name, jetstream.ErrLimitMarkerTTLNotSupported)
 	}
-	for pause := firstLeaderPoll; ; pause = min(2*pause, maxLeaderPoll) {
+	polls := retry.Doubling(ctx, firstLeaderPoll, maxLeaderPoll)
+	for {
 		st, err := js.CreateStream(ctx, streamConfig(s))
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return nil, fmt.Errorf("ensure bucket %s: %w: %w", s.Name, jetstream.ErrBucketExists, err)
@@ -104,9 +107,7 @@ func Create(ctx context.Context, js jetstream.JetStream, s Settings) (jetstream.
 		if c := st.CachedInfo().Cluster; c == nil || c.Leader != "" {
 			break
 		}
-		select {
-		case <-time.After(pause):
-		case <-ctx.Done():
+		if !retry.Wait(ctx, polls) {
 			return nil, fmt.Errorf("ensure bucket %s: no leader elected yet: %w", s.Name, ctx.Err())
 		}
 	}
