@@ -32,7 +32,7 @@ func (w *Worker) Check(ctx context.Context) error {
 	if _, err := w.res.consumer.Info(ctx); err != nil {
 		return fmt.Errorf("%w: consumer %s: %v", ErrNotReady, w.res.names.Consumer, err)
 	}
-	if _, err := w.res.kv.Status(ctx); err != nil {
+	if err := w.store.Ready(ctx); err != nil {
 		return fmt.Errorf("%w: ledger bucket %s: %v", ErrNotReady, w.res.names.Bucket, err)
 	}
 	return nil

@@ -162,7 +162,7 @@ func TestDuplicateAnsweredFromTheCache(t *testing.T) {
 			defer cancel()
 			kv, err := js.KeyValue(ctx, "IDEM_LEDGER")
 			require.NoError(t, err)
-			stored, err := intent.LedgerKey(first.Key, b.worker.res.layout)
+			stored, err := intent.LedgerKey(first.Key, b.worker.store.Layout())
 			require.NoError(t, err)
 			require.NoError(t, kv.Delete(ctx, stored))
 

@@ -69,11 +69,11 @@ func newAuditor(ctx context.Context, res *resources, cfg Config, log *zap.Logger
 		// trail and the receipts are signed all the same.
 		log.Warn("could not publish the audit key", zap.String("key_id", signer.ID()), zap.Error(err))
 	}
-	a := &auditor{signer: audit.NewBatchSigner(signer), key: signer, parts: len(res.kvs), holder: cfg.Holder, names: res.names, log: log}
+	a := &auditor{signer: audit.NewBatchSigner(signer), key: signer, parts: res.partitions, holder: cfg.Holder, names: res.names, log: log}
 	if cfg.DisableTrail {
 		return a, nil
 	}
-	if a.trail, err = audit.NewTrail(res.js, audit.TrailConfig{Names: res.names, Partitions: len(res.kvs), Signer: signer,
+	if a.trail, err = audit.NewTrail(res.js, audit.TrailConfig{Names: res.names, Partitions: res.partitions, Signer: signer,
 		Holder: cfg.Holder, Queue: cfg.AuditQueue, Log: log.Sugar()}); err != nil {
 		return nil, err
 	}

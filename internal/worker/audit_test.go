@@ -54,7 +54,7 @@ func TestDisableTrailKeepsTheReceipts(t *testing.T) {
 				require.Empty(t, res.Receipt)
 			}
 
-			lines, err := audit.History(ctx, js, names, len(b.worker.res.kvs), res.Key, time.Time{})
+			lines, err := audit.History(ctx, js, names, b.worker.res.partitions, res.Key, time.Time{})
 			if !tc.trail {
 				require.Zero(t, len(lines), "no trail is written, but it holds %d entries of the key (%v)", len(lines), err)
 				return

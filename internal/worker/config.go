@@ -104,7 +104,7 @@ type Config struct {
 	LedgerTTL time.Duration
 
 	// LedgerPartitions is the ledger's partition count, a power of two fixed
-	// when the ledger is created (dedup.EnsurePartitions): every worker of an
+	// when the ledger is created (dedup.Open): every worker of an
 	// installation must agree, and one started with another count than the
 	// ledger records refuses to start. Default: 0, the recorded count (1 for
 	// a new ledger).

@@ -40,9 +40,9 @@ func TestForgetClearsTheAnswerCache(t *testing.T) {
 	}
 
 	// The record deleted behind the workers' backs: the cache still answers.
-	stored, serr := intent.LedgerKey(key, b.worker.res.layout)
+	stored, serr := intent.LedgerKey(key, b.worker.store.Layout())
 	require.NoError(t, serr)
-	require.NoError(t, b.worker.res.kv.Delete(ctx, stored))
+	require.NoError(t, ledgerBucket(t, b.worker).Delete(ctx, stored))
 	res := again()
 	require.True(t, res.Replayed, "answered from the cache")
 	require.EqualValues(t, 1, calls.Load())

@@ -3,11 +3,9 @@ package worker
 import (
 	"cmp"
 	"context"
-	"errors"
 	"math/rand/v2"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -15,10 +13,9 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// scanKey is the ledger key whose creation elects the worker that scans the
-// ledger in a round: it carries a TTL of one round, and is no record (List
-// skips it).
-const scanKey = "_scan"
+// scanElection is the ledger election (dedup.Ledger.Elect) of the worker
+// that scans the ledger in a round: it lasts one round.
+const scanElection = "scan"
 
 // Unresolved states and ages, as the ledger scan counts them.
 var (
@@ -30,12 +27,12 @@ var (
 )
 
 // scanLedger runs the ledger scan every LedgerScan until ctx is done. Each
-// round one worker — the one that creates the round's scan key — reads the
-// whole ledger: it counts the unresolved records (nothing expires them, so
-// none may sit unseen) by state and age, and gives final records written
-// without a per-message TTL (by an earlier version, whose bucket expired
-// records by age) their TTL, and probes the uncertain records whose tool
-// has a probe (probe.go). The other workers clear their counts, so that
+// round one worker — the one the round's election makes its scanner —
+// reads the whole ledger: it counts the unresolved records (nothing expires
+// them, so none may sit unseen) by state and age, and gives final records
+// written without a per-message TTL (by an earlier version, whose bucket
+// expired records by age) their TTL, and probes the uncertain records whose
+// tool has a probe (probe.go). The other workers clear their counts, so that
 // summing the gauge over workers gives the ledger's.
 func (w *Worker) scanLedger(ctx context.Context) {
 	for {
@@ -48,22 +45,22 @@ func (w *Worker) scanLedger(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := w.scanRound(ctx); err != nil && ctx.Err() == nil {
+		if err := w.scanRound(ctx, w.cfg.LedgerScan); err != nil && ctx.Err() == nil {
 			w.log.Warn("ledger scan", zap.Error(err))
 		}
 	}
 }
 
-// scanRound is one round of scanLedger.
-func (w *Worker) scanRound(ctx context.Context) error {
-	_, err := w.res.kv.Create(ctx, scanKey, []byte(w.cfg.Holder), jetstream.KeyTTL(w.cfg.LedgerScan))
-	if errors.Is(err, jetstream.ErrKeyExists) {
+// scanRound is one round of scanLedger, which lasts round.
+func (w *Worker) scanRound(ctx context.Context, round time.Duration) error {
+	won, err := w.store.Elect(ctx, scanElection, w.cfg.Holder, round)
+	if err != nil {
+		return err
+	}
+	if !won {
 		w.m.unresolved.Reset() // another worker scans this round
 		w.m.unresolvedOldest.Reset()
 		return nil
-	}
-	if err != nil {
-		return err
 	}
 	// Leaders gather on the nodes that stayed up when one restarts: spread
 	// them again each round.

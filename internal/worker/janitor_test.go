@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
@@ -41,11 +42,11 @@ func TestLedgerScanCountsUnresolvedAndRetainsUntimed(t *testing.T) {
 		CompletedAt: time.Now().Add(-time.Hour).UTC()}
 	data, err := json.Marshal(old)
 	require.NoError(t, err)
-	_, err = w.res.kv.Put(ctx, "refund.untimed", data)
+	_, err = ledgerBucket(t, w).Put(ctx, "refund.untimed", data)
 	require.NoError(t, err)
 
 	time.Sleep(1100 * time.Millisecond) // the vanished holder's lease runs out
-	require.NoError(t, w.scanRound(ctx))
+	require.NoError(t, w.scanRound(ctx, time.Hour))
 	require.EqualValues(t, 1, testutil.ToFloat64(w.m.unresolved.WithLabelValues("awaiting_approval", "under_1h")))
 	require.EqualValues(t, 1, testutil.ToFloat64(w.m.unresolved.WithLabelValues("pending_past_lease", "under_1h")))
 	require.EqualValues(t, 0, testutil.ToFloat64(w.m.unresolved.WithLabelValues("uncertain", "under_1h")))
@@ -62,9 +63,20 @@ func TestLedgerScanCountsUnresolvedAndRetainsUntimed(t *testing.T) {
 	// its counts are cleared, so that their sum over workers is the ledger's.
 	other := otherWorker(t, b)
 	other.m.unresolved.WithLabelValues("awaiting_approval", "under_1h").Set(7)
-	require.NoError(t, other.scanRound(ctx))
+	require.NoError(t, other.scanRound(ctx, time.Hour))
 	require.EqualValues(t, 0, testutil.ToFloat64(other.m.unresolved.WithLabelValues("awaiting_approval", "under_1h")))
 	require.EqualValues(t, 0, testutil.ToFloat64(other.m.scans))
+}
+
+// ledgerBucket returns the bucket of w's ledger's partition 0, for a test to
+// write behind the ledger's back.
+func ledgerBucket(t *testing.T, w *Worker) jetstream.KeyValue {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := w.res.js.KeyValue(ctx, w.res.names.Bucket)
+	require.NoError(t, err)
+	return kv
 }
 
 // otherWorker builds (without running it) a second worker on b's server.
@@ -103,6 +115,7 @@ func TestLedgerScanSpreadsPartitionLeaders(t *testing.T) {
 	first := servers[0].Name()
 	buckets := w.store.Buckets()
 	require.Len(t, buckets, 8)
+	kv := ledgerBucket(t, w)
 	require.Eventually(t, func() bool {
 		// Each try bounded: an API request may go unanswered during an
 		// election.
@@ -126,8 +139,8 @@ func TestLedgerScanSpreadsPartitionLeaders(t *testing.T) {
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
-		_ = w.res.kv.Purge(ctx, scanKey) // a round of its own each time
-		if err := w.scanRound(ctx); err != nil {
+		_ = kv.Purge(ctx, "_scan") // the election's key: a round of its own each time
+		if err := w.scanRound(ctx, time.Hour); err != nil {
 			t.Logf("scan: %v", err)
 			return false
 		}

@@ -145,9 +145,8 @@ type resources struct {
 	stream   jetstream.Stream
 	dlq      jetstream.Stream
 	consumer jetstream.Consumer
-	kv       jetstream.KeyValue   // the ledger's partition 0
-	kvs      []jetstream.KeyValue // every partition's bucket, in partition order
-	layout   int                  // the ledger's key layout, as it records it
+	// partitions is the ledger's partition count, as it records it.
+	partitions int
 	// persist is the work stream's persist mode; persistMismatch reports an
 	// existing stream whose mode is not the configured one.
 	persist         jetstream.PersistModeType
@@ -233,7 +232,9 @@ func setup(ctx context.Context, rawJS jetstream.JetStream, bound time.Duration, 
 	if _, err := audit.EnsureStream(ctx, js, names, audit.StreamConfig{Replicas: cfg.Replicas, Retention: cfg.AuditRetention}); err != nil {
 		return nil, err
 	}
-	kvs, layout, err := dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{
+	// Only the ledger's shape is kept: New opens it again on the unbounded
+	// connection, with the options its auditor makes.
+	ledger, err := dedup.Open(ctx, js, dedup.BucketConfig{
 		Bucket:     names.Bucket,
 		Partitions: cfg.LedgerPartitions,
 		Layout:     cfg.LedgerLayout,
@@ -245,7 +246,7 @@ func setup(ctx context.Context, rawJS jetstream.JetStream, bound time.Duration, 
 	if err != nil {
 		return nil, err
 	}
-	return &resources{names: names, js: rawJS, stream: stream, dlq: dlq, consumer: consumer, kv: kvs[0], kvs: kvs, layout: layout,
+	return &resources{names: names, js: rawJS, stream: stream, dlq: dlq, consumer: consumer, partitions: ledger.Partitions(),
 		persist: persist, persistMismatch: existing && persist != cfg.intentsPersist()}, nil
 }
 

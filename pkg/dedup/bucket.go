@@ -46,12 +46,12 @@ type BucketConfig struct {
 	// ledger. Default: 65536.
 	MaxConsumers int
 	// Partitions is the ledger's partition count, a power of two fixed when
-	// the ledger is created (see EnsurePartitions). Default: 0, the count
+	// the ledger is created (see Open). Default: 0, the count
 	// recorded on an existing ledger, 1 for a new one.
 	Partitions int
 	// Layout is the ledger's key layout (intent.LedgerKey: how its KV keys
 	// are made from operation keys), fixed when the ledger is created and
-	// recorded like the partition count (see EnsurePartitions). Default: 0,
+	// recorded like the partition count (see Open). Default: 0,
 	// the layout recorded on an
 	// existing ledger (intent.LayoutFull for one that records none),
 	// intent.DefaultLayout (compact keys) for a new one.

@@ -18,6 +18,13 @@ func EnsureBucket(ctx context.Context, js jetstream.JetStream, cfg BucketConfig)
 	return ensureBucket(ctx, js, cfg, nil)
 }
 
+// EnsurePartitions creates or updates the buckets of the ledger cfg
+// describes, as Open does, and returns them in partition order with the
+// ledger's key layout.
+func EnsurePartitions(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) ([]jetstream.KeyValue, int, error) {
+	return ensurePartitions(ctx, js, cfg)
+}
+
 // BindPartitions returns the buckets of the existing ledger named bucket, in
 // partition order, and its key layout.
 func BindPartitions(ctx context.Context, js jetstream.JetStream, bucket string) ([]jetstream.KeyValue, int, error) {

@@ -310,8 +310,8 @@ func (l *Ledger) partErr(p int, err error) error {
 // takes). ok is false when the ledger's layout would not store a key there
 // (a full derived key in a layout-2 ledger), so that a listing never shows
 // a key under which the record cannot be read. A budget's count (Budget)
-// is no record.
+// and an election (Elect) are no records.
 func (l *Ledger) keyOf(stored string) (key string, ok bool) {
 	sk, err := intent.LedgerKey(stored, l.layout)
-	return stored, err == nil && sk == stored && !isBudgetKey(stored)
+	return stored, err == nil && sk == stored && !isBudgetKey(stored) && !isElectionKey(stored)
 }

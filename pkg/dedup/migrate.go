@@ -15,7 +15,7 @@ import (
 
 // migratingMetadata marks a ledger whose migration (Migrate) started and has
 // not finished, with its target ("<partitions>/<layout>"), on partition 0's
-// stream. While it is there, opening the ledger (Open, EnsurePartitions)
+// stream. While it is there, opening the ledger (Open)
 // fails with ErrMigrating: a worker started mid-migration would miss the
 // records already moved.
 const migratingMetadata = "idemgate.migrating"

@@ -13,8 +13,9 @@ import (
 // Open returns a Ledger over the ledger cfg describes, named cfg.Bucket
 // (its partition 0's bucket).
 //
-// By default Open creates the ledger's buckets, or updates them to cfg (see
-// EnsurePartitions); it is safe to call on every start. With Bind it
+// By default Open creates the ledger's buckets, or updates them to cfg
+// (atomic publish, once allowed, stays allowed); it is safe to call on every
+// start. With Bind it
 // creates and changes nothing, for clients and operators that must not: the
 // ledger must exist (an error matching jetstream.ErrBucketNotFound), and of
 // cfg only Bucket, TTL, Partitions and Layout count.
@@ -62,7 +63,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg BucketConfig, opts ..
 		}
 	} else {
 		cfg.AtomicPublish = cfg.AtomicPublish || o.batch != nil
-		kvs, layout, err = EnsurePartitions(ctx, js, cfg)
+		kvs, layout, err = ensurePartitions(ctx, js, cfg)
 	}
 	if err != nil {
 		return nil, err

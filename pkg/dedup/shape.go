@@ -106,12 +106,10 @@ func shapeOf(bucket string, md map[string]string) (shape, error) {
 	return s, nil
 }
 
-// EnsurePartitions creates the buckets of the ledger cfg describes, or
+// ensurePartitions creates the buckets of the ledger cfg describes, or
 // updates them to match it (atomic publish, once allowed, stays allowed),
-// and returns them in partition order with the ledger's key layout. It is
-// what Open does before it opens the ledger, for a caller that sets the
-// buckets up apart from opening one (a worker retrying its setup while
-// JetStream starts), and is safe to call on every start.
+// and returns them in partition order with the ledger's key layout: what
+// Open does before it opens the ledger. It is safe to call on every start.
 //
 // With cfg.Partitions 0 it keeps the count recorded on an existing ledger
 // (1 for a new one); a count other than the recorded one gives an error
@@ -121,7 +119,7 @@ func shapeOf(bucket string, md map[string]string) (shape, error) {
 // ledger), and another one gives an error matching ErrLayout. An invalid cfg
 // gives ErrInvalid, and a ledger whose migration is not finished
 // ErrMigrating.
-func EnsurePartitions(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) ([]jetstream.KeyValue, int, error) {
+func ensurePartitions(ctx context.Context, js jetstream.JetStream, cfg BucketConfig) ([]jetstream.KeyValue, int, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, 0, fmt.Errorf("ensure ledger: %w", err)
