@@ -136,47 +136,6 @@ func (c *Client) broadcastForget(ctx context.Context, key string, fo forgetOptio
 	return nil
 }
 
-// WatchFinal waits until key's record has a final status (completed, failed,
-// denied) and returns it; unlike Watch it goes on past awaiting_approval and
-// uncertain. A key with no record yet is waited for. When an operator
-// forgets the operation meanwhile (or had forgotten it), it returns the
-// forgotten record with an error matching ErrForgotten. When ctx ends first it
-// returns the latest record seen (or the zero record when none was) with an
-// error matching ErrNoAnswer.
-func (c *Client) WatchFinal(ctx context.Context, key string) (dedup.Record, error) {
-	var last dedup.Record
-	rec, err := c.waitLedger(ctx, key, func(rec dedup.Record) bool {
-		last = rec
-		return rec.Status.Final() || rec.Status == intent.StatusForgotten
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return last, fmt.Errorf("%w for %s: %w", ErrNoAnswer, key, ctx.Err())
-		}
-		return last, fmt.Errorf("client: %w", err)
-	}
-	return rec, forgottenErr(key, rec)
-}
-
-// writer returns a ledger the client may write with (Forget only), opening
-// it on first use, and again once the reader found the ledger's shape
-// changed (see reader).
-func (c *Client) writer(ctx context.Context) (*dedup.Ledger, error) {
-	if _, err := c.reader(ctx); err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.forgetter != nil {
-		return c.forgetter, nil
-	}
-	var err error
-	if c.forgetter, err = dedup.Open(ctx, c.js, dedup.BucketConfig{Bucket: c.names.Bucket}, dedup.Bind()); err != nil {
-		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
-	}
-	return c.forgetter, nil
-}
-
 // headerValue is s fit for a NATS header: control characters (a line
 // break would end the header) become spaces.
 func headerValue(s string) string {
