@@ -98,15 +98,13 @@ type Client struct {
 	grace time.Duration
 	mu    sync.Mutex
 	specs map[string]toolSpec
-	// ledger is the client's read side of the ledger, opened on first use
-	// and again after a migration changed its shape; shapeAt is when the
-	// latest look that found its shape to be the ledger's began. shapeMu
-	// serialises those looks.
+	// ledger is the client's one ledger, which it reads and Forget writes
+	// with, opened on first use and again after a migration changed its
+	// shape; shapeAt is when the latest look that found its shape to be the
+	// ledger's began. shapeMu serialises those looks.
 	ledger  *dedup.Ledger
 	shapeAt time.Time
 	shapeMu sync.Mutex
-	// forgetter is the one ledger the client writes with (Forget).
-	forgetter *dedup.Ledger
 	// receiptKeys verify answers' receipts (WithReceiptKeys); nil: none.
 	receiptKeys *audit.KeySet
 	// cat is the workers' tool catalogue as the client remembers it.

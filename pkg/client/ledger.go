@@ -175,9 +175,10 @@ func (c *Client) waitOn(ctx context.Context, r *dedup.Ledger, key string, accept
 // running clients) while it uses the ledger; a read that misses looks too.
 const shapeRecheck = 5 * time.Second
 
-// reader returns the client's read side of the ledger, opening it on first
-// use, and again when the ledger's recorded shape is no longer the one it
-// was opened in (looked at once per shapeRecheck).
+// reader returns the client's ledger — its reads' and Forget's, one open
+// (dedup.Bind) serving both — opening it on first use, and again when the
+// ledger's recorded shape is no longer the one it was opened in (looked at
+// once per shapeRecheck).
 func (c *Client) reader(ctx context.Context) (*dedup.Ledger, error) {
 	return c.readerAsOf(ctx, time.Now().Add(-shapeRecheck), false)
 }
@@ -219,7 +220,7 @@ func (c *Client) readerAsOf(ctx context.Context, since time.Time, wait bool) (*d
 			return r, nil
 		case errors.Is(err, dedup.ErrMigrating):
 			c.mu.Lock()
-			c.ledger, c.forgetter = nil, nil // open it again once the migration is done
+			c.ledger = nil // open it again once the migration is done
 			c.mu.Unlock()
 			return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
 		case err != nil:
@@ -232,28 +233,6 @@ func (c *Client) readerAsOf(ctx context.Context, since time.Time, wait bool) (*d
 	}
 	c.mu.Lock()
 	c.ledger, c.shapeAt = nr, began
-	if r != nil {
-		c.forgetter = nil // bound to the old shape too
-	}
 	c.mu.Unlock()
 	return nr, nil
-}
-
-// writer returns a ledger the client may write with (Forget only), opening
-// it on first use, and again once the reader found the ledger's shape
-// changed (see reader).
-func (c *Client) writer(ctx context.Context) (*dedup.Ledger, error) {
-	if _, err := c.reader(ctx); err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.forgetter != nil {
-		return c.forgetter, nil
-	}
-	var err error
-	if c.forgetter, err = dedup.Open(ctx, c.js, dedup.BucketConfig{Bucket: c.names.Bucket}, dedup.Bind()); err != nil {
-		return nil, fmt.Errorf("client: ledger bucket %s: %w", c.names.Bucket, err)
-	}
-	return c.forgetter, nil
 }

@@ -62,7 +62,7 @@ func (c *Client) Forget(ctx context.Context, key string, opts ...ForgetOption) (
 	if key == "" {
 		return dedup.Record{}, fmt.Errorf("client: %w: forget: no key", intent.ErrInvalid)
 	}
-	l, err := c.writer(ctx)
+	l, err := c.reader(ctx) // the ledger the client reads: Forget writes with it too
 	if err != nil {
 		return dedup.Record{}, err
 	}
