@@ -128,4 +128,9 @@ func TestClientFollowsAMigration(t *testing.T) {
 	page, err := cl.Records(ctx, dedup.Query{})
 	require.NoError(t, err)
 	require.Len(t, page.Records, 2, "a listing reads every partition")
+	_, err = cl.Forget(ctx, done)
+	require.NoError(t, err, "Forget writes with the ledger the client reopened")
+	rec, _, err = after.Get(ctx, done)
+	require.NoError(t, err)
+	require.Equal(t, intent.StatusForgotten, rec.Status)
 }
