@@ -12,12 +12,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
@@ -29,7 +26,6 @@ import (
 	"github.com/idemgate/idemgate/internal/tracing"
 	"github.com/idemgate/idemgate/internal/worker"
 	"github.com/idemgate/idemgate/pkg/audit"
-	"github.com/idemgate/idemgate/pkg/effects/netguard"
 	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -129,54 +125,26 @@ func run(args []string) error {
 		}
 	}
 
-	if cfg.LedgerScan == 0 {
-		cfg.LedgerScan = worker.NoLedgerScan // 0 on the command line: off
-	}
-	cfg.AuditKey = *auditKey
-	if cfg.AuditKey == "" {
-		cfg.AuditKey = filepath.Join(filepath.Dir(filepath.Clean(*storeDir)), "audit.key")
-	}
-	if cfg.AnswerCache == 0 {
-		cfg.AnswerCache = worker.NoAnswerCache // 0 on the command line: off
-	}
-	cfg.SyncIntents = !*asyncIntents
-	batchSet := false
-	fs.Visit(func(f *flag.Flag) { batchSet = batchSet || f.Name == "ledger-batch" })
-	switch {
-	case cfg.LedgerBatch == 0:
-		cfg.LedgerBatch = worker.NoLedgerBatch // 0 on the command line: off
-	case !batchSet && natsFlags.URL == "" && *syncPolicy != natsrv.SyncAlways:
-		// An embedded store that does not sync every write: the group
-		// commit's fixed cost per batch would buy nothing.
-		cfg.LedgerBatch = worker.NoLedgerBatch
-	}
-	for _, p := range strings.Split(*replyPrefix, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			cfg.ReplyPrefixes = append(cfg.ReplyPrefixes, p)
-		}
-	}
-	allow, err := netguard.ParsePrefixes(strings.Split(*hookAllow, ","))
+	batchGiven := false
+	fs.Visit(func(f *flag.Flag) { batchGiven = batchGiven || f.Name == "ledger-batch" })
+	plan, err := worker.Settings{
+		Config:           cfg,
+		LedgerBatchGiven: batchGiven,
+		AsyncIntents:     *asyncIntents,
+		AuditKey:         *auditKey,
+		ReplyPrefixes:    *replyPrefix,
+		WebhookAllow:     *hookAllow,
+		NATSURL:          natsFlags.URL,
+		Embedded:         natsrv.Config{StoreDir: *storeDir, Listen: *listen, Sync: *syncPolicy, ConfigFile: *serverConf},
+	}.Resolve()
 	if err != nil {
-		return fmt.Errorf("--webhook-allow: %w", err)
+		return err
 	}
-	allowPrivate := toolsfile.WithAllowPrivate(allow...)
+	cfg = plan.Config
+	allowPrivate := toolsfile.WithAllowPrivate(plan.WebhookAllow...)
 
 	if *checkConfig {
-		// Validation only: the nats effect is built on a connection that is
-		// never opened.
-		tools, err := toolsfile.LoadFile(*toolsFile, toolsfile.WithNATSConn(new(nats.Conn)), allowPrivate)
-		if err != nil {
-			return err
-		}
-		for _, w := range tools.Warnings() {
-			fmt.Printf("warning: %s\n", w)
-		}
-		fmt.Printf("%s: %d tools, ok", *toolsFile, len(tools.Names()))
-		if n := len(tools.Warnings()); n > 0 {
-			fmt.Printf(" (%d warnings)", n)
-		}
-		fmt.Println()
-		return tools.Close()
+		return worker.CheckTools(os.Stdout, *toolsFile, allowPrivate)
 	}
 	log, err := logFlags.Logger()
 	if err != nil {
@@ -192,14 +160,9 @@ func run(args []string) error {
 
 	// A worker may start before its server: it connects in the background
 	// (natsconn.Flags.Reconnect) and setup waits for JetStream.
-	if natsFlags.URL == "" {
-		srv, err := natsrv.Start(natsrv.Config{StoreDir: *storeDir, Listen: *listen, Sync: *syncPolicy, ConfigFile: *serverConf})
-		switch {
-		case errors.Is(err, natsrv.ErrAddrInUse):
-			return fmt.Errorf("%w (is another worker or nats-server running? stop it, or listen elsewhere with --listen, e.g. --listen 127.0.0.1:4223; make run takes NATS_PORT=4223)", err)
-		case errors.Is(err, natsrv.ErrStoreLocked):
-			return fmt.Errorf("%w: two servers on one store would corrupt it (stop the other worker, or give this one its own --store-dir)", err)
-		case err != nil:
+	if plan.Embedded != nil {
+		srv, err := worker.StartEmbedded(*plan.Embedded, log)
+		if err != nil {
 			return err
 		}
 		defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
@@ -208,7 +171,6 @@ func run(args []string) error {
 		// messages per intent went 16% slower through it
 		// (docs/performance.md).
 		natsFlags.URL = srv.ClientURL()
-		log.Info("embedded JetStream", zap.String("url", natsFlags.URL), zap.String("store_dir", *storeDir), zap.String("sync", *syncPolicy))
 	}
 	nc, err := natsFlags.Connect(log)
 	if err != nil {
