@@ -28,7 +28,8 @@ type memLedger struct {
 	// "claim", "extend", "complete", "fail", "release", "await approval",
 	// "hold"): an error it returns is the call's, and nothing is written.
 	fault func(op string) error
-	// waits, when set, gets the key of each Wait as it starts.
+	// waits, when set, gets the key of each Wait once it has read the
+	// record it waits on (a change made after that wakes it).
 	waits chan string
 }
 
@@ -171,11 +172,11 @@ func (l *memLedger) Get(_ context.Context, key string) (dedup.Record, uint64, er
 // Wait returns key's record once it is answered, or pending with its lease
 // expired or released; dedup.ErrReleased once it is deleted.
 func (l *memLedger) Wait(ctx context.Context, key string) (dedup.Record, uint64, error) {
-	if l.waits != nil {
-		l.waits <- key
-	}
-	for {
+	for first := true; ; first = false {
 		e, changed := l.read(key)
+		if first && l.waits != nil {
+			l.waits <- key
+		}
 		leased := e.rev != 0 && !e.rec.LeaseUntil.IsZero()
 		if e.rev != 0 && e.rec.Status == intent.StatusForgotten {
 			return e.rec, e.rev, fmt.Errorf("wait %s: %w: %w", key, dedup.ErrForgotten, dedup.ErrReleased)
