@@ -7,12 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+	"github.com/idemgate/idemgate/internal/retry"
 	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 )
 
@@ -112,7 +113,8 @@ func (l *Ledger) spend(ctx context.Context, req ClaimRequest, now time.Time) (ok
 	op := opID(req.Key)
 	ttl := (end.Sub(now) + budgetSlack + time.Second - 1).Truncate(time.Second)
 	bucket := l.parts[0]
-	for round := range maxSpendRounds {
+	var pauses backoff.BackOff // made at the first lost round: most spends lose none
+	for range maxSpendRounds {
 		e, err := bucket.Read(ctx, key)
 		if err != nil {
 			return false, time.Time{}, fmt.Errorf("budget %s: %w", key, err)
@@ -144,11 +146,25 @@ func (l *Ledger) spend(ctx context.Context, req ClaimRequest, now time.Time) (ok
 		}
 		// Another claimant counted first: read again, after a pause that
 		// spreads the next tries.
-		if err := pause(ctx, time.Duration(rand.Int64N(int64(time.Millisecond)<<min(round, 5)))); err != nil {
-			return false, time.Time{}, fmt.Errorf("budget %s: %w", key, err)
+		if pauses == nil {
+			pauses = spendPauses(ctx)
+		}
+		if !retry.Wait(ctx, pauses) {
+			if err := ctx.Err(); err != nil {
+				return false, time.Time{}, fmt.Errorf("budget %s: %w", key, err)
+			}
+			break
 		}
 	}
 	return false, time.Time{}, fmt.Errorf("budget %s: %w", key, ErrContended)
+}
+
+// spendPauses are the pauses of a spend after a lost compare-and-set, one a
+// round, spread so that the claimants of a window do not try again in step:
+// each uniform in [0, d], d 1ms doubling up to 32ms (1, 2, 4, 8, 16, 32,
+// 32ms ...), maxSpendRounds of them, cut short when ctx is done.
+func spendPauses(ctx context.Context) backoff.BackOff {
+	return backoff.WithMaxRetries(retry.Spread(ctx, time.Millisecond, 32*time.Millisecond), maxSpendRounds)
 }
 
 // budgetAllows is what a claim about to create req.Key's record does about

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+	"github.com/idemgate/idemgate/internal/retry"
 	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
 )
 
@@ -77,7 +79,8 @@ func (l *Ledger) Forget(ctx context.Context, key string, opts ...ForgetOption) (
 	for _, opt := range opts {
 		opt(&o)
 	}
-	for round := range maxDecideRounds {
+	var pauses backoff.BackOff // made at the first lost round: most forgets lose none
+	for range maxDecideRounds {
 		rec, rev, err := l.Get(ctx, key)
 		if err != nil {
 			return Record{}, fmt.Errorf("forget: %w", err)
@@ -103,11 +106,24 @@ func (l *Ledger) Forget(ctx context.Context, key string, opts ...ForgetOption) (
 		}
 		// Changed since the read (or, on a replicated bucket, a write of
 		// the key still in process): judge it again after a short pause.
-		if err := pause(ctx, time.Millisecond<<round); err != nil {
-			return Record{}, fmt.Errorf("forget %s: %w", key, err)
+		if pauses == nil {
+			pauses = forgetPauses(ctx)
+		}
+		if !retry.Wait(ctx, pauses) {
+			if err := ctx.Err(); err != nil {
+				return Record{}, fmt.Errorf("forget %s: %w", key, err)
+			}
+			break
 		}
 	}
 	return Record{}, fmt.Errorf("forget %s: %w", key, ErrContended)
+}
+
+// forgetPauses are the pauses of Forget after a lost compare-and-set, one a
+// round: 1ms, doubling (2, 4 ... 128ms), maxDecideRounds of them, cut short
+// when ctx is done.
+func forgetPauses(ctx context.Context) backoff.BackOff {
+	return backoff.WithMaxRetries(retry.Doubling(ctx, time.Millisecond, time.Millisecond<<(maxDecideRounds-1)), maxDecideRounds)
 }
 
 // confirmGone watches key's record, at revision rev past its lease, for one

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+	"github.com/idemgate/idemgate/internal/retry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -17,6 +19,12 @@ const listFetch = 256
 // maxScanRetries bounds the retries of a pull that found no consumer to
 // answer it.
 const maxScanRetries = 8
+
+// scanPauses are the pauses before such a pull is sent again: 1ms, doubling
+// (2, 4 ... 128ms), maxScanRetries of them, cut short when ctx is done.
+func scanPauses(ctx context.Context) backoff.BackOff {
+	return backoff.WithMaxRetries(retry.Doubling(ctx, time.Millisecond, time.Millisecond<<(maxScanRetries-1)), maxScanRetries)
+}
 
 // Scan is a range of a bucket's messages to read (see Bucket.Scan).
 type Scan struct {
@@ -92,11 +100,12 @@ func (b *Bucket) Scan(ctx context.Context, s Scan, visit func(Msg) bool) (next u
 			n = min(n, s.MaxScan-sc.read)
 		}
 		got, last, err := sc.fetch(ctx, n)
-		for try := 0; got == 0 && ctx.Err() == nil && try < maxScanRetries; try++ {
+		if got == 0 {
 			// Records are pending and none came: a consumer of a replicated
 			// stream may take a moment to be served after its creation was
 			// answered.
-			if perr := pause(ctx, time.Millisecond<<try); perr == nil {
+			pauses := scanPauses(ctx)
+			for got == 0 && retry.Wait(ctx, pauses) {
 				got, last, err = sc.fetch(ctx, n)
 			}
 		}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+	"github.com/idemgate/idemgate/internal/retry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -90,7 +92,8 @@ func (b *Bucket) Update(ctx context.Context, key string, data []byte, rev uint64
 		settleIn = min(settleIn, max(time.Until(d), 100*time.Millisecond))
 	}
 	since := time.Now()
-	for try := 0; ; try++ {
+	var pauses backoff.BackOff // made at the first pause: most writes need none
+	for {
 		var newRev uint64
 		var err error
 		if b.batch == nil || m == Alone {
@@ -104,8 +107,13 @@ func (b *Bucket) Update(ctx context.Context, key string, data []byte, rev uint64
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
 			// The mismatch is tested first: on R1 it also matches
 			// ErrKeyExists; both mean the write was refused.
-			if b.retryCAS(ctx, key, rev, err, try, since) {
-				continue
+			if b.retryCAS(ctx, key, rev, err, since) {
+				if pauses == nil {
+					pauses = casPauses(ctx)
+				}
+				if retry.Wait(ctx, pauses) {
+					continue
+				}
 			}
 			return 0, fmt.Errorf("%w: %w", ErrRevision, err)
 		}
@@ -167,8 +175,16 @@ func (b *Bucket) Purge(ctx context.Context, key string) error {
 // acknowledgement is settled.
 const casRetryFor = settleTimeout
 
+// casPauses are the pauses before a refused compare-and-set is sent again
+// (see retryCAS): 1ms, doubling up to 100ms (1, 2, 4 ... 64, 100, 100ms),
+// cut short when ctx is done; casRetryFor bounds how long they go on.
+func casPauses(ctx context.Context) backoff.BackOff {
+	return retry.Doubling(ctx, time.Millisecond, 100*time.Millisecond)
+}
+
 // retryCAS reports whether a compare-and-set on rev, refused with err after
-// being first sent at since, should be tried again, after a short pause. A
+// being first sent at since, should be tried again, after a short pause
+// (casPauses). A
 // replicated stream refuses a compare-and-set on a key whose previous write
 // is still in process, with the constant "wrong last sequence" error
 // (10164), even when rev is right — just after that write was acknowledged,
@@ -176,17 +192,14 @@ const casRetryFor = settleTimeout
 // as the latest revision, the refusal is not a lost race and the write is
 // retried, for up to casRetryFor; the retry is itself a compare-and-set, so
 // it cannot overwrite another writer.
-func (b *Bucket) retryCAS(ctx context.Context, key string, rev uint64, err error, try int, since time.Time) bool {
+func (b *Bucket) retryCAS(ctx context.Context, key string, rev uint64, err error, since time.Time) bool {
 	var apiErr *jetstream.APIError
 	if time.Since(since) >= casRetryFor || !errors.As(err, &apiErr) ||
 		apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant {
 		return false
 	}
 	e, rerr := b.Read(ctx, key)
-	if rerr != nil || e.Rev != rev {
-		return false
-	}
-	return pause(ctx, min(time.Millisecond<<min(try, 7), 100*time.Millisecond)) == nil
+	return rerr == nil && e.Rev == rev
 }
 
 // settle resolves a write of data over rev whose outcome is unknown: it
@@ -200,18 +213,6 @@ func (b *Bucket) settle(ctx context.Context, key string, rev uint64, data []byte
 		return 0, false
 	}
 	return e.Rev, true
-}
-
-// pause waits d, or until ctx is done.
-func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // putNew writes data as key's first record: refused, with an error matching
