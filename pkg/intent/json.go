@@ -79,6 +79,9 @@ type parser struct {
 	// members is a stack of the members of the objects being parsed, each
 	// object's copied out once complete: one allocation per object.
 	members []member
+	// deepest is the most members the stack held in this parse: release
+	// clears that much.
+	deepest int
 }
 
 // parsers keeps parsers for their member stacks.
@@ -86,9 +89,10 @@ var parsers = sync.Pool{New: func() any { return new(parser) }}
 
 // release puts p back in parsers, holding nothing of what it parsed.
 func (p *parser) release() {
-	clear(p.members[:cap(p.members)])
 	if cap(p.members) > 1024 {
 		p.members = nil
+	} else {
+		clear(p.members[:p.deepest])
 	}
 	*p = parser{members: p.members[:0]}
 	parsers.Put(p)
@@ -218,6 +222,7 @@ func (p *parser) object(depth int) (value, error) {
 			return value{}, err
 		}
 		p.members = append(p.members, member{name: name, val: val})
+		p.deepest = max(p.deepest, len(p.members))
 		p.skipSpace()
 		if p.pos >= len(p.data) {
 			return value{}, p.errorf("unexpected end of input, expected ',' or '}'")
