@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/internal/auth"
+	"github.com/idemgate/idemgate/internal/console"
 	"github.com/idemgate/idemgate/internal/envflag"
 	"github.com/idemgate/idemgate/internal/httpapi"
 	"github.com/idemgate/idemgate/internal/logging"
@@ -125,7 +126,7 @@ func run(args []string) error {
 	defer stop()
 	log.Info("gateway listening", zap.String("url", srv.Scheme()+"://"+ln.Addr().String()),
 		zap.String("nats", natsFlags.URL), zap.Int("tokens", ts.Len()))
-	log.Info("operator console", zap.String("url", srv.Scheme()+"://"+ln.Addr().String()+httpapi.ConsolePath),
+	log.Info("operator console", zap.String("url", srv.Scheme()+"://"+ln.Addr().String()+console.Path),
 		zap.String("login", "paste an operator token"))
 	if err := srv.Serve(ctx, ln, *drain); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/auth"
+	"github.com/idemgate/idemgate/internal/console"
 
 	"go.uber.org/zap"
 
@@ -25,6 +26,8 @@ const (
 	DefaultWait              = 3 * time.Minute
 	DefaultMaxWait           = 5 * time.Minute
 	DefaultListMaxScan       = 10000
+	// DefaultWorkerMetricsEvery is the console's (1m).
+	DefaultWorkerMetricsEvery = console.DefaultWorkerMetricsEvery
 	// maxHeaderBytes bounds a request's line and headers: over it the
 	// request is answered 431, a problem.
 	maxHeaderBytes = 16 << 10
@@ -165,7 +168,7 @@ func (c *Config) validate() error {
 	case c.ListMaxScan < 1:
 		return fmt.Errorf("httpapi: list max scan %d: must be at least 1", c.ListMaxScan)
 	}
-	return c.validateWorkerMetrics()
+	return nil // the console checks its own settings
 }
 
 // loopback reports whether host names only this machine.

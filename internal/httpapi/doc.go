@@ -16,7 +16,7 @@
 //	DELETE /v1/operations/{key}             forget an operation so that it may run again (operator)
 //	GET    /v1/dead-letters                 list dead letters (operator)
 //	POST   /v1/dead-letters/{seq}/replay    replay one (operator)
-//	GET    /console/                        the operator console: HTML pages (docs/console.md)
+//	GET    /console/                        the operator console (internal/console, docs/console.md)
 //
 // Every route but /v1/openapi.json and /healthz takes a bearer token from
 // the tokens file (internal/auth): its role (agent or operator) decides the

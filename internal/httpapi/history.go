@@ -51,7 +51,7 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request, tok *auth.To
 		s.unavailable(w, err)
 		return
 	}
-	if len(lines) == 0 || !s.historyReached(tok, lines) {
+	if len(lines) == 0 || !tok.ReachesHistory(lines) {
 		fail(w, http.StatusNotFound, intent.CodeNotFound, "no audit history of %s", clip(key))
 		return
 	}
@@ -60,34 +60,6 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request, tok *auth.To
 		out.Entries[i] = line
 	}
 	writeJSON(w, http.StatusOK, "application/json", out)
-}
-
-// historyReached reports whether tok may see a history: a token of every
-// namespace always; a token of one namespace when some event names a
-// session and every session named is in its namespace (events that name
-// none, such as a forget, go with the rest).
-func (s *Server) historyReached(tok *auth.Token, lines [][]byte) bool {
-	if tok.Namespace == auth.AllNamespaces {
-		return true
-	}
-	named := false
-	for _, line := range lines {
-		var e struct {
-			Event struct {
-				Session *string `json:"session"`
-			} `json:"event"`
-		}
-		if json.Unmarshal(line, &e) != nil {
-			return false
-		}
-		if sess := e.Event.Session; sess != nil {
-			if !tok.Reaches(*sess) {
-				return false
-			}
-			named = true
-		}
-	}
-	return named
 }
 
 // getAuditKeys answers GET /v1/audit/keys: the public keys the workers

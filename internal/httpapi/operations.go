@@ -256,7 +256,7 @@ func refusedDetail(op string, after *dedup.Record, msg string) string {
 	case after == nil:
 		return fmt.Sprintf("%s: the operation's state does not allow it (%s); GET the operation for its record. Nothing changed.", not, why)
 	case after.Decision != nil:
-		return refusedFor(op, after, "")
+		return decidedOtherwise(op, after)
 	}
 	if why == string(after.Status) {
 		why = ""

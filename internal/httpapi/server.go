@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/auth"
+	"github.com/idemgate/idemgate/internal/console"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
@@ -38,7 +39,7 @@ type Server struct {
 	log     *zap.Logger
 	callers sync.Map // token hash → *caller
 	handler http.Handler
-	console *console
+	console *console.Console
 }
 
 // caller is a token's rate limiter and count of requests in progress.
@@ -61,7 +62,7 @@ func New(nc *nats.Conn, cl *client.Client, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, cl: cl, nc: nc, log: cfg.Log}
 	var err error
 	if s.console, err = newConsole(s); err != nil {
-		return nil, fmt.Errorf("httpapi: console: %w", err)
+		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 	s.handler = s.routes()
 	return s, nil
@@ -82,7 +83,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
-	s.console.start(ctx, srv)
+	s.console.Start(ctx, srv)
 	if s.cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
 		if err != nil {
@@ -167,7 +168,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/v1/openapi.json", methodNotAllowed(http.MethodGet))
 	mux.HandleFunc("GET /healthz", s.health)
 	mux.Handle("/healthz", methodNotAllowed(http.MethodGet))
-	s.console.register(mux)
+	s.console.Mount(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, codeNotFoundRoute, "no endpoint %s %s (see /v1/openapi.json)", r.Method, r.URL.Path)
 	})

@@ -1,4 +1,4 @@
-package httpapi
+package console
 
 import (
 	"context"
@@ -28,10 +28,10 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// boundsServer is a front door on a JetStream with no workers, with an
+// boundsServer is a console on a JetStream with no workers, with an
 // operator token per name of ns (name: namespace), and no rate limit that
 // a flood would meet before the console's own bounds.
-func boundsServer(t *testing.T, ns map[string]string) (*Server, map[string]string) {
+func boundsServer(t *testing.T, ns map[string]string) (http.Handler, map[string]string) {
 	t.Helper()
 	nc := natstest.Connect(t, natstest.RunServer(t).ClientURL())
 	cl, err := client.New(nc)
@@ -45,10 +45,7 @@ func boundsServer(t *testing.T, ns map[string]string) (*Server, map[string]strin
 	}
 	toks, err := auth.ParseTokens(strings.NewReader(strings.Join(lines, "\n")))
 	require.NoError(t, err)
-	s, err := New(nc, cl, Config{Tokens: toks, Rate: 1e9, Burst: 1 << 30})
-	require.NoError(t, err)
-	t.Cleanup(s.console.shutdown)
-	return s, secrets
+	return mounted(t, cl, toks), secrets
 }
 
 // serve runs one request through h and returns its answer.
@@ -91,8 +88,7 @@ func loggedIn(t *testing.T, h http.Handler, cookie string) bool {
 // oldest sessions.
 func TestConsoleLoginsCannotEvictAnotherTenant(t *testing.T) {
 	t.Parallel()
-	s, secrets := boundsServer(t, map[string]string{"ops-a": "team-a", "ops-b": "team-b"})
-	h := s.Handler()
+	h, secrets := boundsServer(t, map[string]string{"ops-a": "team-a", "ops-b": "team-b"})
 	b := loginCookie(t, h, secrets["ops-b"])
 	first := loginCookie(t, h, secrets["ops-a"])
 	var last string
@@ -110,8 +106,8 @@ func TestConsoleLoginsCannotEvictAnotherTenant(t *testing.T) {
 // again within the Retry-After it was given.
 func TestConsoleFailedLoginsSlowedPerAddress(t *testing.T) {
 	t.Parallel()
-	s, secrets := boundsServer(t, map[string]string{"ops": "*"})
-	srv := httptest.NewServer(s.Handler())
+	h, secrets := boundsServer(t, map[string]string{"ops": "*"})
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	from := func(ip string) *http.Client {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
@@ -224,10 +220,7 @@ func TestConsoleFlashesBounded(t *testing.T) {
 	require.NoError(t, err)
 	toks, err := auth.ParseTokens(strings.NewReader(line))
 	require.NoError(t, err)
-	s, err := New(nc, cl, Config{Tokens: toks, Rate: 1e9, Burst: 1 << 30})
-	require.NoError(t, err)
-	t.Cleanup(s.console.shutdown)
-	h := s.Handler()
+	h := mounted(t, cl, toks)
 	cookie := loginCookie(t, h, secret)
 	page := func() string {
 		resp := serve(h, http.MethodGet, "/console/search", "", cookie)

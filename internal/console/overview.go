@@ -1,11 +1,10 @@
-package httpapi
+package console
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -289,7 +288,7 @@ type overviewData struct {
 
 // overview shows the workers' rates per tool over the last hour and the
 // unresolved records by state and age.
-func (c *console) overview(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+func (c *Console) overview(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
 	d := overviewData{}
 	switch {
 	case c.rates == nil:
@@ -338,19 +337,3 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request, sess *console
 
 // statusLabel is a status as the pages say it.
 func statusLabel(s intent.Status) string { return strings.ReplaceAll(string(s), "_", " ") }
-
-// DefaultWorkerMetricsEvery is Config.WorkerMetricsEvery's default.
-const DefaultWorkerMetricsEvery = time.Minute
-
-// validateWorkerMetrics checks the worker metrics settings.
-func (c *Config) validateWorkerMetrics() error {
-	if c.WorkerMetricsEvery < time.Second {
-		return fmt.Errorf("httpapi: worker metrics every %s: use at least 1s", c.WorkerMetricsEvery)
-	}
-	for _, u := range c.WorkerMetrics {
-		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return fmt.Errorf("httpapi: worker metrics URL %q: give a worker's http(s)://host:port/metrics (its --admin-addr)", clip(u))
-		}
-	}
-	return nil
-}

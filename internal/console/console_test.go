@@ -1,4 +1,4 @@
-package httpapi
+package console
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 
 	"github.com/idemgate/idemgate/internal/auth"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
@@ -26,8 +25,8 @@ import (
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
-// consoleServer is a front door on a JetStream with no workers: enough for
-// the console's login, sessions and protections.
+// consoleServer is a console on a JetStream with no workers: enough for
+// its login, sessions and protections.
 func consoleServer(t *testing.T) (*httptest.Server, map[string]string) {
 	t.Helper()
 	nc := natstest.Connect(t, natstest.RunServer(t).ClientURL())
@@ -42,12 +41,38 @@ func consoleServer(t *testing.T) (*httptest.Server, map[string]string) {
 	}
 	toks, err := auth.ParseTokens(strings.NewReader(strings.Join(lines, "\n")))
 	require.NoError(t, err)
-	s, err := New(nc, cl, Config{Tokens: toks})
+	return served(t, cl, toks), secrets
+}
+
+// newMounted is a console on cl for toks, mounted on a mux of its own as
+// the front door mounts it, with a limiter that admits every request.
+func newMounted(t *testing.T, cl *client.Client, toks *auth.Tokens) (*Console, http.Handler) {
+	t.Helper()
+	admitAll := LimiterFunc(func(*auth.Token) (func(), time.Duration, string) { return func() {}, 0, "" })
+	c, err := New(Config{Client: cl, Tokens: toks, Limiter: admitAll})
 	require.NoError(t, err)
-	ts := httptest.NewServer(s.Handler())
+	mux := http.NewServeMux()
+	c.Mount(mux)
+	return c, mux
+}
+
+// mounted is newMounted's handler; the test's end shuts the console down.
+func mounted(t *testing.T, cl *client.Client, toks *auth.Tokens) http.Handler {
+	t.Helper()
+	c, h := newMounted(t, cl, toks)
+	t.Cleanup(c.shutdown)
+	return h
+}
+
+// served is newMounted's handler on a test server; the test's end shuts
+// the console down (ending its live pages), then the server.
+func served(t *testing.T, cl *client.Client, toks *auth.Tokens) *httptest.Server {
+	t.Helper()
+	c, h := newMounted(t, cl, toks)
+	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
-	t.Cleanup(s.console.shutdown)
-	return ts, secrets
+	t.Cleanup(c.shutdown)
+	return ts
 }
 
 // newJar is an empty cookie jar.
@@ -320,52 +345,4 @@ func TestSafeNext(t *testing.T) {
 	} {
 		require.Equal(t, want, safeNext(next), next)
 	}
-}
-
-// A live page's event stream ends when the front door shuts down: the
-// drain does not wait for it.
-func TestConsoleStreamsEndOnShutdown(t *testing.T) {
-	t.Parallel()
-	nc := natstest.Connect(t, natstest.RunServer(t).ClientURL())
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	_, err = dedup.Open(t.Context(), js, dedup.BucketConfig{Bucket: "IDEM_LEDGER"}) // what the workers create
-	require.NoError(t, err)
-	cl, err := client.New(nc)
-	require.NoError(t, err)
-	secret, line, err := auth.NewToken(auth.RoleOperator, "*", "ops")
-	require.NoError(t, err)
-	toks, err := auth.ParseTokens(strings.NewReader(line))
-	require.NoError(t, err)
-	s, err := New(nc, cl, Config{Tokens: toks})
-	require.NoError(t, err)
-	ln, err := s.Listen()
-	require.NoError(t, err)
-	ctx, stop := context.WithCancel(t.Context())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx, ln, time.Hour) }()
-
-	base := "http://" + ln.Addr().String()
-	c := noRedirect(newJar(t))
-	resp, err := c.PostForm(base+"/console/login", url.Values{"token": {secret}})
-	require.NoError(t, err)
-	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	_ = resp.Body.Close()
-	resp, err = c.Get(base + "/console/events")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
-	first := make([]byte, len("retry:"))
-	_, err = io.ReadFull(resp.Body, first)
-	require.NoError(t, err)
-
-	stop()
-	select {
-	case err := <-served:
-		require.NoError(t, err)
-	case <-t.Context().Done():
-		t.Fatal("the shutdown waited for the live page")
-	}
-	_, err = io.ReadAll(resp.Body)
-	require.NoError(t, err, "the stream ended cleanly")
 }

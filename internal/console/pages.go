@@ -1,4 +1,4 @@
-package httpapi
+package console
 
 import (
 	"bytes"
@@ -42,10 +42,10 @@ var queueStatuses = []intent.Status{intent.StatusAwaitingApproval, intent.Status
 // scan reads every open record of the ledger (every namespace: the hub's
 // view needs them all), at most scanPages pages. complete is false when it
 // stopped before the end.
-func (c *console) scan(ctx context.Context) (recs []dedup.Listed, complete bool, err error) {
-	q := dedup.Query{Statuses: dedup.OpenStatuses, Limit: dedup.MaxListLimit, MaxScan: c.s.cfg.ListMaxScan}
+func (c *Console) scan(ctx context.Context) (recs []dedup.Listed, complete bool, err error) {
+	q := dedup.Query{Statuses: dedup.OpenStatuses, Limit: dedup.MaxListLimit, MaxScan: c.cfg.ListMaxScan}
 	for range scanPages {
-		page, err := c.s.cl.Records(ctx, q)
+		page, err := c.cl.Records(ctx, q)
 		if err != nil {
 			return recs, false, err
 		}
@@ -129,7 +129,7 @@ type queueData struct {
 // queueData reads the queue for sess: the operations awaiting a decision,
 // oldest first, and the open records counted by status. The hub is started
 // first, so that the page's position covers every change after the read.
-func (c *console) queueData(ctx context.Context, sess *consoleSession) (queueData, string) {
+func (c *Console) queueData(ctx context.Context, sess *consoleSession) (queueData, string) {
 	since := c.hub.ensure(ctx)
 	recs, complete, err := c.scan(ctx)
 	if err != nil {
@@ -162,14 +162,14 @@ func (c *console) queueData(ctx context.Context, sess *consoleSession) (queueDat
 }
 
 // queue shows the operations waiting for a person, live.
-func (c *console) queue(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+func (c *Console) queue(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
 	d, since := c.queueData(r.Context(), sess)
 	c.renderPage(w, r, sess, http.StatusOK, pageData{Title: "Queue", Nav: "queue", Live: "queue", Since: since, Data: d})
 }
 
 // queueItems is the queue's list alone, for a live page that lost track of
 // changes (a reconnect, a burst it could not take).
-func (c *console) queueItems(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+func (c *Console) queueItems(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
 	d, since := c.queueData(r.Context(), sess)
 	w.Header().Set("Idem-Console-Since", since)
 	c.fragment(w, "queue-list", d)
@@ -178,9 +178,9 @@ func (c *console) queueItems(w http.ResponseWriter, r *http.Request, sess *conso
 // queueItem is one operation's entry of the queue, for a live page that saw
 // it change; 204 when it is not in the queue (any more) or not the
 // operator's.
-func (c *console) queueItem(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+func (c *Console) queueItem(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
 	key := r.PathValue("key")
-	rec, rev, err := c.s.cl.GetRevision(r.Context(), key)
+	rec, rev, err := c.cl.GetRevision(r.Context(), key)
 	switch {
 	case errors.Is(err, client.ErrNotFound), errors.Is(err, intent.ErrInvalid), errors.Is(err, dedup.ErrInvalid),
 		err == nil && (!sess.tok.Reaches(rec.Session) || !slices.Contains(queueStatuses, rec.Status)):
@@ -193,6 +193,19 @@ func (c *console) queueItem(w http.ResponseWriter, r *http.Request, sess *consol
 	it := newItem(key, rev, rec, sess.csrf, "queue")
 	it.ProbeKey = c.probeable(r.Context(), key, rec)
 	c.fragment(w, "queue-item", it)
+}
+
+// operation is a record as GET /v1/operations/{key} answers it, which
+// the record page shows raw.
+type operation struct {
+	Key string `json:"key"`
+	dedup.Record
+}
+
+// forgotten is a forget's answer as DELETE /v1/operations/{key} gives it.
+type forgotten struct {
+	Forgotten string       `json:"forgotten"`
+	Record    dedup.Record `json:"record"`
 }
 
 // recordData is the record page's.
@@ -215,10 +228,10 @@ type command struct {
 }
 
 // record shows everything the ledger knows of one operation, live.
-func (c *console) record(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+func (c *Console) record(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
 	key := r.PathValue("key")
 	since := c.hub.ensure(r.Context())
-	rec, rev, err := c.s.cl.GetRevision(r.Context(), key)
+	rec, rev, err := c.cl.GetRevision(r.Context(), key)
 	p := pageData{Title: "Operation " + key, Nav: "record", Live: "record", Since: since, Key: key}
 	d := recordData{item: item{Key: key}}
 	status := http.StatusOK
@@ -256,7 +269,7 @@ func (c *console) record(w http.ResponseWriter, r *http.Request, sess *consoleSe
 // probe (the catalogue says), and the key the downstream knows must be
 // known: key itself when full, or, for a compact ledger key, the one its
 // last probe asked about.
-func (c *console) probeable(ctx context.Context, key string, rec dedup.Record) string {
+func (c *Console) probeable(ctx context.Context, key string, rec dedup.Record) string {
 	if rec.Status != intent.StatusUncertain {
 		return ""
 	}
@@ -270,7 +283,7 @@ func (c *console) probeable(ctx context.Context, key string, rec dedup.Record) s
 		}
 		full = rec.Probe.Key
 	}
-	if t, ok, err := c.s.cl.Tool(ctx, rec.Tool); err != nil || !ok || !t.Probe {
+	if t, ok, err := c.cl.Tool(ctx, rec.Tool); err != nil || !ok || !t.Probe {
 		return ""
 	}
 	return full
@@ -279,7 +292,7 @@ func (c *console) probeable(ctx context.Context, key string, rec dedup.Record) s
 // commands are the submit and curl command lines that do what the record
 // page shows and its actions do; rec is nil when the key has no record;
 // probe is the key to probe it by, "" when it may not be (probeable).
-func (c *console) commands(r *http.Request, key string, rec *dedup.Record, probe string) []command {
+func (c *Console) commands(r *http.Request, key string, rec *dedup.Record, probe string) []command {
 	base := c.baseURL(r)
 	auth := `-H "Authorization: Bearer $(cat data/operator.token)"`
 	post := func(op, body string) string {
@@ -327,8 +340,8 @@ func (c *console) commands(r *http.Request, key string, rec *dedup.Record, probe
 }
 
 // baseURL is the front door's URL as the browser reaches it.
-func (c *console) baseURL(r *http.Request) string {
-	if c.secureCookies() {
+func (c *Console) baseURL(r *http.Request) string {
+	if c.cfg.HTTPS {
 		return "https://" + r.Host
 	}
 	return "http://" + r.Host
@@ -349,13 +362,13 @@ func forgettable(rec dedup.Record) bool {
 // act applies an operator action to an operation: approve, deny, resolve,
 // probe or forget, through the same client calls as the API and submit, as the
 // session's token; the outcome is shown on the page it came from.
-func (c *console) act(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+func (c *Console) act(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
 	key, action := r.PathValue("key"), r.PathValue("action")
-	back := ConsolePath + "op/" + url.PathEscape(key)
+	back := Path + "op/" + url.PathEscape(key)
 	if r.PostFormValue("back") == "queue" {
-		back = ConsolePath
+		back = Path
 	}
-	link := ConsolePath + "op/" + url.PathEscape(key)
+	link := Path + "op/" + url.PathEscape(key)
 	done := func(f flash) {
 		switch f.Link {
 		case "":
@@ -374,7 +387,7 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, sess *consoleSessi
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), consoleWait)
 	defer cancel()
-	rec, err := c.s.cl.Get(ctx, key)
+	rec, err := c.cl.Get(ctx, key)
 	switch {
 	case errors.Is(err, client.ErrNotFound), errors.Is(err, intent.ErrInvalid), errors.Is(err, dedup.ErrInvalid),
 		err == nil && !sess.tok.Reaches(rec.Session):
@@ -415,7 +428,7 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, sess *consoleSessi
 			d.Result = json.RawMessage(res)
 		}
 	}
-	res, err := c.s.cl.Decide(ctx, action, d)
+	res, err := c.cl.Decide(ctx, action, d)
 	switch {
 	case errors.Is(err, client.ErrNoAnswer):
 		done(flash{Kind: "info", Text: fmt.Sprintf("The %s was sent and no worker answered within %s; the operation's page shows the outcome once it is recorded.", action, consoleWait)})
@@ -433,7 +446,7 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, sess *consoleSessi
 	if res.Status == intent.StatusRejected && res.Error != nil && res.Error.Code == intent.CodeWrongState {
 		// Say what the operation is now and who made it so, not the
 		// workers' words.
-		if now, err := c.s.cl.Get(ctx, key); err == nil {
+		if now, err := c.cl.Get(ctx, key); err == nil {
 			after = &now
 		}
 	}
@@ -447,7 +460,7 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, sess *consoleSessi
 // decided says what a decision's answer means for the operator; before is
 // the record as read just before the decision was sent, after as read
 // after a refusal for its state (nil: not read).
-func (c *console) decided(action, key string, before dedup.Record, after *dedup.Record, res *intent.Result) (kind, text string) {
+func (c *Console) decided(action, key string, before dedup.Record, after *dedup.Record, res *intent.Result) (kind, text string) {
 	if res.Status == intent.StatusRejected {
 		code, msg := "", ""
 		if res.Error != nil {
@@ -486,9 +499,9 @@ func (c *console) decided(action, key string, before dedup.Record, after *dedup.
 
 // probed says what a probe's answer means for the operator, with the
 // verdict the record now carries.
-func (c *console) probed(ctx context.Context, key string, res *intent.Result) (kind, text string) {
+func (c *Console) probed(ctx context.Context, key string, res *intent.Result) (kind, text string) {
 	verdict := "not recorded"
-	if rec, err := c.s.cl.Get(ctx, key); err == nil && rec.Probe != nil {
+	if rec, err := c.cl.Get(ctx, key); err == nil && rec.Probe != nil {
 		verdict = rec.Probe.Verdict
 	}
 	if res.Status == intent.StatusCompleted {
@@ -547,12 +560,12 @@ func pastTense(action string) string {
 // DELETE /v1/operations/{key} and submit forget do: the audit trail records
 // the session's token name and the reason; an unresolved operation only
 // when force (the page's "forget anyway").
-func (c *console) forget(ctx context.Context, sess *consoleSession, key, reason string, force bool, done func(flash)) {
+func (c *Console) forget(ctx context.Context, sess *consoleSession, key, reason string, force bool, done func(flash)) {
 	opts := []client.ForgetOption{client.ForgetBy(sess.tok.Name, reason)}
 	if force {
 		opts = append(opts, client.Forced())
 	}
-	rec, err := c.s.cl.Forget(ctx, key, opts...)
+	rec, err := c.cl.Forget(ctx, key, opts...)
 	switch {
 	case errors.Is(err, client.ErrInFlight):
 		done(flash{Kind: "error", Text: fmt.Sprintf("Refused: the operation may be firing now (%s, lease until %s). Nothing was forgotten.", rec.Status, rec.LeaseUntil.UTC().Format(time.RFC3339))})
@@ -581,13 +594,13 @@ type searchData struct {
 
 // search finds operations by key (full or as the ledger stores it), tool,
 // session, status and time.
-func (c *console) search(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+func (c *Console) search(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
 	v := r.URL.Query()
 	d := searchData{Key: strings.TrimSpace(v.Get("key")), Tool: strings.TrimSpace(v.Get("tool")), Session: strings.TrimSpace(v.Get("session")),
 		Status: v.Get("status"), Since: strings.TrimSpace(v.Get("since")), Until: strings.TrimSpace(v.Get("until")),
 		Statuses: []intent.Status{intent.StatusPending, intent.StatusAwaitingApproval, intent.StatusApproved, intent.StatusUncertain,
 			intent.StatusCompleted, intent.StatusFailed, intent.StatusDenied}}
-	if cat, err := c.s.cl.Catalog(r.Context(), client.CatalogFresh); err == nil {
+	if cat, err := c.cl.Catalog(r.Context(), client.CatalogFresh); err == nil {
 		for _, t := range cat.Tools {
 			d.Tools = append(d.Tools, t.Name)
 		}
@@ -595,10 +608,10 @@ func (c *console) search(w http.ResponseWriter, r *http.Request, sess *consoleSe
 	d.Asked = d.Key != "" || d.Tool != "" || d.Session != "" || d.Status != "" || d.Since != "" || d.Until != "" || v.Has("all")
 	render := func(status int) { c.render(w, r, sess, status, "search", d) }
 	if d.Key != "" {
-		rec, _, err := c.s.cl.GetRevision(r.Context(), d.Key)
+		rec, _, err := c.cl.GetRevision(r.Context(), d.Key)
 		switch {
 		case err == nil && sess.tok.Reaches(rec.Session):
-			http.Redirect(w, r, ConsolePath+"op/"+url.PathEscape(d.Key), http.StatusSeeOther)
+			http.Redirect(w, r, Path+"op/"+url.PathEscape(d.Key), http.StatusSeeOther)
 		case err == nil, errors.Is(err, client.ErrNotFound):
 			d.Error = fmt.Sprintf("No operation %s (in namespace %s). A key is the full one (tool.digest) or the one a listing shows.", d.Key, sess.tok.Namespace)
 			render(http.StatusNotFound)
@@ -612,7 +625,7 @@ func (c *console) search(w http.ResponseWriter, r *http.Request, sess *consoleSe
 		render(http.StatusOK)
 		return
 	}
-	q := dedup.Query{Tool: d.Tool, Session: d.Session, MaxScan: c.s.cfg.ListMaxScan}
+	q := dedup.Query{Tool: d.Tool, Session: d.Session, MaxScan: c.cfg.ListMaxScan}
 	var err error
 	if q.Statuses, err = dedup.ParseStatuses(d.Status); err != nil {
 		d.Error = err.Error()
@@ -646,7 +659,7 @@ func (c *console) search(w http.ResponseWriter, r *http.Request, sess *consoleSe
 	q.Match = func(_ string, rec dedup.Record) bool {
 		return tok.Reaches(rec.Session) && (since.IsZero() || !rec.CreatedAt.Before(since))
 	}
-	page, err := c.s.cl.Records(r.Context(), q)
+	page, err := c.cl.Records(r.Context(), q)
 	if err != nil {
 		d.Error = err.Error()
 		status := http.StatusServiceUnavailable
@@ -660,7 +673,7 @@ func (c *console) search(w http.ResponseWriter, r *http.Request, sess *consoleSe
 	if page.More {
 		next := r.URL.Query()
 		next.Set("after", strconv.FormatUint(page.Next, 10))
-		d.Next = ConsolePath + "search?" + next.Encode()
+		d.Next = Path + "search?" + next.Encode()
 	}
 	render(http.StatusOK)
 }
@@ -694,14 +707,14 @@ type header struct{ Name, Value string }
 // deadLetters lists the dead letters, oldest first. Dead letters carry no
 // trusted session, so only an operator of every namespace reads them, as
 // in the API.
-func (c *console) deadLetters(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
 	d := deadLettersData{CSRF: sess.csrf}
 	if sess.tok.Namespace != auth.AllNamespaces {
 		d.Error = fmt.Sprintf("Dead letters carry no trusted session, so they are for operators of every namespace (*); %s's is %s.", sess.tok.Name, sess.tok.Namespace)
 		c.render(w, r, sess, http.StatusForbidden, "deadletters", d)
 		return
 	}
-	letters, err := c.s.cl.DeadLetters(r.Context(), deadLettersShown)
+	letters, err := c.cl.DeadLetters(r.Context(), deadLettersShown)
 	if err != nil {
 		d.Error = fmt.Sprintf("The dead letters cannot be read: %v", err)
 	}
@@ -710,7 +723,7 @@ func (c *console) deadLetters(w http.ResponseWriter, r *http.Request, sess *cons
 }
 
 // deadLetter shows one dead letter: why, its headers and its envelope.
-func (c *console) deadLetter(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+func (c *Console) deadLetter(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
 	d := deadLettersData{CSRF: sess.csrf}
 	if sess.tok.Namespace != auth.AllNamespaces {
 		d.Error = fmt.Sprintf("Dead letters are for operators of every namespace (*); %s's is %s.", sess.tok.Name, sess.tok.Namespace)
@@ -722,7 +735,7 @@ func (c *console) deadLetter(w http.ResponseWriter, r *http.Request, sess *conso
 		c.errorPage(w, r, sess, http.StatusNotFound, "No such dead letter", fmt.Sprintf("%q is not a dead letter's number.", clip(r.PathValue("seq"))))
 		return
 	}
-	dl, err := c.s.cl.DeadLetter(r.Context(), seq)
+	dl, err := c.cl.DeadLetter(r.Context(), seq)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		c.errorPage(w, r, sess, http.StatusNotFound, "No such dead letter", fmt.Sprintf("Dead letter %d is not in the dead-letter stream (replayed, or never there).", seq))
@@ -750,7 +763,7 @@ func (c *console) deadLetter(w http.ResponseWriter, r *http.Request, sess *conso
 // replay publishes a dead letter again, as POST
 // /v1/dead-letters/{seq}/replay and submit dlq replay do: the ledger
 // decides whether it fires.
-func (c *console) replay(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+func (c *Console) replay(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
 	if sess.tok.Namespace != auth.AllNamespaces {
 		c.errorPage(w, r, sess, http.StatusForbidden, "Not allowed", "Dead letters are for operators of every namespace (*).")
 		return
@@ -763,10 +776,10 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request, sess *consoleSe
 	ctx, cancel := context.WithTimeout(r.Context(), consoleWait)
 	defer cancel()
 	var key string
-	if dl, err := c.s.cl.DeadLetter(ctx, seq); err == nil {
+	if dl, err := c.cl.DeadLetter(ctx, seq); err == nil {
 		key = dl.Headers.Get(intent.HeaderKey)
 	}
-	newSeq, err := c.s.cl.ReplayDeadLetter(ctx, seq)
+	newSeq, err := c.cl.ReplayDeadLetter(ctx, seq)
 	f := flash{Kind: "ok", Text: fmt.Sprintf("Dead letter %d was published again (intent %d) and left the dead letters. The ledger decides whether it fires: an operation that already ran is answered from its record.", seq, newSeq)}
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
@@ -774,8 +787,8 @@ func (c *console) replay(w http.ResponseWriter, r *http.Request, sess *consoleSe
 	case err != nil:
 		f = flash{Kind: "error", Text: fmt.Sprintf("Dead letter %d: %v", seq, err)}
 	case key != "":
-		f.Link = ConsolePath + "op/" + url.PathEscape(key)
+		f.Link = Path + "op/" + url.PathEscape(key)
 	}
 	c.sessions.addFlash(sess, f)
-	http.Redirect(w, r, ConsolePath+"dead-letters", http.StatusSeeOther)
+	http.Redirect(w, r, Path+"dead-letters", http.StatusSeeOther)
 }

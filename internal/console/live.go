@@ -1,4 +1,4 @@
-package httpapi
+package console
 
 import (
 	"context"
@@ -457,12 +457,12 @@ func sseMessage(event string, v any) []byte {
 
 // events is a live page's event stream (text/event-stream): the ledger's
 // changes its operator may see, pushed as the hub's watch delivers them.
-func (c *console) events(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+func (c *Console) events(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
 	rc := http.NewResponseController(w)
 	c.hub.ensure(r.Context())
 	key, mine := r.URL.Query().Get("key"), false
 	if key != "" {
-		rec, err := c.s.cl.Get(r.Context(), key)
+		rec, err := c.cl.Get(r.Context(), key)
 		mine = err == nil && sess.tok.Reaches(rec.Session)
 	}
 	sub := c.hub.subscribe(sess.tok, key, mine, r.URL.Query().Get("since"))
@@ -494,7 +494,7 @@ func (c *console) events(w http.ResponseWriter, r *http.Request, sess *consoleSe
 			}
 		case <-ping.C:
 			if !c.sessions.live(sess) {
-				write(sseMessage("expired", map[string]string{"login": ConsolePath + "login"}))
+				write(sseMessage("expired", map[string]string{"login": Path + "login"}))
 				return
 			}
 			if !write([]byte(": ping\n\n")) {

@@ -1,4 +1,4 @@
-package httpapi
+package console
 
 import (
 	"context"
@@ -40,12 +40,12 @@ func (r historyRow) Bad() bool { return r.Sig == audit.CheckFailed || r.Link == 
 // operator's namespace only, as GET /v1/operations/{key}/history decides.
 // It has no rows when the trail holds no event of key the operator may
 // see.
-func (c *console) history(ctx context.Context, sess *consoleSession, key string, reached bool) historyData {
-	keys, err := c.s.cl.PublishedKeys(ctx)
+func (c *Console) history(ctx context.Context, sess *consoleSession, key string, reached bool) historyData {
+	keys, err := c.cl.PublishedKeys(ctx)
 	if err != nil {
 		return historyData{Error: fmt.Sprintf("The workers' public keys cannot be read, so the history is not shown: %v", err)}
 	}
-	entries, err := c.s.cl.CheckedHistory(ctx, key, time.Time{}, keys)
+	entries, err := c.cl.CheckedHistory(ctx, key, time.Time{}, keys)
 	if err != nil {
 		return historyData{Error: fmt.Sprintf("The audit trail cannot be read: %v", err)}
 	}
@@ -55,7 +55,7 @@ func (c *console) history(ctx context.Context, sess *consoleSession, key string,
 			own = append(own, e.Line)
 		}
 	}
-	if len(own) == 0 || (!reached && !c.s.historyReached(sess.tok, own)) {
+	if len(own) == 0 || (!reached && !sess.tok.ReachesHistory(own)) {
 		return historyData{}
 	}
 	d := historyData{Rows: make([]historyRow, 0, len(entries))}

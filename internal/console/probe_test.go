@@ -1,9 +1,8 @@
-package httpapi
+package console
 
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -34,12 +33,7 @@ func TestConsoleProbeEvidence(t *testing.T) {
 	require.NoError(t, err)
 	toks, err := auth.ParseTokens(strings.NewReader(line))
 	require.NoError(t, err)
-	s, err := New(nc, cl, Config{Tokens: toks})
-	require.NoError(t, err)
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
-	t.Cleanup(s.console.shutdown)
-	ts := srv.URL
+	ts := served(t, cl, toks).URL
 
 	key := "refund." + strings.Repeat("cd", 32)
 	c, err := ledger.Claim(t.Context(), dedup.ClaimRequest{Key: key, Tool: "refund", Fingerprint: "fp-1", Holder: "gone", Lease: time.Minute})

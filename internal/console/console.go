@@ -1,4 +1,4 @@
-package httpapi
+package console
 
 import (
 	"bytes"
@@ -26,16 +26,12 @@ import (
 	"github.com/idemgate/idemgate/internal/auth"
 
 	"go.uber.org/zap"
+
+	"github.com/idemgate/idemgate/pkg/client"
 )
 
-// The operator console: HTML pages on the operator API's calls, for the work
-// that needs a person (docs/console.md). It is served under ConsolePath by
-// the same Server, with the same tokens, roles and namespaces: an operator
-// logs in by pasting an operator token, and every page and action then runs
-// as that token, through the same pkg/client calls the JSON routes make.
-
-// ConsolePath is where the console is served.
-const ConsolePath = "/console/"
+// Path is where the console is served.
+const Path = "/console/"
 
 // Session limits of the console.
 const (
@@ -71,12 +67,14 @@ const liveFetchHeader = "Idem-Console-Live"
 const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
 	"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
-//go:embed console
+//go:embed assets templates
 var consoleFiles embed.FS
 
-// console serves the operator console of a Server.
-type console struct {
-	s        *Server
+// Console serves the operator console.
+type Console struct {
+	cfg      Config
+	cl       *client.Client
+	log      *zap.Logger
 	pages    map[string]*template.Template // by page name; each has the layout
 	frags    *template.Template            // fragments the live pages fetch
 	assets   http.Handler
@@ -90,11 +88,16 @@ type console struct {
 	stopOnce sync.Once
 }
 
-func newConsole(s *Server) (*console, error) {
-	c := &console{s: s, cop: http.NewCrossOriginProtection(), stop: make(chan struct{}), pages: map[string]*template.Template{},
-		logins: newLoginLimiter()}
+// New checks cfg and returns a console serving it.
+func New(cfg Config) (*Console, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Console{cfg: cfg, cl: cfg.Client, log: cfg.Log, cop: http.NewCrossOriginProtection(),
+		stop: make(chan struct{}), pages: map[string]*template.Template{}, logins: newLoginLimiter()}
 	c.sessions.byID, c.sessions.byToken = map[string]*consoleSession{}, map[string][]*consoleSession{}
-	assets, err := fs.Sub(consoleFiles, "console/assets")
+	assets, err := fs.Sub(consoleFiles, "assets")
 	if err != nil {
 		return nil, err
 	}
@@ -112,9 +115,9 @@ func newConsole(s *Server) (*console, error) {
 		return nil, err
 	}
 	c.version = hex.EncodeToString(sum.Sum(nil))[:12]
-	c.assets = http.StripPrefix(ConsolePath+"assets/"+c.version+"/", http.FileServerFS(assets))
-	layout := template.Must(template.New("layout").Funcs(consoleFuncs).ParseFS(consoleFiles, "console/templates/layout.html", "console/templates/parts.html"))
-	names, err := fs.Glob(consoleFiles, "console/templates/page_*.html")
+	c.assets = http.StripPrefix(Path+"assets/"+c.version+"/", http.FileServerFS(assets))
+	layout := template.Must(template.New("layout").Funcs(consoleFuncs).ParseFS(consoleFiles, "templates/layout.html", "templates/parts.html"))
+	names, err := fs.Glob(consoleFiles, "templates/page_*.html")
 	if err != nil {
 		return nil, err
 	}
@@ -122,17 +125,17 @@ func newConsole(s *Server) (*console, error) {
 		t := template.Must(template.Must(layout.Clone()).ParseFS(consoleFiles, n))
 		c.pages[strings.TrimSuffix(strings.TrimPrefix(path.Base(n), "page_"), ".html")] = t
 	}
-	c.frags = template.Must(template.New("frags").Funcs(consoleFuncs).ParseFS(consoleFiles, "console/templates/parts.html"))
-	c.hub = newHub(s.cl, s.log.Named("console"))
-	if len(s.cfg.WorkerMetrics) > 0 {
-		c.rates = newRateSampler(s.cfg.WorkerMetrics, s.cfg.WorkerMetricsEvery, s.log.Named("console"))
+	c.frags = template.Must(template.New("frags").Funcs(consoleFuncs).ParseFS(consoleFiles, "templates/parts.html"))
+	c.hub = newHub(c.cl, c.log.Named("console"))
+	if len(cfg.WorkerMetrics) > 0 {
+		c.rates = newRateSampler(cfg.WorkerMetrics, cfg.WorkerMetricsEvery, c.log.Named("console"))
 	}
 	return c, nil
 }
 
-// start runs the console's background work (reading the workers' metrics)
+// Start runs the console's background work (reading the workers' metrics)
 // until ctx ends, and ends the live pages when srv shuts down.
-func (c *console) start(ctx context.Context, srv *http.Server) {
+func (c *Console) Start(ctx context.Context, srv *http.Server) {
 	srv.RegisterOnShutdown(c.shutdown)
 	if c.rates != nil {
 		go c.rates.run(ctx)
@@ -140,7 +143,7 @@ func (c *console) start(ctx context.Context, srv *http.Server) {
 }
 
 // shutdown ends the live pages' event streams and the hub's watch.
-func (c *console) shutdown() {
+func (c *Console) shutdown() {
 	c.stopOnce.Do(func() {
 		close(c.stop)
 		c.hub.close()
@@ -150,11 +153,12 @@ func (c *console) shutdown() {
 // consoleHandler is a console route's handler, for a logged-in operator.
 type consoleHandler func(w http.ResponseWriter, r *http.Request, sess *consoleSession)
 
-// register adds the console's routes to mux.
-func (c *console) register(mux *http.ServeMux) {
+// Mount adds the console's routes to mux: Path and what is under it, and
+// Path without its slash (a redirect).
+func (c *Console) Mount(mux *http.ServeMux) {
 	page := func(pattern string, h consoleHandler) { mux.Handle(pattern, c.guard(h, false)) }
 	frag := func(pattern string, h consoleHandler) { mux.Handle(pattern, c.guard(h, true)) }
-	mux.Handle("GET /console", http.RedirectHandler(ConsolePath, http.StatusMovedPermanently))
+	mux.Handle("GET /console", http.RedirectHandler(Path, http.StatusMovedPermanently))
 	mux.Handle("GET /console/assets/", c.secure(http.HandlerFunc(c.asset)))
 	mux.Handle("GET /console/login", c.secure(http.HandlerFunc(c.loginPage)))
 	mux.Handle("POST /console/login", c.secure(http.HandlerFunc(c.login)))
@@ -178,7 +182,7 @@ func (c *console) register(mux *http.ServeMux) {
 // secure sets the console's security headers and refuses cross-origin
 // unsafe requests (CSRF by a foreign page: http.CrossOriginProtection reads
 // Sec-Fetch-Site and Origin).
-func (c *console) secure(next http.Handler) http.Handler {
+func (c *Console) secure(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", contentSecurityPolicy)
@@ -187,7 +191,7 @@ func (c *console) secure(next http.Handler) http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cross-Origin-Opener-Policy", "same-origin")
 		h.Set("Cross-Origin-Resource-Policy", "same-origin")
-		if !strings.HasPrefix(r.URL.Path, ConsolePath+"assets/") {
+		if !strings.HasPrefix(r.URL.Path, Path+"assets/") {
 			h.Set("Cache-Control", "no-store")
 		}
 		if err := c.cop.Check(r); err != nil {
@@ -202,7 +206,7 @@ func (c *console) secure(next http.Handler) http.Handler {
 // token's rate limit and in-flight cap as the API does, checks the CSRF
 // token of every POST, and calls h. A page request without a session is
 // sent to the login page; a fragment's gets 401.
-func (c *console) guard(h consoleHandler, fragment bool) http.Handler {
+func (c *Console) guard(h consoleHandler, fragment bool) http.Handler {
 	return c.secure(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sess := c.session(r)
 		if sess == nil {
@@ -210,25 +214,18 @@ func (c *console) guard(h consoleHandler, fragment bool) http.Handler {
 				http.Error(w, "log in to the console again", http.StatusUnauthorized)
 				return
 			}
-			http.Redirect(w, r, ConsolePath+"login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			http.Redirect(w, r, Path+"login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
-		cl := c.s.caller(sess.tok)
-		if res := cl.limiter.Reserve(); res.Delay() > 0 {
-			d := res.Delay()
-			res.Cancel()
-			retryAfter(w, d)
-			c.errorPage(w, r, sess, http.StatusTooManyRequests, "Too many requests", fmt.Sprintf("Token %s is over its rate of %g requests/s: retry after %s.", sess.tok.Name, c.s.cfg.Rate, d.Round(time.Millisecond)))
+		leave, wait, why := c.cfg.Limiter.Admit(sess.tok)
+		if leave == nil {
+			retryAfter(w, wait)
+			c.errorPage(w, r, sess, http.StatusTooManyRequests, "Too many requests", why)
 			return
 		}
-		if !cl.enter(c.s.cfg.MaxInFlight) {
-			retryAfter(w, time.Second)
-			c.errorPage(w, r, sess, http.StatusTooManyRequests, "Too many requests", fmt.Sprintf("Token %s has %d requests in progress, its limit.", sess.tok.Name, c.s.cfg.MaxInFlight))
-			return
-		}
-		defer cl.leave()
+		defer leave()
 		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, int64(c.s.cfg.MaxBodyBytes))
+			r.Body = http.MaxBytesReader(w, r.Body, int64(c.cfg.MaxBodyBytes))
 			if err := r.ParseForm(); err != nil {
 				c.errorPage(w, r, sess, http.StatusBadRequest, "Unreadable form", err.Error())
 				return
@@ -249,8 +246,8 @@ func (c *console) guard(h consoleHandler, fragment bool) http.Handler {
 
 // asset serves an embedded file; its URL names the assets' digest, so it
 // never changes and may be cached for good.
-func (c *console) asset(w http.ResponseWriter, r *http.Request) {
-	if !strings.HasPrefix(r.URL.Path, ConsolePath+"assets/"+c.version+"/") {
+func (c *Console) asset(w http.ResponseWriter, r *http.Request) {
+	if !strings.HasPrefix(r.URL.Path, Path+"assets/"+c.version+"/") {
 		http.NotFound(w, r)
 		return
 	}
@@ -418,7 +415,7 @@ func (st *sessionStore) takeFlashes(sess *consoleSession) []flash {
 }
 
 // session returns the request's live session, or nil.
-func (c *console) session(r *http.Request) *consoleSession {
+func (c *Console) session(r *http.Request) *consoleSession {
 	ck, err := r.Cookie(consoleCookie)
 	if err != nil || ck.Value == "" {
 		return nil
@@ -433,12 +430,8 @@ func randomID() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// secureCookies reports whether the browser reaches the console over HTTPS
-// (served with TLS, or behind a proxy that terminates it).
-func (c *console) secureCookies() bool { return c.s.cfg.TLSCert != "" || c.s.cfg.InsecureListen }
-
 // loginPage shows the login form.
-func (c *console) loginPage(w http.ResponseWriter, r *http.Request) {
+func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 	if c.session(r) != nil {
 		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
 		return
@@ -453,11 +446,11 @@ type loginData struct {
 
 // login starts a session for an operator token pasted in the form. Failed
 // logins are slowed per source address (loginLimiter).
-func (c *console) login(w http.ResponseWriter, r *http.Request) {
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	src := source(r)
 	if d := c.logins.wait(src); d > 0 {
 		retryAfter(w, d)
-		c.render(w, r, nil, http.StatusTooManyRequests, "login", loginData{Next: ConsolePath,
+		c.render(w, r, nil, http.StatusTooManyRequests, "login", loginData{Next: Path,
 			Error: fmt.Sprintf("Too many failed logins from your address: nothing was checked; try again in %s.", d.Truncate(time.Second)+time.Second)})
 		return
 	}
@@ -467,11 +460,11 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := safeNext(r.PostFormValue("next"))
-	tok, ok := c.s.cfg.Tokens.Lookup(strings.TrimSpace(r.PostFormValue("token")))
+	tok, ok := c.cfg.Tokens.Lookup(strings.TrimSpace(r.PostFormValue("token")))
 	switch {
 	case !ok:
 		c.logins.failed(src)
-		c.s.log.Info("console login refused", zap.String("remote", r.RemoteAddr))
+		c.log.Info("console login refused", zap.String("remote", r.RemoteAddr))
 		c.render(w, r, nil, http.StatusUnauthorized, "login", loginData{Next: next, Error: "That is not a token of this front door's tokens file."})
 		return
 	case tok.Role != auth.RoleOperator:
@@ -490,27 +483,27 @@ func (c *console) login(w http.ResponseWriter, r *http.Request) {
 	if old, err := r.Cookie(consoleCookie); err == nil {
 		c.sessions.end(old.Value)
 	}
-	http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: sess.id, Path: ConsolePath, HttpOnly: true,
-		Secure: c.secureCookies(), SameSite: http.SameSiteStrictMode, MaxAge: int(sessionMax / time.Second)})
-	c.s.log.Info("console login", zap.String("operator", tok.Name), zap.String("namespace", tok.Namespace), zap.String("remote", r.RemoteAddr))
+	http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: sess.id, Path: Path, HttpOnly: true,
+		Secure: c.cfg.HTTPS, SameSite: http.SameSiteStrictMode, MaxAge: int(sessionMax / time.Second)})
+	c.log.Info("console login", zap.String("operator", tok.Name), zap.String("namespace", tok.Namespace), zap.String("remote", r.RemoteAddr))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 // logout ends the session.
-func (c *console) logout(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
+func (c *Console) logout(w http.ResponseWriter, r *http.Request, sess *consoleSession) {
 	c.sessions.end(sess.id)
-	http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: "", Path: ConsolePath, HttpOnly: true,
-		Secure: c.secureCookies(), SameSite: http.SameSiteStrictMode, MaxAge: -1})
-	http.Redirect(w, r, ConsolePath+"login", http.StatusSeeOther)
+	http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: "", Path: Path, HttpOnly: true,
+		Secure: c.cfg.HTTPS, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.Redirect(w, r, Path+"login", http.StatusSeeOther)
 }
 
 // safeNext is next when it is a path of the console, else the queue: a
 // login never redirects elsewhere.
 func safeNext(next string) string {
-	if strings.HasPrefix(next, ConsolePath) && !strings.ContainsAny(next, "\\\r\n") && !strings.HasPrefix(next, ConsolePath+"/") {
+	if strings.HasPrefix(next, Path) && !strings.ContainsAny(next, "\\\r\n") && !strings.HasPrefix(next, Path+"/") {
 		return next
 	}
-	return ConsolePath
+	return Path
 }
 
 // pageData is what every page's layout shows.
@@ -529,16 +522,16 @@ type pageData struct {
 }
 
 // render writes page name with data.
-func (c *console) render(w http.ResponseWriter, r *http.Request, sess *consoleSession, status int, name string, data any) {
+func (c *Console) render(w http.ResponseWriter, r *http.Request, sess *consoleSession, status int, name string, data any) {
 	c.renderPage(w, r, sess, status, pageData{Title: titleOf(name), Nav: name, Data: data})
 }
 
-func (c *console) renderPage(w http.ResponseWriter, r *http.Request, sess *consoleSession, status int, p pageData) {
+func (c *Console) renderPage(w http.ResponseWriter, r *http.Request, sess *consoleSession, status int, p pageData) {
 	t := c.pages[p.Nav]
 	if t == nil {
 		t = c.pages["error"]
 	}
-	p.Asset = ConsolePath + "assets/" + c.version
+	p.Asset = Path + "assets/" + c.version
 	if sess != nil {
 		p.Op, p.CSRF = sess.tok, sess.csrf
 		// A live page redrawing itself in the background leaves the
@@ -549,7 +542,7 @@ func (c *console) renderPage(w http.ResponseWriter, r *http.Request, sess *conso
 	}
 	var buf bytes.Buffer
 	if err := t.ExecuteTemplate(&buf, "layout", p); err != nil {
-		c.s.log.Error("console page", zap.String("page", p.Nav), zap.Error(err))
+		c.log.Error("console page", zap.String("page", p.Nav), zap.Error(err))
 		http.Error(w, "the page could not be drawn: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -559,10 +552,10 @@ func (c *console) renderPage(w http.ResponseWriter, r *http.Request, sess *conso
 }
 
 // fragment writes the fragment template name with data.
-func (c *console) fragment(w http.ResponseWriter, name string, data any) {
+func (c *Console) fragment(w http.ResponseWriter, name string, data any) {
 	var buf bytes.Buffer
 	if err := c.frags.ExecuteTemplate(&buf, name, data); err != nil {
-		c.s.log.Error("console fragment", zap.String("fragment", name), zap.Error(err))
+		c.log.Error("console fragment", zap.String("fragment", name), zap.Error(err))
 		http.Error(w, "the fragment could not be drawn: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -576,7 +569,7 @@ type errorData struct {
 }
 
 // errorPage answers with status and an HTML page saying what went wrong.
-func (c *console) errorPage(w http.ResponseWriter, r *http.Request, sess *consoleSession, status int, heading, text string) {
+func (c *Console) errorPage(w http.ResponseWriter, r *http.Request, sess *consoleSession, status int, heading, text string) {
 	c.renderPage(w, r, sess, status, pageData{Title: heading, Nav: "error", Data: errorData{Heading: heading, Text: text}})
 }
 

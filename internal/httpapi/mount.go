@@ -1,0 +1,40 @@
+package httpapi
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/idemgate/idemgate/internal/auth"
+	"github.com/idemgate/idemgate/internal/console"
+)
+
+// newConsole is the operator console the server mounts under console.Path,
+// on its client, tokens and limits.
+func newConsole(s *Server) (*console.Console, error) {
+	return console.New(console.Config{
+		Client:             s.cl,
+		Tokens:             s.cfg.Tokens,
+		Limiter:            console.LimiterFunc(s.admit),
+		MaxBodyBytes:       s.cfg.MaxBodyBytes,
+		ListMaxScan:        s.cfg.ListMaxScan,
+		HTTPS:              s.cfg.TLSCert != "" || s.cfg.InsecureListen,
+		WorkerMetrics:      s.cfg.WorkerMetrics,
+		WorkerMetricsEvery: s.cfg.WorkerMetricsEvery,
+		Log:                s.log,
+	})
+}
+
+// admit is the console's limiter: a console request spends its token's
+// rate and in-flight allowance as the token's API requests do.
+func (s *Server) admit(tok *auth.Token) (leave func(), wait time.Duration, why string) {
+	c := s.caller(tok)
+	if res := c.limiter.Reserve(); res.Delay() > 0 {
+		d := res.Delay()
+		res.Cancel()
+		return nil, d, fmt.Sprintf("Token %s is over its rate of %g requests/s: retry after %s.", tok.Name, s.cfg.Rate, d.Round(time.Millisecond))
+	}
+	if !c.enter(s.cfg.MaxInFlight) {
+		return nil, time.Second, fmt.Sprintf("Token %s has %d requests in progress, its limit.", tok.Name, s.cfg.MaxInFlight)
+	}
+	return c.leave, 0, ""
+}
