@@ -600,7 +600,7 @@ var consoleFuncs = template.FuncMap{
 	"unixMilli":   func(t time.Time) int64 { return t.UnixMilli() },
 	"rfc3339nano": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
 	"stamp":       func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
-	"statusLabel": statusLabel,
+	"statusLabel": StatusLabel,
 	"short": func(s string, n int) string {
 		if len(s) <= n {
 			return s

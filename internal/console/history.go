@@ -162,7 +162,7 @@ func describeEvent(ev audit.Event) (label, text string) {
 			say(", error %s", ev.ErrorCode)
 		}
 		if ev.By != "" {
-			say("; %s by operator %s", pastTense(orElse(ev.Op, "decided")), ev.By)
+			say("; %s by operator %s", PastTense(orElse(ev.Op, "decided")), ev.By)
 			why()
 		}
 	case audit.KindConflict:
@@ -170,7 +170,7 @@ func describeEvent(ev audit.Event) (label, text string) {
 		say("Refused a call with other arguments (fingerprint %s, the operation's %s): nothing fired", shortDigest(ev.Fingerprint), shortDigest(ev.RecordFingerprint))
 	case audit.KindDecision:
 		label = "operator decision"
-		say("%s by operator %s", capitalized(pastTense(orElse(ev.Op, "decided"))), orElse(ev.By, "(unnamed)"))
+		say("%s by operator %s", capitalized(PastTense(orElse(ev.Op, "decided"))), orElse(ev.By, "(unnamed)"))
 		why()
 		if ev.Status != "" {
 			say("; the operation is %s", ev.Status)

@@ -335,5 +335,5 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, sess *console
 	c.render(w, r, sess, http.StatusOK, "overview", d)
 }
 
-// statusLabel is a status as the pages say it.
-func statusLabel(s intent.Status) string { return strings.ReplaceAll(string(s), "_", " ") }
+// StatusLabel is a status as the pages say it.
+func StatusLabel(s intent.Status) string { return strings.ReplaceAll(string(s), "_", " ") }

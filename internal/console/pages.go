@@ -480,7 +480,7 @@ func (c *Console) decided(action, key string, before dedup.Record, after *dedup.
 	// operator) is answered with the operation as it is: say so.
 	if d := before.Decision; d != nil && d.Op == action && before.Status != intent.StatusAwaitingApproval && before.Status != intent.StatusUncertain {
 		return "info", fmt.Sprintf("Already decided: %s by %s at %s. This %s changed nothing and fired nothing; the operation is %s.",
-			pastTense(action), d.By, d.At.UTC().Format(time.RFC3339), noun(action), res.Status)
+			PastTense(action), d.By, d.At.UTC().Format(time.RFC3339), noun(action), res.Status)
 	}
 	switch action {
 	case intent.ControlApprove:
@@ -514,20 +514,27 @@ func (c *Console) probed(ctx context.Context, key string, res *intent.Result) (k
 // decided it otherwise and when, else the state it is in (after, read once
 // refused; nil: the workers' words, msg).
 func refusedFor(action string, after *dedup.Record, msg string) string {
-	not := "Not " + pastTense(action)
+	not := "Not " + PastTense(action)
 	switch {
 	case after == nil:
 		return fmt.Sprintf("%s: a %s does not apply to the operation in its state (%s). Nothing changed.", not, action, msg)
 	case after.Decision != nil:
-		d := after.Decision
-		why := ""
-		if d.Reason != "" {
-			why = fmt.Sprintf(" (“%s”)", d.Reason)
-		}
-		return fmt.Sprintf("%s: %s by %s at %s%s; the operation is %s. Nothing changed and nothing fired.",
-			not, capitalized(pastTense(d.Op)), orElse(d.By, "an operator"), d.At.UTC().Format(time.RFC3339), why, statusLabel(after.Status))
+		return DecidedOtherwise(action, after)
 	}
-	return fmt.Sprintf("%s: the operation is %s, and a %s does not apply to it. Nothing changed.", not, statusLabel(after.Status), action)
+	return fmt.Sprintf("%s: the operation is %s, and a %s does not apply to it. Nothing changed.", not, StatusLabel(after.Status), action)
+}
+
+// DecidedOtherwise says why decision action does not apply to an operation
+// an operator decided otherwise (after.Decision is set): who decided it, when
+// and why. The console and the HTTP API say it in these words.
+func DecidedOtherwise(action string, after *dedup.Record) string {
+	d := after.Decision
+	why := ""
+	if d.Reason != "" {
+		why = fmt.Sprintf(" (“%s”)", d.Reason)
+	}
+	return fmt.Sprintf("Not %s: %s by %s at %s%s; the operation is %s. Nothing changed and nothing fired.",
+		PastTense(action), capitalized(PastTense(d.Op)), orElse(d.By, "an operator"), d.At.UTC().Format(time.RFC3339), why, StatusLabel(after.Status))
 }
 
 func noun(action string) string {
@@ -540,7 +547,8 @@ func noun(action string) string {
 	return "resolution"
 }
 
-func pastTense(action string) string {
+// PastTense is a decision as done: approve is approved.
+func PastTense(action string) string {
 	switch action {
 	case intent.ControlApprove:
 		return "approved"

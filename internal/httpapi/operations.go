@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/auth"
+	"github.com/idemgate/idemgate/internal/console"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -247,7 +248,7 @@ func (s *Server) wrongState(w http.ResponseWriter, r *http.Request, tok *auth.To
 // record is after (nil: it could not be read): who decided it otherwise and
 // when, else its state and the workers' why (msg), when it says more.
 func refusedDetail(op string, after *dedup.Record, msg string) string {
-	not := "Not " + pastTense(op)
+	not := "Not " + console.PastTense(op)
 	why := msg
 	if _, rest, ok := strings.Cut(msg, dedup.ErrWrongState.Error()+": "); ok {
 		why = rest
@@ -256,15 +257,18 @@ func refusedDetail(op string, after *dedup.Record, msg string) string {
 	case after == nil:
 		return fmt.Sprintf("%s: the operation's state does not allow it (%s); GET the operation for its record. Nothing changed.", not, why)
 	case after.Decision != nil:
-		return decidedOtherwise(op, after)
+		return console.DecidedOtherwise(op, after)
 	}
 	if why == string(after.Status) {
 		why = ""
 	} else {
 		why = " (" + why + ")"
 	}
-	a := map[string]string{intent.ControlApprove: "an approval", intent.ControlDeny: "a denial", intent.ControlResolve: "a resolution"}[op]
-	return fmt.Sprintf("%s: the operation is %s, and %s does not apply to it%s. Nothing changed.", not, statusLabel(after.Status), orElse(a, "a "+op), why)
+	a, ok := map[string]string{intent.ControlApprove: "an approval", intent.ControlDeny: "a denial", intent.ControlResolve: "a resolution"}[op]
+	if !ok {
+		a = "a " + op
+	}
+	return fmt.Sprintf("%s: the operation is %s, and %s does not apply to it%s. Nothing changed.", not, console.StatusLabel(after.Status), a, why)
 }
 
 // reachable answers 404 unless key has a record the token reaches.
