@@ -16,8 +16,9 @@ import (
 )
 
 // The HTTP and the MCP front doors check an intent by the same rules
-// (intent.Build, CheckKeyArgs): the same bad arguments are refused at
-// either door, naming the same fault, and neither publishes them.
+// (client.Prepare: intent.Build, the tool's schema; CheckKeyArgs): the
+// same bad arguments are refused at either door, naming the same fault,
+// and neither publishes them.
 func TestDoorsRefuseTheSameInput(t *testing.T) {
 	t.Parallel()
 	skipShort(t, "the MCP server and the gateway")
@@ -29,7 +30,7 @@ func TestDoorsRefuseTheSameInput(t *testing.T) {
 		name, args string
 		fault      string // what both answers name
 	}{
-		{"a key arg of an unsafe tool missing", `{"to":"ada@example.com"}`, `"subject"`}, // the gateway: key arg "subject" is missing; the MCP server, by the tool's schema: missing properties: ["subject"]
+		{"a key arg of an unsafe tool missing", `{"to":"ada@example.com"}`, `"subject"`}, // both, by the tool's schema: missing properties: ["subject"]
 		{"a repeated member", `{"to":"ada@example.com","subject":"hi","to":"bob@example.com"}`, `member name "to" repeated`},
 		{"a number beyond 2^53", `{"to":"ada@example.com","subject":"hi","n":9007199254740993}`, `is beyond ±2^53`},
 		{"a lone surrogate", `{"to":"ada@example.com","subject":"\ud800"}`, `lone surrogate escape`},

@@ -15,8 +15,9 @@ import (
 )
 
 // The front door answers as docs/http.md and its OpenAPI document say:
-// malformed headers are invalid_request; a worker's rejection carries no
-// Location (there is no record to find there); a wait preference it cannot
+// malformed headers are invalid_request; args that break the tool's schema
+// are refused before publishing; a worker's rejection carries no Location
+// (there is no record to find there); a wait preference it cannot
 // read is ignored (RFC 7240); headers over 16 KiB get a 431 problem; a 405
 // names what is allowed; approving an operation that never awaited approval
 // is 409 wrong_state; the advice of a 409 in_flight works when followed.
@@ -35,6 +36,10 @@ func TestHTTPAnswersAsDocumented(t *testing.T) {
       type: object
       properties:
         to: {type: string}
+  once:
+    effect: noop
+    key_args: [n]
+    budget: {per: session, max: 1, window: 168h}
   slow_job:
     effect: webhook
     key_args: [n]
@@ -58,16 +63,26 @@ func TestHTTPAnswersAsDocumented(t *testing.T) {
 	}
 	requireProblem(t, g.call(t, agentA, "echo", `{"n":`), http.StatusBadRequest, intent.CodeInvalidIntent) // the body is the intent's
 
-	// A worker's rejection (the args break the tool's schema, which only
-	// the workers check): no Location, since no record is kept.
-	rejected := g.call(t, agentA, "strict_form", `{"to":5}`)
-	requireProblem(t, rejected, http.StatusBadRequest, intent.CodeInvalidIntent)
-	require.Equal(t, intent.StatusRejected, rejected.answer(t).Status, "answered by a worker: %s", rejected.raw)
-	require.Empty(t, rejected.header.Get("Location"), rejected.raw)
+	// Args that break the tool's schema: refused by the gateway as the
+	// workers would refuse them, before publishing: no answer, no Location,
+	// no record.
+	refused := g.call(t, agentA, "strict_form", `{"to":5}`)
+	requireProblem(t, refused, http.StatusBadRequest, intent.CodeInvalidIntent)
+	require.Contains(t, refused.str("detail"), "args do not match tool strict_form's schema", refused.raw)
+	require.NotContains(t, refused.body, "answer", "not published: %s", refused.raw)
+	require.Empty(t, refused.header.Get("Location"), refused.raw)
 	id, err := intent.Derive(&intent.Envelope{Tool: "strict_form", Args: json.RawMessage(`{"to":5}`), Session: "team-a"},
 		intent.KeySpec{KeyArgs: []string{"to"}}, time.Now())
 	require.NoError(t, err)
 	requireProblem(t, g.do(t, http.MethodGet, "/v1/operations/"+id.Key, agentA, ""), http.StatusNotFound, intent.CodeNotFound)
+
+	// A worker's rejection (a new operation over the tool's budget): no
+	// Location, since no record is kept.
+	require.Equal(t, http.StatusOK, g.call(t, agentA, "once", `{"n":1}`).status)
+	rejected := g.call(t, agentA, "once", `{"n":2}`)
+	requireProblem(t, rejected, http.StatusTooManyRequests, intent.CodeBudgetExceeded)
+	require.Equal(t, intent.StatusRejected, rejected.answer(t).Status, "answered by a worker: %s", rejected.raw)
+	require.Empty(t, rejected.header.Get("Location"), rejected.raw)
 	good, err := intent.Derive(&intent.Envelope{Tool: "strict_form", Args: json.RawMessage(`{"to":"x"}`), Session: "team-a"},
 		intent.KeySpec{KeyArgs: []string{"to"}}, time.Now())
 	require.NoError(t, err)

@@ -109,10 +109,11 @@ var keyLike = map[string]bool{
 }
 
 // arguments checks a call's arguments and returns them as the intent's args:
-// an object (absent means {}), within the size limit, valid against the
-// tool's schema, without undeclared key-like members. problem says what is
-// wrong. The intent they make is then checked as every door checks it
-// (intent.Build, CheckKeyArgs).
+// an object (absent means {}), within the size limit, without undeclared
+// key-like members. problem says what is wrong. The intent they make is then
+// checked as every door checks it, its args parsed once (client.Prepare:
+// intent.Build, the tool's schema; CheckKeyArgs). Here only the members'
+// names are read: the args are encoded again only when one is dropped.
 func (g *Gate) arguments(s *served, raw json.RawMessage) (json.RawMessage, string) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -121,10 +122,8 @@ func (g *Gate) arguments(s *served, raw json.RawMessage) (json.RawMessage, strin
 	if len(raw) > g.cfg.MaxArgsBytes {
 		return nil, fmt.Sprintf("they are %d bytes, over the limit of %d", len(raw), g.cfg.MaxArgsBytes)
 	}
-	var args map[string]any
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&args); err != nil || args == nil {
+	var args map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &args); err != nil || args == nil {
 		return nil, "they must be a JSON object"
 	}
 	dropped := false
@@ -133,18 +132,6 @@ func (g *Gate) arguments(s *served, raw json.RawMessage) (json.RawMessage, strin
 		if keyLike[norm] && !s.declared[name] {
 			delete(args, name)
 			dropped = true
-		}
-	}
-	if s.schema != nil {
-		var plain map[string]any
-		_ = json.Unmarshal(raw, &plain) // the validator wants float64 numbers
-		for name := range plain {
-			if _, kept := args[name]; !kept {
-				delete(plain, name)
-			}
-		}
-		if err := s.schema.Validate(plain); err != nil {
-			return nil, err.Error()
 		}
 	}
 	if dropped {

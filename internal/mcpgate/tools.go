@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/idemgate/idemgate/pkg/argschema"
@@ -17,10 +16,9 @@ import (
 // served is one catalogue tool as the gate serves it.
 type served struct {
 	info     intent.ToolInfo
-	raw      []byte               // info as JSON: what same compares
-	tool     *mcp.Tool            // as listed to clients
-	schema   *jsonschema.Resolved // the args' schema; nil when the tools file has none
-	declared map[string]bool      // args the schema or the key spec names
+	raw      []byte          // info as JSON: what same compares
+	tool     *mcp.Tool       // as listed to clients
+	declared map[string]bool // args the schema or the key spec names
 }
 
 func newServed(info intent.ToolInfo) (*served, error) {
@@ -30,11 +28,11 @@ func newServed(info intent.ToolInfo) (*served, error) {
 	}
 	input := json.RawMessage(info.Schema)
 	if len(input) > 0 {
-		res, err := argschema.Resolve(input)
-		if err != nil {
+		// Served only when it resolves; calls are checked against it by
+		// the client (client.Prepare).
+		if _, err := argschema.Resolve(input); err != nil {
 			return nil, fmt.Errorf("schema %w", err)
 		}
-		s.schema = res
 		var props struct {
 			Properties map[string]json.RawMessage `json:"properties"`
 		}

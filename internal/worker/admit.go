@@ -34,7 +34,7 @@ func (w *Worker) admit(j *job) (h handled, ok bool) {
 		return w.reject(j, env.Tool, intent.CodeUnknownTool, w.tools.UnknownTool(env.Tool)), false
 	}
 	j.tool = tool
-	if err := w.schemas.check(tool, env.Args); err != nil {
+	if err := w.schemas.check(tool, decoded); err != nil {
 		return w.reject(j, env.Tool, intent.CodeInvalidIntent, err), false
 	}
 	if err := decoded.CheckKeyArgs(tool.Policy.Class, tool.KeySpec); err != nil {

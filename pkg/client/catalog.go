@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemgate/idemgate/pkg/argschema"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -71,6 +72,8 @@ type catalogue struct {
 	at     time.Time   // when cat was fetched; zero before the first answer
 	asked  time.Time   // when the latest refresh started
 	flight *refreshing // the refresh in flight; nil when none
+	// schemas checks args against the schemas the catalogue gives.
+	schemas argschema.Schemas
 }
 
 // refreshing is one request to the workers; done is closed once it ended,

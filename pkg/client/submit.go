@@ -110,10 +110,13 @@ type Prepared struct {
 // through: it learns env's tool from the catalogue (Tool; a tool keyed by
 // time window whose envelope has no created_at gets now), builds the
 // envelope under lim — checked by the protocol's rules, its args parsed and
-// canonicalized once (intent.Build) — and derives its key and fingerprint
-// from that (Decoded.Derive). Errors wrap intent.ErrInvalid or
-// intent.ErrTooLarge. A tool the catalogue does not list is no error here:
-// the workers answer unknown_tool.
+// canonicalized once (intent.Build) — checks those args against the tool's
+// schema when the catalogue gives one (argschema.Schemas.Check, as the
+// workers check them), and derives its key and fingerprint from them
+// (Decoded.Derive). Errors wrap intent.ErrInvalid or intent.ErrTooLarge:
+// args that break the schema are refused before anything is published. A
+// tool the catalogue does not list is no error here: the workers answer
+// unknown_tool.
 func (c *Client) Prepare(ctx context.Context, env intent.Envelope, lim intent.Limits) (*Prepared, error) {
 	if !intent.ValidTool(env.Tool) {
 		return nil, fmt.Errorf("client: %w: tool %q must match [a-z0-9_-]{1,64}", intent.ErrInvalid, env.Tool)
@@ -126,6 +129,11 @@ func (c *Client) Prepare(ctx context.Context, env intent.Envelope, lim intent.Li
 	var err error
 	if p.Decoded, err = intent.Build(env, lim); err != nil {
 		return nil, err // the caller's input: intent's words, which a front door shows as they are
+	}
+	if p.Known {
+		if err := c.cat.schemas.Check(p.Tool.Schema, p.Decoded); err != nil {
+			return nil, err // the caller's args, as the workers would refuse them
+		}
 	}
 	if p.ID, err = p.Derive(p.spec.key, time.Now()); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
