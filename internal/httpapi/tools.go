@@ -66,11 +66,11 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request, tok *auth.Toke
 		s.unavailable(w, p.CatalogErr)
 		return
 	case !p.Known:
-		fail(w, http.StatusNotFound, intent.CodeUnknownTool, "no tool %q is configured on the workers (GET /v1/tools lists them)", name)
+		writeProblem(w, refused(http.StatusNotFound, intent.CodeUnknownTool, fmt.Sprintf("no tool %q is configured on the workers (GET /v1/tools lists them)", name)))
 		return
 	}
 	if err := p.CheckKeyArgs(); err != nil {
-		fail(w, http.StatusBadRequest, intent.CodeInvalidIntent, "%v", err)
+		writeProblem(w, invalidIntent(err))
 		return
 	}
 	info := p.Tool
@@ -177,16 +177,26 @@ func submission(r *http.Request) (string, *problem) {
 	return vs[0], nil
 }
 
-// invalidIntent is the problem of an intent that intent.Build refused.
+// invalidIntent is the problem of a call the door refused before publishing
+// it (client.Prepare, intent.Build, the schema, the key args).
 func invalidIntent(err error) *problem {
 	var syntax *intent.SyntaxError
 	switch {
 	case errors.Is(err, intent.ErrTooLarge):
-		return newProblem(http.StatusRequestEntityTooLarge, intent.CodeTooLarge, fmt.Sprintf("%v (with its headers)", err))
+		return refused(http.StatusRequestEntityTooLarge, intent.CodeTooLarge, fmt.Sprintf("%v (with its headers)", err))
 	case errors.As(err, &syntax):
-		return newProblem(http.StatusBadRequest, intent.CodeInvalidIntent, fmt.Sprintf("the body must be the tool's arguments, one JSON object: %v", err))
+		return refused(http.StatusBadRequest, intent.CodeInvalidIntent, fmt.Sprintf("the body must be the tool's arguments, one JSON object: %v", err))
 	}
-	return newProblem(http.StatusBadRequest, intent.CodeInvalidIntent, err.Error())
+	return refused(http.StatusBadRequest, intent.CodeInvalidIntent, err.Error())
+}
+
+// refused is the problem of a tool call the door refused before publishing
+// it, with the hint a model reads of a rejection: nothing was done.
+func refused(status int, code, detail string) *problem {
+	p := newProblem(status, code, detail)
+	h := hint.For(&intent.Result{Status: intent.StatusRejected, Error: &intent.Error{Code: code, Message: detail}}, hint.Door{Check: checkOperation})
+	p.Hint = &h
+	return p
 }
 
 // unavailable answers 503: NATS, the workers or the ledger did not answer.

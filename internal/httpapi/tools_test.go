@@ -57,7 +57,6 @@ func TestSchemaViolationIsRefusedBeforePublishing(t *testing.T) {
 	require.NoError(t, err)
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
-	t.Cleanup(s.console.shutdown)
 	call := func(args string) (int, map[string]any) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/tools/send_email", strings.NewReader(args))
 		require.NoError(t, err)
@@ -86,6 +85,8 @@ func TestSchemaViolationIsRefusedBeforePublishing(t *testing.T) {
 		require.Contains(t, body["detail"], "args do not match tool send_email's schema", args)
 		require.Contains(t, body["detail"], violation, args)
 		require.NotContains(t, body, "answer", "refused at the door, not answered by a worker: %v", body)
+		h, _ := body["hint"].(map[string]any)
+		require.Contains(t, h["text"], "Nothing was done; fix the call", "the model reads what to do: %v", body)
 		require.Zero(t, stored(), "%s: nothing reached the stream", args)
 	}
 

@@ -304,6 +304,8 @@ class Client:
             if code in ("invalid_intent", "unknown_tool", "too_large"):
                 ans = {"key": body.get("key", ""), "tool": "", "status": "rejected", "replayed": False,
                        "error": {"code": code, "message": body.get("detail", "")}}
+                if isinstance(body.get("hint"), dict):
+                    ans["hint"] = body["hint"]
             else:
                 return None
         cls = _ANSWERS.get(ans.get("status"), Answer)

@@ -10,6 +10,7 @@ import unittest
 
 from idemgate import (AwaitingApproval, BadReceipt, Client, Completed, Conflict, Forbidden, IdemgateError, KeySet, NotFound,
                       ReceiptError, Rejected, verify_receipt)
+from idemgate.tools import text_of
 
 URL = os.environ.get("IDEMGATE_URL")
 
@@ -46,6 +47,7 @@ class EndToEnd(unittest.TestCase):
         bad = self.agent.call("no_such_tool", {})
         self.assertIsInstance(bad, Rejected)
         self.assertEqual(bad.code, "unknown_tool")
+        self.assertIn("Nothing was done", text_of(bad), "the door's refusal carries the model's text")
 
     def test_fifty_concurrent_identical_calls_fire_once(self):
         args = {"title": "python-concurrent"}
