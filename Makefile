@@ -64,16 +64,17 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-# Fuzz the envelope decoder, the canonicalizer and key derivation, the
-# audit trail's verifier, its fast reading of a line and its quick check of
-# canonical results (FUZZTIME each).
+# Fuzz the envelope decoder, the canonicalizer, its quick check of
+# canonical data and key derivation, the audit trail's verifier, its fast
+# reading of a line and its events' canonical form (FUZZTIME each).
 FUZZTIME ?= 2m
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzCanonicalize$$' -fuzztime=$(FUZZTIME) ./pkg/intent/
+	$(GO) test -run='^$$' -fuzz='^FuzzIsCanonical$$' -fuzztime=$(FUZZTIME) ./pkg/intent/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./pkg/intent/
 	$(GO) test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
 	$(GO) test -run='^$$' -fuzz='^FuzzQuickLine$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
-	$(GO) test -run='^$$' -fuzz='^FuzzCanonicalAlready$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
+	$(GO) test -run='^$$' -fuzz='^FuzzCanonicalAgree$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
 	$(GO) test -run='^$$' -fuzz='^FuzzQuickWithout$$' -fuzztime=$(FUZZTIME) ./pkg/audit/
 
 # The full chaos runs (docs/reliability.md): CHAOS_INTENTS intents on one

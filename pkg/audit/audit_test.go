@@ -80,7 +80,7 @@ func TestEventCanonicalIsRFC8785(t *testing.T) {
 		unsigned, m := bare.appendCanonicalMarked(nil, false)
 		signed := appendWithSignature(nil, unsigned, m, packed, e.Sig)
 		require.Equalf(t, string(got), string(signed), "event %d", i)
-		if e.Sig == "" || string(appendString(nil, e.Sig)) == `"`+e.Sig+`"` {
+		if e.Sig == "" || string(intent.AppendCanonicalString(nil, e.Sig)) == `"`+e.Sig+`"` {
 			require.Equalf(t, len(signed), signedSize(len(unsigned), len(packed)/stepSize, e.Sig), "event %d: its size", i)
 		}
 		var back Event

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // Entry is one line of the trail: an event at its place in its partition's
@@ -50,7 +52,7 @@ func appendEntry(b []byte, partition int, h head, event []byte) ([]byte, head) {
 	b = append(b, `,"pos":`...)
 	b = strconv.AppendUint(b, pos, 10)
 	b = append(b, `,"prev":`...)
-	b = appendString(b, h.digest)
+	b = intent.AppendCanonicalString(b, h.digest)
 	b = append(b, '}')
 	return b, head{pos: pos, digest: digestOf(b[start:])}
 }
@@ -61,9 +63,9 @@ func (s *Signer) sealLast(b []byte, start int) []byte {
 	sig := s.sign(b[start:])
 	b = b[:len(b)-1] // the entry's closing brace; "seal" sorts last
 	b = append(b, `,"seal":{"sig":`...)
-	b = appendString(b, sig)
+	b = intent.AppendCanonicalString(b, sig)
 	b = append(b, `,"signer":`...)
-	b = appendString(b, s.id)
+	b = intent.AppendCanonicalString(b, s.id)
 	return append(b, '}', '}')
 }
 

@@ -63,19 +63,19 @@ func (c Checkpoint) canonical(withSig bool) []byte {
 	b = append(b, `","first":`...)
 	b = strconv.AppendUint(b, c.First, 10)
 	b = append(b, `,"head":`...)
-	b = appendString(b, c.Head)
+	b = intent.AppendCanonicalString(b, c.Head)
 	b = append(b, `,"installation":`...)
-	b = appendString(b, c.Installation)
+	b = intent.AppendCanonicalString(b, c.Installation)
 	b = append(b, `,"partition":`...)
 	b = strconv.AppendInt(b, int64(c.Partition), 10)
 	b = append(b, `,"partitions":`...)
 	b = strconv.AppendInt(b, int64(c.Partitions), 10)
 	if withSig {
 		b = append(b, `,"sig":`...)
-		b = appendString(b, c.Sig)
+		b = intent.AppendCanonicalString(b, c.Sig)
 	}
 	b = append(b, `,"signer":`...)
-	b = appendString(b, c.Signer)
+	b = intent.AppendCanonicalString(b, c.Signer)
 	b = append(b, `,"size":`...)
 	b = strconv.AppendUint(b, c.Size, 10)
 	b = append(b, `,"v":`...)
@@ -189,7 +189,7 @@ func isCheckpointLine(line []byte) bool {
 // installation: hex(sha256(JCS({"installation":…,"partition":…}))). It
 // binds the chain to its installation.
 func GenesisDigest(installation string, partition int) string {
-	b := append([]byte(`{"installation":`), appendString(nil, installation)...)
+	b := append([]byte(`{"installation":`), intent.AppendCanonicalString(nil, installation)...)
 	b = append(b, `,"partition":`...)
 	b = strconv.AppendInt(b, int64(partition), 10)
 	return digestOf(append(b, '}'))

@@ -193,7 +193,7 @@ func (e *Event) appendCanonicalMarked(b []byte, withSig bool) ([]byte, sigMarks)
 			if i > 0 {
 				w.b = append(w.b, ',')
 			}
-			w.b = appendString(w.b, step)
+			w.b = intent.AppendCanonicalString(w.b, step)
 		}
 		w.b = append(w.b, ']')
 	}
@@ -242,7 +242,7 @@ func Digest(data []byte) string {
 // hex(sha256(JCS(result))); false when result has no canonical form (a
 // number beyond ±2^53, or not JSON).
 func ResultDigest(result json.RawMessage) (string, bool) {
-	if canonicalAlready(result) {
+	if intent.IsCanonical(result) {
 		return Digest(result), true // no second encoding
 	}
 	c, err := intent.Canonicalize(result)
@@ -256,8 +256,8 @@ func ResultDigest(result json.RawMessage) (string, bool) {
 // hex(sha256(JCS({"code":..., "message":...}))).
 func ErrorDigest(e intent.Error) string {
 	// Both members always: an empty message is still a member.
-	b := appendString(append(make([]byte, 0, 32+len(e.Code)+len(e.Message)), `{"code":`...), e.Code)
-	b = appendString(append(b, `,"message":`...), e.Message)
+	b := intent.AppendCanonicalString(append(make([]byte, 0, 32+len(e.Code)+len(e.Message)), `{"code":`...), e.Code)
+	b = intent.AppendCanonicalString(append(b, `,"message":`...), e.Message)
 	return Digest(append(b, '}'))
 }
 

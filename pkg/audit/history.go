@@ -90,16 +90,16 @@ type keyMatcher struct {
 
 func newKeyMatcher(key string) keyMatcher {
 	compact, _ := intent.LedgerKey(key, intent.LayoutCompact)
-	m := keyMatcher{compact: compact, needles: [][]byte{appendString([]byte(`"key":`), compact)}}
+	m := keyMatcher{compact: compact, needles: [][]byte{intent.AppendCanonicalString([]byte(`"key":`), compact)}}
 	switch {
 	case compact != key:
-		m.needles = append(m.needles, appendString([]byte(`"key":`), key))
+		m.needles = append(m.needles, intent.AppendCanonicalString([]byte(`"key":`), key))
 	case intent.CompactLedgerKey(key):
 		// The full key begins with the 16 digest bytes the compact one
 		// holds, in hex.
 		i := strings.LastIndexByte(key, '.')
 		if b, err := base64.RawURLEncoding.DecodeString(key[i+1:]); err == nil {
-			full := appendString([]byte(`"key":`), key[:i+1]+hex.EncodeToString(b))
+			full := intent.AppendCanonicalString([]byte(`"key":`), key[:i+1]+hex.EncodeToString(b))
 			m.needles = append(m.needles, full[:len(full)-1]) // without the closing quote: a prefix
 		}
 	}

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"time"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // The verifier's fast path reads a trail line in one pass that both checks
-// its canonical form (quickCanon's rules) and finds its members, where
+// its canonical form (intent.IsCanonical's rules) and finds its members, where
 // encoding/json would read it several times. It reads only what it is sure
 // of: an entry as the writers make it, and events whose members decode as
 // encoding/json decodes them. For anything else it says so, and the line
@@ -31,71 +33,67 @@ type lineScan struct {
 	nested []span
 }
 
-// scan reads line: true when it is a canonical JSON object (canonicalAlready
+// scan reads line: true when it is a canonical JSON object (intent.IsCanonical
 // says so of it) and nothing else, its members then in s.
 func (s *lineScan) scan(line []byte) bool {
 	s.top, s.nested = s.top[:0], s.nested[:0]
 	if len(line) < 2 || line[0] != '{' {
 		return false
 	}
-	c := quickCanon{b: line, i: 1}
-	if line[1] == '}' {
-		return len(line) == 2
+	c := intent.ScanCanonical(line, 0)
+	if more, ok := c.Open(); !more {
+		return ok && c.Offset() == len(line)
 	}
 	var prev []byte
 	for {
-		at := c.i
-		name, ok := c.name()
-		if !ok || prev != nil && bytes.Compare(prev, name) >= 0 || c.i >= len(line) || line[c.i] != ':' {
+		at := c.Offset()
+		name, ok := c.Name(prev)
+		if !ok {
 			return false
 		}
 		prev = name
-		c.i++
-		sp := span{name: name, at: at, val: c.i}
-		if c.i < len(line) && line[c.i] == '{' && (string(name) == "event" || string(name) == "seal") {
+		sp := span{name: name, at: at, val: c.Offset()}
+		if sp.val < len(line) && line[sp.val] == '{' && (string(name) == "event" || string(name) == "seal") {
 			sp.nested = len(s.nested)
 			if !s.object(&c, 1) {
 				return false
 			}
 			sp.nestN = len(s.nested) - sp.nested
-		} else if !c.value(1) {
+		} else if !c.Value(1) {
 			return false
 		}
-		sp.end = c.i
+		sp.end = c.Offset()
 		s.top = append(s.top, sp)
-		more, ok := c.next('}')
+		more, ok := c.Next('}')
 		if !ok {
 			return false
 		}
 		if !more {
-			return c.i == len(line)
+			return c.Offset() == len(line)
 		}
 	}
 }
 
-// object reads the object at c (at depth, as quickCanon.object), appending
+// object reads the object at c (at depth, as c.Value would), appending
 // its members to s.nested, their offsets in c's data.
-func (s *lineScan) object(c *quickCanon, depth int) bool {
-	c.i++
-	if c.i < len(c.b) && c.b[c.i] == '}' {
-		c.i++
-		return true
+func (s *lineScan) object(c *intent.CanonicalScanner, depth int) bool {
+	if more, ok := c.Open(); !more {
+		return ok
 	}
 	var prev []byte
 	for {
-		at := c.i
-		name, ok := c.name()
-		if !ok || prev != nil && bytes.Compare(prev, name) >= 0 || c.i >= len(c.b) || c.b[c.i] != ':' {
+		at := c.Offset()
+		name, ok := c.Name(prev)
+		if !ok {
 			return false
 		}
 		prev = name
-		c.i++
-		val := c.i
-		if !c.value(depth + 1) {
+		val := c.Offset()
+		if !c.Value(depth + 1) {
 			return false
 		}
-		s.nested = append(s.nested, span{name: name, at: at, val: val, end: c.i})
-		more, ok := c.next('}')
+		s.nested = append(s.nested, span{name: name, at: at, val: val, end: c.Offset()})
+		more, ok := c.Next('}')
 		if !more {
 			return ok
 		}
@@ -112,7 +110,7 @@ func plainString(v []byte) (text []byte, ok bool) {
 }
 
 // plainInt is the canonical JSON integer v (at most 15 digits, as
-// quickCanon reads them); ok is false for any other value.
+// intent.IsCanonical takes them); ok is false for any other value.
 func plainInt(v []byte) (n int64, ok bool) {
 	if len(v) == 0 {
 		return 0, false

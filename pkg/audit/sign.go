@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // A signed event (a receipt) carries "signer", "sig" and, when it was
@@ -217,7 +219,7 @@ func appendWithSignature(b, unsigned []byte, m sigMarks, proof []byte, sig strin
 	b = append(b, unsigned[m.proof:m.sig]...)
 	if sig != "" {
 		b = append(b, `,"sig":`...)
-		b = appendString(b, sig)
+		b = intent.AppendCanonicalString(b, sig)
 	}
 	return append(b, unsigned[m.sig:]...)
 }

@@ -579,7 +579,7 @@ func (w *lineWorker) slowLine(n int, line []byte, r *lineResult) {
 		return
 	}
 	r.partition, r.pos, r.prev, r.digest = pe.Partition, pe.Pos, pe.Prev, pe.digest
-	if !canonicalAlready(line) {
+	if !intent.IsCanonical(line) {
 		if canon, err := intent.Canonicalize(line); err != nil || !bytes.Equal(canon, line) {
 			r.malformed = &Break{Line: n, Partition: pe.Partition, Pos: pe.Pos, Kind: BreakMalformed,
 				Detail: "the line is not the canonical bytes of its entry (RFC 8785): its digest and seal are of those bytes only"}

@@ -5,7 +5,7 @@ import "fmt"
 // Build returns the envelope of a call assembled from its parts (by a front
 // door, or a client about to publish), checked as Decode checks a received
 // envelope: env.Tool valid, a key override of 1 to MaxKeyBytes bytes when
-// set, no control character in Session and CallID, CreatedAt within RFC
+// set, valid UTF-8 and no control character in Session and CallID, CreatedAt within RFC
 // 3339's years; env.Args one strict JSON object (see Canonicalize), any
 // whitespace and member order (nil or blank: {}), nested no deeper than
 // lim.MaxDepth counting the envelope. The args are parsed once: the
@@ -23,6 +23,9 @@ func Build(env Envelope, lim Limits) (Decoded, error) {
 		if err := checkKeyOverride(env.Key); err != nil {
 			return Decoded{}, err
 		}
+	}
+	if err := checkUTF8(&env); err != nil {
+		return Decoded{}, err
 	}
 	if err := CheckHeaderText("session", env.Session); err != nil {
 		return Decoded{}, err

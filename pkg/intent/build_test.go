@@ -38,6 +38,7 @@ func TestBuildIsDecode(t *testing.T) {
 		{"lone surrogate", Envelope{Tool: "t", Args: json.RawMessage(`{"a":"\ud800"}`)}, ErrInvalid},
 		{"trailing data", Envelope{Tool: "t", Args: json.RawMessage(`{}{}`)}, ErrInvalid},
 		{"control in session", Envelope{Tool: "t", Session: "a\nb"}, ErrInvalid},
+		{"invalid UTF-8 in call_id", Envelope{Tool: "t", CallID: "a\xffb"}, ErrInvalid},
 		{"key over the limit", Envelope{Tool: "t", Key: strings.Repeat("k", MaxKeyBytes+1)}, ErrInvalid},
 		{"year 10000", Envelope{Tool: "t", CreatedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, ErrInvalid},
 		{"too large", Envelope{Tool: "t", Args: json.RawMessage(`{"a":"` + strings.Repeat("x", DefaultMaxBytes) + `"}`)}, ErrTooLarge},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 )
 
 // materialVersion is the "v" member of every key material. A change to the
@@ -148,6 +149,9 @@ func checkEnvelope(env *Envelope, parsed *value, spec KeySpec) (value, error) {
 			return value{}, err
 		}
 	}
+	if err := checkUTF8(env); err != nil {
+		return value{}, err
+	}
 	if err := CheckHeaderText("session", env.Session); err != nil {
 		return value{}, err
 	}
@@ -172,6 +176,18 @@ func checkEnvelope(env *Envelope, parsed *value, spec KeySpec) (value, error) {
 		return value{}, invalidf("args must be an object, got %s", args.kind)
 	}
 	return args, nil
+}
+
+// checkUTF8 applies Decode's rule that every string is valid UTF-8 to the
+// string fields of a possibly hand-built envelope: a string of invalid
+// UTF-8 has no canonical form, nor its key a decoded intent's.
+func checkUTF8(env *Envelope) error {
+	for _, f := range [...]struct{ name, val string }{{"key", env.Key}, {"session", env.Session}, {"call_id", env.CallID}} {
+		if !utf8.ValidString(f.val) {
+			return invalidf("field %q is not valid UTF-8", f.name)
+		}
+	}
+	return nil
 }
 
 func buildMaterial(env *Envelope, args *value, spec KeySpec, msgTime time.Time) (value, error) {

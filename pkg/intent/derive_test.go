@@ -120,6 +120,8 @@ func TestDeriveRejects(t *testing.T) {
 		{"long override", &Envelope{Tool: "t", Args: json.RawMessage(`{}`), Key: strings.Repeat("k", 300)}, KeySpec{}, time.Time{}, ErrInvalid, `"key" is 300 bytes`},
 		{"line break in session", &Envelope{Tool: "t", Args: json.RawMessage(`{}`), Session: "a\nb"}, KeySpec{}, time.Time{}, ErrInvalid, `field "session" holds the control character U+000A at byte 1`},
 		{"control character in call_id", &Envelope{Tool: "t", Args: json.RawMessage(`{}`), CallID: "\x01"}, KeySpec{}, time.Time{}, ErrInvalid, `field "call_id" holds the control character U+0001 at byte 0`},
+		{"invalid UTF-8 in session", &Envelope{Tool: "t", Args: json.RawMessage(`{}`), Session: "a\xffb"}, KeySpec{}, time.Time{}, ErrInvalid, `field "session" is not valid UTF-8`},
+		{"invalid UTF-8 in key", &Envelope{Tool: "t", Args: json.RawMessage(`{}`), Key: "\xed\xa0\x80"}, KeySpec{}, time.Time{}, ErrInvalid, `field "key" is not valid UTF-8`},
 		{"window with no time", ok, KeySpec{Window: time.Hour}, time.Time{}, ErrInvalid, `tool "t" is keyed by a 1h0m0s window and the intent has no created_at or message time`},
 		{"negative window", ok, KeySpec{Window: -time.Hour}, time.Time{}, ErrInvalidSpec, "window -1h0m0s is negative"},
 		{"sub-second window", ok, KeySpec{Window: 500 * time.Millisecond}, time.Now(), ErrInvalidSpec, "window 500ms is not a whole number of seconds"},

@@ -19,6 +19,13 @@
 // CheckKeyArgs is the rule that an unsafe tool's intent names its key args
 // or carries a key override, which every door and the workers apply.
 //
+// # Canonical JSON
+//
+// Canonicalize is the one RFC 8785 encoder of the module: the audit trail
+// writes its strings with AppendCanonicalString and checks lines with
+// IsCanonical and CanonicalScanner, so that receipts and keys agree byte
+// for byte.
+//
 // # Derivation
 //
 // Derive maps an envelope and its tool's KeySpec to an Identity:

@@ -270,7 +270,7 @@ func (e *Envelope) CheckSubject(subjectTool string) error {
 // the time's own offset and any fraction of a second) only when set.
 func (e Envelope) MarshalJSON() ([]byte, error) {
 	b := []byte(`{"tool":`)
-	b = appendString(b, e.Tool)
+	b = AppendCanonicalString(b, e.Tool)
 	b = append(b, `,"args":`...)
 	if len(e.Args) == 0 {
 		b = append(b, "{}"...)
@@ -282,9 +282,9 @@ func (e Envelope) MarshalJSON() ([]byte, error) {
 	} {
 		if f.val != "" {
 			b = append(b, ',')
-			b = appendString(b, f.name)
+			b = AppendCanonicalString(b, f.name)
 			b = append(b, ':')
-			b = appendString(b, f.val)
+			b = AppendCanonicalString(b, f.val)
 		}
 	}
 	if !e.CreatedAt.IsZero() {
@@ -292,7 +292,7 @@ func (e Envelope) MarshalJSON() ([]byte, error) {
 			return nil, fmt.Errorf("%w: created_at year %d is outside RFC 3339's 0000-9999", ErrInvalid, y)
 		}
 		b = append(b, `,"created_at":`...)
-		b = appendString(b, e.CreatedAt.Format(time.RFC3339Nano))
+		b = AppendCanonicalString(b, e.CreatedAt.Format(time.RFC3339Nano))
 	}
 	return append(b, '}'), nil
 }

@@ -107,9 +107,31 @@ func firstUnit(r rune) rune {
 	return r
 }
 
-// appendString appends s as an RFC 8785 string literal: only '"', '\\' and
-// the control characters U+0000-U+001F are escaped, the latter as \b \f \n
-// \r \t or \u00xx (lowercase hex); every other character is literal UTF-8.
+// AppendCanonicalString appends s as an RFC 8785 string literal: only '"',
+// '\\' and the control characters U+0000-U+001F are escaped, the latter as
+// \b \f \n \r \t or \u00xx (lowercase hex); every other character is
+// literal UTF-8. Invalid UTF-8 in s becomes U+FFFD (one for each run of
+// invalid bytes), so that every string has a canonical form.
+func AppendCanonicalString(b []byte, s string) []byte {
+	// Most strings (keys, digests, names) are printable ASCII: one pass
+	// tells, and they are copied as they are.
+	i := 0
+	for i < len(s) && plainByte[s[i]] {
+		i++
+	}
+	if i == len(s) {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
+	}
+	if !utf8.ValidString(s[i:]) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	return appendString(b, s)
+}
+
+// appendString is AppendCanonicalString of s, valid UTF-8 (as the parser
+// leaves every string).
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0

@@ -3,7 +3,10 @@ package intent
 import (
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"math"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -157,5 +160,110 @@ func TestCompareUTF16(t *testing.T) {
 				require.Zero(t, got)
 			}
 		}
+	}
+}
+
+// The quick check takes data for canonical only when the canonicalizer
+// leaves it as it is, and it takes the common results.
+func TestIsCanonical(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		data string
+		want bool
+	}{
+		{`{}`, true},
+		{`[]`, true},
+		{`{"a":1,"b":[true,false,null,-12,0,"x"],"c":{"d":"é☃𝄞 \"q\" \\ \n\t\u001f\u0000"}}`, true},
+		{`{"echo":{"n":123456789012345,"pad":"xxxx"}}`, true},
+		{`"plain"`, true},
+		{`0`, true},
+		{`{"b":1,"a":2}`, false},    // order
+		{`{"a":1,"a":1}`, false},    // repeated
+		{`{"a": 1}`, false},         // whitespace
+		{` {}`, false},              // whitespace
+		{`{} `, false},              // whitespace
+		{`1.5`, false},              // not an integer: the long way
+		{`1e3`, false},              // exponent
+		{`-0`, false},               // canonical: 0
+		{`01`, false},               // leading zero
+		{`1234567890123456`, false}, // 16 digits
+		{`"\u0041"`, false},         // needless escape
+		{`"\/"`, false},             // needless escape
+		{`"\u000a"`, false},         // \n
+		{`"\u001F"`, false},         // uppercase hex
+		{`"\ud800"`, false},         // lone surrogate
+		{"\"\xff\"", false},         // invalid UTF-8
+		{"\"\x01\"", false},         // raw control character
+		{`{"é":1}`, false},          // non-ASCII name: the long way
+		{`{"a\"":1}`, false},        // escaped name: the long way
+		{`[1,]`, false},             // not JSON
+		{`{"a":1`, false},           // truncated
+		{`"abc`, false},             // truncated
+		{`tru`, false},              // truncated
+		{`"\u0100"`, false},         // needless escape of a non-control character
+		{"\"\xed\xa0\x80\"", false}, // UTF-8 of a surrogate
+		{strings.Repeat("[", 65) + strings.Repeat("]", 65), true},
+		{strings.Repeat("[", 66) + strings.Repeat("]", 66), false}, // deeper than the scanner goes: the long way
+	} {
+		got := IsCanonical([]byte(c.data))
+		require.Equalf(t, c.want, got, "%s", c.data)
+		if got {
+			canon, err := Canonicalize([]byte(c.data))
+			require.NoError(t, err, c.data)
+			require.Equal(t, string(canon), c.data)
+		}
+	}
+}
+
+// Whatever the quick check takes is what the canonicalizer makes of it.
+func FuzzIsCanonical(f *testing.F) {
+	f.Add([]byte(`{"a":1,"b":[true,false,null,-12,0,"x"],"c":{"d":"é \"q\" \\ \n\u001f"}}`))
+	f.Add([]byte(`{"b":1,"a":2}`))
+	f.Add([]byte(`[1.5,1e3,-0,"\u0041"]`))
+	for _, s := range jsonSeeds {
+		f.Add([]byte(s))
+	}
+	var vectors []struct{ Envelope, Material string }
+	if data, err := os.ReadFile(vectorsFile); err == nil && json.Unmarshal(data, &vectors) == nil {
+		for _, v := range vectors {
+			f.Add([]byte(v.Envelope))
+			f.Add([]byte(v.Material))
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !IsCanonical(data) {
+			return
+		}
+		canon, err := Canonicalize(data)
+		if err != nil {
+			t.Fatalf("taken as canonical, but the canonicalizer refuses it: %q: %v", data, err)
+		}
+		if string(canon) != string(data) {
+			t.Fatalf("taken as canonical: %q, but its canonical form is %q", data, canon)
+		}
+	})
+}
+
+// The canonical string encoding: RFC 8785's escapes, everything else
+// literal, and invalid UTF-8 (which has no canonical form) as U+FFFD, one
+// for each run of invalid bytes.
+func TestAppendCanonicalString(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ in, want string }{
+		{"", `""`},
+		{"plain ascii", `"plain ascii"`},
+		{"\"\\/", `"\"\\/"`},
+		{"\x00\x01\b\f\n\r\t\x1f\x7f", "\"\\u0000\\u0001\\b\\f\\n\\r\\t\\u001f\x7f\""},
+		{"é😀\u2028\u2029<&>", "\"é😀\u2028\u2029<&>\""},
+		{"a\xffb", "\"a\uFFFDb\""},
+		{"a\xff\xfeb\xed\xa0\x80", "\"a\uFFFDb\uFFFD\""},
+		{"\xc3\n", "\"\uFFFD\\n\""},
+	} {
+		got := AppendCanonicalString([]byte("x"), c.in)
+		require.Equal(t, "x"+c.want, string(got), "%q", c.in)
+		canon, err := Canonicalize(got[1:])
+		require.NoError(t, err, "%q", c.in)
+		require.Equal(t, c.want, string(canon), "%q", c.in)
+		require.True(t, IsCanonical(got[1:]), "%q", c.in)
 	}
 }
