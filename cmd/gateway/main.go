@@ -76,7 +76,7 @@ func run(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (subcommand: token)", fs.Arg(0))
 	}
-	if err := envflag.Apply(fs, "IDEMGATE_GATEWAY", natsconn.EnvAliases); err != nil {
+	if err := envflag.ApplyRenamed(fs, "IDEMGATE", "IDEMGATE_GATEWAY", natsconn.EnvAliases); err != nil {
 		return err
 	}
 	if *configFile != "" {
