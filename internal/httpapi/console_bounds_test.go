@@ -45,7 +45,7 @@ func boundsServer(t *testing.T, ns map[string]string) (*Server, map[string]strin
 	}
 	toks, err := auth.ParseTokens(strings.NewReader(strings.Join(lines, "\n")))
 	require.NoError(t, err)
-	s, err := New(nc, cl, Config{Tokens: toks, Rate: 1e9, Burst: 1 << 30})
+	s, err := New(nc, cl, nil, Config{Tokens: toks, Rate: 1e9, Burst: 1 << 30})
 	require.NoError(t, err)
 	t.Cleanup(s.console.shutdown)
 	return s, secrets
@@ -224,7 +224,7 @@ func TestConsoleFlashesBounded(t *testing.T) {
 	require.NoError(t, err)
 	toks, err := auth.ParseTokens(strings.NewReader(line))
 	require.NoError(t, err)
-	s, err := New(nc, cl, Config{Tokens: toks, Rate: 1e9, Burst: 1 << 30})
+	s, err := New(nc, cl, nil, Config{Tokens: toks, Rate: 1e9, Burst: 1 << 30})
 	require.NoError(t, err)
 	t.Cleanup(s.console.shutdown)
 	h := s.Handler()

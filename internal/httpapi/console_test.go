@@ -42,7 +42,7 @@ func consoleServer(t *testing.T) (*httptest.Server, map[string]string) {
 	}
 	toks, err := auth.ParseTokens(strings.NewReader(strings.Join(lines, "\n")))
 	require.NoError(t, err)
-	s, err := New(nc, cl, Config{Tokens: toks})
+	s, err := New(nc, cl, nil, Config{Tokens: toks})
 	require.NoError(t, err)
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
@@ -337,7 +337,7 @@ func TestConsoleStreamsEndOnShutdown(t *testing.T) {
 	require.NoError(t, err)
 	toks, err := auth.ParseTokens(strings.NewReader(line))
 	require.NoError(t, err)
-	s, err := New(nc, cl, Config{Tokens: toks})
+	s, err := New(nc, cl, nil, Config{Tokens: toks})
 	require.NoError(t, err)
 	ln, err := s.Listen()
 	require.NoError(t, err)

@@ -28,7 +28,7 @@ func TestFaultsAreAnsweredAsByEveryDoor(t *testing.T) {
 	tokens, err := auth.ParseTokens(strings.NewReader(line))
 	require.NoError(t, err)
 	const maxBody = 64
-	s, err := httpapi.New(nc, cl, httpapi.Config{Tokens: tokens, MaxBodyBytes: maxBody})
+	s, err := httpapi.New(nc, cl, nil, httpapi.Config{Tokens: tokens, MaxBodyBytes: maxBody})
 	require.NoError(t, err)
 	httpdoortest.Check(t, httpdoortest.Door{
 		Handler: s.Handler(), Method: http.MethodPost, Path: "/v1/tools/echo", Token: secret, MaxBody: maxBody,

@@ -49,8 +49,8 @@ type caller struct {
 }
 
 // New checks cfg and returns a server calling idemgate through cl (on nc,
-// whose state /healthz reports).
-func New(nc *nats.Conn, cl *client.Client, cfg Config) (*Server, error) {
+// whose state /healthz reports), logging to log (nil: no logging).
+func New(nc *nats.Conn, cl *client.Client, log *zap.Logger, cfg Config) (*Server, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -58,7 +58,10 @@ func New(nc *nats.Conn, cl *client.Client, cfg Config) (*Server, error) {
 	if nc == nil || cl == nil {
 		return nil, errors.New("httpapi: no NATS connection or client")
 	}
-	s := &Server{cfg: cfg, cl: cl, nc: nc, log: cfg.Log, bearer: httpdoor.Bearer{Tokens: cfg.Tokens}}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := &Server{cfg: cfg, cl: cl, nc: nc, log: log, bearer: httpdoor.Bearer{Tokens: cfg.Tokens}}
 	var err error
 	if s.console, err = newConsole(s); err != nil {
 		return nil, fmt.Errorf("httpapi: console: %w", err)

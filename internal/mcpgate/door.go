@@ -123,11 +123,11 @@ func newDoor(g *Gate) *door {
 	d.bearer = httpdoor.Bearer{Tokens: g.cfg.Tokens, Metadata: d.metadataURL}
 	server := func(*http.Request) *mcp.Server { return g.server }
 	d.stateful = d.authorized(mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{
-		Logger:         sdkLogger(g.cfg.Logger),
+		Logger:         sdkLogger(g.log),
 		SessionTimeout: g.cfg.SessionIdle,
 	}))
 	d.stateless = d.authorized(mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{
-		Logger:    sdkLogger(g.cfg.Logger),
+		Logger:    sdkLogger(g.log),
 		Stateless: true,
 		// The POST is the whole request: a client that goes away ends
 		// the call's wait (never its operation).

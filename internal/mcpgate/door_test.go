@@ -11,6 +11,7 @@ import (
 	"github.com/idemgate/idemgate/internal/auth"
 	"github.com/idemgate/idemgate/internal/httpdoor/httpdoortest"
 	"github.com/idemgate/idemgate/internal/natstest"
+	"github.com/idemgate/idemgate/pkg/client"
 )
 
 // The MCP server's HTTP transport answers a missing, malformed or unknown
@@ -28,7 +29,9 @@ func TestFaultsAreAnsweredAsByEveryDoor(t *testing.T) {
 	}
 	tokens, err := auth.ParseTokens(strings.NewReader(strings.Join(lines, "\n")))
 	require.NoError(t, err)
-	g, err := New(nc, Config{Tokens: tokens})
+	cl, err := client.New(nc)
+	require.NoError(t, err)
+	g, err := New(nc, cl, nil, Config{Tokens: tokens})
 	require.NoError(t, err)
 	t.Cleanup(g.door.close)
 	h := g.HTTPHandler()

@@ -35,7 +35,7 @@ func (g *Gate) Load(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		g.cfg.Logger.Info("waiting for the workers' tool catalogue", zap.Error(err))
+		g.log.Info("waiting for the workers' tool catalogue", zap.Error(err))
 		if !retry.Wait(ctx, pauses) {
 			return err
 		}
