@@ -45,6 +45,7 @@ func run(args []string) error {
 		tokens    = fs.String("tokens", "", "HTTP: the tokens file of the HTTP front door ('<sha256-hex> <agent|operator> <namespace> [name]' per line; gateway token makes one): every request needs Authorization: Bearer <token>, whose namespace scopes its sessions (default: none, loopback only)")
 	)
 	prefix := fs.String("prefix", intent.DefaultPrefix, "names prefix of the installation")
+	configFile := fs.String("config", "", envflag.ConfigUsage)
 	fs.StringVar(&cfg.Session, "session", "", "session scoping the keys of calls that name none (no io.idemgate/session _meta, no Idem-Session header); default: one scope for all")
 	fs.DurationVar(&cfg.Wait, "wait", mcpgate.DefaultWait, "how long a call waits for its operation before answering with a reference to check later")
 	fs.StringVar(&cfg.Upstream, "upstream", "", "proxy mode: serve only the tools of this MCP server (a command, e.g. \"npx some-server\", or a streamable HTTP URL), which the workers' tools file lists under mcp_upstreams")
@@ -68,6 +69,11 @@ func run(args []string) error {
 	}
 	if err := envflag.Apply(fs, "IDEMGATE", natsconn.EnvAliases); err != nil {
 		return err
+	}
+	if *configFile != "" {
+		if err := envflag.ApplyFile(fs, *configFile); err != nil {
+			return err
+		}
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))

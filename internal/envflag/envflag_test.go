@@ -130,3 +130,15 @@ func TestOldPrefixIsReadWithAWarning(t *testing.T) {
 		})
 	}
 }
+
+func TestCommandLineOnlyFlagsAreErrorsInTheFile(t *testing.T) {
+	file := t.TempDir() + "/submit.yaml"
+	require.NoError(t, os.WriteFile(file, []byte("wait: 5s\nforce: true\n"), 0o644))
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	force := fs.Bool("force", false, "")
+	wait := fs.Duration("wait", time.Second, "")
+	require.NoError(t, fs.Parse(nil))
+	require.ErrorContains(t, ApplyFile(fs, file, "force"), "submit.yaml:2: force is for the command line only")
+	require.False(t, *force, "a confirming flag in a file confirms nothing")
+	require.Equal(t, 5*time.Second, *wait)
+}
