@@ -21,14 +21,11 @@ const (
 	codeUnauthorized    = httpdoor.CodeUnauthorized   // no bearer token, or a malformed or unknown one
 	codeForbidden       = httpdoor.CodeForbidden      // the token's role or namespace does not allow the request
 	codeInvalidRequest  = httpdoor.CodeInvalidRequest // a header or query parameter is malformed
-	codeUnavailable     = "unavailable"               // NATS, the workers or the ledger cannot be reached
+	codeUnavailable     = httpdoor.CodeUnavailable    // NATS, the workers or the ledger cannot be reached
 	codeMethod          = "method_not_allowed"
-	codeHeadersTooLarge = "headers_too_large" // the request line and headers are over 16 KiB
-	codeNotFoundRoute   = "no_route"          // no such endpoint
+	codeHeadersTooLarge = "headers_too_large"  // the request line and headers are over 16 KiB
+	codeNotFoundRoute   = httpdoor.CodeNoRoute // no such endpoint
 )
-
-// problemTypePrefix names a problem type by its code: urn:idemgate:problem:<code>.
-const problemTypePrefix = "urn:idemgate:problem:"
 
 // problem is an RFC 9457 problem details object, with the error code and,
 // when the problem is an operation's answer, the answer itself.
@@ -62,14 +59,11 @@ var titles = map[string]string{
 	intent.CodeAlreadyDone:   "The operation already ran",
 	intent.CodeWrongState:    "The decision does not apply to the operation's state",
 	intent.CodeNotFound:      "No such operation",
-	intent.CodeRateLimited:   "Rate limited",
 	codeInFlight:             "The operation is still in flight",
 	codeUnresolved:           "The operation is unresolved",
 	codeNoAnswer:             "No answer in time",
-	codeUnavailable:          "The idemgate installation cannot be reached",
 	codeMethod:               "Method not allowed",
 	codeHeadersTooLarge:      "The request headers are too large",
-	codeNotFoundRoute:        "No such endpoint",
 }
 
 func newProblem(status int, code, detail string) *problem {
@@ -77,7 +71,7 @@ func newProblem(status int, code, detail string) *problem {
 	if title == "" {
 		title = httpdoor.Title(code, status)
 	}
-	return &problem{Type: problemTypePrefix + code, Title: title, Status: status, Detail: detail, Code: code}
+	return &problem{Type: httpdoor.ProblemType(code), Title: title, Status: status, Detail: detail, Code: code}
 }
 
 // writeProblem answers with p as application/problem+json.

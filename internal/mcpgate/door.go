@@ -23,7 +23,6 @@ import (
 
 	"github.com/idemgate/idemgate/internal/auth"
 	"github.com/idemgate/idemgate/internal/httpdoor"
-	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // Paths of the HTTP transport besides HTTPPath.
@@ -161,7 +160,7 @@ func (d *door) handler() http.Handler {
 	mux.HandleFunc(MetadataPath+"/", d.metadata)
 	mux.HandleFunc(HealthPath, d.health)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		problem(w, http.StatusNotFound, "no_route", "no endpoint %s: the MCP endpoint is %s", r.URL.Path, HTTPPath)
+		problem(w, http.StatusNotFound, httpdoor.CodeNoRoute, "no endpoint %s: the MCP endpoint is %s", r.URL.Path, HTTPPath)
 	})
 	return mux
 }
@@ -171,7 +170,7 @@ func (d *door) handler() http.Handler {
 // its protocol version.
 func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if o := r.Header.Get("Origin"); o != "" && !d.allowedOrigin(r, o) {
-		problem(w, http.StatusForbidden, "forbidden", "Origin %q may not call this endpoint: only its own origin, or one given with --allow-origin, may (a page of another origin, e.g. after DNS rebinding)", o)
+		problem(w, http.StatusForbidden, httpdoor.CodeForbidden, "Origin %q may not call this endpoint: only its own origin, or one given with --allow-origin, may (a page of another origin, e.g. after DNS rebinding)", o)
 		return
 	}
 	tok, ok := d.authenticate(w, r)
@@ -583,7 +582,7 @@ func (d *door) resourceURL(r *http.Request) *url.URL {
 func (d *door) metadata(w http.ResponseWriter, r *http.Request) {
 	res := d.resourceURL(r)
 	if d.g.cfg.Tokens == nil {
-		problem(w, http.StatusNotFound, "no_route", "this server takes no tokens: %s needs none", res)
+		problem(w, http.StatusNotFound, httpdoor.CodeNoRoute, "this server takes no tokens: %s needs none", res)
 		return
 	}
 	switch r.URL.Path {
@@ -591,7 +590,7 @@ func (d *door) metadata(w http.ResponseWriter, r *http.Request) {
 	case MetadataPath:
 		res.Path = ""
 	default:
-		problem(w, http.StatusNotFound, "no_route", "no protected resource at %s: the MCP endpoint's metadata is at %s", r.URL.Path, MetadataPath+res.Path)
+		problem(w, http.StatusNotFound, httpdoor.CodeNoRoute, "no protected resource at %s: the MCP endpoint's metadata is at %s", r.URL.Path, MetadataPath+res.Path)
 		return
 	}
 	mcpauth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
@@ -604,7 +603,7 @@ func (d *door) metadata(w http.ResponseWriter, r *http.Request) {
 // health answers 200 while the NATS connection is up, 503 otherwise.
 func (d *door) health(w http.ResponseWriter, _ *http.Request) {
 	if !d.g.nc.IsConnected() {
-		problem(w, http.StatusServiceUnavailable, "unavailable", "NATS connection %s", d.g.nc.Status())
+		problem(w, http.StatusServiceUnavailable, httpdoor.CodeUnavailable, "NATS connection %s", d.g.nc.Status())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -615,7 +614,7 @@ func (d *door) health(w http.ResponseWriter, _ *http.Request) {
 // rate_limited, and Retry-After: retry in whole seconds, rounded up.
 func tooMany(w http.ResponseWriter, retry time.Duration, format string, args ...any) {
 	w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
-	problem(w, http.StatusTooManyRequests, intent.CodeRateLimited, format, args...)
+	problem(w, http.StatusTooManyRequests, httpdoor.CodeRateLimited, format, args...)
 }
 
 // problem answers with an RFC 9457 problem of status and code, in the HTTP
