@@ -887,7 +887,7 @@ func TestKubernetesFrontDoors(t *testing.T) {
 		healthRoute              string        // how its source routes the health endpoint
 		listen                   func(args map[string]string) error
 	}{
-		{"idemgate-gateway", "gateway", "IDEMGATE_GATEWAY", "gateway", 30 * time.Second, `"GET /healthz"`, func(args map[string]string) error {
+		{"idemgate-gateway", "gateway", "IDEMGATE", "gateway", 30 * time.Second, `"GET /healthz"`, func(args map[string]string) error {
 			host, _, err := net.SplitHostPort(args["listen"])
 			if err != nil {
 				return err

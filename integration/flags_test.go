@@ -80,6 +80,8 @@ func TestEveryBinaryTakesTheSameConnectionAndLogFlags(t *testing.T) {
 				require.Equal(t, first[name], flags[name], "%s --%s has the usage the gateway's has", b.args[0], name)
 			}
 		}
+		require.NotEmpty(t, flags["config"], "%s --config", b.args[0])
+		require.Equal(t, first["config"], flags["config"], "%s --config has the usage the gateway's has", b.args[0])
 		old := map[string]string{"creds": "nats-creds", "nkey": "nats-nkey", "inbox-prefix": "nats-inbox-prefix"}
 		if b.oldTLS {
 			old["tls-ca"], old["tls-cert"], old["tls-key"] = "nats-tls-ca", "nats-tls-cert", "nats-tls-key"
@@ -96,7 +98,8 @@ func TestEveryBinaryTakesTheSameConnectionAndLogFlags(t *testing.T) {
 // The connection flags' old names still work for one release, from each
 // source a setting comes from — the command line (the worker), the
 // environment (submit) and a config file (the gateway) — and each prints one
-// warning naming the flag to use instead.
+// warning naming the flag to use instead; so do the gateway's variables of
+// earlier releases (IDEMGATE_GATEWAY_<FLAG>).
 func TestOldConnectionFlagNamesStillWorkAndWarn(t *testing.T) {
 	t.Parallel()
 	s := startSecure(t, "users.conf")
@@ -123,10 +126,12 @@ func TestOldConnectionFlagNamesStillWorkAndWarn(t *testing.T) {
 
 	config := filepath.Join(t.TempDir(), "gateway.yaml")
 	require.NoError(t, os.WriteFile(config, []byte("inbox_prefix: _INBOX.gateway\n"), 0o600))
-	g := startGatewayEnv(t, []string{"IDEMGATE_NATS_PASSWORD=" + s.password(t, "gateway")},
+	g := startGatewayEnv(t, []string{"IDEMGATE_NATS_PASSWORD=" + s.password(t, "gateway"), "IDEMGATE_GATEWAY_MAX_WAIT=4m"},
 		"--nats-url", s.url, "--nats-tls-ca", s.ca.certPEM, "--nats-user", "gateway", "--config", config)
 	res := g.call(t, agentA, "echo", `{"via":"old names"}`)
 	require.Equal(t, http.StatusOK, res.status, res.raw)
 	require.Equal(t, 1, strings.Count(g.proc.log.String(), "gateway.yaml:1: inbox_prefix is deprecated and goes in the next release: use nats-inbox-prefix"), g.proc.log.String())
+	require.Equal(t, 1, strings.Count(g.proc.log.String(), "warning: IDEMGATE_GATEWAY_MAX_WAIT is deprecated and goes in the next release: use IDEMGATE_MAX_WAIT"),
+		"the gateway's variables of earlier releases still work:\n%s", g.proc.log.String())
 	require.Empty(t, s.violations(), "with the old names every process used its own inbox")
 }

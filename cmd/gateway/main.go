@@ -70,14 +70,14 @@ func run(args []string) error {
 	logFlags := logging.Register(fs, logging.Flags{})
 	prefix := fs.String("prefix", intent.DefaultPrefix, "names prefix of the installation")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long requests in progress may take to finish")
-	configFile := fs.String("config", "", "a YAML file of settings (flag names to values); the command line and the environment win over it")
+	configFile := fs.String("config", "", envflag.ConfigUsage)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (subcommand: token)", fs.Arg(0))
 	}
-	if err := envflag.Apply(fs, "IDEMGATE_GATEWAY", natsconn.EnvAliases); err != nil {
+	if err := envflag.ApplyRenamed(fs, "IDEMGATE", "IDEMGATE_GATEWAY", natsconn.EnvAliases); err != nil {
 		return err
 	}
 	if *configFile != "" {
@@ -103,7 +103,6 @@ func run(args []string) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	cfg.Log = log
 
 	nc, err := natsFlags.Connect(log)
 	if err != nil {
@@ -114,7 +113,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv, err := httpapi.New(nc, cl, cfg)
+	srv, err := httpapi.New(nc, cl, log, cfg)
 	if err != nil {
 		return err
 	}

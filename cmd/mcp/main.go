@@ -24,6 +24,7 @@ import (
 	"github.com/idemgate/idemgate/internal/logging"
 	"github.com/idemgate/idemgate/internal/mcpgate"
 	"github.com/idemgate/idemgate/internal/natsconn"
+	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -43,7 +44,8 @@ func run(args []string) error {
 		httpAddr  = fs.String("http", "", "serve streamable HTTP on this address at "+mcpgate.HTTPPath+", e.g. 127.0.0.1:8081 (default: stdio); an address that is not loopback needs --tokens")
 		tokens    = fs.String("tokens", "", "HTTP: the tokens file of the HTTP front door ('<sha256-hex> <agent|operator> <namespace> [name]' per line; gateway token makes one): every request needs Authorization: Bearer <token>, whose namespace scopes its sessions (default: none, loopback only)")
 	)
-	fs.StringVar(&cfg.Prefix, "prefix", intent.DefaultPrefix, "names prefix of the installation")
+	prefix := fs.String("prefix", intent.DefaultPrefix, "names prefix of the installation")
+	configFile := fs.String("config", "", envflag.ConfigUsage)
 	fs.StringVar(&cfg.Session, "session", "", "session scoping the keys of calls that name none (no io.idemgate/session _meta, no Idem-Session header); default: one scope for all")
 	fs.DurationVar(&cfg.Wait, "wait", mcpgate.DefaultWait, "how long a call waits for its operation before answering with a reference to check later")
 	fs.StringVar(&cfg.Upstream, "upstream", "", "proxy mode: serve only the tools of this MCP server (a command, e.g. \"npx some-server\", or a streamable HTTP URL), which the workers' tools file lists under mcp_upstreams")
@@ -68,6 +70,11 @@ func run(args []string) error {
 	if err := envflag.Apply(fs, "IDEMGATE", natsconn.EnvAliases); err != nil {
 		return err
 	}
+	if *configFile != "" {
+		if err := envflag.ApplyFile(fs, *configFile); err != nil {
+			return err
+		}
+	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
 	}
@@ -90,14 +97,17 @@ func run(args []string) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	cfg.Logger = log
 
 	nc, err := natsFlags.Connect(log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	g, err := mcpgate.New(nc, cfg)
+	cl, err := client.New(nc, client.WithPrefix(*prefix))
+	if err != nil {
+		return err
+	}
+	g, err := mcpgate.New(nc, cl, log, cfg)
 	if err != nil {
 		return err
 	}

@@ -47,6 +47,7 @@ type common struct {
 	prefix string
 	nats   *natsconn.Flags
 	log    *logging.Flags
+	config string
 	logger *zap.Logger // built by parse
 }
 
@@ -54,6 +55,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	c.nats = natsconn.Register(fs, natsconn.Defaults{URL: nats.DefaultURL, Name: "idemgate-submit", Timeout: 5 * time.Second, OldTLSNames: true})
 	c.log = logging.Register(fs, logging.Flags{Level: "warn", Format: "console"})
 	fs.StringVar(&c.prefix, "prefix", intent.DefaultPrefix, "names prefix of the installation")
+	fs.StringVar(&c.config, "config", "", envflag.ConfigUsage)
 }
 
 // parse parses flags and positional arguments in any order (submit get KEY
@@ -79,13 +81,22 @@ func (c *common) parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
 		return err
 	}
-	if err := envflag.Apply(fs, "IDEMGATE", natsconn.EnvAliases, "force", "yes"); err != nil {
+	if err := envflag.Apply(fs, "IDEMGATE", natsconn.EnvAliases, commandLineOnly...); err != nil {
 		return err
+	}
+	if c.config != "" {
+		if err := envflag.ApplyFile(fs, c.config, commandLineOnly...); err != nil {
+			return err
+		}
 	}
 	var err error
 	c.logger, err = c.log.Logger()
 	return err
 }
+
+// commandLineOnly are the flags that confirm a dangerous act: taken from
+// the command line only, never from the environment or a config file.
+var commandLineOnly = []string{"force", "yes"}
 
 // connect connects to NATS; the connection's troubles (a permissions
 // violation among them) are logged to stderr.
@@ -154,7 +165,8 @@ Examples:
   submit watch "$K"
 
 Every flag but --force and --yes can also be set as IDEMGATE_<FLAG> in the
-environment; NATS_URL and NATS_CREDS work as for the nats CLI.
+environment, or in the YAML file of --config; NATS_URL and NATS_CREDS work
+as for the nats CLI.
 `
 
 // subcommands are the words submit takes before its flags.

@@ -82,7 +82,7 @@ func run(args []string) error {
 		listen      = fs.String("listen", "127.0.0.1:4222", "embedded JetStream client address for other processes")
 		syncPolicy  = fs.String("sync", natsrv.SyncAlways, "embedded store fsync: always (durable: sync before ack), lazy (server default, flush every 2m), or an interval like 100ms")
 		drain       = fs.Duration("drain-timeout", worker.DefaultDrainTimeout, "on SIGTERM, how long effects in flight may run before they are cancelled")
-		configFile  = fs.String("config", "", "a YAML file of settings (flag names to values); the command line and the environment win over it (env IDEMGATE_CONFIG)")
+		configFile  = fs.String("config", "", envflag.ConfigUsage)
 		adminAddr   = fs.String("admin-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (empty: off)")
 		auditKey    = fs.String("audit-key", "", "file of the Ed25519 key (PKCS #8 PEM) this worker signs its audit trail and receipts with; made on first start when missing (default: audit.key beside --store-dir's directory, e.g. data/audit.key)")
 		otlp        = fs.String("otlp-endpoint", "", "export spans to this OTLP/HTTP endpoint, e.g. http://collector:4318 (env OTEL_EXPORTER_OTLP_ENDPOINT; empty: trace context is propagated, no spans exported)")

@@ -8,10 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/idemgate/idemgate/internal/auth"
-	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -21,13 +18,9 @@ const (
 	DefaultWorkerMetricsEvery = time.Minute
 )
 
-// Config is what a Console serves. Client, Tokens and Limiter are
-// required; the zero value of every other field means its documented
+// Config is what a Console serves. Tokens and Limiter are required; the zero value of every other field means its documented
 // default.
 type Config struct {
-	// Client reads the ledger and the audit trail and makes the operators'
-	// decisions. Required.
-	Client *client.Client
 	// Tokens are the tokens an operator logs in with (an operator token
 	// logs in, an agent's does not). Required.
 	Tokens *auth.Tokens
@@ -51,8 +44,6 @@ type Config struct {
 	// WorkerMetricsEvery is how often the console reads WorkerMetrics: the
 	// width of a chart's bar. Default: 1m.
 	WorkerMetricsEvery time.Duration
-	// Log receives the console's log. Default: no logging.
-	Log *zap.Logger
 }
 
 // Limiter admits a logged-in operator's requests: the front door that
@@ -81,15 +72,10 @@ func (c *Config) setDefaults() {
 	if c.WorkerMetricsEvery == 0 {
 		c.WorkerMetricsEvery = DefaultWorkerMetricsEvery
 	}
-	if c.Log == nil {
-		c.Log = zap.NewNop()
-	}
 }
 
 func (c *Config) validate() error {
 	switch {
-	case c.Client == nil:
-		return errors.New("console: no client: give the pkg/client Client the pages read the ledger with")
 	case c.Tokens == nil || c.Tokens.Len() == 0:
 		return errors.New("console: no tokens: give the tokens file operators log in with")
 	case c.Limiter == nil:

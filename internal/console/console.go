@@ -88,13 +88,21 @@ type Console struct {
 	stopOnce sync.Once
 }
 
-// New checks cfg and returns a console serving it.
-func New(cfg Config) (*Console, error) {
+// New checks cfg and returns a console serving it, reading the ledger and
+// the audit trail and making the operators' decisions with cl, logging to
+// log (nil: no logging).
+func New(cl *client.Client, log *zap.Logger, cfg Config) (*Console, error) {
+	if cl == nil {
+		return nil, errors.New("console: no client: give the pkg/client Client the pages read the ledger with")
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Console{cfg: cfg, cl: cfg.Client, log: cfg.Log, cop: http.NewCrossOriginProtection(),
+	c := &Console{cfg: cfg, cl: cl, log: log, cop: http.NewCrossOriginProtection(),
 		stop: make(chan struct{}), pages: map[string]*template.Template{}, logins: newLoginLimiter()}
 	c.sessions.byID, c.sessions.byToken = map[string]*consoleSession{}, map[string][]*consoleSession{}
 	assets, err := fs.Sub(consoleFiles, "assets")

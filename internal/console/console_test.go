@@ -49,7 +49,7 @@ func consoleServer(t *testing.T) (*httptest.Server, map[string]string) {
 func newMounted(t *testing.T, cl *client.Client, toks *auth.Tokens) (*Console, http.Handler) {
 	t.Helper()
 	admitAll := LimiterFunc(func(*auth.Token) (func(), time.Duration, string) { return func() {}, 0, "" })
-	c, err := New(Config{Client: cl, Tokens: toks, Limiter: admitAll})
+	c, err := New(cl, nil, Config{Tokens: toks, Limiter: admitAll})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	c.Mount(mux)

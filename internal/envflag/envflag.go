@@ -25,6 +25,20 @@ func Name(prefix, name string) string {
 // the command line or as a variable, is warned about on fs.Output(). Call it
 // after fs.Parse.
 func Apply(fs *flag.FlagSet, prefix string, aliases map[string]string, commandLineOnly ...string) error {
+	return apply(fs, prefix, "", aliases, commandLineOnly)
+}
+
+// ApplyRenamed is Apply for a command whose variables had another prefix,
+// kept for one release: a flag left unset by the command line and by the
+// variables of prefix is set from its variable under oldPrefix (and those
+// of its deprecated names), before the aliases. Every old variable set is
+// warned about on fs.Output(), naming the variable to use instead; the new
+// prefix wins over the old.
+func ApplyRenamed(fs *flag.FlagSet, prefix, oldPrefix string, aliases map[string]string, commandLineOnly ...string) error {
+	return apply(fs, prefix, oldPrefix, aliases, commandLineOnly)
+}
+
+func apply(fs *flag.FlagSet, prefix, oldPrefix string, aliases map[string]string, commandLineOnly []string) error {
 	set := map[string]bool{}
 	for _, name := range commandLineOnly {
 		set[name] = true
@@ -52,6 +66,19 @@ func Apply(fs *flag.FlagSet, prefix string, aliases map[string]string, commandLi
 			warnDeprecated(fs, oldEnv, env)
 			if !ok {
 				env, v, ok = oldEnv, ov, true
+			}
+		}
+		if oldPrefix != "" {
+			for _, name := range append([]string{f.Name}, olds[f.Name]...) {
+				oldEnv := Name(oldPrefix, name)
+				ov, oldSet := os.LookupEnv(oldEnv)
+				if !oldSet {
+					continue
+				}
+				warnDeprecated(fs, oldEnv, Name(prefix, f.Name))
+				if !ok {
+					env, v, ok = oldEnv, ov, true
+				}
 			}
 		}
 		if !ok && aliases[f.Name] != "" {

@@ -1,8 +1,10 @@
 package envflag
 
 import (
+	"bytes"
 	"flag"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,4 +89,56 @@ func TestCommandLineOnlyFlagsIgnoreTheEnvironment(t *testing.T) {
 	require.NoError(t, fs.Parse([]string{"--force"}))
 	require.NoError(t, Apply(fs, "TEST", nil, "force"))
 	require.True(t, *force, "the command line still sets it")
+}
+
+func TestOldPrefixIsReadWithAWarning(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    string
+		warning string // "" for none
+	}{
+		{"old prefix", nil, map[string]string{"OLD_X_NATS_URL": "nats://old:4222"}, "nats://old:4222", "OLD_X_NATS_URL is deprecated and goes in the next release: use NEW_NATS_URL"},
+		{"new prefix wins over the old", nil, map[string]string{"OLD_X_NATS_URL": "nats://old:4222", "NEW_NATS_URL": "nats://new:4222"}, "nats://new:4222", "use NEW_NATS_URL"},
+		{"old prefix wins over the alias", nil, map[string]string{"OLD_X_NATS_URL": "nats://old:4222", "NATS_URL": "nats://alias:4222"}, "nats://old:4222", "use NEW_NATS_URL"},
+		{"old prefix of a deprecated name", nil, map[string]string{"OLD_X_URL": "nats://older:4222"}, "nats://older:4222", "OLD_X_URL is deprecated and goes in the next release: use NEW_NATS_URL"},
+		{"the command line wins", []string{"--nats-url", "nats://flag:4222"}, map[string]string{"OLD_X_NATS_URL": "nats://old:4222"}, "nats://flag:4222", ""},
+		{"new prefix alone", nil, map[string]string{"NEW_NATS_URL": "nats://new:4222"}, "nats://new:4222", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			fs := flag.NewFlagSet("x", flag.ContinueOnError)
+			var out bytes.Buffer
+			fs.SetOutput(&out)
+			url := fs.String("nats-url", "", "")
+			Deprecate(fs, "url", "nats-url")
+			force := fs.Bool("force", false, "")
+			t.Setenv("OLD_X_FORCE", "true")
+			require.NoError(t, fs.Parse(tc.args))
+			require.NoError(t, ApplyRenamed(fs, "NEW", "OLD_X", map[string]string{"nats-url": "NATS_URL"}, "force"))
+			require.Equal(t, tc.want, *url)
+			require.False(t, *force, "a command-line-only flag ignores the old prefix too")
+			if tc.warning == "" {
+				require.Empty(t, out.String())
+				return
+			}
+			require.Contains(t, out.String(), tc.warning)
+			require.Equal(t, 1, strings.Count(out.String(), "warning:"), "one warning: %s", out.String())
+		})
+	}
+}
+
+func TestCommandLineOnlyFlagsAreErrorsInTheFile(t *testing.T) {
+	file := t.TempDir() + "/submit.yaml"
+	require.NoError(t, os.WriteFile(file, []byte("wait: 5s\nforce: true\n"), 0o644))
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	force := fs.Bool("force", false, "")
+	wait := fs.Duration("wait", time.Second, "")
+	require.NoError(t, fs.Parse(nil))
+	require.ErrorContains(t, ApplyFile(fs, file, "force"), "submit.yaml:2: force is for the command line only")
+	require.False(t, *force, "a confirming flag in a file confirms nothing")
+	require.Equal(t, 5*time.Second, *wait)
 }

@@ -5,10 +5,15 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
+
+// ConfigUsage is the usage of the --config flag of every command, which
+// names the file ApplyFile reads.
+const ConfigUsage = "a YAML file of settings (flag names to values); the command line and the environment win over it (env IDEMGATE_CONFIG)"
 
 // ApplyFile sets every flag of fs that is still unset — given neither on the
 // command line nor by the environment (call it after Apply) — from a YAML
@@ -17,8 +22,9 @@ import (
 // errors with the file's line. The precedence is therefore: command line,
 // environment, config file, default. A deprecated name (Deprecate) sets its
 // flag unless the file names the flag too, and is warned about on
-// fs.Output().
-func ApplyFile(fs *flag.FlagSet, path string) error {
+// fs.Output(). The flags named in commandLineOnly (as for Apply) are errors
+// in the file.
+func ApplyFile(fs *flag.FlagSet, path string, commandLineOnly ...string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config file: %w", err)
@@ -55,6 +61,10 @@ func ApplyFile(fs *flag.FlagSet, path string) error {
 				continue // the new name wins
 			}
 			name = newName
+		}
+		if slices.Contains(commandLineOnly, name) {
+			errs = append(errs, fmt.Errorf("%s:%d: %s is for the command line only: give --%s for the one command that means it", path, k.Line, k.Value, name))
+			continue
 		}
 		if set[name] {
 			continue

@@ -9,8 +9,6 @@ import (
 	"github.com/idemgate/idemgate/internal/auth"
 	"github.com/idemgate/idemgate/internal/console"
 
-	"go.uber.org/zap"
-
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
@@ -96,8 +94,6 @@ type Config struct {
 	// WorkerMetricsEvery is how often the console reads WorkerMetrics: the
 	// width of a chart's bar. Default: DefaultWorkerMetricsEvery (1m).
 	WorkerMetricsEvery time.Duration
-	// Log receives the server's log. Default: no logging.
-	Log *zap.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -136,9 +132,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.WorkerMetricsEvery == 0 {
 		c.WorkerMetricsEvery = DefaultWorkerMetricsEvery
-	}
-	if c.Log == nil {
-		c.Log = zap.NewNop()
 	}
 }
 

@@ -11,8 +11,7 @@ import (
 // newConsole is the operator console the server mounts under console.Path,
 // on its client, tokens and limits.
 func newConsole(s *Server) (*console.Console, error) {
-	return console.New(console.Config{
-		Client:             s.cl,
+	return console.New(s.cl, s.log, console.Config{
 		Tokens:             s.cfg.Tokens,
 		Limiter:            console.LimiterFunc(s.admit),
 		MaxBodyBytes:       s.cfg.MaxBodyBytes,
@@ -20,7 +19,6 @@ func newConsole(s *Server) (*console.Console, error) {
 		HTTPS:              s.cfg.TLSCert != "" || s.cfg.InsecureListen,
 		WorkerMetrics:      s.cfg.WorkerMetrics,
 		WorkerMetricsEvery: s.cfg.WorkerMetricsEvery,
-		Log:                s.log,
 	})
 }
 

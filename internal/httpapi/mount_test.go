@@ -34,7 +34,7 @@ func TestConsoleStreamsEndOnShutdown(t *testing.T) {
 	require.NoError(t, err)
 	toks, err := auth.ParseTokens(strings.NewReader(line))
 	require.NoError(t, err)
-	s, err := New(nc, cl, Config{Tokens: toks})
+	s, err := New(nc, cl, nil, Config{Tokens: toks})
 	require.NoError(t, err)
 	ln, err := s.Listen()
 	require.NoError(t, err)

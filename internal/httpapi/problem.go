@@ -8,27 +8,24 @@ import (
 	"time"
 
 	"github.com/idemgate/idemgate/internal/hint"
+	"github.com/idemgate/idemgate/internal/httpdoor"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // Error codes of the HTTP API besides the protocol's (intent.Code*).
 const (
-	codeInFlight        = "in_flight"       // the wait ran out while the operation is still running; a forget of one that may be firing
-	codeUnresolved      = "unresolved"      // a forget, not forced, of an unresolved operation
-	codeNoAnswer        = "no_answer"       // no worker answered in time (a read, or a decision)
-	codeUnauthorized    = "unauthorized"    // no bearer token, or an unknown one
-	codeForbidden       = "forbidden"       // the token's role or namespace does not allow the request
-	codeInvalidRequest  = "invalid_request" // a header or query parameter is malformed
-	codeUnavailable     = "unavailable"     // NATS, the workers or the ledger cannot be reached
-	codeTimeout         = "request_timeout" // the body did not arrive in time
+	codeInFlight        = "in_flight"                 // the wait ran out while the operation is still running; a forget of one that may be firing
+	codeUnresolved      = "unresolved"                // a forget, not forced, of an unresolved operation
+	codeNoAnswer        = "no_answer"                 // no worker answered in time (a read, or a decision)
+	codeUnauthorized    = httpdoor.CodeUnauthorized   // no bearer token, or a malformed or unknown one
+	codeForbidden       = httpdoor.CodeForbidden      // the token's role or namespace does not allow the request
+	codeInvalidRequest  = httpdoor.CodeInvalidRequest // a header or query parameter is malformed
+	codeUnavailable     = httpdoor.CodeUnavailable    // NATS, the workers or the ledger cannot be reached
 	codeMethod          = "method_not_allowed"
-	codeHeadersTooLarge = "headers_too_large" // the request line and headers are over 16 KiB
-	codeNotFoundRoute   = "no_route"          // no such endpoint
+	codeHeadersTooLarge = "headers_too_large"  // the request line and headers are over 16 KiB
+	codeNotFoundRoute   = httpdoor.CodeNoRoute // no such endpoint
 )
-
-// problemTypePrefix names a problem type by its code: urn:idemgate:problem:<code>.
-const problemTypePrefix = "urn:idemgate:problem:"
 
 // problem is an RFC 9457 problem details object, with the error code and,
 // when the problem is an operation's answer, the answer itself.
@@ -51,37 +48,30 @@ type problem struct {
 	Record *dedup.Record `json:"record,omitempty"`
 }
 
+// titles are the problems' titles besides those of httpdoor's codes.
 var titles = map[string]string{
 	intent.CodeInvalidIntent: "The intent is malformed",
 	intent.CodeUnknownTool:   "No such tool",
 	intent.CodeToolMismatch:  "The intent names another tool",
-	intent.CodeTooLarge:      "Too large",
 	intent.CodeConflict:      "The key was used with other arguments",
 	intent.CodeEffectFailed:  "The operation failed",
 	intent.CodeDenied:        "An operator denied the operation",
 	intent.CodeAlreadyDone:   "The operation already ran",
 	intent.CodeWrongState:    "The decision does not apply to the operation's state",
 	intent.CodeNotFound:      "No such operation",
-	intent.CodeRateLimited:   "Rate limited",
 	codeInFlight:             "The operation is still in flight",
 	codeUnresolved:           "The operation is unresolved",
 	codeNoAnswer:             "No answer in time",
-	codeUnauthorized:         "A valid bearer token is required",
-	codeForbidden:            "Not allowed for this token",
-	codeInvalidRequest:       "The request is malformed",
-	codeUnavailable:          "The idemgate installation cannot be reached",
-	codeTimeout:              "The request body did not arrive in time",
 	codeMethod:               "Method not allowed",
 	codeHeadersTooLarge:      "The request headers are too large",
-	codeNotFoundRoute:        "No such endpoint",
 }
 
 func newProblem(status int, code, detail string) *problem {
 	title := titles[code]
 	if title == "" {
-		title = http.StatusText(status)
+		title = httpdoor.Title(code, status)
 	}
-	return &problem{Type: problemTypePrefix + code, Title: title, Status: status, Detail: detail, Code: code}
+	return &problem{Type: httpdoor.ProblemType(code), Title: title, Status: status, Detail: detail, Code: code}
 }
 
 // writeProblem answers with p as application/problem+json.

@@ -6,10 +6,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/auth"
 	"github.com/idemgate/idemgate/internal/console"
+	"github.com/idemgate/idemgate/internal/httpdoor"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
@@ -37,6 +36,7 @@ type Server struct {
 	cl      *client.Client
 	nc      *nats.Conn
 	log     *zap.Logger
+	bearer  httpdoor.Bearer
 	callers sync.Map // token hash → *caller
 	handler http.Handler
 	console *console.Console
@@ -50,8 +50,8 @@ type caller struct {
 }
 
 // New checks cfg and returns a server calling idemgate through cl (on nc,
-// whose state /healthz reports).
-func New(nc *nats.Conn, cl *client.Client, cfg Config) (*Server, error) {
+// whose state /healthz reports), logging to log (nil: no logging).
+func New(nc *nats.Conn, cl *client.Client, log *zap.Logger, cfg Config) (*Server, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -59,7 +59,10 @@ func New(nc *nats.Conn, cl *client.Client, cfg Config) (*Server, error) {
 	if nc == nil || cl == nil {
 		return nil, errors.New("httpapi: no NATS connection or client")
 	}
-	s := &Server{cfg: cfg, cl: cl, nc: nc, log: cfg.Log}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	s := &Server{cfg: cfg, cl: cl, nc: nc, log: log, bearer: httpdoor.Bearer{Tokens: cfg.Tokens}}
 	var err error
 	if s.console, err = newConsole(s); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
@@ -92,21 +95,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 		ln = tls.NewListener(ln, srv.TLSConfig)
 	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
-		return fmt.Errorf("httpapi: serve: %w", err)
-	case <-ctx.Done():
+	if err := httpdoor.Serve(ctx, srv, ln, drain); err != nil {
+		return fmt.Errorf("httpapi: %w", err)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), drain)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = srv.Close()
-	}
-	<-done
-	return err
+	return nil
 }
 
 // Listen opens the configured address.
@@ -254,12 +246,12 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // in-flight cap, reads the body (bounded in size and time) and calls h.
 func (s *Server) guard(who access, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := s.authenticate(w, r)
+		tok, ok := s.bearer.Authenticate(w, r)
 		if !ok {
 			return
 		}
 		if who == operatorOnly && tok.Role != auth.RoleOperator {
-			fail(w, http.StatusForbidden, codeForbidden, "%s needs an operator token; %s is an agent's", r.URL.Path, tok.Name)
+			s.bearer.Forbid(w, r, "%s needs an operator token; %s is an agent's", r.URL.Path, tok.Name)
 			return
 		}
 		c := s.caller(tok)
@@ -276,29 +268,12 @@ func (s *Server) guard(who access, h handlerFunc) http.Handler {
 			return
 		}
 		defer c.leave()
-		body, ok := s.readBody(w, r)
+		body, ok := httpdoor.ReadBody(w, r, int64(s.cfg.MaxBodyBytes), s.cfg.BodyTimeout)
 		if !ok {
 			return
 		}
 		h(w, r, tok, body)
 	})
-}
-
-// authenticate returns the request's token, or answers 401.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (*auth.Token, bool) {
-	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate"`)
-		fail(w, http.StatusUnauthorized, codeUnauthorized, "send Authorization: Bearer <token>")
-		return nil, false
-	}
-	tok, ok := s.cfg.Tokens.Lookup(strings.TrimSpace(secret))
-	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="idemgate", error="invalid_token"`)
-		fail(w, http.StatusUnauthorized, codeUnauthorized, "the bearer token is not in the tokens file")
-		return nil, false
-	}
-	return tok, true
 }
 
 func (s *Server) caller(tok *auth.Token) *caller {
@@ -323,32 +298,6 @@ func (c *caller) leave() {
 	c.mu.Lock()
 	c.inFlight--
 	c.mu.Unlock()
-}
-
-// readBody reads the whole body within the size limit and the body
-// deadline, then lifts the read deadline so that a long wait is not cut.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	limit := int64(s.cfg.MaxBodyBytes)
-	if r.ContentLength > limit {
-		fail(w, http.StatusRequestEntityTooLarge, intent.CodeTooLarge, "the body is %d bytes, the limit is %d", r.ContentLength, limit)
-		return nil, false
-	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		fail(w, http.StatusRequestEntityTooLarge, intent.CodeTooLarge, "the body is over the limit of %d bytes", limit)
-		return nil, false
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		w.Header().Set("Connection", "close")
-		fail(w, http.StatusRequestTimeout, codeTimeout, "the body did not arrive within %s", s.cfg.BodyTimeout)
-		return nil, false
-	case err != nil:
-		fail(w, http.StatusBadRequest, codeInvalidRequest, "read the body: %v", err)
-		return nil, false
-	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-	return data, true
 }
 
 // health answers 200 while the NATS connection is up, 503 otherwise.

@@ -53,7 +53,7 @@ func TestSchemaViolationIsRefusedBeforePublishing(t *testing.T) {
 	require.NoError(t, err)
 	toks, err := auth.ParseTokens(strings.NewReader(line))
 	require.NoError(t, err)
-	s, err := New(nc, cl, Config{Tokens: toks})
+	s, err := New(nc, cl, nil, Config{Tokens: toks})
 	require.NoError(t, err)
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)

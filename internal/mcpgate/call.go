@@ -201,7 +201,7 @@ func (g *Gate) progress(ctx context.Context, done <-chan struct{}, ss *mcp.Serve
 			Message:       fmt.Sprintf("operation %s still running after %s", key, time.Since(start).Round(time.Second)),
 		})
 		if err != nil {
-			g.cfg.Logger.Debug("progress notification", zap.String("key", key), zap.Error(err))
+			g.log.Debug("progress notification", zap.String("key", key), zap.Error(err))
 		}
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/idemgate/idemgate/internal/auth"
 	"github.com/idemgate/idemgate/pkg/effects/mcp/upstream"
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -44,9 +42,6 @@ const (
 // Config is the behaviour of a Gate. The zero value of every field means its
 // documented default.
 type Config struct {
-	// Prefix names the installation's subjects, stream and bucket, as the
-	// workers' --prefix. Default: intent.DefaultPrefix.
-	Prefix string
 	// Session is the scope of every call that names none itself (neither the
 	// io.idemgate/session _meta field nor the Idem-Session HTTP header).
 	// Default "": one scope for every caller, within the ledger's retention.
@@ -113,9 +108,6 @@ type Config struct {
 	// (not sent by a browser) is served. Default none: the endpoint's own
 	// origin only (the request's Host, and ResourceURL's).
 	AllowOrigins []string
-	// Logger receives the gate's log, the MCP SDK's included. Default:
-	// discard.
-	Logger *zap.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -145,9 +137,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.SessionIdle == 0 {
 		c.SessionIdle = DefaultSessionIdle
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
 	}
 }
 
@@ -193,9 +182,6 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("mcpgate: upstream: %w", err))
 		}
 		c.Upstream = up.String()
-	}
-	if _, err := intent.NewNames(c.Prefix); err != nil {
-		errs = append(errs, fmt.Errorf("mcpgate: %w", err))
 	}
 	return errors.Join(errs...)
 }

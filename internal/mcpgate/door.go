@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,7 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	"github.com/idemgate/idemgate/internal/auth"
-	"github.com/idemgate/idemgate/pkg/intent"
+	"github.com/idemgate/idemgate/internal/httpdoor"
 )
 
 // Paths of the HTTP transport besides HTTPPath.
@@ -82,6 +81,7 @@ type door struct {
 	stateful  http.Handler // streamable transport with sessions, the token in the request's context
 	stateless http.Handler // the same without sessions, for 2026-07-28 and later
 	resource  *url.URL     // Config.ResourceURL, parsed; nil: from each request
+	bearer    httpdoor.Bearer
 
 	mu       sync.Mutex
 	usage    map[string]*usage   // by token hash ("" without tokens)
@@ -119,13 +119,14 @@ func newDoor(g *Gate) *door {
 	if g.cfg.ResourceURL != "" {
 		d.resource, _ = url.Parse(g.cfg.ResourceURL) // validated
 	}
+	d.bearer = httpdoor.Bearer{Tokens: g.cfg.Tokens, Metadata: d.metadataURL}
 	server := func(*http.Request) *mcp.Server { return g.server }
 	d.stateful = d.authorized(mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{
-		Logger:         sdkLogger(g.cfg.Logger),
+		Logger:         sdkLogger(g.log),
 		SessionTimeout: g.cfg.SessionIdle,
 	}))
 	d.stateless = d.authorized(mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{
-		Logger:    sdkLogger(g.cfg.Logger),
+		Logger:    sdkLogger(g.log),
 		Stateless: true,
 		// The POST is the whole request: a client that goes away ends
 		// the call's wait (never its operation).
@@ -159,7 +160,7 @@ func (d *door) handler() http.Handler {
 	mux.HandleFunc(MetadataPath+"/", d.metadata)
 	mux.HandleFunc(HealthPath, d.health)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		problem(w, http.StatusNotFound, "no_route", "no endpoint %s: the MCP endpoint is %s", r.URL.Path, HTTPPath)
+		problem(w, http.StatusNotFound, httpdoor.CodeNoRoute, "no endpoint %s: the MCP endpoint is %s", r.URL.Path, HTTPPath)
 	})
 	return mux
 }
@@ -169,7 +170,7 @@ func (d *door) handler() http.Handler {
 // its protocol version.
 func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if o := r.Header.Get("Origin"); o != "" && !d.allowedOrigin(r, o) {
-		problem(w, http.StatusForbidden, "forbidden", "Origin %q may not call this endpoint: only its own origin, or one given with --allow-origin, may (a page of another origin, e.g. after DNS rebinding)", o)
+		problem(w, http.StatusForbidden, httpdoor.CodeForbidden, "Origin %q may not call this endpoint: only its own origin, or one given with --allow-origin, may (a page of another origin, e.g. after DNS rebinding)", o)
 		return
 	}
 	tok, ok := d.authenticate(w, r)
@@ -181,6 +182,10 @@ func (d *door) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id, name = tok.Hash(), "token "+tok.Name
 	}
 	modern := r.Header.Get("MCP-Protocol-Version") >= modernVersion
+	if sid := r.Header.Get("Mcp-Session-Id"); sid != "" && !modern && d.foreign(id, sid) {
+		d.bearer.Forbid(w, r, "the MCP session %s is another token's: open a session of your own", sid)
+		return
+	}
 	if r.Method != http.MethodPost {
 		if modern {
 			d.stateless.ServeHTTP(w, r) // 405: no sessions to stream or end
@@ -250,25 +255,13 @@ func (d *door) allowedOrigin(r *http.Request, origin string) bool {
 
 // authenticate returns the request's token, or answers 401 with the
 // challenge of the MCP authorization spec (RFC 6750, and RFC 9728's
-// resource_metadata). A gate without tokens admits every request (tok nil).
+// resource_metadata) as the HTTP front door does (httpdoor.Bearer). A gate
+// without tokens admits every request (tok nil).
 func (d *door) authenticate(w http.ResponseWriter, r *http.Request) (tok *auth.Token, ok bool) {
 	if d.g.cfg.Tokens == nil {
 		return nil, true
 	}
-	fields := strings.Fields(r.Header.Get("Authorization"))
-	challenge := fmt.Sprintf(`Bearer realm="idemgate", resource_metadata=%q`, d.metadataURL(r))
-	if len(fields) != 2 || !strings.EqualFold(fields[0], "Bearer") {
-		w.Header().Set("WWW-Authenticate", challenge)
-		problem(w, http.StatusUnauthorized, "unauthorized", "send Authorization: Bearer <token> (a token of the tokens file; gateway token makes one)")
-		return nil, false
-	}
-	tok, ok = d.g.cfg.Tokens.Lookup(fields[1])
-	if !ok {
-		w.Header().Set("WWW-Authenticate", challenge+`, error="invalid_token", error_description="the token is not in the tokens file"`)
-		problem(w, http.StatusUnauthorized, "unauthorized", "the bearer token is not in the tokens file")
-		return nil, false
-	}
-	return tok, true
+	return d.bearer.Authenticate(w, r)
 }
 
 // maxBody bounds a POST's body, as the SDK's transport does by default.
@@ -286,23 +279,10 @@ const bodyTimeout = 10 * time.Second
 // version (2026-07-28 and later do). A malformed body is passed on for the
 // transport to answer.
 func (d *door) readCall(w http.ResponseWriter, r *http.Request) (call, modern, ok bool) {
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(bodyTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		problem(w, http.StatusRequestEntityTooLarge, intent.CodeTooLarge, "the body is over the limit of %d bytes", maxBody)
-		return false, false, false
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		w.Header().Set("Connection", "close")
-		problem(w, http.StatusRequestTimeout, "request_timeout", "the body did not arrive within %s", bodyTimeout)
-		return false, false, false
-	case err != nil:
-		problem(w, http.StatusBadRequest, "invalid_request", "read the body: %v", err)
+	body, ok := httpdoor.ReadBody(w, r, maxBody, bodyTimeout)
+	if !ok {
 		return false, false, false
 	}
-	_ = rc.SetReadDeadline(time.Time{})
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	msgs := []json.RawMessage{body}
 	if b := bytes.TrimSpace(body); len(b) > 0 && b[0] == '[' {
@@ -501,6 +481,15 @@ func (d *door) touch(id, sid string) *session {
 	return s
 }
 
+// foreign reports whether the session sid is open and another caller's
+// than id.
+func (d *door) foreign(id, sid string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.sessions[sid]
+	return s != nil && s.owner != id
+}
+
 // untouch ends what touch began.
 func (d *door) untouch(s *session) {
 	if s == nil {
@@ -593,7 +582,7 @@ func (d *door) resourceURL(r *http.Request) *url.URL {
 func (d *door) metadata(w http.ResponseWriter, r *http.Request) {
 	res := d.resourceURL(r)
 	if d.g.cfg.Tokens == nil {
-		problem(w, http.StatusNotFound, "no_route", "this server takes no tokens: %s needs none", res)
+		problem(w, http.StatusNotFound, httpdoor.CodeNoRoute, "this server takes no tokens: %s needs none", res)
 		return
 	}
 	switch r.URL.Path {
@@ -601,7 +590,7 @@ func (d *door) metadata(w http.ResponseWriter, r *http.Request) {
 	case MetadataPath:
 		res.Path = ""
 	default:
-		problem(w, http.StatusNotFound, "no_route", "no protected resource at %s: the MCP endpoint's metadata is at %s", r.URL.Path, MetadataPath+res.Path)
+		problem(w, http.StatusNotFound, httpdoor.CodeNoRoute, "no protected resource at %s: the MCP endpoint's metadata is at %s", r.URL.Path, MetadataPath+res.Path)
 		return
 	}
 	mcpauth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
@@ -614,7 +603,7 @@ func (d *door) metadata(w http.ResponseWriter, r *http.Request) {
 // health answers 200 while the NATS connection is up, 503 otherwise.
 func (d *door) health(w http.ResponseWriter, _ *http.Request) {
 	if !d.g.nc.IsConnected() {
-		problem(w, http.StatusServiceUnavailable, "unavailable", "NATS connection %s", d.g.nc.Status())
+		problem(w, http.StatusServiceUnavailable, httpdoor.CodeUnavailable, "NATS connection %s", d.g.nc.Status())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -625,26 +614,13 @@ func (d *door) health(w http.ResponseWriter, _ *http.Request) {
 // rate_limited, and Retry-After: retry in whole seconds, rounded up.
 func tooMany(w http.ResponseWriter, retry time.Duration, format string, args ...any) {
 	w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
-	problem(w, http.StatusTooManyRequests, intent.CodeRateLimited, format, args...)
+	problem(w, http.StatusTooManyRequests, httpdoor.CodeRateLimited, format, args...)
 }
 
 // problem answers with an RFC 9457 problem of status and code, in the HTTP
 // front door's form (docs/http.md).
 func problem(w http.ResponseWriter, status int, code, format string, args ...any) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(struct {
-		Type   string `json:"type"`
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail"`
-		Code   string `json:"code"`
-	}{"urn:idemgate:problem:" + code, http.StatusText(status), status, fmt.Sprintf(format, args...), code})
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
-	w.WriteHeader(status)
-	_, _ = w.Write(b.Bytes())
+	httpdoor.Problem(w, status, code, format, args...)
 }
 
 // seconds is d in whole seconds, rounded up, as a text says it.

@@ -3,6 +3,7 @@ package mcpgate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -32,27 +33,32 @@ type Gate struct {
 	server *mcp.Server
 	door   *door
 
-	cl *client.Client // its catalogue is the one the gate serves
+	cl  *client.Client // its catalogue is the one the gate serves
+	log *zap.Logger
 
 	mu     sync.Mutex
 	served map[string]*served
 }
 
-// New returns a gate on nc. It serves only idemgate_status until Refresh
+// New checks cfg and returns a gate calling idemgate through cl (on nc,
+// whose state HealthPath reports), logging to log (nil: no logging), the
+// MCP SDK's lines included. It serves only idemgate_status until Refresh
 // has read the workers' catalogue; Run keeps the tools current.
-func New(nc *nats.Conn, cfg Config) (*Gate, error) {
+func New(nc *nats.Conn, cl *client.Client, log *zap.Logger, cfg Config) (*Gate, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	cl, err := client.New(nc, client.WithPrefix(cfg.Prefix))
-	if err != nil {
-		return nil, fmt.Errorf("mcpgate: %w", err)
+	if nc == nil || cl == nil {
+		return nil, errors.New("mcpgate: no NATS connection or client")
 	}
-	g := &Gate{cfg: cfg, nc: nc, cl: cl, served: map[string]*served{}}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	g := &Gate{cfg: cfg, nc: nc, cl: cl, log: log, served: map[string]*served{}}
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "idemgate", Title: "idemgate", Version: Version}, &mcp.ServerOptions{
 		Instructions: instructions,
-		Logger:       sdkLogger(cfg.Logger),
+		Logger:       sdkLogger(log),
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 	})
 	g.addStatusTool()
@@ -108,12 +114,12 @@ func (g *Gate) Refresh(ctx context.Context) error {
 			continue // proxy mode: another upstream's, or no upstream's
 		}
 		if info.Name == StatusTool {
-			g.cfg.Logger.Warn("a catalogue tool has the status tool's name; not served", zap.String("tool", info.Name))
+			g.log.Warn("a catalogue tool has the status tool's name; not served", zap.String("tool", info.Name))
 			continue
 		}
 		s, err := newServed(info)
 		if err != nil {
-			g.cfg.Logger.Warn("tool not served", zap.String("tool", info.Name), zap.Error(err))
+			g.log.Warn("tool not served", zap.String("tool", info.Name), zap.Error(err))
 			continue
 		}
 		next[info.Name] = s
@@ -137,7 +143,7 @@ func (g *Gate) Refresh(ctx context.Context) error {
 		}
 		changed = true
 		if err := g.addTool(s); err != nil {
-			g.cfg.Logger.Warn("tool not served", zap.String("tool", name), zap.Error(err))
+			g.log.Warn("tool not served", zap.String("tool", name), zap.Error(err))
 			delete(next, name)
 		}
 	}
@@ -145,11 +151,11 @@ func (g *Gate) Refresh(ctx context.Context) error {
 		g.server.RemoveTools(gone...)
 	}
 	if changed || len(gone) > 0 {
-		g.cfg.Logger.Info("tools from the catalogue", zap.Int("tools", len(next)), zap.Int("withdrawn", len(gone)))
+		g.log.Info("tools from the catalogue", zap.Int("tools", len(next)), zap.Int("withdrawn", len(gone)))
 	}
 	g.served = next
 	if g.cfg.Upstream != "" && len(next) == 0 {
-		g.cfg.Logger.Warn("the workers serve no tool of the upstream: list it under mcp_upstreams in their tools file", zap.String("upstream", g.cfg.Upstream))
+		g.log.Warn("the workers serve no tool of the upstream: list it under mcp_upstreams in their tools file", zap.String("upstream", g.cfg.Upstream))
 	}
 	return nil
 }
@@ -178,7 +184,7 @@ func (g *Gate) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 		if err := g.Refresh(ctx); err != nil && ctx.Err() == nil {
-			g.cfg.Logger.Warn("read the tool catalogue", zap.Error(err))
+			g.log.Warn("read the tool catalogue", zap.Error(err))
 		}
 	}
 }

@@ -90,7 +90,9 @@ func setup(t *testing.T, cfg Config) *testBundle {
 
 	nc := natstest.Connect(t, srv.ClientURL())
 	var err error
-	b.gate, err = New(nc, cfg)
+	cl, err := client.New(nc)
+	require.NoError(t, err)
+	b.gate, err = New(nc, cl, nil, cfg)
 	require.NoError(t, err)
 	require.NoError(t, b.gate.Refresh(ctx))
 	b.client, err = client.New(natstest.Connect(t, srv.ClientURL()))

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/idemgate/idemgate/internal/natstest"
+	"github.com/idemgate/idemgate/pkg/client"
 )
 
 // waitLogger is a test logger that calls each when Load logs that it
@@ -30,12 +31,15 @@ func TestLoadWaitsForTheWorkers(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunServer(t)
 	waiting := make(chan struct{}, 100)
-	g, err := New(natstest.Connect(t, srv.ClientURL()), Config{Logger: waitLogger(t, func() {
+	nc := natstest.Connect(t, srv.ClientURL())
+	cl, err := client.New(nc)
+	require.NoError(t, err)
+	g, err := New(nc, cl, waitLogger(t, func() {
 		select {
 		case waiting <- struct{}{}:
 		default:
 		}
-	})})
+	}), Config{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -68,7 +72,10 @@ func TestLoadEndsWithItsContext(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunServer(t)
 	ctx, cancel := context.WithCancel(t.Context())
-	g, err := New(natstest.Connect(t, srv.ClientURL()), Config{Logger: waitLogger(t, cancel)})
+	nc := natstest.Connect(t, srv.ClientURL())
+	cl, err := client.New(nc)
+	require.NoError(t, err)
+	g, err := New(nc, cl, waitLogger(t, cancel), Config{})
 	require.NoError(t, err)
 	err = g.Load(ctx)
 	require.Error(t, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 
+	"github.com/idemgate/idemgate/internal/httpdoor"
 	"github.com/idemgate/idemgate/internal/retry"
 )
 
@@ -34,7 +35,7 @@ func (g *Gate) Load(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		g.cfg.Logger.Info("waiting for the workers' tool catalogue", zap.Error(err))
+		g.log.Info("waiting for the workers' tool catalogue", zap.Error(err))
 		if !retry.Wait(ctx, pauses) {
 			return err
 		}
@@ -73,22 +74,12 @@ func (g *Gate) ServeHTTP(ctx context.Context, addr string, drain time.Duration, 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { _ = g.Run(ctx) }()
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
 	if ready != nil {
 		ready(ln.Addr())
 	}
-	select {
-	case err := <-done:
-		return fmt.Errorf("mcpgate: serve: %w", err)
-	case <-ctx.Done():
+	if err := httpdoor.Serve(ctx, srv, ln, drain); err != nil {
+		return fmt.Errorf("mcpgate: %w", err)
 	}
-	sctx, scancel := context.WithTimeout(context.Background(), drain)
-	defer scancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
-	}
-	<-done
 	return nil
 }
 

@@ -165,7 +165,6 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{Config{Wait: -time.Second}, "wait -1s is negative"},
 		{Config{MaxArgsBytes: 1 << 30}, "max args bytes"},
-		{Config{Prefix: "no spaces"}, "prefix"},
 		{Config{MaxSessionsPerToken: -1}, "max sessions per token -1: must be at least 1"},
 		{Config{SessionIdle: -time.Second}, "session idle -1s is negative"},
 		{Config{ResourceURL: "mcp.example.com/mcp"}, "give the absolute URL"},
@@ -173,7 +172,7 @@ func TestConfigValidation(t *testing.T) {
 		{Config{AllowOrigins: []string{"app.example.com"}}, "give scheme://host[:port]"},
 		{Config{AllowOrigins: []string{"https://app.example.com/page"}}, "give scheme://host[:port]"},
 	} {
-		_, err := New(nil, c.cfg)
+		_, err := New(nil, nil, nil, c.cfg)
 		require.ErrorContains(t, err, c.want)
 	}
 }

@@ -56,6 +56,19 @@ const (
 	HeaderAttempt = "Idem-Attempt" // Call.Attempt in decimal, when at least 1
 )
 
+// ReservedHeader reports whether a tool's config may not set the header
+// name (in any case) on its requests, because the effect sets it for the
+// operation: HeaderIdempotencyKey and every Idem-* header (HeaderTool,
+// HeaderSession, HeaderCallID, HeaderHolder, HeaderAttempt and those to
+// come). Each effect adds the headers of its own transport.
+func ReservedHeader(name string) bool {
+	return strings.EqualFold(name, HeaderIdempotencyKey) || len(name) >= len(reservedPrefix) && strings.EqualFold(name[:len(reservedPrefix)], reservedPrefix)
+}
+
+// reservedPrefix begins the name of every header of the operation but
+// HeaderIdempotencyKey.
+const reservedPrefix = "Idem-"
+
 // FiringHeaders returns the values of HeaderHolder and HeaderAttempt for
 // the call ("" for one to leave out). A control character in the holder (a
 // line break would end the header) becomes '?'.

@@ -85,3 +85,26 @@ func TestErrorMessagesAreCapped(t *testing.T) {
 	require.Equal(t, "ab…", effects.TruncateMessage("abcdef", 5))
 	require.Equal(t, "\uFFFD", effects.TruncateMessage("\xff", 10))
 }
+
+func TestReservedHeader(t *testing.T) {
+	t.Parallel()
+	for name, want := range map[string]bool{
+		"Idempotency-Key": true,
+		"idempotency-key": true,
+		"Idem-Tool":       true,
+		"IDEM-SESSION":    true,
+		"idem-call-id":    true,
+		"Idem-Holder":     true,
+		"Idem-Attempt":    true,
+		"Idem-Anything":   true,
+		"Authorization":   false,
+		"X-Idem-Tool":     false,
+		"Idem":            false,
+		"Idempotency":     false,
+	} {
+		require.Equal(t, want, effects.ReservedHeader(name), name)
+	}
+	for name := range (effects.Call{Key: "k", Tool: "t", Session: "s", CallID: "c", Holder: "h", Attempt: 1}).Headers() {
+		require.True(t, effects.ReservedHeader(name), "%s, a header the effects set, is reserved", name)
+	}
+}

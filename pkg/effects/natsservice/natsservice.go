@@ -143,7 +143,7 @@ func (c Config) Validate() error {
 		switch {
 		case !httpguts.ValidHeaderFieldName(name):
 			add(field, fmt.Sprintf("%q is not a header name", name), "use letters, digits and '-', e.g. Authorization")
-		case lower == strings.ToLower(effects.HeaderIdempotencyKey) || strings.HasPrefix(lower, "idem-"):
+		case effects.ReservedHeader(name):
 			add(field, "is set by the effect itself", "remove it")
 		case strings.HasPrefix(lower, "nats-"):
 			add(field, "is reserved for NATS", "choose another name")

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -160,8 +161,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// reservedHeaders are set by the webhook itself.
-var reservedHeaders = []string{"Content-Type", "Content-Length", "Transfer-Encoding", "Host", effects.HeaderIdempotencyKey}
+// httpHeaders are set by the webhook itself, besides the operation's
+// (effects.ReservedHeader).
+var httpHeaders = []string{"Content-Type", "Content-Length", "Transfer-Encoding", "Host"}
 
 // validate checks a config with its defaults applied.
 func (c Config) validate() error {
@@ -202,13 +204,7 @@ func (c Config) validate() error {
 }
 
 func isReservedHeader(name string) bool {
-	canon := http.CanonicalHeaderKey(name)
-	for _, r := range reservedHeaders {
-		if canon == r {
-			return true
-		}
-	}
-	return strings.HasPrefix(canon, "Idem-")
+	return effects.ReservedHeader(name) || slices.Contains(httpHeaders, http.CanonicalHeaderKey(name))
 }
 
 // unsendableHeader returns the name of a header of h the HTTP client would
