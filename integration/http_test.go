@@ -580,7 +580,9 @@ func TestHTTPTokensAreScoped(t *testing.T) {
 	require.Equal(t, ledgerKey(t, key), la.body["records"].([]any)[0].(map[string]any)["key"])
 	requireProblem(t, g.do(t, http.MethodPost, "/v1/operations/"+b.str("key")+"/deny", operatorA, ""), http.StatusNotFound, intent.CodeNotFound)
 	requireProblem(t, g.do(t, http.MethodDelete, "/v1/operations/"+kb.str("key"), operatorA, ""), http.StatusNotFound, intent.CodeNotFound)
-	requireProblem(t, g.do(t, http.MethodGet, "/v1/dead-letters", operatorA, ""), http.StatusForbidden, "forbidden")
+	dl := g.do(t, http.MethodGet, "/v1/dead-letters", operatorA, "")
+	requireProblem(t, dl, http.StatusForbidden, "forbidden")
+	require.Contains(t, dl.header.Get("WWW-Authenticate"), `error="insufficient_scope"`, "a 403 says why, as RFC 6750 asks")
 	denied := g.do(t, http.MethodPost, "/v1/operations/"+key+"/deny", operatorA, "")
 	require.Equal(t, http.StatusOK, denied.status, denied.raw)
 	// The operator of every namespace sees both.

@@ -364,7 +364,7 @@ type deadLetterList struct {
 // 1000), oldest first. Dead letters carry no trusted session, so only an
 // operator of every namespace reads them.
 func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request, tok *auth.Token, _ []byte) {
-	if !s.allNamespaces(w, tok) {
+	if !s.allNamespaces(w, r, tok) {
 		return
 	}
 	limit := 100
@@ -402,7 +402,7 @@ type replayed struct {
 // replay answers POST /v1/dead-letters/{seq}/replay: the intent is published
 // again (the ledger decides whether it fires) and leaves the dead letters.
 func (s *Server) replay(w http.ResponseWriter, r *http.Request, tok *auth.Token, _ []byte) {
-	if !s.allNamespaces(w, tok) {
+	if !s.allNamespaces(w, r, tok) {
 		return
 	}
 	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
@@ -422,10 +422,10 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, tok *auth.Token,
 }
 
 // allNamespaces answers 403 unless tok reaches every namespace.
-func (s *Server) allNamespaces(w http.ResponseWriter, tok *auth.Token) bool {
+func (s *Server) allNamespaces(w http.ResponseWriter, r *http.Request, tok *auth.Token) bool {
 	if tok.Namespace == auth.AllNamespaces {
 		return true
 	}
-	fail(w, http.StatusForbidden, codeForbidden, "dead letters are for operators of every namespace (*); %s's is %s", tok.Name, tok.Namespace)
+	s.bearer.Forbid(w, r, "dead letters are for operators of every namespace (*); %s's is %s", tok.Name, tok.Namespace)
 	return false
 }
