@@ -18,7 +18,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
@@ -27,6 +26,7 @@ import (
 	"github.com/idemgate/idemgate/internal/console"
 	"github.com/idemgate/idemgate/internal/envflag"
 	"github.com/idemgate/idemgate/internal/httpapi"
+	"github.com/idemgate/idemgate/internal/httpdoor"
 	"github.com/idemgate/idemgate/internal/logging"
 	"github.com/idemgate/idemgate/internal/natsconn"
 	"github.com/idemgate/idemgate/pkg/client"
@@ -69,7 +69,7 @@ func run(args []string) error {
 	natsFlags := natsconn.Register(fs, natsconn.Defaults{URL: nats.DefaultURL, Name: "idemgate-gateway", Reconnect: true})
 	logFlags := logging.Register(fs, logging.Flags{})
 	prefix := fs.String("prefix", intent.DefaultPrefix, "names prefix of the installation")
-	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM, how long requests in progress may take to finish")
+	drain := fs.Duration("drain-timeout", httpdoor.DefaultDrain, httpdoor.DrainUsage)
 	configFile := fs.String("config", "", envflag.ConfigUsage)
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemgate/idemgate/internal/auth"
 	"github.com/idemgate/idemgate/internal/envflag"
+	"github.com/idemgate/idemgate/internal/httpdoor"
 	"github.com/idemgate/idemgate/internal/logging"
 	"github.com/idemgate/idemgate/internal/mcpgate"
 	"github.com/idemgate/idemgate/internal/natsconn"
@@ -45,6 +46,7 @@ func run(args []string) error {
 		tokens    = fs.String("tokens", "", "HTTP: the tokens file of the HTTP front door ('<sha256-hex> <agent|operator> <namespace> [name]' per line; gateway token makes one): every request needs Authorization: Bearer <token>, whose namespace scopes its sessions (default: none, loopback only)")
 	)
 	prefix := fs.String("prefix", intent.DefaultPrefix, "names prefix of the installation")
+	drain := fs.Duration("drain-timeout", httpdoor.DefaultDrain, "HTTP: "+httpdoor.DrainUsage)
 	configFile := fs.String("config", "", envflag.ConfigUsage)
 	fs.StringVar(&cfg.Session, "session", "", "session scoping the keys of calls that name none (no io.idemgate/session _meta, no Idem-Session header); default: one scope for all")
 	fs.DurationVar(&cfg.Wait, "wait", mcpgate.DefaultWait, "how long a call waits for its operation before answering with a reference to check later")
@@ -123,7 +125,7 @@ func run(args []string) error {
 	if *httpAddr == "" {
 		return g.ServeStdio(ctx)
 	}
-	return g.ServeHTTP(ctx, *httpAddr, 10*time.Second, func(a net.Addr) {
+	return g.ServeHTTP(ctx, *httpAddr, *drain, func(a net.Addr) {
 		log.Info("mcp serving", zap.String("url", fmt.Sprintf("http://%s%s", a, mcpgate.HTTPPath)), zap.Int("tokens", cfg.Tokens.Len()))
 	})
 }

@@ -8,6 +8,12 @@ import (
 	"time"
 )
 
+// DefaultDrain and DrainUsage are the front doors' --drain-timeout.
+const (
+	DefaultDrain = 30 * time.Second
+	DrainUsage   = "on SIGTERM, how long requests in progress may take to finish"
+)
+
 // Serve serves srv on ln until ctx is done, then shuts it down gracefully:
 // it stops accepting, and the requests in progress get up to drain to
 // finish before their connections are closed. It returns the error that
