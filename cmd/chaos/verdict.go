@@ -623,8 +623,8 @@ func violations(v *Verdict, allowOutage bool) []string {
 	}
 	// A delayed copy is sent a window after its original (and after the last
 	// server restart); a server restarted mid-load may still keep an entry a
-	// little longer (docs/reliability.md, finding 5). More than 1% means the
-	// load does not test what it says.
+	// little longer (docs/reliability.md, "Unexplained"). More than 1% means
+	// the load does not test what it says.
 	add(v.DelayedDeduped*100 <= v.DuplicatesByKind["delayed"], "%d of %d delayed copies were still inside the publish-dedup window: the load is wrong",
 		v.DelayedDeduped, v.DuplicatesByKind["delayed"])
 	add(v.LostOperations == 0, "%d operations lost (no answer and no firing)", v.LostOperations)

@@ -168,8 +168,7 @@ func run(args []string) error {
 		defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
 		// Over TCP loopback, not nats.InProcessServer: the in-process pipe
 		// hands every message between goroutines, and the worker's seven
-		// messages per intent went 16% slower through it
-		// (docs/performance.md).
+		// messages per intent went slower through it.
 		natsFlags.URL = srv.ClientURL()
 	}
 	nc, err := natsFlags.Connect(log)
