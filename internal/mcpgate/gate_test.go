@@ -14,11 +14,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/idemgate/idemgate/internal/hint"
 	"github.com/idemgate/idemgate/internal/natstest"
 	"github.com/idemgate/idemgate/internal/worker"
+	"github.com/idemgate/idemgate/internal/worker/workertest"
 	"github.com/idemgate/idemgate/pkg/client"
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
@@ -109,20 +109,7 @@ func setup(t *testing.T, cfg Config) *testBundle {
 // the test ends, and returns once it is ready.
 func (b *testBundle) runWorker(t *testing.T, url string) {
 	t.Helper()
-	reg := b.counted(t, testTools)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	w, err := worker.New(ctx, natstest.Connect(t, url), reg, zaptest.NewLogger(t), worker.Config{})
-	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(runCtx, 5*time.Second) }()
-	t.Cleanup(func() { stop(); require.NoError(t, <-done) })
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		t.Fatalf("worker stopped: %v", err)
-	}
+	workertest.Run(t, natstest.Connect(t, url), b.counted(t, testTools), worker.Config{})
 }
 
 // counted builds the registry of a tools file whose tools are all noops,

@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/idemgate/idemgate/internal/natstest"
 	"github.com/idemgate/idemgate/internal/worker"
+	"github.com/idemgate/idemgate/internal/worker/workertest"
 	"github.com/idemgate/idemgate/pkg/effects/toolsfile"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -24,19 +24,9 @@ func TestAStaleKeySpecIsRelearned(t *testing.T) {
 	reg, err := toolsfile.Parse([]byte("tools:\n  refund:\n    effect: noop\n    key_args: [order_id]\n"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = reg.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	workertest.Run(t, natstest.Connect(t, srv.ClientURL()), reg, worker.Config{})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	w, err := worker.New(ctx, natstest.Connect(t, srv.ClientURL()), reg, zaptest.NewLogger(t), worker.Config{})
-	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(runCtx, 5*time.Second) }()
-	t.Cleanup(func() { stop(); require.NoError(t, <-done) })
-	select {
-	case <-w.Ready():
-	case err := <-done:
-		t.Fatalf("worker stopped: %v", err)
-	}
 
 	cl, err := New(natstest.Connect(t, srv.ClientURL()))
 	require.NoError(t, err)
