@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -246,4 +249,47 @@ func TestTrackerReadsOnlyWhatChanged(t *testing.T) {
 	require.Equal(t, changed, next.Read)
 	t.Logf("a ledger of %d records, %d written since the last round: a walk reads %d, a Tracker's first Update %d, the next %d",
 		n, changed, walked, first.Read, next.Read)
+}
+
+// A server restart keeps the ledger's streams (stored on disk) and their
+// sequences: the Tracker goes on reading only what was written since,
+// including the marker of a record that expired while the server was down.
+func TestTrackerAcrossAServerRestart(t *testing.T) {
+	t.Parallel()
+	var opts *server.Options
+	s := natstest.RunServer(t, func(o *server.Options) { opts = o })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	nc := natstest.Connect(t, s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond))
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, _, err = dedup.EnsurePartitions(ctx, js, dedup.BucketConfig{Bucket: "RESTART", Partitions: 2})
+	require.NoError(t, err)
+	l, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: "RESTART"}, dedup.Bind())
+	require.NoError(t, err)
+	b := &trackBundle{ctx: ctx, js: js, ledger: l, tracker: l.Track(), leases: map[string]*dedup.Lease{}}
+	for i := range 10 {
+		b.claim(t, fmt.Sprintf("t.k%d", i), time.Second)
+	}
+	b.update(t, true)
+	_, err = b.leases["t.k0"].Complete(ctx, json.RawMessage(`1`), 1) // expires a second later
+	require.NoError(t, err)
+	_, err = b.leases["t.k1"].Hold(ctx, "unsure")
+	require.NoError(t, err)
+
+	opts.Port = s.Addr().(*net.TCPAddr).Port // the clients reconnect to the same address
+	s.Shutdown()
+	s.WaitForShutdown()
+	time.Sleep(1100 * time.Millisecond) // t.k0's TTL runs out while the server is down
+	s, err = server.NewServer(opts)
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	require.True(t, s.ReadyForConnections(time.Minute))
+	require.Eventually(t, func() bool {
+		_, _, err := l.Get(ctx, "t.k0")
+		return errors.Is(err, dedup.ErrNotFound)
+	}, time.Minute, 20*time.Millisecond, "the ledger is served again, the settled record expired")
+	b.claim(t, "t.new", 0)
+	b.update(t, false)
 }
