@@ -123,6 +123,7 @@ func (t *Tracker) update(ctx context.Context, begun time.Time, untimed func(List
 	for p := range t.parts {
 		whole = whole || !pos[p].Created.Equal(t.parts[p].created) || pos[p].LastSeq < t.parts[p].last
 	}
+	read := 0
 	if !whole {
 		st, err := t.read(ctx, pos, untimed)
 		if err != nil {
@@ -134,9 +135,11 @@ func (t *Tracker) update(ctx context.Context, begun time.Time, untimed func(List
 		// It took so long that a write after the last Update may have
 		// expired unread, or a record kept is no longer in its stream:
 		// read it all.
+		read = st.Read
 	}
 	t.parts, t.recs, t.wholeAt = make([]trackedPart, len(t.l.parts)), map[string]Unresolved{}, begun
 	st, err := t.read(ctx, pos, untimed)
+	st.Read += read
 	st.Whole = true
 	return st, err
 }
