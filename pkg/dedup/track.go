@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -201,9 +202,16 @@ func (t *Tracker) apply(p int, m jsbackend.Msg, untimed func(Listed) error) erro
 		delete(t.recs, key)
 		return nil
 	}
+	if st, ok := leadingStatus(m.Data); ok && m.TTL > 0 && (st.Final() || st == intent.StatusForgotten) {
+		// Settled, with its TTL: nothing to keep or report, and no need
+		// to decode it all (most of what a busy ledger's round reads).
+		delete(t.recs, key)
+		return nil
+	}
 	rec, err := decodeRecord(m.Data)
 	if err != nil {
-		return nil // no record this package wrote
+		delete(t.recs, key) // no record this package wrote, which a walk skips
+		return nil
 	}
 	if rec.Status.Final() || rec.Status == intent.StatusForgotten {
 		delete(t.recs, key)
@@ -219,6 +227,25 @@ func (t *Tracker) apply(p int, m jsbackend.Msg, untimed func(Listed) error) erro
 	}
 	t.recs[key] = u
 	return nil
+}
+
+// statusPrefix starts every record this package writes: its status is its
+// first member.
+const statusPrefix = `{"status":"`
+
+// leadingStatus returns the status of the record data when data starts
+// with it, as every record this package writes does; ok is false otherwise
+// (then decode it).
+func leadingStatus(data []byte) (st intent.Status, ok bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(statusPrefix))
+	if !ok {
+		return "", false
+	}
+	i := bytes.IndexByte(rest, '"')
+	if i < 0 || i+1 >= len(rest) || bytes.IndexByte(rest[:i], '\\') >= 0 || (rest[i+1] != ',' && rest[i+1] != '}') {
+		return "", false
+	}
+	return intent.Status(rest[:i]), true
 }
 
 // Unresolved returns the unresolved records as of the last Update, in the

@@ -173,6 +173,11 @@ func TestTrackerHoldsWhatAWalkFinds(t *testing.T) {
 	require.NoError(t, err)
 	_, err = kvs[p].Put(ctx, key(11), old)
 	require.NoError(t, err)
+	// Something else written under a record's key: a walk skips it.
+	p, err = b.partitionOf(ctx, kvs, key(12))
+	require.NoError(t, err)
+	_, err = kvs[p].Put(ctx, key(12), []byte("not a record"))
+	require.NoError(t, err)
 	b.update(t, false)
 	require.Equal(t, []string{key(11)}, b.untimed, "an untimed record is reported")
 
