@@ -57,12 +57,15 @@ func (u Unresolved) PastLease(now time.Time) bool {
 //     written after it, final, could have expired and its expiry marker gone
 //     by now (the least retention of the records tracked, or of a forget's
 //     tombstone, plus how long the marker stays);
-//   - a record kept that its stream no longer holds (purged, as by an
-//     operator), seen from the stream's first sequence;
+//   - a record kept that lies before its stream's first message (its
+//     stream purged, as by an operator);
 //   - trackFullEvery since the last whole read.
 //
 // Its records are then exactly what a whole read would find: the
-// unresolved records the ledger holds, each at its latest write.
+// unresolved records the ledger holds, each at its latest write. One
+// removal leaves no sign: the purge of a single key's messages behind a
+// later one's, which Migrate makes when it moves a record; the next whole
+// read drops it, within trackFullEvery.
 // A Tracker is not safe for concurrent use.
 type Tracker struct {
 	l       *Ledger
