@@ -37,10 +37,13 @@ type answerCache struct {
 }
 
 type cachedAnswer struct {
-	key   string
-	rec   dedup.Record
-	until time.Time
-	size  int
+	key string
+	// stored is the key a compact ledger stores key under, when key is a
+	// derived one (the entry of byStored); "" otherwise.
+	stored string
+	rec    dedup.Record
+	until  time.Time
+	size   int
 }
 
 func newAnswerCache(ttl time.Duration, maxBytes int) *answerCache {
@@ -93,6 +96,7 @@ func (c *answerCache) put(key string, rec dedup.Record) {
 	if size > maxCachedRecord || size > c.maxBytes {
 		return
 	}
+	stored, _ := compactStored(key) // once per entry: its removal reads it back
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.byKey[key]; ok {
@@ -105,9 +109,9 @@ func (c *answerCache) put(key string, rec dedup.Record) {
 		// the entry never outlives its record.
 		until = minTime(until, rec.UpdatedAt.Add(time.Duration(rec.RetentionSeconds)*time.Second))
 	}
-	el := c.lru.PushFront(&cachedAnswer{key: key, rec: rec, until: until, size: size})
+	el := c.lru.PushFront(&cachedAnswer{key: key, stored: stored, rec: rec, until: until, size: size})
 	c.byKey[key] = el
-	if stored, ok := compactStored(key); ok {
+	if stored != "" {
 		c.byStored[stored] = el
 	}
 	c.bytes += size
@@ -142,8 +146,8 @@ func (c *answerCache) forget(key string) {
 func (c *answerCache) removeLocked(el *list.Element) {
 	a := c.lru.Remove(el).(*cachedAnswer)
 	delete(c.byKey, a.key)
-	if stored, ok := compactStored(a.key); ok && c.byStored[stored] == el {
-		delete(c.byStored, stored)
+	if a.stored != "" && c.byStored[a.stored] == el {
+		delete(c.byStored, a.stored)
 	}
 	c.bytes -= a.size
 }
@@ -151,11 +155,11 @@ func (c *answerCache) removeLocked(el *list.Element) {
 // compactStored is the key a compact ledger stores key under, when key is
 // a derived one (the only kind it shortens).
 func compactStored(key string) (string, bool) {
-	if !intent.ValidKey(key) {
+	stored, err := intent.LedgerKey(key, intent.LayoutCompact) // any other key is stored as it is
+	if err != nil || stored == key {
 		return "", false
 	}
-	stored, err := intent.LedgerKey(key, intent.LayoutCompact)
-	return stored, err == nil
+	return stored, true
 }
 
 // len is the number of entries, expired ones included until they are met.

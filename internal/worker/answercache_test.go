@@ -2,7 +2,9 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -215,4 +217,21 @@ func TestAnswerCacheNeverOutlivesTheRecord(t *testing.T) {
 	require.False(t, ok, "its record expired at updated_at + 5s")
 	_, ok = c.get("default")
 	require.True(t, ok, "kept for the cache's age")
+}
+
+// BenchmarkAnswerCachePut puts final records under derived keys into a full
+// cache: each put adds an entry and evicts one.
+func BenchmarkAnswerCachePut(b *testing.B) {
+	keys := make([]string, 4096)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("t.%x", sha256.Sum256(fmt.Appendf(nil, "%d", i)))
+	}
+	_, ok := compactStored(keys[0])
+	require.True(b, ok, "a derived key")
+	rec := dedup.Record{Status: intent.StatusCompleted, Result: json.RawMessage(`1`)}
+	c := newAnswerCache(time.Minute, 1024*600) // about a thousand entries
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		c.put(keys[i%len(keys)], rec)
+	}
 }

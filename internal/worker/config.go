@@ -236,11 +236,13 @@ type Config struct {
 	// scenario); an installation leaves both false (the default).
 	DisableAudit, DisableTrail bool
 
-	// LedgerScan is how often the ledger is read whole, by one worker a
+	// LedgerScan is how often the ledger is scanned, by one worker a
 	// round: it counts the unresolved records by state and age (the
 	// idemgate_ledger_unresolved_* metrics) and gives final records written
-	// without a TTL (by an earlier version) theirs. A round reads every
-	// record. Negative (NoLedgerScan): off. Default: 1m (DefaultLedgerScan).
+	// without a TTL (by an earlier version) theirs. A round reads what was
+	// written since the worker's last one (dedup.Tracker); its first round,
+	// and one at least every hour, reads every record. Negative
+	// (NoLedgerScan): off. Default: 1m (DefaultLedgerScan).
 	LedgerScan time.Duration
 
 	// setupRequest bounds each JetStream request of the setup at start, and

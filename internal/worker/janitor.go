@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"cmp"
 	"context"
 	"math/rand/v2"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/pkg/dedup"
-	"github.com/idemgate/idemgate/pkg/intent"
 )
 
 // scanElection is the ledger election (dedup.Ledger.Elect) of the worker
@@ -28,12 +26,14 @@ var (
 
 // scanLedger runs the ledger scan every LedgerScan until ctx is done. Each
 // round one worker — the one the round's election makes its scanner —
-// reads the whole ledger: it counts the unresolved records (nothing expires
-// them, so none may sit unseen) by state and age, and gives final records
-// written without a per-message TTL (by an earlier version, whose bucket
-// expired records by age) their TTL, and probes the uncertain records whose
-// tool has a probe (probe.go). The other workers clear their counts, so that
-// summing the gauge over workers gives the ledger's.
+// brings its view of the ledger up to date (dedup.Tracker: what was written
+// since its last round, the whole ledger the first time): it counts the
+// unresolved records (nothing expires them, so none may sit unseen) by
+// state and age, gives final records written without a per-message TTL (by
+// an earlier version, whose bucket expired records by age) their TTL, and
+// probes the uncertain records whose tool has a probe (probe.go). The other
+// workers clear their counts, so that summing the gauge over workers gives
+// the ledger's; each keeps its view, and catches up when it scans again.
 func (w *Worker) scanLedger(ctx context.Context) {
 	for {
 		// A little jitter, so that workers started together do not all
@@ -65,48 +65,55 @@ func (w *Worker) scanRound(ctx context.Context, round time.Duration) error {
 	// Leaders gather on the nodes that stayed up when one restarts: spread
 	// them again each round.
 	spreadLeaders(ctx, w.store, w.log)
-	counts := map[[2]string]int{}
-	oldest := map[string]time.Duration{}
-	now := time.Now()
+	if w.tracked == nil {
+		w.tracked = w.store.Track()
+	}
 	retained := 0
-	var uncertain []dedup.Listed // to probe after the scan
-	var retainErr error
-	err = w.store.Walk(ctx, dedup.Query{}, func(r dedup.Listed) bool {
-		if r.Untimed() {
-			if retainErr = w.store.Retain(ctx, r); retainErr != nil {
-				return false
-			}
-			retained++
-			return true
+	if _, err := w.tracked.Update(ctx, func(r dedup.Listed) error {
+		if err := w.store.Retain(ctx, r); err != nil {
+			return err
 		}
-		state := unresolvedState(r.Record, now)
-		if state == "" {
-			return true
-		}
-		if w.probeable(r.Record) && len(uncertain) < maxScanProbes {
-			uncertain = append(uncertain, r)
-		}
-		age := now.Sub(r.UpdatedAt)
-		counts[[2]string{state, ageLabel(age)}]++
-		oldest[state] = max(oldest[state], age)
-		return true
-	})
-	if err = cmp.Or(retainErr, err); err != nil {
+		retained++
+		return nil
+	}); err != nil {
 		return err
 	}
+	t := w.tally(w.tracked.Unresolved(), time.Now())
 	for _, st := range unresolvedStates {
 		for _, a := range unresolvedAges {
-			w.m.unresolved.WithLabelValues(st, a.label).Set(float64(counts[[2]string{st, a.label}]))
+			w.m.unresolved.WithLabelValues(st, a.label).Set(float64(t.counts[[2]string{st, a.label}]))
 		}
-		w.m.unresolvedOldest.WithLabelValues(st).Set(oldest[st].Seconds())
+		w.m.unresolvedOldest.WithLabelValues(st).Set(t.oldest[st].Seconds())
 	}
 	w.m.retained.Add(float64(retained))
 	w.m.scans.Inc()
-	w.probeScanned(ctx, uncertain)
+	w.probeScanned(ctx, t.uncertain)
 	if retained > 0 {
 		w.log.Info("final records written without a TTL were given theirs", zap.Int("records", retained))
 	}
 	return nil
+}
+
+// scanTally is what a ledger scan found.
+type scanTally struct {
+	counts    map[[2]string]int        // unresolved records by state and age label
+	oldest    map[string]time.Duration // the age of the oldest of each state
+	uncertain []dedup.Listed           // the first maxScanProbes to probe, in scan order
+}
+
+// tally counts the unresolved records us, in scan order, at now.
+func (w *Worker) tally(us []dedup.Unresolved, now time.Time) scanTally {
+	t := scanTally{counts: map[[2]string]int{}, oldest: map[string]time.Duration{}}
+	for _, u := range us {
+		state := unresolvedState(u, now)
+		if u.Uncertain != nil && w.probeable(u.Uncertain.Record) && len(t.uncertain) < maxScanProbes {
+			t.uncertain = append(t.uncertain, *u.Uncertain)
+		}
+		age := now.Sub(u.UpdatedAt)
+		t.counts[[2]string{state, ageLabel(age)}]++
+		t.oldest[state] = max(t.oldest[state], age)
+	}
+	return t
 }
 
 // spreadLeaders moves the leaders of a replicated, partitioned ledger so
@@ -126,19 +133,12 @@ func spreadLeaders(ctx context.Context, ledger *dedup.Ledger, log *zap.Logger) {
 	}
 }
 
-// unresolvedState is the state the scan counts rec under; "" for a final
-// record.
-func unresolvedState(rec dedup.Record, now time.Time) string {
-	switch rec.Status {
-	case intent.StatusPending:
-		if rec.LeaseExpired(now) {
-			return "pending_past_lease"
-		}
-		return "pending"
-	case intent.StatusApproved, intent.StatusAwaitingApproval, intent.StatusUncertain:
-		return string(rec.Status)
+// unresolvedState is the state the scan counts u under.
+func unresolvedState(u dedup.Unresolved, now time.Time) string {
+	if u.PastLease(now) {
+		return "pending_past_lease"
 	}
-	return ""
+	return string(u.Status)
 }
 
 func ageLabel(age time.Duration) string {

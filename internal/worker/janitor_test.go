@@ -156,3 +156,79 @@ func TestLedgerScanSpreadsPartitionLeaders(t *testing.T) {
 		return len(load) == 3 && load[first] <= 3
 	}, time.Minute, 500*time.Millisecond, "the scan spreads the leaders over the three nodes")
 }
+
+// A scan round reads only what was written since the worker's last one,
+// and finds what a scan of the whole ledger finds, also after another
+// worker made the rounds between.
+func TestLedgerScanFindsWhatAWholeScanFinds(t *testing.T) {
+	t.Parallel()
+	b := start(t, Config{LedgerScan: NoLedgerScan, AnswerCache: NoAnswerCache}, &effects.Tool{Name: "refund", Effect: noopEffect})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, other := b.worker, otherWorker(t, b)
+	leases := map[string]*dedup.Lease{}
+	claim := func(key string, lease time.Duration) {
+		res, err := w.store.Claim(ctx, dedup.ClaimRequest{Key: key, Tool: "refund", Fingerprint: "fp", Holder: "h", Lease: lease})
+		require.NoError(t, err)
+		require.Equal(t, dedup.Acquired, res.Outcome)
+		leases[key] = res.Lease
+	}
+	// scan makes s win a round (the last round's election, a second long,
+	// runs out first) and requires it to find what a whole scan finds.
+	scan := func(s *Worker) {
+		t.Helper()
+		scans := testutil.ToFloat64(s.m.scans)
+		require.Eventually(t, func() bool {
+			require.NoError(t, s.scanRound(ctx, time.Second))
+			return testutil.ToFloat64(s.m.scans) > scans
+		}, 30*time.Second, 50*time.Millisecond, "the worker wins a round")
+		now := time.Now()
+		got := s.tally(s.tracked.Unresolved(), now)
+		want := wholeTally(t, s, now)
+		require.Equal(t, want.counts, got.counts)
+		require.Equal(t, want.oldest, got.oldest)
+		require.Equal(t, want.uncertain, got.uncertain)
+	}
+	// The oldest record stays as it is: the ledger's first message.
+	claim("refund.first", time.Hour)
+	for _, key := range []string{"refund.a", "refund.b", "refund.c", "refund.d", "refund.e"} {
+		claim(key, time.Minute)
+	}
+	claim("refund.gone", time.Millisecond) // its holder vanished at once
+	scan(w)
+
+	_, err := leases["refund.a"].Complete(ctx, json.RawMessage(`1`), 1)
+	require.NoError(t, err)
+	_, err = leases["refund.b"].AwaitApproval(ctx, json.RawMessage(`{}`))
+	require.NoError(t, err)
+	claim("refund.f", time.Minute)
+	scan(other)
+
+	_, err = leases["refund.c"].Hold(ctx, "unsure")
+	require.NoError(t, err)
+	_, _, err = w.store.Approve(ctx, "refund.b", "fp", "op", "fine", time.Hour)
+	require.NoError(t, err)
+	require.NoError(t, leases["refund.d"].Release(ctx, 1))
+	scan(w) // what was written since its last round, the other's round between
+	scan(other)
+}
+
+// wholeTally is what a scan of w's whole ledger finds at now.
+func wholeTally(t *testing.T, w *Worker, now time.Time) scanTally {
+	t.Helper()
+	want := scanTally{counts: map[[2]string]int{}, oldest: map[string]time.Duration{}}
+	require.NoError(t, w.store.Walk(context.Background(), dedup.Query{Statuses: dedup.OpenStatuses}, func(r dedup.Listed) bool {
+		state := string(r.Status)
+		if r.Status == intent.StatusPending && r.LeaseExpired(now) {
+			state = "pending_past_lease"
+		}
+		if w.probeable(r.Record) && len(want.uncertain) < maxScanProbes {
+			want.uncertain = append(want.uncertain, r)
+		}
+		age := now.Sub(r.UpdatedAt)
+		want.counts[[2]string{state, ageLabel(age)}]++
+		want.oldest[state] = max(want.oldest[state], age)
+		return true
+	}))
+	return want
+}

@@ -44,6 +44,9 @@ type Worker struct {
 	// commit's counts, closing.
 	ledger ledger
 	store  *dedup.Ledger
+	// tracked is the ledger scan's view of the unresolved records (nil
+	// before its first round); only the scan uses it.
+	tracked *dedup.Tracker
 	// replies publishes answers; letters, dead letters.
 	replies publisher
 	letters streamPublisher

@@ -310,6 +310,6 @@ func (l *Ledger) held(o Outcome, s slot, key string, rev uint64, rec Record) Cla
 		Outcome:  o,
 		Record:   rec,
 		Revision: rev,
-		Lease:    &Lease{ledger: l, slot: s, key: key, rev: rev, rec: rec},
+		Lease:    &Lease{ledger: l, slot: s, key: key, rev: rev, rec: leaseRecordOf(rec)},
 	}
 }

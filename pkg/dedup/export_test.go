@@ -68,3 +68,9 @@ func DirectReads(l *Ledger) uint64 {
 	}
 	return n
 }
+
+// Backdate moves back by d when t's last Update, and its last whole read,
+// began: as if that long had passed since.
+func (t *Tracker) Backdate(d time.Duration) {
+	t.begun, t.wholeAt = t.begun.Add(-d), t.wholeAt.Add(-d)
+}

@@ -26,8 +26,8 @@ type Lease struct {
 
 	mu   sync.Mutex
 	rev  uint64
-	rec  Record
-	done bool // completed, failed or released
+	rec  leaseRecord // the record as the lease last wrote it
+	done bool        // completed, failed or released
 	// unsure are the writes since rev whose outcome is not known (the
 	// acknowledgement was lost, or the context ended while the write was in
 	// flight), oldest first. Each was a compare-and-set on rev, so at most one
@@ -57,7 +57,7 @@ func (ls *Lease) revision() uint64 {
 func (ls *Lease) Record() Record {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	return ls.rec
+	return ls.rec.record()
 }
 
 // Extend moves the lease deadline to d from now. Call it well before the
@@ -150,7 +150,7 @@ func (ls *Lease) write(ctx context.Context, op string, t transition, final bool,
 		m = jsbackend.Alone
 	}
 	now := ls.ledger.clock()
-	next := t.apply(ls.rec, now)
+	next := t.apply(ls.rec.record(), now)
 	ls.ledger.seal(ctx, ls.key, &next)
 	rev, err := ls.ledger.cas(ctx, ls.slot, ls.rev, next, m)
 	if errors.Is(err, errRevisionMismatch) {
@@ -169,7 +169,7 @@ func (ls *Lease) write(ctx context.Context, op string, t transition, final bool,
 			return Record{}, fmt.Errorf("%s %s: revision %d is still the latest, a write of it in process: %w", op, ls.key, ls.rev, err)
 		case adopted:
 			// An earlier write of ours had landed: write again over it.
-			next = t.apply(ls.rec, now)
+			next = t.apply(ls.rec.record(), now)
 			ls.ledger.seal(ctx, ls.key, &next)
 			rev, err = ls.ledger.cas(ctx, ls.slot, ls.rev, next, m)
 		}
@@ -184,7 +184,7 @@ func (ls *Lease) write(ctx context.Context, op string, t transition, final bool,
 		ls.unsure = append(ls.unsure, next)
 		return Record{}, fmt.Errorf("%s %s: %w", op, ls.key, err)
 	}
-	ls.rev, ls.rec, ls.done, ls.unsure = rev, next, final, nil
+	ls.rev, ls.rec, ls.done, ls.unsure = rev, leaseRecordOf(next), final, nil
 	return next, nil
 }
 
@@ -213,7 +213,7 @@ func (ls *Lease) reconcile(ctx context.Context) (moved, adopted bool, err error)
 	for i := len(ls.unsure) - 1; i >= 0; i-- {
 		want, err := ls.unsure[i].marshal()
 		if err == nil && bytes.Equal(e.Data, want) {
-			ls.rev, ls.rec, ls.unsure = e.Rev, ls.unsure[i], nil
+			ls.rev, ls.rec, ls.unsure = e.Rev, leaseRecordOf(ls.unsure[i]), nil
 			return true, true, nil
 		}
 	}

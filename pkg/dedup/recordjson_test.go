@@ -151,3 +151,33 @@ func fillEvery(v reflect.Value) {
 		panic("fillEvery: no value for " + v.Type().String())
 	}
 }
+
+// A record's leading status, read without decoding it, is the status it
+// decodes to, for every status as this package and encoding/json write
+// it; anything else is left to the decoder.
+func TestLeadingStatus(t *testing.T) {
+	t.Parallel()
+	for _, st := range []intent.Status{intent.StatusPending, intent.StatusCompleted, intent.StatusFailed, intent.StatusDenied,
+		intent.StatusAwaitingApproval, intent.StatusApproved, intent.StatusUncertain, intent.StatusForgotten} {
+		r := Record{Status: st, Tool: "t", Fingerprint: "fp", Result: json.RawMessage(`{"status":"x"}`)}
+		ours, err := r.marshal()
+		require.NoError(t, err)
+		std, err := json.Marshal(r)
+		require.NoError(t, err)
+		for _, data := range [][]byte{ours, std} {
+			got, ok := leadingStatus(data)
+			require.True(t, ok, string(data))
+			dec, err := decodeRecord(data)
+			require.NoError(t, err)
+			require.Equal(t, dec.Status, got, string(data))
+		}
+	}
+	for _, data := range []string{``, `{}`, `{"tool":"t","status":"completed"}`, `{ "status":"completed"}`,
+		`{"status":"completed`, `{"status":"completed"`, `{"status":"compl\"eted","x":1}`, `{"status":"completed"x}`} {
+		_, ok := leadingStatus([]byte(data))
+		require.False(t, ok, data)
+	}
+	st, ok := leadingStatus([]byte(`{"status":"completed"}`))
+	require.True(t, ok)
+	require.Equal(t, intent.StatusCompleted, st)
+}

@@ -38,6 +38,10 @@ type Scan struct {
 	Limit int
 	// MaxScan stops the scan once it read this many messages; 0: no bound.
 	MaxScan int
+	// Markers passes delete markers to visit too (Msg.Deleted), for a
+	// reader that follows what was written since a point; false passes
+	// them over.
+	Markers bool
 }
 
 // Msg is a record's message found by a scan.
@@ -50,10 +54,14 @@ type Msg struct {
 	Data []byte
 	// TTL is its per-message TTL; 0 when it has none.
 	TTL time.Duration
+	// Deleted reports a delete marker (a deletion, a purge, an expired
+	// record's marker): Data is then empty. Only a Scan with Markers set
+	// passes them.
+	Deleted bool
 }
 
 // Scan reads the messages of s in stream order and calls visit with each
-// record's (delete markers are passed over); visit reports whether it kept
+// record's (delete markers are passed over unless s.Markers); visit reports whether it kept
 // the message. The bucket keeps one message per key (its history is 1), so
 // a scan sees exactly the live records its server holds: on a replicated
 // bucket that may be a replica not yet holding every acknowledged write. A
@@ -89,7 +97,7 @@ func (b *Bucket) Scan(ctx context.Context, s Scan, visit func(Msg) bool) (next u
 		defer cancel()
 		_ = b.js.DeleteConsumer(dctx, stream, cons.CachedInfo().Name)
 	}()
-	sc := &scanner{b: b, cons: cons, visit: visit, next: s.After}
+	sc := &scanner{b: b, cons: cons, visit: visit, markers: s.Markers, next: s.After}
 	pending := cons.CachedInfo().NumPending
 	for pending > 0 {
 		if sc.kept >= s.Limit || (s.MaxScan > 0 && sc.read >= s.MaxScan) {
@@ -125,12 +133,13 @@ func (b *Bucket) Scan(ctx context.Context, s Scan, visit func(Msg) bool) (next u
 
 // scanner is one Scan's progress.
 type scanner struct {
-	b     *Bucket
-	cons  jetstream.Consumer
-	visit func(Msg) bool
-	next  uint64 // the stream sequence of the last message read
-	read  int    // messages read
-	kept  int    // messages visit kept
+	b       *Bucket
+	cons    jetstream.Consumer
+	visit   func(Msg) bool
+	markers bool   // visit delete markers too
+	next    uint64 // the stream sequence of the last message read
+	read    int    // messages read
+	kept    int    // messages visit kept
 }
 
 // fetch reads up to n messages and visits them. It returns how many it read
@@ -163,12 +172,46 @@ func (sc *scanner) fetch(ctx context.Context, n int) (int, uint64, error) {
 		sc.read++
 		pending = meta.NumPending
 		sc.next = meta.Sequence.Stream
+		key := strings.TrimPrefix(msg.Subject(), sc.b.keyPrefix)
 		if isDeleteMarker(msg.Headers()) {
+			if sc.markers && sc.visit(Msg{Key: key, Rev: meta.Sequence.Stream, Deleted: true}) {
+				sc.kept++
+			}
 			continue
 		}
 		ttl, _ := time.ParseDuration(msg.Headers().Get(jetstream.MsgTTLHeader))
-		if sc.visit(Msg{Key: strings.TrimPrefix(msg.Subject(), sc.b.keyPrefix), Rev: meta.Sequence.Stream, Data: msg.Data(), TTL: ttl}) {
+		if sc.visit(Msg{Key: key, Rev: meta.Sequence.Stream, Data: msg.Data(), TTL: ttl}) {
 			sc.kept++
 		}
 	}
+}
+
+// Position is where a bucket's stream is (Bucket.Position).
+type Position struct {
+	// Created is when the stream was created: another time means the
+	// stream was made again (deleted, or lost by a server that kept it in
+	// memory) and its sequences start over.
+	Created time.Time
+	// FirstSeq and LastSeq are the stream sequences of its first and last
+	// messages.
+	FirstSeq, LastSeq uint64
+	// MarkerTTL is how long the delete marker an expired record leaves
+	// stays; 0 when an expired record leaves none.
+	MarkerTTL time.Duration
+}
+
+// Position returns the stream's current Position, read from the server.
+func (b *Bucket) Position(ctx context.Context) (Position, error) {
+	s, err := b.streamOf(ctx)
+	if err != nil {
+		return Position{}, err
+	}
+	ctx, cancel := b.withTimeout(ctx)
+	defer cancel()
+	info, err := s.Info(ctx)
+	if err != nil {
+		return Position{}, err
+	}
+	return Position{Created: info.Created, FirstSeq: info.State.FirstSeq, LastSeq: info.State.LastSeq,
+		MarkerTTL: info.Config.SubjectDeleteMarkerTTL}, nil
 }
