@@ -110,7 +110,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.AuditRetention, "audit-retention", audit.DefaultRetention, "how long the audit stream keeps the trail (at least --ledger-ttl; docs/audit.md)")
 	fs.DurationVar(&cfg.AuditCheckpoint, "audit-checkpoint", audit.DefaultCheckpointEvery, "how often to sign and store a checkpoint of every partition's audit chain (docs/audit.md)")
 	fs.IntVar(&cfg.AuditQueue, "audit-queue", audit.DefaultQueue, "audit events held in memory while the trail is written or unreachable; beyond it they are dropped and the trail shows a gap")
-	fs.DurationVar(&cfg.LedgerScan, "ledger-scan", worker.DefaultLedgerScan, "how often one worker reads the whole ledger to count its unresolved records (idemgate_ledger_unresolved_*) and give records written without a TTL theirs, and to probe uncertain records whose tool has a probe (0: off)")
+	fs.DurationVar(&cfg.LedgerScan, "ledger-scan", worker.DefaultLedgerScan, "how often one worker reads the ledger's writes since its last round (the whole ledger the first time and hourly) to count its unresolved records (idemgate_ledger_unresolved_*) and give records written without a TTL theirs, and to probe uncertain records whose tool has a probe (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
