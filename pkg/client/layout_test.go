@@ -113,6 +113,10 @@ func TestClientFollowsAMigration(t *testing.T) {
 		watched <- err
 	}()
 
+	forgetter, err := client.New(natstest.Connect(t, s.ClientURL()))
+	require.NoError(t, err)
+	_, err = forgetter.Get(ctx, done)
+	require.NoError(t, err, "opened in the ledger's first shape")
 	rep, err := dedup.Migrate(ctx, js, "IDEM_LEDGER", dedup.MigrateConfig{Partitions: 8, Layout: intent.LayoutCompact})
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Moved)
@@ -123,6 +127,10 @@ func TestClientFollowsAMigration(t *testing.T) {
 	after, err := dedup.Open(ctx, js, dedup.BucketConfig{})
 	require.NoError(t, err)
 	require.Equal(t, 8, after.Partitions())
+	third := "send_email.0f5c2b1c9b7c3e4d5a6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5"
+	complete(after, third)
+	_, err = forgetter.Forget(ctx, third)
+	require.NoError(t, err, "a Forget that misses in the shape it opened looks at the ledger again")
 	complete(after, later)
 	require.NoError(t, <-watched, "the watch follows the key to its new place")
 	page, err := cl.Records(ctx, dedup.Query{})

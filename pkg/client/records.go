@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -71,6 +72,17 @@ func (c *Client) Forget(ctx context.Context, key string, opts ...ForgetOption) (
 		lopts = append(lopts, dedup.Forced())
 	}
 	rec, err := l.Forget(ctx, key, lopts...)
+	if errors.Is(err, dedup.ErrNotFound) {
+		// A miss looks at the ledger's shape again, as a read's does, and
+		// forgets once more when a migration changed it.
+		now, rerr := c.readerAsOf(ctx, time.Now(), true)
+		if rerr != nil {
+			return dedup.Record{}, rerr
+		}
+		if now != l {
+			rec, err = now.Forget(ctx, key, lopts...)
+		}
+	}
 	switch {
 	case errors.Is(err, dedup.ErrInFlight):
 		return rec, fmt.Errorf("%w: %w", ErrInFlight, err)
