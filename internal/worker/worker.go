@@ -61,6 +61,8 @@ type Worker struct {
 	queued chan struct{}
 	// audit writes the audit trail and signs receipts (audit.go).
 	audit *auditor
+	// obs records what happens to each intent (observe.go).
+	obs observe
 	// sem holds one of Config.Concurrency slots for each intent handled
 	// (see dispatch); handling counts the intents not finished yet; pool
 	// runs their handlers while Run consumes (nil before).
@@ -150,6 +152,7 @@ func newWorker(cfg Config, tools *effects.Registry, log *zap.Logger, res *resour
 	w := &Worker{cfg: cfg, tools: tools, log: log, res: res, ledger: l, replies: replies, letters: letters, m: cfg.Metrics,
 		ready: make(chan struct{}), beats: newHeartbeats(), limits: newSessionLimits(cfg.SessionRate, cfg.SessionBurst),
 		slots: newToolSlots(tools), queued: make(chan struct{}, cfg.MaxAckPending), sem: make(chan struct{}, cfg.Concurrency)}
+	w.obs = observe{w}
 	if cfg.AnswerCache > 0 {
 		w.answers = newAnswerCache(cfg.AnswerCache, cfg.AnswerCacheBytes)
 	}
