@@ -85,14 +85,12 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
-	res, err := setupRetrying(ctx, js, cfg, log)
-	if err != nil {
-		return nil, fmt.Errorf("worker: setup: %w", err)
-	}
-	lopts := []dedup.Option{dedup.Bind(), dedup.WithConfirmedTakeover()}
+	// The ledger signs receipts with the auditor's key: the key comes
+	// first, the trail once setup has made the ledger (its partitions).
+	lopts := []dedup.Option{dedup.WithConfirmedTakeover()}
 	var auditor *auditor
 	if !cfg.DisableAudit {
-		if auditor, err = newAuditor(ctx, res, cfg, log); err != nil {
+		if auditor, err = newAuditor(cfg, log); err != nil {
 			return nil, fmt.Errorf("worker: audit: %w", err)
 		}
 		lopts = append(lopts, dedup.WithReceipts(auditor.holder, auditor.receipt))
@@ -100,12 +98,19 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if cfg.LedgerBatch != NoLedgerBatch {
 		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch, InFlight: cfg.LedgerBatchInFlight}))
 	}
+	res, err := setupRetrying(ctx, js, cfg, log, lopts)
+	if err != nil {
+		return nil, fmt.Errorf("worker: setup: %w", err)
+	}
+	ledger := res.ledger
+	if auditor != nil {
+		if err := auditor.start(ctx, res, cfg); err != nil {
+			ledger.Close()
+			return nil, fmt.Errorf("worker: audit: %w", err)
+		}
+	}
 	if res.persistMismatch {
 		log.Warn(migrateHint(res))
-	}
-	ledger, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: res.names.Bucket, TTL: cfg.LedgerTTL}, lopts...)
-	if err != nil {
-		return nil, fmt.Errorf("worker: ledger: %w", err)
 	}
 	spreadLeaders(ctx, ledger, log)
 	stats, auditStats := ledger.BatchStats, auditor.stats
