@@ -109,7 +109,7 @@ func (o observe) tookOver(j *job, c dedup.ClaimResult, confirmed bool) {
 func (o observe) parked(j *job, c dedup.ClaimResult, confirmed, overBudget bool) {
 	if overBudget {
 		o.w.audit.claimed(j, c, confirmed)
-		o.w.m.overBudget.WithLabelValues(j.env.Tool).Inc()
+		o.overBudget(j)
 		return
 	}
 	if c.Outcome != dedup.TookOver {
