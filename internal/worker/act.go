@@ -15,18 +15,18 @@ import (
 )
 
 // act is what a claimant does with the lease it won (dedup.Acquired,
-// dedup.TookOver; confirmed: a takeover after the grace): the trail records
-// the claim; then, by the tool's policy, an operation abandoned mid-effect
-// is held as uncertain (on_abandoned: hold), one that needs an operator's
-// approval is parked for it, and any other is fired: handed to a firing.
-// A claim (not a takeover) fired at once is recorded with its firing, in
-// one event. A lease lost before anything happened is claimed again.
+// dedup.TookOver; confirmed: a takeover after the grace): by the tool's
+// policy, an operation abandoned mid-effect is held as uncertain
+// (on_abandoned: hold), one that needs an operator's approval is parked for
+// it, and any other is fired: handed to a firing.
+// The trail records the claim (observe.tookOver, parked, firing): a
+// takeover before anything else happens, its probe included; a claim (not
+// a takeover) fired at once with its firing, in one event. A lease lost
+// before anything happened is claimed again.
 func (w *Worker) act(stop, work context.Context, j *job, c claim, confirmed bool) round {
 	rec, pol := c.Lease.Record(), j.tool.Policy
 	if c.Outcome == dedup.TookOver {
-		// A takeover is recorded before anything else happens, its probe
-		// included.
-		w.audit.claimed(j, c.ClaimResult, confirmed)
+		w.obs.tookOver(j, c.ClaimResult, confirmed)
 	}
 	var verdict effects.Verdict
 	if c.Outcome == dedup.TookOver && j.tool.Prober != nil {
@@ -45,28 +45,20 @@ func (w *Worker) act(stop, work context.Context, j *job, c claim, confirmed bool
 	case c.OverBudget:
 		// A new operation over its tool's budget (over_budget: approve):
 		// parked, uncounted, until an operator decides.
-		w.audit.claimed(j, c.ClaimResult, confirmed)
-		w.m.overBudget.WithLabelValues(j.env.Tool).Inc()
+		w.obs.parked(j, c.ClaimResult, confirmed, true)
 		return w.parkForApproval(work, j, c.Lease)
 	case pol.Approval && !rec.Approved(time.Now()) && !(c.Outcome == dedup.TookOver && rec.Decision != nil && rec.Decision.Op == intent.ControlApprove):
 		// Needs an operator's approval first (or its approval lapsed before
 		// the firing started). A takeover of an approved firing goes on.
-		if c.Outcome != dedup.TookOver {
-			w.audit.claimed(j, c.ClaimResult, confirmed)
-		}
+		w.obs.parked(j, c.ClaimResult, confirmed, false)
 		return w.parkForApproval(work, j, c.Lease)
 	}
 	if c.Outcome == dedup.TookOver {
-		w.m.takeovers.WithLabelValues(j.env.Tool).Inc()
 		w.log.Info("lease taken over", zap.String("key", j.id.Key), zap.Int("attempt", rec.Attempt),
 			zap.String("previous_holder", c.Previous.Holder))
-		return round{firing: w.firing(stop, work, j, c.Lease)}
 	}
 	f := w.firing(stop, work, j, c.Lease)
-	if w.audit.trailing() {
-		claimed := w.audit.claimEvent(j, c.ClaimResult, confirmed)
-		f.claimed = &claimed
-	}
+	w.obs.firing(f, c.ClaimResult, confirmed)
 	return round{firing: f}
 }
 

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/otel/attribute"
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -17,7 +16,7 @@ import (
 // bad input is rejected: answered, dead-lettered, never delivered again.
 func (w *Worker) admit(j *job) (h handled, ok bool) {
 	subjectTool := w.res.names.ToolFromSubject(j.msg.Subject())
-	w.m.received.WithLabelValues(w.m.tool(subjectTool)).Inc()
+	w.obs.admitting(subjectTool)
 
 	decoded, err := intent.DecodeEnvelope(j.msg.Data(), w.cfg.Limits)
 	if err != nil {
@@ -50,7 +49,6 @@ func (w *Worker) admit(j *job) (h handled, ok bool) {
 	if j.submission, err = submissionOf(j.msg.Headers()); err != nil {
 		return w.reject(j, env.Tool, intent.CodeInvalidIntent, err), false
 	}
-	j.span.SetAttributes(attribute.String("idemgate.tool", env.Tool), attribute.String("idemgate.key", j.id.Key))
 	return handled{}, true
 }
 
@@ -128,7 +126,6 @@ func orNone(s string) string {
 // reject is bad input, answered and terminated: never delivered again.
 func (w *Worker) reject(j *job, tool, code string, err error) handled {
 	w.log.Info("intent rejected", zap.String("subject", j.msg.Subject()), zap.String("code", code), zap.Error(err))
-	w.m.badInputs.WithLabelValues(w.m.tool(tool), code).Inc()
 	// The identity is the worker's own derivation, or none: never the
 	// headers', which anyone may copy from another caller's intent. The
 	// client matches the answer by its Idem-Intent-Seq (see answer).
@@ -137,5 +134,6 @@ func (w *Worker) reject(j *job, tool, code string, err error) handled {
 	if j.env != nil {
 		res.CallID = j.env.CallID
 	}
+	w.obs.rejected(&res)
 	return answered(res, term(code+": "+err.Error()))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
@@ -22,12 +21,8 @@ import (
 // else's did. Replies are at most once: callers without one watch the
 // ledger. ctx's span goes with it. finish is its one caller.
 func (w *Worker) answer(ctx context.Context, j *job, res intent.Result) {
-	w.m.endToEnd.WithLabelValues(w.m.tool(res.Tool)).Observe(since(j.meta.Timestamp))
 	w.reply(ctx, j.msg.Subject(), j.replyTo, j.meta.Sequence.Stream, res)
-	if w.cfg.OnStages != nil && j.stages != nil {
-		j.stages.Key, j.stages.Stored, j.stages.Answered = res.Key, j.meta.Timestamp, time.Now()
-		w.cfg.OnStages(*j.stages)
-	}
+	w.obs.answered(j, &res)
 }
 
 // reply publishes res on replyTo, the reply subject of the message of
@@ -42,7 +37,7 @@ func (w *Worker) reply(ctx context.Context, subject, replyTo string, seq uint64,
 		// or a system subject would let a caller write there with the
 		// worker's permissions: never answer there.
 		w.log.Warn("refused reply subject", zap.String("reply_to", replyTo), zap.String("subject", subject))
-		w.m.badReplies.Inc()
+		w.obs.refusedReply()
 		return
 	}
 	data, err := res.AppendJSON(make([]byte, 0, 512+len(res.Result)+len(res.Receipt)))

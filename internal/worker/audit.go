@@ -41,9 +41,9 @@ type auditor struct {
 	log          *zap.Logger
 }
 
-// newAuditor loads (or makes) the worker's signing key, publishes its
-// public key and builds the trail; Run starts it.
-func newAuditor(ctx context.Context, res *resources, cfg Config, log *zap.Logger) (*auditor, error) {
+// newAuditor loads (or makes) the worker's signing key, which is all its
+// receipts need; start publishes its public key and builds the trail.
+func newAuditor(cfg Config, log *zap.Logger) (*auditor, error) {
 	var signer *audit.Signer
 	var err error
 	if cfg.AuditKey == "" {
@@ -62,22 +62,27 @@ func newAuditor(ctx context.Context, res *resources, cfg Config, log *zap.Logger
 	if err != nil {
 		return nil, err
 	}
+	return &auditor{signer: audit.NewBatchSigner(signer), key: signer, holder: cfg.Holder, log: log}, nil
+}
+
+// start publishes the auditor's public key and builds its trail, over
+// res's ledger's partitions; Run starts the trail.
+func (a *auditor) start(ctx context.Context, res *resources, cfg Config) error {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := audit.PublishKey(pctx, res.js, res.names, signer.Public(cfg.Holder, time.Now().Add(-time.Minute))); err != nil {
+	if err := audit.PublishKey(pctx, res.js, res.names, a.key.Public(cfg.Holder, time.Now().Add(-time.Minute))); err != nil {
 		// Verification without a keys file will not know this key; the
 		// trail and the receipts are signed all the same.
-		log.Warn("could not publish the audit key", zap.String("key_id", signer.ID()), zap.Error(err))
+		a.log.Warn("could not publish the audit key", zap.String("key_id", a.key.ID()), zap.Error(err))
 	}
-	a := &auditor{signer: audit.NewBatchSigner(signer), key: signer, parts: res.partitions, holder: cfg.Holder, names: res.names, log: log}
+	a.parts, a.names = res.partitions, res.names
 	if cfg.DisableTrail {
-		return a, nil
+		return nil
 	}
-	if a.trail, err = audit.NewTrail(res.js, audit.TrailConfig{Names: res.names, Partitions: res.partitions, Signer: signer,
-		Holder: cfg.Holder, Queue: cfg.AuditQueue, Log: log.Sugar()}); err != nil {
-		return nil, err
-	}
-	return a, nil
+	var err error
+	a.trail, err = audit.NewTrail(res.js, audit.TrailConfig{Names: res.names, Partitions: res.partitions, Signer: a.key,
+		Holder: cfg.Holder, Queue: cfg.AuditQueue, Log: a.log.Sugar()})
+	return err
 }
 
 func (a *auditor) partition(key string) int { return intent.Partition(key, a.parts) }

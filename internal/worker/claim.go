@@ -24,8 +24,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 	if rec, ok := w.answers.get(j.id.Key); ok && !retries(j, rec) {
 		// A final record this worker wrote or read a moment ago: no need
 		// to ask the ledger again.
-		j.mark(stageClaimed)
-		w.m.cacheHits.WithLabelValues(j.env.Tool).Inc()
+		w.obs.cached(j)
 		return w.replay(j, rec), nil
 	}
 	req := dedup.ClaimRequest{
@@ -56,7 +55,7 @@ func (w *Worker) claim(stop, work context.Context, j *job) (handled, *firing) {
 			return unanswered(outage.giveUp(w.retryDelay(j.meta.NumDelivered))), nil
 		}
 		outage.over()
-		j.mark(stageClaimed)
+		w.obs.claimed(j)
 		var r round
 		switch {
 		case c.Outcome == dedup.Acquired, c.Outcome == dedup.TookOver:
@@ -106,12 +105,7 @@ var claimAgain = round{again: true}
 // of the same call).
 func (w *Worker) replay(j *job, rec dedup.Record) handled {
 	res := w.fromRecord(j, rec, !rec.CausedBy(j.seq, j.submission))
-	if rec.Fingerprint != j.id.Fingerprint {
-		w.m.conflicts.WithLabelValues(j.env.Tool).Inc()
-		res.Receipt = w.audit.conflict(j, &res)
-	} else {
-		w.m.replays.WithLabelValues(j.env.Tool).Inc()
-	}
+	w.obs.replayed(j, &res, rec.Fingerprint != j.id.Fingerprint) // a conflict's receipt
 	return answered(res, ack())
 }
 
@@ -172,7 +166,7 @@ func (w *Worker) waitHolder(stop context.Context, j *job, holder string, until t
 	case err == nil && rec.Status.Answered():
 		w.remember(j, rec)
 		if rec.Fingerprint == j.id.Fingerprint {
-			w.m.coalesced.WithLabelValues(j.env.Tool).Inc()
+			w.obs.coalesced(j)
 		}
 		return ended(w.replay(j, rec))
 	case err == nil, errors.Is(err, dedup.ErrReleased):
@@ -277,7 +271,7 @@ func budgetOf(j *job) *dedup.Budget {
 // budget_exceeded: nothing fired, nothing recorded; the same call runs once
 // the window ends, at retryAt.
 func (w *Worker) overBudget(j *job, retryAt time.Time) handled {
-	w.m.overBudget.WithLabelValues(j.env.Tool).Inc()
+	w.obs.overBudget(j)
 	b := j.tool.Policy.Budget
 	scope := fmt.Sprintf("session %q", j.env.Session)
 	if b.Per == intent.BudgetPerTool {

@@ -18,14 +18,13 @@ import (
 // record is the new holder's to record: its outcome answers.
 func (w *Worker) conclude(f *firing) handled {
 	j := f.j
-	w.m.effectTime.WithLabelValues(j.env.Tool).Observe(time.Since(f.started).Seconds())
-	j.mark(stageFired)
+	o := w.outcomeOf(j, f.out.Result, f.err)
+	w.obs.effected(f, o)
 	attempts := f.lease.Record().Attempts + f.out.Invocations
 
 	var write func(context.Context) (dedup.Record, error)
-	switch o := w.outcomeOf(j, f.out.Result, f.err); o.kind {
+	switch o.kind {
 	case outcomeDone:
-		w.m.fired.WithLabelValues(j.env.Tool).Inc()
 		write = func(ctx context.Context) (dedup.Record, error) { return f.lease.Complete(ctx, o.result, attempts) }
 	case outcomeFailed:
 		write = func(ctx context.Context) (dedup.Record, error) { return f.lease.Fail(ctx, o.err, attempts) }
@@ -34,14 +33,13 @@ func (w *Worker) conclude(f *firing) handled {
 		if err := f.lease.Release(f.work, attempts); err != nil && !errors.Is(err, dedup.ErrLeaseLost) {
 			w.log.Warn("release", zap.String("key", j.id.Key), zap.Error(err))
 		}
-		w.audit.released(j, attempts, o.cause)
+		w.obs.released(j, attempts, o.cause)
 		return unanswered(nak(w.retryDelay(j.meta.NumDelivered), "effect failed transiently"))
 	}
 	rec, err := w.record(f.work, j, write)
-	j.mark(stageRecorded)
+	w.obs.concluded(f, err)
 	switch {
 	case err == nil:
-		w.m.claimToDone.WithLabelValues(j.env.Tool).Observe(time.Since(f.started).Seconds())
 		w.remember(j, rec)
 		return answered(w.fromRecord(j, rec, false), ack())
 	case errors.Is(err, dedup.ErrLeaseLost):
@@ -86,7 +84,7 @@ func (w *Worker) record(ctx context.Context, j *job, write func(context.Context)
 			if !since.IsZero() {
 				w.log.Info("outcome recorded after the ledger came back", zap.String("key", j.id.Key), zap.Duration("after", time.Since(since)))
 			}
-			w.audit.recorded(j.id.Key, rec)
+			w.obs.recorded(j.id.Key, rec)
 			return rec, nil
 		case errors.Is(err, dedup.ErrLeaseLost), errors.Is(err, dedup.ErrLeaseDone), errors.Is(err, dedup.ErrInvalid), ctx.Err() != nil:
 			return rec, err

@@ -29,7 +29,7 @@ func (w *Worker) control(stop, work context.Context, j *job, subjectOp string) (
 	j.id = intent.Identity{Key: c.Key}
 	op, byUser := intent.UserDecision(subjectOp)
 	w.log.Info("operator decision", zap.String("op", subjectOp), zap.String("key", c.Key), zap.String("by", c.By))
-	w.m.decisions.WithLabelValues(subjectOp).Inc()
+	w.obs.decision(subjectOp)
 	if byUser {
 		if err := w.userDecides(stop, c.Key); err != nil {
 			return w.undecided(j, err), nil
@@ -67,7 +67,7 @@ func (w *Worker) control(stop, work context.Context, j *job, subjectOp string) (
 			return w.undecided(j, err), nil
 		}
 		if !*unchanged {
-			w.audit.decided(op, c, rec, nil)
+			w.obs.decided(op, c, rec, nil)
 		}
 		if known && len(rec.Intent) > 0 && (rec.Status == intent.StatusApproved || rec.Status == intent.StatusPending) {
 			env, err := intent.Decode(rec.Intent, intent.Limits{MaxBytes: len(rec.Intent) + 1})
@@ -102,7 +102,7 @@ func (w *Worker) control(stop, work context.Context, j *job, subjectOp string) (
 		}
 	}
 	if op != intent.ControlApprove && !*unchanged {
-		w.audit.decided(op, c, rec, wrote)
+		w.obs.decided(op, c, rec, wrote)
 	}
 	return answered(w.fromRecord(j, rec, false), ack()), nil // the decision's own outcome
 }

@@ -37,7 +37,7 @@ func (w *Worker) letter(j *job, v verdict) verdict {
 		w.log.Error("dead-letter; leaving the intent to redelivery", zap.String("subject", msg.Subject()), zap.Error(err))
 		return nak(w.cfg.RetryDelay, "dead-letter: "+err.Error())
 	}
-	w.m.deadLetters.WithLabelValues(w.m.tool(w.res.names.ToolFromSubject(msg.Subject()))).Inc()
+	w.obs.deadLettered(msg.Subject())
 	return v
 }
 

@@ -31,19 +31,15 @@ func (w *Worker) direct(work context.Context, j *job) handled {
 	} else {
 		out, err = fire()
 	}
-	if shared {
-		w.m.coalesced.WithLabelValues(j.env.Tool).Inc()
-	}
+	o := w.outcomeOf(j, out.Result, err)
+	w.obs.directed(j, o, shared)
 
 	res := intent.Result{
 		Key: j.id.Key, Tool: j.env.Tool, Replayed: shared, Fingerprint: j.id.Fingerprint,
 		Attempts: out.Invocations, CallID: j.env.CallID, CompletedAt: time.Now().UTC(),
 	}
-	switch o := w.outcomeOf(j, out.Result, err); o.kind {
+	switch o.kind {
 	case outcomeDone:
-		if !shared {
-			w.m.fired.WithLabelValues(j.env.Tool).Inc()
-		}
 		res.Status, res.Result = intent.StatusCompleted, o.result
 	case outcomeFailed:
 		res.Status, res.Error = intent.StatusFailed, &o.err

@@ -21,10 +21,13 @@
 // if any, and the verdict to settle its message with. act hands an effect to
 // fire as a firing, whose goroutine concludes and finishes the intent.
 // finish is the one place a caller is answered (answer.go) and a message
-// settled (verdict.go). The stages reach the outside through interfaces
-// declared here (ledger.go): the ledger and its lease (a *dedup.Ledger), the
-// intent's message, and the publishers of answers and dead letters; the unit
-// tests run them on fakes that keep the same contracts (TestLedgerContract).
+// settled (verdict.go). What the stages come to is observed in one place
+// (observe.go: the intent's span, stage times, metrics and audit trail
+// events), and a panic in them is recovered in one (rescue, handle.go).
+// The stages reach the outside through interfaces declared here
+// (ledger.go): the ledger and its lease (a *dedup.Ledger), the intent's
+// message, and the publishers of answers and dead letters; the unit tests
+// run them on fakes that keep the same contracts (TestLedgerContract).
 //
 // Outcomes map to JetStream verbs in one place (verdict.go):
 //

@@ -57,48 +57,37 @@ func (w *Worker) firing(stop, work context.Context, j *job, lease lease) *firing
 	return &firing{j: j, lease: lease, stop: stop, work: work, ctx: ectx, cancel: cancel, halt: halt}
 }
 
-// start records the firing in the trail (with the claim's event, which is
-// then let go) on the handler's goroutine, before the hand-off: the
-// effect's goroutine runs nothing but the effect, on a small stack. false:
-// it panicked, and the recovery finished the intent.
-func (w *Worker) start(f *firing) (started bool) {
-	defer w.recoverFiring(f)
-	f.started = time.Now()
-	w.audit.fired(f.j, f.lease, f.claimed)
-	f.claimed = nil
-	return true
-}
-
-// fire is the effect's goroutine: it fires the effect (start has recorded
-// the firing), then hands the conclusion — recording the outcome
+// fire is the effect's goroutine: it fires the effect (process has
+// recorded the firing), then hands the conclusion — recording the outcome
 // (conclude), answering and settling (finish) — to a handler goroutine,
-// warm: its stack grown already.
+// warm: its stack grown already. An effect that panicked is finished here.
 func (w *Worker) fire(f *firing) {
-	defer w.recoverFiring(f)
-	f.out, f.err = w.invoke(f.ctx, f.j, f.lease)
-	w.pool.runNext(func(r *poolRun) {
-		defer w.recoverFiring(f)
-		f.j.seat.run = r
-		h := w.conclude(f)
-		f.halt()
-		f.cancel()
+	if h, ok := w.effect(f); !ok {
 		w.finish(f.work, f.j, h)
+		return
+	}
+	w.pool.runNext(func(r *poolRun) {
+		f.j.seat.run = r
+		w.finish(f.work, f.j, w.concluded(f))
 	})
 }
 
-// recoverFiring is a firing's recovery from a panic (the effect's, or its
-// recording's): the key is given back, so that the redelivery need not wait
-// out the lease, and the intent is delivered again.
-func (w *Worker) recoverFiring(f *firing) {
-	r := recover()
-	if r == nil {
-		return
-	}
-	f.cancel()
-	_ = f.lease.Release(f.work, f.lease.Record().Attempts)
-	w.log.Error("panic handling intent", zap.String("subject", f.j.msg.Subject()), zap.Any("panic", r), zap.Stack("stack"))
+// effect fires f's effect; not ok: it panicked (rescue), and h is what
+// the intent came to.
+func (w *Worker) effect(f *firing) (h handled, ok bool) {
+	defer w.rescue(f.j, &f, &h)
+	f.out, f.err = w.invoke(f.ctx, f.j, f.lease)
+	return h, true
+}
+
+// concluded is what f's intent came to: its outcome recorded (conclude), or
+// a panic recovered (rescue); f's heartbeat and effect context end.
+func (w *Worker) concluded(f *firing) (h handled) {
+	defer w.rescue(f.j, &f, &h)
+	h = w.conclude(f)
 	f.halt()
-	w.finish(f.work, f.j, unanswered(nak(w.cfg.RetryDelay, "panic")))
+	f.cancel()
+	return h
 }
 
 // invoke fires j's effect. It is all that is on the effect goroutine's stack

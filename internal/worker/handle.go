@@ -4,12 +4,9 @@ import (
 	"context"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/internal/tracing"
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
 )
@@ -31,21 +28,47 @@ func (w *Worker) handle(stop, work context.Context, msg message, run *poolRun) {
 		w.finish(work, j, h)
 		return
 	}
-	if w.start(f) { // false: it panicked, and j is finished
-		go w.fire(f) // handed off: the effect's goroutine finishes j
-	}
+	go w.fire(f) // handed off: the effect's goroutine finishes j
 }
 
-// process takes j through the stages up to the firing, each of which ends
-// it (handled) or lets it on. A panic is recovered here: the intent is
+// process runs j's stages (stages) on its handler's goroutine: what they
+// come to, or the firing they hand its effect to, recorded as fired here,
+// before the hand-off, so that the effect's goroutine runs nothing but the
+// effect, on a small stack. A panic is recovered (rescue): the intent is
 // delivered again.
 func (w *Worker) process(stop, work context.Context, j *job) (h handled, f *firing) {
-	defer func() {
-		if r := recover(); r != nil {
-			w.log.Error("panic handling intent", zap.String("subject", j.msg.Subject()), zap.Any("panic", r), zap.Stack("stack"))
-			h, f = unanswered(nak(w.cfg.RetryDelay, "panic")), nil
-		}
-	}()
+	defer w.rescue(j, &f, &h)
+	if h, f = w.stages(stop, work, j); f != nil {
+		w.obs.fired(f)
+	}
+	return h, f
+}
+
+// rescue is the worker's one recovery from a panic while handling j,
+// deferred by the outermost frame that runs j's stages on each goroutine j
+// runs on (a panic is recovered only on its own): its handler's (process,
+// and concluded) and its effect's (effect). It makes what j came to, *h, a
+// nak: the intent is delivered again; the key of *f, the firing j's effect
+// runs under (if any), is given back, so that the redelivery need not wait
+// out the lease, and *f is nil: nothing is handed off.
+func (w *Worker) rescue(j *job, f **firing, h *handled) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	if fr := *f; fr != nil {
+		fr.cancel()
+		_ = fr.lease.Release(fr.work, fr.lease.Record().Attempts)
+		fr.halt()
+		*f = nil
+	}
+	w.log.Error("panic handling intent", zap.String("subject", j.msg.Subject()), zap.Any("panic", r), zap.Stack("stack"))
+	*h = unanswered(nak(w.cfg.RetryDelay, "panic"))
+}
+
+// stages takes j through the stages up to the firing, each of which ends
+// it (handled) or lets it on.
+func (w *Worker) stages(stop, work context.Context, j *job) (handled, *firing) {
 	if j.meta.NumDelivered > w.overdueAfter() {
 		return w.overdue(j), nil
 	}
@@ -55,6 +78,7 @@ func (w *Worker) process(stop, work context.Context, j *job) (h handled, f *firi
 	if h, ok := w.admit(j); !ok {
 		return h, nil
 	}
+	w.obs.admitted(j)
 	if h, ok := w.limit(stop, j); !ok {
 		return h, nil
 	}
@@ -85,9 +109,7 @@ func (w *Worker) finish(ctx context.Context, j *job, h handled) {
 		j.keep()
 	}
 	w.settle(j, v)
-	j.span.SetAttributes(attribute.String("idemgate.verdict", v.verb.String()))
-	j.span.End()
-	w.m.inFlight.Dec()
+	w.obs.settled(j, v)
 	w.free(j)
 	w.handling.Done()
 }
@@ -178,25 +200,19 @@ func (w *Worker) dispatch(stop, work context.Context, msg message) {
 	w.pool.run(func(run *poolRun) { w.handle(stop, work, msg, run) })
 }
 
-// receive starts j's handling on its handler goroutine (run): its span, a
-// child of the intent's trace context (a traceparent header), returned
-// with work; its count in flight; its metadata (none for a message that is
-// not a JetStream one).
+// receive starts j's handling on its handler goroutine (run): its
+// observation (its span, returned with work: observe.received); its
+// metadata (none for a message that is not a JetStream one) and its
+// keep-alive.
 func (w *Worker) receive(work context.Context, msg message, run *poolRun) (*job, context.Context) {
-	ctx := otel.GetTextMapPropagator().Extract(context.Background(), tracing.Header(msg.Headers()))
-	_, span := tracer.Start(ctx, "idemgate.intent", trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("messaging.destination.name", msg.Subject())))
-	w.m.inFlight.Inc()
-	j := &job{msg: msg, span: span, seat: seat{run: run}}
-	if w.cfg.OnStages != nil {
-		j.stages = new(Stages)
-	}
+	j := &job{msg: msg, seat: seat{run: run}}
+	work = w.obs.received(work, j)
 	if meta, err := msg.Metadata(); err == nil {
 		j.meta, j.replyTo, j.seq = meta, msg.Headers().Get(intent.HeaderReplyTo), meta.Sequence.Stream
 		j.keep = w.beats.hold(context.Background(), msg, w.cfg.AckWait/3)
-		j.mark(stageDelivered)
+		w.obs.delivered(j)
 	}
-	return j, trace.ContextWithSpan(work, span)
+	return j, work
 }
 
 // lastDelivery reports whether the consumer will not deliver this intent again.

@@ -76,7 +76,7 @@ func newToolSlots(reg *effects.Registry) toolSlots {
 // (toolSlot).
 func (w *Worker) limit(stop context.Context, j *job) (h handled, ok bool) {
 	if !w.limits.allow(j.env.Session) {
-		w.m.limited.WithLabelValues(j.env.Tool, "session_rate").Inc()
+		w.obs.limited(j, "session_rate")
 		res := intent.Rejected(intent.CodeRateLimited, fmt.Sprintf(
 			"session %q is over its rate of %g intents/s: nothing was done; retry later with the same key", j.env.Session, w.cfg.SessionRate))
 		res.Key, res.Tool, res.Fingerprint, res.CallID = j.id.Key, j.env.Tool, j.id.Fingerprint, j.env.CallID
@@ -107,7 +107,7 @@ func (w *Worker) toolSlot(stop context.Context, j *job) error {
 		return nil
 	default:
 	}
-	w.m.limited.WithLabelValues(j.env.Tool, "tool_in_flight").Inc()
+	w.obs.limited(j, "tool_in_flight")
 	j.detach() // the intent's keep-alive holds its message meanwhile
 	select {
 	case w.queued <- struct{}{}:

@@ -29,25 +29,25 @@ type outcome struct {
 	result json.RawMessage // outcomeDone
 	err    intent.Error    // outcomeFailed: as recorded and answered, its message bounded
 	cause  error           // outcomeFailed, outcomeTransient: what the effect returned
+	// permanent marks an outcomeFailed the effect reported permanent
+	// (effects.PermanentError), not transient at the last delivery.
+	permanent bool
 }
 
-// outcomeOf sorts the return of j's effect and counts it.
+// outcomeOf sorts the return of j's effect.
 func (w *Worker) outcomeOf(j *job, result json.RawMessage, err error) outcome {
 	var pe *effects.PermanentError
 	switch {
 	case err == nil:
 		return outcome{kind: outcomeDone, result: result}
 	case errors.As(err, &pe):
-		w.m.failures.WithLabelValues(j.env.Tool, "permanent").Inc()
-		return outcome{kind: outcomeFailed, err: pe.IntentError(), cause: err}
+		return outcome{kind: outcomeFailed, err: pe.IntentError(), cause: err, permanent: true}
 	case w.lastDelivery(j):
-		w.m.failures.WithLabelValues(j.env.Tool, "transient").Inc()
 		return outcome{kind: outcomeFailed, cause: err, err: intent.Error{
 			Code:    intent.CodeEffectFailed,
 			Message: effects.TruncateMessage(fmt.Sprintf("gave up after %d deliveries: %v", j.meta.NumDelivered, err), effects.MaxErrorMessage),
 		}}
 	default:
-		w.m.failures.WithLabelValues(j.env.Tool, "transient").Inc()
 		return outcome{kind: outcomeTransient, cause: err}
 	}
 }

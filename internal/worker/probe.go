@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/pkg/audit"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/effects"
 	"github.com/idemgate/idemgate/pkg/intent"
@@ -86,14 +85,9 @@ func (w *Worker) probe(ctx context.Context, tool *effects.Tool, call effects.Cal
 	default:
 		ans.Verdict = effects.VerdictUnknown
 	}
-	w.m.probes.WithLabelValues(w.m.tool(call.Tool), string(ans.Verdict)).Inc()
 	w.log.Info("probed the downstream", zap.String("key", call.Key), zap.String("verdict", string(ans.Verdict)),
 		zap.String("request", ans.Evidence.Request), zap.String("status", ans.Evidence.Status))
-	if w.audit.trailing() {
-		w.audit.trail.Append(w.audit.partition(call.Key), audit.Event{Kind: audit.KindProbed, Key: call.Key, Tool: call.Tool,
-			Holder: w.audit.holder, Attempt: call.Attempt, Effect: tool.Kind, Destination: ans.Evidence.Request,
-			Reason: string(ans.Verdict), At: time.Now()})
-	}
+	w.obs.probed(tool, call, ans)
 	return ans
 }
 
@@ -173,7 +167,7 @@ func (w *Worker) probeScanned(ctx context.Context, recs []dedup.Listed) {
 		case err != nil:
 			w.log.Warn("probe an uncertain record", zap.String("key", key), zap.Error(err))
 		case got.Status == intent.StatusCompleted:
-			w.audit.recorded(key, got)
+			w.obs.recorded(key, got)
 			w.log.Info("probe found an uncertain operation done downstream; completed", zap.String("key", key))
 		}
 	}

@@ -34,8 +34,8 @@ const (
 // setupRetrying runs setup until it succeeds, retrying while JetStream is
 // unreachable or electing leaders (a worker started before its server, or
 // during a restart), until ctx ends. Other errors — a bad configuration —
-// return at once.
-func setupRetrying(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (*resources, error) {
+// return at once. lopts are the options the ledger is opened with.
+func setupRetrying(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger, lopts []dedup.Option) (*resources, error) {
 	request, pause := cfg.setupRequest, cfg.setupPause
 	if request == 0 {
 		request = defaultSetupRequest
@@ -45,7 +45,7 @@ func setupRetrying(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 	}
 	for {
 		actx, cancel := context.WithTimeout(ctx, setupAttempt*request)
-		res, err := setup(actx, js, request, cfg)
+		res, err := setup(actx, js, request, cfg, lopts)
 		cancel()
 		if err == nil || !unavailable(err) || ctx.Err() != nil {
 			return res, err
@@ -64,26 +64,40 @@ func setupRetrying(ctx context.Context, js jetstream.JetStream, cfg Config, log 
 
 // boundedJS bounds each JetStream API request setup makes (directly or
 // through the ledger's and the audit trail's setup) to bound; what it
-// returns (streams, buckets) is the wrapped JetStream's, unbounded.
+// returns (streams, buckets) is the wrapped JetStream's, unbounded. It
+// bounds only the requests made under setup's context (setupScope): the
+// ledger setup opens keeps it for its own requests later, which it does not
+// bound.
 type boundedJS struct {
 	jetstream.JetStream
 	bound time.Duration
 }
 
+// setupScope marks the context of a setup attempt (see boundedJS).
+type setupScope struct{}
+
+// bounded is ctx bounded to n requests' time, when it is setup's.
+func (b boundedJS) bounded(ctx context.Context, n time.Duration) (context.Context, context.CancelFunc) {
+	if ctx.Value(setupScope{}) == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, n*b.bound)
+}
+
 func (b boundedJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.bound)
+	ctx, cancel := b.bounded(ctx, 1)
 	defer cancel()
 	return b.JetStream.Stream(ctx, name)
 }
 
 func (b boundedJS) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.bound)
+	ctx, cancel := b.bounded(ctx, 1)
 	defer cancel()
 	return b.JetStream.CreateStream(ctx, cfg)
 }
 
 func (b boundedJS) UpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.bound)
+	ctx, cancel := b.bounded(ctx, 1)
 	defer cancel()
 	return b.JetStream.UpdateStream(ctx, cfg)
 }
@@ -99,13 +113,13 @@ func (b boundedJS) CreateOrUpdateStream(ctx context.Context, cfg jetstream.Strea
 }
 
 func (b boundedJS) AccountInfo(ctx context.Context) (*jetstream.AccountInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.bound)
+	ctx, cancel := b.bounded(ctx, 1)
 	defer cancel()
 	return b.JetStream.AccountInfo(ctx)
 }
 
 func (b boundedJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.bound)
+	ctx, cancel := b.bounded(ctx, 1)
 	defer cancel()
 	return b.JetStream.KeyValue(ctx, bucket)
 }
@@ -113,13 +127,13 @@ func (b boundedJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyVa
 // CreateKeyValue and CreateOrUpdateKeyValue are up to three requests:
 // their bound is three requests'.
 func (b boundedJS) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	ctx, cancel := context.WithTimeout(ctx, 3*b.bound)
+	ctx, cancel := b.bounded(ctx, 3)
 	defer cancel()
 	return b.JetStream.CreateKeyValue(ctx, cfg)
 }
 
 func (b boundedJS) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	ctx, cancel := context.WithTimeout(ctx, 3*b.bound)
+	ctx, cancel := b.bounded(ctx, 3)
 	defer cancel()
 	return b.JetStream.CreateOrUpdateKeyValue(ctx, cfg)
 }
@@ -140,7 +154,10 @@ func unavailable(err error) bool {
 
 // resources are the JetStream resources a worker runs on.
 type resources struct {
-	names    intent.Names
+	names intent.Names
+	// ledger is the ledger, opened once (with setup's options) and shared
+	// by everything of the worker's.
+	ledger   *dedup.Ledger
 	js       jetstream.JetStream
 	stream   jetstream.Stream
 	dlq      jetstream.Stream
@@ -154,8 +171,8 @@ type resources struct {
 }
 
 // setup creates or updates the intent stream, the shared durable consumer and
-// the ledger bucket, each JetStream request bounded to bound. It is
-// idempotent: every worker runs it at start.
+// the ledger bucket, each JetStream request bounded to bound, and opens the
+// ledger with lopts. It is idempotent: every worker runs it at start.
 //
 // Each stream and bucket is created first, and looked up or updated only
 // when it exists with another configuration: workers starting together on a
@@ -163,11 +180,12 @@ type resources struct {
 // identical configuration even while another's is in flight, but leaves an
 // info or update request on a stream that has not elected its first leader
 // yet unanswered (each would cost a bound and a retry).
-func setup(ctx context.Context, rawJS jetstream.JetStream, bound time.Duration, cfg Config) (*resources, error) {
+func setup(ctx context.Context, rawJS jetstream.JetStream, bound time.Duration, cfg Config, lopts []dedup.Option) (*resources, error) {
 	names, err := intent.NewNames(cfg.Prefix)
 	if err != nil {
 		return nil, err
 	}
+	ctx = context.WithValue(ctx, setupScope{}, true)
 	js := boundedJS{JetStream: rawJS, bound: bound}
 	intents := jetstream.StreamConfig{
 		Name:        names.Stream,
@@ -232,8 +250,6 @@ func setup(ctx context.Context, rawJS jetstream.JetStream, bound time.Duration, 
 	if _, err := audit.EnsureStream(ctx, js, names, audit.StreamConfig{Replicas: cfg.Replicas, Retention: cfg.AuditRetention}); err != nil {
 		return nil, err
 	}
-	// Only the ledger's shape is kept: New opens it again on the unbounded
-	// connection, with the options its auditor makes.
 	ledger, err := dedup.Open(ctx, js, dedup.BucketConfig{
 		Bucket:     names.Bucket,
 		Partitions: cfg.LedgerPartitions,
@@ -242,11 +258,11 @@ func setup(ctx context.Context, rawJS jetstream.JetStream, bound time.Duration, 
 		TTL:        cfg.LedgerTTL,
 		// Atomic batches need the stream's consent; once given it stays.
 		AtomicPublish: cfg.LedgerBatch != NoLedgerBatch,
-	})
+	}, lopts...)
 	if err != nil {
 		return nil, err
 	}
-	return &resources{names: names, js: rawJS, stream: stream, dlq: dlq, consumer: consumer, partitions: ledger.Partitions(),
+	return &resources{names: names, ledger: ledger, js: rawJS, stream: stream, dlq: dlq, consumer: consumer, partitions: ledger.Partitions(),
 		persist: persist, persistMismatch: existing && persist != cfg.intentsPersist()}, nil
 }
 

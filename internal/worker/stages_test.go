@@ -320,6 +320,11 @@ func TestStagesFireOnceThenReplay(t *testing.T) {
 			require.EqualValues(t, 1, calls.Load())
 			require.Equal(t, c.hits, testutil.ToFloat64(b.w.m.cacheHits.WithLabelValues("send")))
 			require.Equal(t, 2.0, testutil.ToFloat64(b.w.m.replays.WithLabelValues("send")))
+			require.Equal(t, 3.0, testutil.ToFloat64(b.w.m.received.WithLabelValues("send")))
+			require.Equal(t, 1.0, testutil.ToFloat64(b.w.m.fired.WithLabelValues("send")))
+			require.Equal(t, 1, testutil.CollectAndCount(b.w.m.effectTime), "the effect's time")
+			require.Equal(t, 1, testutil.CollectAndCount(b.w.m.claimToDone), "the firing's time to its record")
+			require.Equal(t, 1, testutil.CollectAndCount(b.w.m.endToEnd), "the answers' times")
 		})
 	}
 }
@@ -360,6 +365,8 @@ func TestStagesRejectBadInput(t *testing.T) {
 			require.Equal(t, c.data, string(letters[0].Data))
 			require.Zero(t, b.ledger.len())
 			require.Zero(t, calls.Load())
+			require.Equal(t, 1.0, testutil.ToFloat64(b.w.m.badInputs.WithLabelValues(b.w.m.tool(res.Tool), c.code)))
+			require.Equal(t, 1.0, testutil.ToFloat64(b.w.m.deadLetters.WithLabelValues(b.w.m.tool(c.subject))))
 		})
 	}
 }
@@ -395,6 +402,7 @@ func TestStagesSessionRate(t *testing.T) {
 	_, _, err := b.ledger.Get(t.Context(), res.Key)
 	require.ErrorIs(t, err, dedup.ErrNotFound)
 	require.EqualValues(t, 1, calls.Load())
+	require.Equal(t, 1.0, testutil.ToFloat64(b.w.m.limited.WithLabelValues("send", "session_rate")))
 }
 
 // A transient failure gives the key back and delivers the intent again,
@@ -423,6 +431,8 @@ func TestStagesTransientFailure(t *testing.T) {
 	require.True(t, strings.HasPrefix(res.Error.Message, "gave up after 3 deliveries: connection refused"), res.Error.Message)
 	require.Equal(t, 3, res.Attempts)
 	require.Equal(t, intent.StatusFailed, b.record(t, key).Status)
+	require.Equal(t, 3.0, testutil.ToFloat64(b.w.m.failures.WithLabelValues("send", "transient")))
+	require.Zero(t, testutil.ToFloat64(b.w.m.fired.WithLabelValues("send")))
 }
 
 // A permanent failure is the operation's outcome: recorded and answered.
@@ -438,6 +448,8 @@ func TestStagesPermanentFailure(t *testing.T) {
 	require.Equal(t, intent.StatusFailed, res.Status)
 	require.Contains(t, res.Error.Message, "422 invalid recipient")
 	require.Equal(t, intent.StatusFailed, b.record(t, res.Key).Status)
+	require.Equal(t, 1.0, testutil.ToFloat64(b.w.m.failures.WithLabelValues("send", "permanent")))
+	require.Zero(t, testutil.ToFloat64(b.w.m.failures.WithLabelValues("send", "transient")))
 }
 
 // While the ledger cannot be reached the intent is held, not delivered
@@ -529,6 +541,7 @@ func TestStagesTakeOverAnAbandonedOperation(t *testing.T) {
 			require.Equal(t, c.status, rec.Status)
 			require.Equal(t, 2, rec.Attempt)
 			require.Equal(t, c.calls, calls.Load())
+			require.Equal(t, float64(c.calls), testutil.ToFloat64(b.w.m.takeovers.WithLabelValues("send")), "a takeover that fires")
 		})
 	}
 }
@@ -558,6 +571,8 @@ func TestStagesApprovalParksThenFires(t *testing.T) {
 	require.Equal(t, verbAck, again.settlement(t).verb)
 	require.Equal(t, intent.StatusCompleted, b.answer(t, again).Status)
 	require.EqualValues(t, 1, calls.Load(), "approved twice, fired once")
+	require.Equal(t, 2.0, testutil.ToFloat64(b.w.m.decisions.WithLabelValues(intent.ControlApprove)))
+	require.Equal(t, 1.0, testutil.ToFloat64(b.w.m.fired.WithLabelValues("refund")))
 }
 
 // A user's decision (the subjects the MCP server may publish on) applies
@@ -768,6 +783,7 @@ func TestStagesDirect(t *testing.T) {
 	}
 	require.EqualValues(t, 2, calls.Load())
 	require.Zero(t, b.ledger.len())
+	require.Equal(t, 2.0, testutil.ToFloat64(b.w.m.fired.WithLabelValues("lookup")))
 }
 
 // A tool with on_failure: retry runs a failed operation again at the next

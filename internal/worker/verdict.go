@@ -56,7 +56,7 @@ func requeue(delay time.Duration, reason string) verdict {
 // settle is the one place where outcomes become JetStream verbs (finish
 // calls it once letter has sealed the verdict). Long work keeps the message
 // with InProgress while it runs (see heartbeats.hold and guard); a panic is
-// recovered by the stages and settled as a nak.
+// recovered (rescue) and settled as a nak.
 func (w *Worker) settle(j *job, v verdict) {
 	var err error
 	switch v.verb {

@@ -64,6 +64,8 @@ type Worker struct {
 	queued chan struct{}
 	// audit writes the audit trail and signs receipts (audit.go).
 	audit *auditor
+	// obs records what happens to each intent (observe.go).
+	obs observe
 	// sem holds one of Config.Concurrency slots for each intent handled
 	// (see dispatch); handling counts the intents not finished yet; pool
 	// runs their handlers while Run consumes (nil before).
@@ -86,14 +88,12 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
-	res, err := setupRetrying(ctx, js, cfg, log)
-	if err != nil {
-		return nil, fmt.Errorf("worker: setup: %w", err)
-	}
-	lopts := []dedup.Option{dedup.Bind(), dedup.WithConfirmedTakeover()}
+	// The ledger signs receipts with the auditor's key: the key comes
+	// first, the trail once setup has made the ledger (its partitions).
+	lopts := []dedup.Option{dedup.WithConfirmedTakeover()}
 	var auditor *auditor
 	if !cfg.DisableAudit {
-		if auditor, err = newAuditor(ctx, res, cfg, log); err != nil {
+		if auditor, err = newAuditor(cfg, log); err != nil {
 			return nil, fmt.Errorf("worker: audit: %w", err)
 		}
 		lopts = append(lopts, dedup.WithReceipts(auditor.holder, auditor.receipt))
@@ -101,12 +101,19 @@ func New(ctx context.Context, nc *nats.Conn, tools *effects.Registry, log *zap.L
 	if cfg.LedgerBatch != NoLedgerBatch {
 		lopts = append(lopts, dedup.WithBatching(dedup.BatchConfig{Max: cfg.LedgerBatch, InFlight: cfg.LedgerBatchInFlight}))
 	}
+	res, err := setupRetrying(ctx, js, cfg, log, lopts)
+	if err != nil {
+		return nil, fmt.Errorf("worker: setup: %w", err)
+	}
+	ledger := res.ledger
+	if auditor != nil {
+		if err := auditor.start(ctx, res, cfg); err != nil {
+			ledger.Close()
+			return nil, fmt.Errorf("worker: audit: %w", err)
+		}
+	}
 	if res.persistMismatch {
 		log.Warn(migrateHint(res))
-	}
-	ledger, err := dedup.Open(ctx, js, dedup.BucketConfig{Bucket: res.names.Bucket, TTL: cfg.LedgerTTL}, lopts...)
-	if err != nil {
-		return nil, fmt.Errorf("worker: ledger: %w", err)
 	}
 	spreadLeaders(ctx, ledger, log)
 	stats, auditStats := ledger.BatchStats, auditor.stats
@@ -153,6 +160,7 @@ func newWorker(cfg Config, tools *effects.Registry, log *zap.Logger, res *resour
 	w := &Worker{cfg: cfg, tools: tools, log: log, res: res, ledger: l, replies: replies, letters: letters, m: cfg.Metrics,
 		ready: make(chan struct{}), beats: newHeartbeats(), limits: newSessionLimits(cfg.SessionRate, cfg.SessionBurst),
 		slots: newToolSlots(tools), queued: make(chan struct{}, cfg.MaxAckPending), sem: make(chan struct{}, cfg.Concurrency)}
+	w.obs = observe{w}
 	if cfg.AnswerCache > 0 {
 		w.answers = newAnswerCache(cfg.AnswerCache, cfg.AnswerCacheBytes)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -256,6 +257,8 @@ func TestReadsInFlightAreCoalesced(t *testing.T) {
 	}
 	require.EqualValues(t, 1, calls.Load(), "identical reads in flight share one call")
 	require.Equal(t, 1, fired)
+	require.Equal(t, 4.0, testutil.ToFloat64(b.worker.m.coalesced.WithLabelValues("lookup")))
+	require.Equal(t, 1.0, testutil.ToFloat64(b.worker.m.fired.WithLabelValues("lookup")))
 	_, err := b.client.Get(context.Background(), "lookup.x")
 	require.ErrorIs(t, err, client.ErrNotFound)
 }
@@ -359,6 +362,7 @@ func TestToolInFlightCap(t *testing.T) {
 		require.Equal(t, intent.StatusCompleted, (<-results).Status)
 	}
 	require.EqualValues(t, 1, peak.Load(), "never more than the cap at once")
+	require.Equal(t, 2.0, testutil.ToFloat64(b.worker.m.limited.WithLabelValues("slow", "tool_in_flight")))
 }
 
 // With the ledger's writes group-committed the answers are the same:
