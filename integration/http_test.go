@@ -269,9 +269,12 @@ func TestHTTPToolCalls(t *testing.T) {
 	requireProblem(t, g.call(t, agentA, "send_email", `["to"]`), http.StatusBadRequest, intent.CodeInvalidIntent)
 	requireProblem(t, g.call(t, agentA, "send_email", `{"id":9007199254740993}`), http.StatusBadRequest, intent.CodeInvalidIntent)
 	requireProblem(t, g.call(t, agentA, "send_email", `{}`, "Idempotency-Key", `""`), http.StatusBadRequest, "invalid_request")
-	missing := g.call(t, agentA, "refund", `{"amount_cents":100}`)
+	missing := g.call(t, agentA, "strict", `{"subject":"hi"}`)
 	requireProblem(t, missing, http.StatusBadRequest, intent.CodeInvalidIntent)
-	require.Contains(t, missing.str("detail"), `key arg "order_id" is missing`)
+	require.Contains(t, missing.str("detail"), `key arg "to" is missing`)
+	unschemed := g.call(t, agentA, "refund", `{"amount_cents":100}`) // its schema requires order_id, checked first, as the workers do
+	requireProblem(t, unschemed, http.StatusBadRequest, intent.CodeInvalidIntent)
+	require.Contains(t, unschemed.str("detail"), `args do not match tool refund's schema`)
 	requireProblem(t, g.call(t, agentA, "no_such_tool", `{}`), http.StatusNotFound, intent.CodeUnknownTool)
 	requireProblem(t, g.call(t, agentA, "Bad.Tool", `{}`), http.StatusNotFound, intent.CodeUnknownTool)
 	big := `{"blob":"` + strings.Repeat("x", intent.DefaultMaxBytes) + `"}`
