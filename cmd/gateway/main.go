@@ -77,13 +77,8 @@ func run(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (subcommand: token)", fs.Arg(0))
 	}
-	if err := envflag.ApplyRenamed(fs, "IDEMGATE", "IDEMGATE_GATEWAY", natsconn.EnvAliases); err != nil {
+	if err := envflag.Load(fs, configFile, envflag.Sources{Aliases: natsconn.EnvAliases, OldPrefix: "IDEMGATE_GATEWAY"}); err != nil {
 		return err
-	}
-	if *configFile != "" {
-		if err := envflag.ApplyFile(fs, *configFile); err != nil {
-			return err
-		}
 	}
 	if *tokens == "" {
 		return errors.New("--tokens is required: every caller needs a bearer token (gateway token --role agent --namespace NS --tokens FILE makes one)")

@@ -69,13 +69,8 @@ func run(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := envflag.Apply(fs, "IDEMGATE", natsconn.EnvAliases); err != nil {
+	if err := envflag.Load(fs, configFile, envflag.Sources{Aliases: natsconn.EnvAliases}); err != nil {
 		return err
-	}
-	if *configFile != "" {
-		if err := envflag.ApplyFile(fs, *configFile); err != nil {
-			return err
-		}
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))

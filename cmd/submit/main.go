@@ -81,13 +81,8 @@ func (c *common) parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
 		return err
 	}
-	if err := envflag.Apply(fs, "IDEMGATE", natsconn.EnvAliases, commandLineOnly...); err != nil {
+	if err := envflag.Load(fs, &c.config, envflag.Sources{Aliases: natsconn.EnvAliases, CommandLineOnly: commandLineOnly}); err != nil {
 		return err
-	}
-	if c.config != "" {
-		if err := envflag.ApplyFile(fs, c.config, commandLineOnly...); err != nil {
-			return err
-		}
 	}
 	var err error
 	c.logger, err = c.log.Logger()

@@ -116,13 +116,8 @@ func run(args []string) error {
 	}
 	envAliases := maps.Clone(natsconn.EnvAliases)
 	envAliases["otlp-endpoint"] = "OTEL_EXPORTER_OTLP_ENDPOINT"
-	if err := envflag.Apply(fs, "IDEMGATE", envAliases); err != nil {
+	if err := envflag.Load(fs, configFile, envflag.Sources{Aliases: envAliases}); err != nil {
 		return err
-	}
-	if *configFile != "" {
-		if err := envflag.ApplyFile(fs, *configFile); err != nil {
-			return err
-		}
 	}
 
 	batchGiven := false

@@ -105,3 +105,31 @@ func oldNames(fs *flag.FlagSet) map[string][]string {
 	})
 	return olds
 }
+
+// Prefix is the prefix of every command's variables: IDEMGATE_<FLAG>.
+const Prefix = "IDEMGATE"
+
+// Sources are where a command's flags come from besides its command line.
+type Sources struct {
+	// Aliases are other variables some flags are read from (Apply's).
+	Aliases map[string]string
+	// OldPrefix, when set, is a prefix the command's variables had
+	// (ApplyRenamed).
+	OldPrefix string
+	// CommandLineOnly are flags only the command line may set (Apply's).
+	CommandLineOnly []string
+}
+
+// Load is how every command fills the flags its command line (already
+// parsed) left unset: from the environment under Prefix (Apply), then from
+// the config file named by config, the command's --config (ApplyFile), when
+// set.
+func Load(fs *flag.FlagSet, config *string, s Sources) error {
+	if err := apply(fs, Prefix, s.OldPrefix, s.Aliases, s.CommandLineOnly); err != nil {
+		return err
+	}
+	if *config == "" {
+		return nil
+	}
+	return ApplyFile(fs, *config, s.CommandLineOnly...)
+}

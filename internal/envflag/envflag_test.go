@@ -142,3 +142,29 @@ func TestCommandLineOnlyFlagsAreErrorsInTheFile(t *testing.T) {
 	require.False(t, *force, "a confirming flag in a file confirms nothing")
 	require.Equal(t, 5*time.Second, *wait)
 }
+
+// Load reads the environment, then the file --config names (itself given
+// by IDEMGATE_CONFIG here), under the command line; a command-line-only
+// flag the file sets is an error.
+func TestLoadReadsTheEnvironmentThenTheConfigFile(t *testing.T) {
+	file := t.TempDir() + "/gateway.yaml"
+	require.NoError(t, os.WriteFile(file, []byte("ack-wait: 9s\nconcurrency: 5\nmax-deliver: 4\n"), 0o644))
+	t.Setenv("IDEMGATE_CONFIG", file)
+	t.Setenv("IDEMGATE_ACK_WAIT", "7s")
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	config := fs.String("config", "", ConfigUsage)
+	ackWait := fs.Duration("ack-wait", time.Second, "")
+	conc := fs.Int("concurrency", 1, "")
+	maxDeliver := fs.Int("max-deliver", 10, "")
+	require.NoError(t, fs.Parse([]string{"--concurrency", "3"}))
+	require.NoError(t, Load(fs, config, Sources{}))
+	require.Equal(t, 3, *conc, "the command line wins")
+	require.Equal(t, 7*time.Second, *ackWait, "then the environment")
+	require.Equal(t, 4, *maxDeliver, "then the file")
+
+	fs2 := flag.NewFlagSet("y", flag.ContinueOnError)
+	config2 := fs2.String("config", "", ConfigUsage)
+	fs2.Int("concurrency", 1, "")
+	require.NoError(t, fs2.Parse(nil))
+	require.ErrorContains(t, Load(fs2, config2, Sources{CommandLineOnly: []string{"concurrency"}}), "concurrency")
+}
