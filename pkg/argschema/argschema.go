@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/jsonschema-go/jsonschema"
 
@@ -37,10 +38,17 @@ func Resolve(data json.RawMessage) (*jsonschema.Resolved, error) {
 // Schemas checks args against tools' schemas, each schema resolved once, on
 // its first use (a tool of an MCP upstream may appear later, and a
 // catalogue may change). The zero value is ready to use and safe for
-// concurrent use; it keeps each schema text it was given.
+// concurrent use. It keeps up to maxSchemas schema texts, and forgets them
+// all when a new one would pass that (an upstream whose schemas keep
+// changing costs resolutions, never unbounded memory).
 type Schemas struct {
-	m sync.Map // schema text → resolved
+	m sync.Map     // schema text → resolved
+	n atomic.Int64 // entries in m, about
 }
+
+// maxSchemas bounds the schema texts a Schemas keeps: far more than the
+// tools of any catalogue.
+const maxSchemas = 4096
 
 // resolved is a schema as Resolve left it.
 type resolved struct {
@@ -61,6 +69,10 @@ func (s *Schemas) Check(schema json.RawMessage, d intent.Decoded) error {
 	if !ok {
 		var r resolved
 		r.res, r.err = Resolve(schema)
+		if s.n.Add(1) > maxSchemas {
+			s.m.Clear()
+			s.n.Store(1)
+		}
 		v, _ = s.m.LoadOrStore(string(schema), &r)
 	}
 	r := v.(*resolved)

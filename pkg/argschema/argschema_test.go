@@ -2,6 +2,7 @@ package argschema_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -64,4 +65,20 @@ func TestCheck(t *testing.T) {
 	err = s.Check(json.RawMessage(`{"type":"string"}`), free)
 	require.ErrorIs(t, err, intent.ErrInvalid)
 	require.ErrorContains(t, err, `tool free: its schema has type "string"`)
+}
+
+// Schemas that keep changing (an upstream's, say) cost resolutions, never
+// unbounded memory: past its bound a Schemas forgets what it kept, and
+// still checks.
+func TestSchemasAreBounded(t *testing.T) {
+	t.Parallel()
+	var s argschema.Schemas
+	d, err := intent.Build(intent.Envelope{Tool: "t", Args: json.RawMessage(`{"n":1}`)}, intent.Limits{})
+	require.NoError(t, err)
+	for i := range argschema.MaxSchemas + 10 {
+		schema := json.RawMessage(fmt.Sprintf(`{"type":"object","properties":{"n":{"type":"integer","maximum":%d}}}`, i+1))
+		require.NoError(t, s.Check(schema, d))
+		require.LessOrEqual(t, s.Kept(), argschema.MaxSchemas)
+	}
+	require.ErrorContains(t, s.Check(json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer","maximum":0}}}`), d), "maximum")
 }
