@@ -28,16 +28,12 @@ func Apply(fs *flag.FlagSet, prefix string, aliases map[string]string, commandLi
 	return apply(fs, prefix, "", aliases, commandLineOnly)
 }
 
-// ApplyRenamed is Apply for a command whose variables had another prefix,
-// kept for one release: a flag left unset by the command line and by the
-// variables of prefix is set from its variable under oldPrefix (and those
-// of its deprecated names), before the aliases. Every old variable set is
-// warned about on fs.Output(), naming the variable to use instead; the new
-// prefix wins over the old.
-func ApplyRenamed(fs *flag.FlagSet, prefix, oldPrefix string, aliases map[string]string, commandLineOnly ...string) error {
-	return apply(fs, prefix, oldPrefix, aliases, commandLineOnly)
-}
-
+// apply is Apply, and for a command whose variables had another prefix,
+// kept for one release (Sources.OldPrefix, when not ""): a flag left unset
+// by the command line and by the variables of prefix is set from its
+// variable under oldPrefix (and those of its deprecated names), before the
+// aliases. Every old variable set is warned about on fs.Output(), naming the
+// variable to use instead; the new prefix wins over the old.
 func apply(fs *flag.FlagSet, prefix, oldPrefix string, aliases map[string]string, commandLineOnly []string) error {
 	set := map[string]bool{}
 	for _, name := range commandLineOnly {

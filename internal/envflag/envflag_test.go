@@ -118,7 +118,7 @@ func TestOldPrefixIsReadWithAWarning(t *testing.T) {
 			force := fs.Bool("force", false, "")
 			t.Setenv("OLD_X_FORCE", "true")
 			require.NoError(t, fs.Parse(tc.args))
-			require.NoError(t, ApplyRenamed(fs, "NEW", "OLD_X", map[string]string{"nats-url": "NATS_URL"}, "force"))
+			require.NoError(t, apply(fs, "NEW", "OLD_X", map[string]string{"nats-url": "NATS_URL"}, []string{"force"}))
 			require.Equal(t, tc.want, *url)
 			require.False(t, *force, "a command-line-only flag ignores the old prefix too")
 			if tc.warning == "" {
