@@ -109,8 +109,8 @@ const Prefix = "IDEMGATE"
 type Sources struct {
 	// Aliases are other variables some flags are read from (Apply's).
 	Aliases map[string]string
-	// OldPrefix, when set, is a prefix the command's variables had
-	// (ApplyRenamed).
+	// OldPrefix, when set, is a prefix the command's variables had, still
+	// read for one release, with a warning naming the new variable.
 	OldPrefix string
 	// CommandLineOnly are flags only the command line may set (Apply's).
 	CommandLineOnly []string
