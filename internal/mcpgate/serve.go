@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/idemgate/idemgate/internal/httpdoor"
-	"github.com/idemgate/idemgate/internal/retry"
+	"github.com/idemgate/idemgate/pkg/retry"
 )
 
 // HTTPPath is where ServeHTTP serves the streamable HTTP transport.

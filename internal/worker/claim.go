@@ -9,9 +9,9 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/internal/retry"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
+	"github.com/idemgate/idemgate/pkg/retry"
 )
 
 // claim claims j's key in the ledger and acts on what it finds, round by

@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/idemgate/idemgate/internal/retry"
 	"github.com/idemgate/idemgate/pkg/dedup"
+	"github.com/idemgate/idemgate/pkg/retry"
 )
 
 // conclude records what f's effect returned under its lease, by

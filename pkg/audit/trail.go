@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/idemgate/idemgate/internal/retry"
 	"github.com/idemgate/idemgate/pkg/intent"
+	"github.com/idemgate/idemgate/pkg/retry"
 )
 
 // Defaults of TrailConfig.

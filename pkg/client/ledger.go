@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemgate/idemgate/internal/retry"
 	"github.com/idemgate/idemgate/pkg/dedup"
 	"github.com/idemgate/idemgate/pkg/intent"
+	"github.com/idemgate/idemgate/pkg/retry"
 )
 
 // ledgerAnswer is what a watch of the ledger key came to.

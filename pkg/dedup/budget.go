@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/idemgate/idemgate/internal/retry"
 	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
+	"github.com/idemgate/idemgate/pkg/retry"
 )
 
 // Budget is an effect budget a claim spends from (ClaimRequest.Budget): at

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/idemgate/idemgate/internal/retry"
 	"github.com/idemgate/idemgate/pkg/dedup/internal/jsbackend"
+	"github.com/idemgate/idemgate/pkg/retry"
 )
 
 var (

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/idemgate/idemgate/internal/retry"
+	"github.com/idemgate/idemgate/pkg/retry"
 )
 
 // Atomic batch publish headers (JetStream 2.12 and later).

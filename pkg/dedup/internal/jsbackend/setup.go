@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/idemgate/idemgate/internal/retry"
+	"github.com/idemgate/idemgate/pkg/retry"
 )
 
 // expiryMarkerTTL is how long the delete marker of an expired record stays.
