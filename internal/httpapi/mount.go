@@ -25,14 +25,12 @@ func newConsole(s *Server) (*console.Console, error) {
 // admit is the console's limiter: a console request spends its token's
 // rate and in-flight allowance as the token's API requests do.
 func (s *Server) admit(tok *auth.Token) (leave func(), wait time.Duration, why string) {
-	c := s.caller(tok)
-	if res := c.limiter.Reserve(); res.Delay() > 0 {
-		d := res.Delay()
-		res.Cancel()
-		return nil, d, fmt.Sprintf("Token %s is over its rate of %g requests/s: retry after %s.", tok.Name, s.cfg.Rate, d.Round(time.Millisecond))
+	leave, wait, overRate := s.enter(tok)
+	switch {
+	case leave == nil && overRate:
+		return nil, wait, fmt.Sprintf("Token %s is over its rate of %g requests/s: retry after %s.", tok.Name, s.cfg.Rate, wait.Round(time.Millisecond))
+	case leave == nil:
+		return nil, wait, fmt.Sprintf("Token %s has %d requests in progress, its limit.", tok.Name, s.cfg.MaxInFlight)
 	}
-	if !c.enter(s.cfg.MaxInFlight) {
-		return nil, time.Second, fmt.Sprintf("Token %s has %d requests in progress, its limit.", tok.Name, s.cfg.MaxInFlight)
-	}
-	return c.leave, 0, ""
+	return leave, 0, ""
 }

@@ -254,26 +254,41 @@ func (s *Server) guard(who access, h handlerFunc) http.Handler {
 			s.bearer.Forbid(w, r, "%s needs an operator token; %s is an agent's", r.URL.Path, tok.Name)
 			return
 		}
-		c := s.caller(tok)
-		if res := c.limiter.Reserve(); res.Delay() > 0 {
-			d := res.Delay()
-			res.Cancel()
-			retryAfter(w, d)
-			fail(w, http.StatusTooManyRequests, intent.CodeRateLimited, "token %s is over its rate of %g requests/s: retry after %s", tok.Name, s.cfg.Rate, d.Round(time.Millisecond))
+		leave, wait, overRate := s.enter(tok)
+		switch {
+		case leave == nil && overRate:
+			retryAfter(w, wait)
+			fail(w, http.StatusTooManyRequests, intent.CodeRateLimited, "token %s is over its rate of %g requests/s: retry after %s", tok.Name, s.cfg.Rate, wait.Round(time.Millisecond))
 			return
-		}
-		if !c.enter(s.cfg.MaxInFlight) {
-			retryAfter(w, time.Second)
+		case leave == nil:
+			retryAfter(w, wait)
 			fail(w, http.StatusTooManyRequests, intent.CodeRateLimited, "token %s has %d requests in progress, its limit", tok.Name, s.cfg.MaxInFlight)
 			return
 		}
-		defer c.leave()
+		defer leave()
 		body, ok := httpdoor.ReadBody(w, r, int64(s.cfg.MaxBodyBytes), s.cfg.BodyTimeout)
 		if !ok {
 			return
 		}
 		h(w, r, tok, body)
 	})
+}
+
+// enter admits a request of tok within its rate and in-flight cap, the
+// API's and the console's alike: leave ends it; when refused (leave nil),
+// wait is how long to wait and overRate whether the rate refused it (else
+// the cap).
+func (s *Server) enter(tok *auth.Token) (leave func(), wait time.Duration, overRate bool) {
+	c := s.caller(tok)
+	if res := c.limiter.Reserve(); res.Delay() > 0 {
+		d := res.Delay()
+		res.Cancel()
+		return nil, d, true
+	}
+	if !c.enter(s.cfg.MaxInFlight) {
+		return nil, time.Second, false
+	}
+	return c.leave, 0, false
 }
 
 func (s *Server) caller(tok *auth.Token) *caller {
